@@ -1,0 +1,1 @@
+"""Benchmarking: run specs, steps per mode, the runner, the isolated launcher and the sweep."""

@@ -1,0 +1,154 @@
+"""RunSpec: the frozen identity of one benchmark run, and the expansion of a sweep grid."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterable, Sequence
+
+from lmperf.errors import SpecError
+from lmperf.model.attention import ATTENTION
+from lmperf.model.presets import PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
+from lmperf.runtime.precision import REGIMES
+
+MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
+OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+
+
+def _choice(what: str, value: str, accepted: Iterable[str]) -> None:
+    accepted = list(accepted)
+    if value not in accepted:
+        raise SpecError(f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
+
+
+def _positive(what: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(f"{what} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One benchmark run. Two runs with equal specs measure the same thing.
+
+    Attributes:
+        size: preset name; gives the shape unless `model` is set (then it is what the user's
+            factory receives as d_model, num_layers, num_heads, d_ff).
+        d_model, num_layers, num_heads, d_ff: the resolved shape (filled from `size`).
+        context_length: the sequence length T of the benchmark batch.
+        model_context_length: the model's maximum sequence length (RoPE table); must be >= T.
+        batch_size: sequences per step.
+        precision: a regime name from `lmperf.runtime.precision.REGIMES`.
+        mode: 'forward' (no autograd graph), 'forward-backward', or 'train-step' (+ AdamW step).
+        attention: attention implementation of the reference LM.
+        optimizer: AdamW implementation: 'fused', 'foreach' or 'loop' (for-loop, foreach=False).
+        warmup, steps: untimed warm-up steps, then timed steps.
+        seed: seeds the weights and the random batch.
+        device: 'cpu' or 'cuda' (already resolved from 'auto').
+        model: a user's 'package.module:factory', or None for the reference LM.
+        vocab_size, rope_theta: model hyperparameters.
+    """
+
+    size: str
+    d_model: int
+    num_layers: int
+    num_heads: int
+    d_ff: int
+    context_length: int = 128
+    model_context_length: int = 0  # 0: same as context_length (resolved in __post_init__)
+    batch_size: int = 4
+    precision: str = "fp32"
+    mode: str = "train-step"
+    attention: str = "naive"
+    optimizer: str = "fused"
+    warmup: int = 5
+    steps: int = 10
+    seed: int = 0
+    device: str = "cpu"
+    model: str | None = None
+    vocab_size: int = VOCAB_SIZE
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        _choice("precision", self.precision, REGIMES)
+        _choice("mode", self.mode, MODES)
+        _choice("attention", self.attention, ATTENTION)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("device", self.device, DEVICES)
+        for what in ("d_model", "num_layers", "num_heads", "d_ff", "context_length",
+                     "batch_size", "warmup", "steps", "vocab_size"):
+            _positive(what, getattr(self, what))
+        if self.model_context_length == 0:
+            object.__setattr__(self, "model_context_length", self.context_length)
+        _positive("model_context_length", self.model_context_length)
+        if self.context_length > self.model_context_length:
+            raise SpecError(f"context {self.context_length} is longer than the model allows "
+                            f"(model context length {self.model_context_length})")
+        if self.model is None and self.d_model % self.num_heads:
+            raise SpecError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
+
+    @classmethod
+    def from_size(cls, size: str, **overrides: object) -> "RunSpec":
+        """A spec whose shape comes from the preset `size`; other fields from `overrides`."""
+        try:
+            preset = resolve_preset(size)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        shape = dict(d_model=preset.d_model, num_layers=preset.num_layers,
+                     num_heads=preset.num_heads, d_ff=preset.d_ff)
+        return cls(size=size, **{**shape, **overrides})
+
+    def model_config(self) -> ModelConfig:
+        """What the model builder (or a user's factory) receives."""
+        return ModelConfig(vocab_size=self.vocab_size, context_length=self.model_context_length,
+                           d_model=self.d_model, num_layers=self.num_layers,
+                           num_heads=self.num_heads, d_ff=self.d_ff, rope_theta=self.rope_theta,
+                           attention=self.attention)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (the `spec` of a record)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSpec":
+        """Inverse of `to_dict`."""
+        return cls(**data)
+
+    def label(self) -> str:
+        """Short human-readable name for progress lines."""
+        name = self.model or self.size
+        return (f"{name} ctx={self.context_length} b={self.batch_size} {self.precision} "
+                f"{self.mode} {self.attention}")
+
+    def with_(self, **changes: object) -> "RunSpec":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Lists of values to sweep; `expand` gives their cartesian product as RunSpecs.
+
+    Fields that take one value (warmup, steps, ...) go in `fixed`.
+    """
+
+    sizes: Sequence[str]
+    contexts: Sequence[int]
+    batches: Sequence[int]
+    precisions: Sequence[str]
+    modes: Sequence[str]
+    attentions: Sequence[str]
+    fixed: dict = field(default_factory=dict)
+
+    def expand(self) -> list[RunSpec]:
+        """Every combination, in size-major order (the order of the course's table)."""
+        return [
+            RunSpec.from_size(size, context_length=ctx, batch_size=b, precision=p, mode=m,
+                              attention=a, **self.fixed)
+            for size, ctx, b, p, m, a in itertools.product(
+                self.sizes, self.contexts, self.batches, self.precisions, self.modes,
+                self.attentions)
+        ]
+
+
+__all__ = ["DEVICES", "Grid", "MODES", "OPTIMIZERS", "PRESETS", "RunSpec"]

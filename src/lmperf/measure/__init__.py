@@ -1,0 +1,1 @@
+"""Timing statistics, FLOP counting and the analytic FLOP formula."""

@@ -1,0 +1,77 @@
+"""Attention implementations behind one interface, chosen by name.
+
+Every implementation maps q, k, v of shape (B, H, T, D) to an output of shape (B, H, T, D),
+causal. The naive one is split into three methods (scores, softmax, combine) so that the
+profiling layer can subclass it and put a named range around each step without forking the model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Max-subtracted softmax, written out as the course writes it (no fused kernel).
+
+    Subtracting the row max keeps exp() from overflowing; a fully masked row would be NaN, which
+    causal masking never produces (the diagonal is always kept).
+    """
+    shifted = x - torch.amax(x, dim=dim, keepdim=True)
+    e = torch.exp(shifted)
+    return e / torch.sum(e, dim=dim, keepdim=True)
+
+
+class NaiveAttention:
+    """Einsum scores, explicit causal mask, max-subtracted softmax, einsum with V."""
+
+    name = "naive"
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Scaled, masked scores (B, H, Tq, Tk); masked positions are -inf."""
+        s = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+        return torch.where(mask, s, float("-inf"))
+
+    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """Probabilities over the key axis, same shape as the scores."""
+        return softmax(scores, dim=-1)
+
+    def combine(self, probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The final matmul: probabilities (B, H, Tq, Tk) @ values (B, H, Tk, D)."""
+        return torch.einsum("...qk,...kd->...qd", probs, v)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        t = q.shape[-2]
+        # (Tq, Tk) lower-triangular: query i sees keys 0..i.
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+        return self.combine(self.softmax(self.scores(q, k, mask)), v)
+
+
+class SdpaAttention:
+    """`F.scaled_dot_product_attention` with `is_causal=True`; torch picks the kernel."""
+
+    name = "sdpa"
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+ATTENTION: dict[str, Callable[[], AttentionFn]] = {
+    NaiveAttention.name: NaiveAttention,
+    SdpaAttention.name: SdpaAttention,
+}
+
+
+def make_attention(name: str) -> AttentionFn:
+    """Return a fresh attention implementation by name; raises ValueError for an unknown name."""
+    try:
+        return ATTENTION[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown attention {name!r}; accepted: {', '.join(sorted(ATTENTION))}"
+        ) from None

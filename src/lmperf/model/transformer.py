@@ -1,0 +1,186 @@
+"""The reference LM: the CS336 "basics" Transformer, state-dict compatible with the course's.
+
+Pre-norm blocks (RMSNorm computed in fp32), causal multi-head attention with RoPE on
+interleaved pairs, SwiGLU feed-forward, no biases, untied `lm_head`. Parameter names and shapes
+match the course's `BasicsTransformerLM`, so its checkpoints load with `strict=True`.
+Shapes: B batch, T sequence, C d_model, H heads, D = C // H, F d_ff, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from lmperf.model.attention import AttentionFn, make_attention
+
+
+def _trunc_normal(shape: tuple[int, ...], std: float) -> torch.Tensor:
+    """A tensor drawn from N(0, std^2) truncated at +-3 std (the course's initialisation)."""
+    return nn.init.trunc_normal_(torch.empty(shape), std=std, a=-3 * std, b=3 * std)
+
+
+class Linear(nn.Module):
+    """Bias-free linear map with weight (d_out, d_in), fan-in + fan-out truncated-normal init."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(_trunc_normal((d_out, d_in), math.sqrt(2 / (d_in + d_out))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)  # (..., d_in) -> (..., d_out)
+
+    def extra_repr(self) -> str:
+        return f"d_in={self.weight.shape[1]}, d_out={self.weight.shape[0]}"
+
+
+class Embedding(nn.Module):
+    """Token embedding table (V, C), unit-std truncated-normal init."""
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.weight = nn.Parameter(_trunc_normal((vocab_size, d_model), 1.0))
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(token_ids, self.weight)  # (B, T) -> (B, T, C)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in fp32 whatever the input dtype, cast back to the input dtype.
+
+    Squaring in fp16 overflows above |x| ~ 256, which is why the statistics are taken in fp32.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        in_dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight * x).to(in_dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE on interleaved pairs (x0, x1), (x2, x3), ... of each head's D features.
+
+    cos/sin tables (T_max, D/2) are non-persistent buffers: they are not in the state dict and
+    follow the module's device and `.to(dtype)`.
+    """
+
+    def __init__(self, context_length: int, head_dim: int, theta: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+        inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
+        self.register_buffer("cos", torch.cos(angles), persistent=False)  # (T_max, D/2)
+        self.register_buffer("sin", torch.sin(angles), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotate x (..., T, D) by position 0..T-1."""
+        t = x.shape[-2]
+        cos, sin = self.cos[:t], self.sin[:t]  # (T, D/2)
+        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)  # each (..., T, D/2)
+        # Deliberately no cast of cos/sin to x.dtype: under autocast the rotated q, k come out
+        # fp32 as in the course's model, and autocast casts them again at the score matmul.
+        return torch.stack((cos * x1 - sin * x2, sin * x1 + cos * x2), dim=-1).flatten(-2)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention; the score/softmax/combine kernel is pluggable."""
+
+    def __init__(self, d_model: int, num_heads: int, rope: RotaryEmbedding, attention: AttentionFn):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.q_proj = Linear(d_model, d_model)
+        self.k_proj = Linear(d_model, d_model)
+        self.v_proj = Linear(d_model, d_model)
+        self.output_proj = Linear(d_model, d_model)
+        self.rope = rope  # shared by all layers; holds no parameters
+        self.attention = attention
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, T, C) -> (B, H, T, D) for each of q, k, v
+        q, k, v = (
+            p(x).unflatten(-1, (self.num_heads, -1)).transpose(-3, -2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        q, k = self.rope(q), self.rope(k)
+        y = self.attention(q, k, v)  # (B, H, T, D)
+        return self.output_proj(y.transpose(-3, -2).flatten(-2))  # (B, T, C)
+
+
+class SwiGLU(nn.Module):
+    """w2(silu(w1 x) * w3 x), with silu written as x * sigmoid(x) as in the course."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = Linear(d_model, d_ff)
+        self.w2 = Linear(d_ff, d_model)
+        self.w3 = Linear(d_model, d_ff)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.w1(x)  # (B, T, F)
+        return self.w2(h * torch.sigmoid(h) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attn(ln1(x)), then + ffn(ln2(.))."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, rope: RotaryEmbedding,
+                 attention: AttentionFn):
+        super().__init__()
+        self.ln1 = RMSNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, num_heads, rope, attention)
+        self.ln2 = RMSNorm(d_model)
+        self.ffn = SwiGLU(d_model, d_ff)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+class TransformerLM(nn.Module):
+    """Token ids (B, T) -> next-token logits (B, T, V).
+
+    Args:
+        vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta: the
+            course's hyperparameters; `context_length` is the longest sequence the model accepts.
+        attention: name of the attention implementation (see `lmperf.model.attention.ATTENTION`).
+    """
+
+    def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
+                 num_heads: int, d_ff: int, rope_theta: float = 10000.0, attention: str = "naive"):
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("context_length", context_length),
+                            ("d_model", d_model), ("num_layers", num_layers),
+                            ("num_heads", num_heads), ("d_ff", d_ff)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.vocab_size = vocab_size
+        self.context_length = context_length
+        self.attention_name = attention
+        attn_fn = make_attention(attention)
+        rope = RotaryEmbedding(context_length, d_model // num_heads, rope_theta)
+        self.token_embeddings = Embedding(vocab_size, d_model)
+        self.layers = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, d_ff, rope, attn_fn) for _ in range(num_layers)
+        )
+        self.ln_final = RMSNorm(d_model)
+        self.lm_head = Linear(d_model, vocab_size)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        t = token_ids.shape[-1]
+        if t > self.context_length:
+            raise ValueError(f"sequence length {t} exceeds context_length {self.context_length}")
+        x = self.token_embeddings(token_ids)  # (B, T, C)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.ln_final(x))  # (B, T, V)

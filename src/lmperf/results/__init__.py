@@ -1,0 +1,1 @@
+"""Records, JSONL storage, tables: never runs a model, never imports torch."""

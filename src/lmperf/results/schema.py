@@ -1,0 +1,44 @@
+"""The record: one JSON object per run, self-contained (spec, environment, raw samples, status)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
+
+
+def make_record(kind: str, spec: dict, status: str, env: dict, *, message: str = "",
+                params: int | None = None, metrics: dict | None = None,
+                warnings: list[str] | None = None, **extra: object) -> dict:
+    """Build a record dict in the schema's field order.
+
+    Args:
+        kind: what produced it ('bench', later 'profile', 'memory', ...).
+        spec: the run's spec as a dict (its identity).
+        status: one of STATUSES.
+        env: the environment capture (versions, device, settings, timestamp).
+        message: why a run is not ok (empty when ok).
+        params: number of model parameters.
+        metrics: measurements (raw samples and summaries), None unless ok.
+        warnings: things the reader should know (noise, slowness, caveats).
+        extra: further top-level fields (e.g. 'log_tail' of a crashed child).
+    """
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}; accepted: {', '.join(STATUSES)}")
+    return {
+        "schema": SCHEMA_VERSION,
+        "kind": kind,
+        "status": status,
+        "message": message,
+        "spec": spec,
+        "params": params,
+        "env": env,
+        "metrics": metrics,
+        "warnings": list(warnings or []),
+        **extra,
+    }
+
+
+def is_record(obj: object) -> bool:
+    """Whether `obj` has the fields every record carries."""
+    return (isinstance(obj, dict) and isinstance(obj.get("spec"), dict)
+            and obj.get("status") in STATUSES and "kind" in obj and "schema" in obj)

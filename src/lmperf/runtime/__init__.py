@@ -1,0 +1,1 @@
+"""Device layer, precision regimes, peak FLOP/s table and environment capture."""

@@ -1,0 +1,238 @@
+"""The device layer: the only module that knows CUDA.
+
+Synchronisation, phase clocks (CUDA events or the host clock), out-of-memory detection, memory
+peaks, capability checks and the memory cap. Everything else asks this module and stays testable
+on the CPU.
+"""
+
+from __future__ import annotations
+
+import resource
+import timeit
+import torch
+
+from lmperf.errors import SpecError
+
+MIB = 2**20
+GIB = 2**30
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available else cpu; 'cuda' without a GPU raises SpecError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name not in ("cpu", "cuda"):
+        raise SpecError(f"unknown device {name!r}; accepted: auto, cpu, cuda")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SpecError("--device cuda was asked for, but torch sees no CUDA device here")
+    return torch.device(name)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued work on the device (a no-op on the CPU, where ops are synchronous)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PhaseClock:
+    """Times consecutive phases of one step; every phase is closed by a device synchronisation.
+
+    On CUDA the durations come from CUDA events recorded at the phase boundaries (GPU time, which
+    includes launch gaps); on the CPU from `timeit.default_timer` (perf_counter) after the sync.
+    Usage: `clock.start()`, then `clock.lap("forward")`, `clock.lap("backward")`, ...;
+    `clock.laps` maps phase name -> milliseconds, and `clock.total_ms` is the whole step.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.kind = "cuda_event" if self.cuda else "perf_counter"
+        self.laps: dict[str, float] = {}
+        self.total_ms = 0.0
+        self._marks: list = []
+
+    def _mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            synchronize(self.device)
+            return ev
+        return timeit.default_timer()
+
+    @staticmethod
+    def _ms(a, b) -> float:
+        if isinstance(a, float):
+            return (b - a) * 1e3
+        return a.elapsed_time(b)  # CUDA events: already milliseconds
+
+    def start(self) -> None:
+        """Begin a step: drain the device, then take the first mark."""
+        synchronize(self.device)
+        self.laps = {}
+        self._marks = [self._mark()]
+
+    def lap(self, phase: str) -> None:
+        """Close `phase`: synchronise and record its duration since the previous mark."""
+        self._marks.append(self._mark())
+        self.laps[phase] = self._ms(self._marks[-2], self._marks[-1])
+        self.total_ms = self._ms(self._marks[0], self._marks[-1])
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when `exc` is an out-of-memory error of the CUDA caching allocator or the CPU."""
+    if isinstance(exc, MemoryError):
+        return True
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    if oom_type and isinstance(exc, oom_type):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "CUDA out of memory" in text
+    )
+
+
+def free_memory(device: torch.device) -> None:
+    """Return cached blocks to the driver (after an OOM, before the next phase of a run)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class PeakMemory:
+    """Per-phase peak memory: CUDA allocator peaks, or the CPU process's peak resident set.
+
+    The CPU figure is the process's VmHWM (peak RSS, reset through /proc/self/clear_refs): it
+    includes the Python runtime and torch's own pages, so it is a process-level figure, never a
+    GPU-memory figure. Where the reset is not permitted the peak is cumulative and `resettable`
+    is False.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.kind = "cuda_allocator" if self.cuda else "cpu_process_peak_rss"
+        self.resettable = True
+
+    def reset(self) -> None:
+        """Start a new peak window."""
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+        except OSError:
+            self.resettable = False
+
+    def read(self) -> dict[str, float | None]:
+        """Peak since the last reset, in MiB: {'allocated': ..., 'reserved': ...} or {'rss': ...}."""
+        if self.cuda:
+            return {
+                "allocated": torch.cuda.max_memory_allocated(self.device) / MIB,
+                "reserved": torch.cuda.max_memory_reserved(self.device) / MIB,
+            }
+        return {"rss": _proc_status_kib("VmHWM") * 1024 / MIB if _has_proc() else None}
+
+
+def _has_proc() -> bool:
+    try:
+        open("/proc/self/status").close()
+        return True
+    except OSError:
+        return False
+
+
+def _proc_status_kib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    return float("nan")
+
+
+def device_name(device: torch.device) -> str:
+    """Marketing name of the GPU, or the CPU model name."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_model()
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
+
+
+def cuda_versions() -> dict[str, str | None]:
+    """CUDA runtime and cuDNN versions torch was built with (None on a CPU build)."""
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"cuda": torch.version.cuda, "cudnn": str(cudnn) if cudnn else None}
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether bf16 math is supported natively (CUDA: compute capability >= 8.0)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return True
+
+
+def fused_adamw_supported(device: torch.device) -> bool:
+    """Whether `AdamW(fused=True)` runs on this device type (CUDA, and CPU since torch 2.4)."""
+    params = [torch.nn.Parameter(torch.zeros(2, device=device))]
+    params[0].grad = torch.zeros(2, device=device)
+    try:
+        torch.optim.AdamW(params, fused=True).step()
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
+
+
+def set_tf32(enabled: bool) -> None:
+    """Allow or forbid TF32 for fp32 matmuls and convolutions (CUDA; harmless on a CPU build)."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def tf32_state() -> dict[str, object]:
+    """The TF32 / float32 matmul precision settings in force."""
+    return {
+        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+def cap_memory(device: torch.device, gib: float) -> str:
+    """Cap this process's memory so that running out is a clean, catchable OOM.
+
+    CUDA: the caching allocator's per-process fraction of the GPU. CPU: the address-space limit
+    (RLIMIT_AS), which also counts the ~0.6 GiB that Python and torch map at import.
+    Returns a description of the cap that was set.
+    """
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        fraction = min(1.0, gib * GIB / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        return f"CUDA allocator capped at {gib:g} GiB ({fraction:.1%} of the device)"
+    limit = int(gib * GIB)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return f"process address space capped at {gib:g} GiB (RLIMIT_AS)"
+
+
+def seed_all(seed: int) -> None:
+    """Seed torch's CPU and (where present) CUDA generators."""
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    """A generator on `device` seeded with `seed` (for reproducible random batches)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen

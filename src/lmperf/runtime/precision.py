@@ -1,0 +1,105 @@
+"""Precision regimes by name -> autocast context, GradScaler, parameter dtype, TF32 setting.
+
+"Off" is a no-op object (nullcontext, GradScaler(enabled=False)), so the step functions never
+branch on the regime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import ContextManager, Iterator
+
+import torch
+
+from lmperf.runtime import device as dev
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A precision regime.
+
+    Attributes:
+        name: the regime's name on the command line.
+        autocast_dtype: dtype autocast runs eligible ops in (None: no autocast).
+        param_dtype: dtype of parameters, gradients and optimizer state.
+        loss_scaling: whether a dynamic GradScaler scales the loss before backward.
+        tf32: whether fp32 matmuls may use TF32 tensor cores (CUDA only).
+        summary: one line for help texts and tables.
+    """
+
+    name: str
+    autocast_dtype: torch.dtype | None
+    param_dtype: torch.dtype
+    loss_scaling: bool
+    tf32: bool
+    summary: str
+
+
+REGIMES: dict[str, Regime] = {r.name: r for r in (
+    Regime("fp32", None, torch.float32, False, False, "fp32 everywhere, TF32 off"),
+    Regime("tf32", None, torch.float32, False, True, "fp32 storage, TF32 matmuls (CUDA only)"),
+    Regime("bf16-mixed", torch.bfloat16, torch.float32, False, False,
+           "autocast bf16 over forward+loss, fp32 params and optimizer"),
+    Regime("fp16-mixed", torch.float16, torch.float32, True, False,
+           "autocast fp16 over forward+loss, dynamic loss scaling, fp32 params"),
+    Regime("fp16-mixed-noscale", torch.float16, torch.float32, False, False,
+           "autocast fp16 without loss scaling (shows why scaling exists)"),
+    Regime("bf16-true", None, torch.bfloat16, False, False, "params, grads, optimizer state and math in bf16"),
+    Regime("fp16-true", None, torch.float16, False, False, "params, grads, optimizer state and math in fp16"),
+)}
+
+
+def get_regime(name: str) -> Regime:
+    """Look a regime up by name; raises ValueError listing the accepted names."""
+    try:
+        return REGIMES[name]
+    except KeyError:
+        raise ValueError(f"unknown precision {name!r}; accepted: {', '.join(REGIMES)}") from None
+
+
+def compute_dtype(regime: Regime) -> torch.dtype:
+    """The dtype the matmuls run in: autocast's dtype, else the parameters' dtype."""
+    return regime.autocast_dtype or regime.param_dtype
+
+
+def autocast(regime: Regime, device: torch.device) -> ContextManager:
+    """The context that wraps forward and loss: torch.autocast, or a no-op."""
+    if regime.autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=regime.autocast_dtype)
+
+
+def grad_scaler(regime: Regime, device: torch.device) -> torch.amp.GradScaler:
+    """A GradScaler that is enabled only for loss-scaled regimes (disabled: every call passes through)."""
+    return torch.amp.GradScaler(device.type, enabled=regime.loss_scaling)
+
+
+@contextlib.contextmanager
+def matmul_precision(regime: Regime) -> Iterator[None]:
+    """Set TF32 on or off for the duration of a run and restore the previous setting after."""
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    dev.set_tf32(regime.tf32)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def unsupported_reason(regime: Regime, device: torch.device) -> str | None:
+    """Why this device cannot run the regime, or None if it can."""
+    if regime.tf32 and device.type != "cuda":
+        return "tf32 is a CUDA tensor-core mode; this device has no TF32 matmuls"
+    uses_bf16 = torch.bfloat16 in (regime.autocast_dtype, regime.param_dtype)
+    if uses_bf16 and not dev.bf16_supported(device):
+        return f"bf16 is not supported on {dev.device_name(device)}"
+    return None
+
+
+def slowness_warning(regime: Regime, device: torch.device) -> str | None:
+    """A warning when the regime is known to be pathologically slow on this device, else None."""
+    uses_fp16 = torch.float16 in (regime.autocast_dtype, regime.param_dtype)
+    if uses_fp16 and device.type == "cpu":
+        return (f"{regime.name} on the CPU: most CPUs have no fast fp16 matmul, so expect it to be "
+                "far slower than fp32 (tens of times on this project's test machine)")
+    return None
