@@ -123,6 +123,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         err.print(f"interrupted: {len(stop.records)} finished run(s) are saved in {stop.out}; "
                   "run the same command with --resume to finish the rest", highlight=False)
         return 130
+    if not records:
+        err.print(f"nothing to run: all {len(plan.specs)} run(s) are already ok in {args.out}",
+                  highlight=False)
+        return 0
     if args.format == "text":
         print_table(records, title=f"lmperf bench on {plan.device_name} (times: mean ± std over "
                                   f"{plan.specs[0].steps} steps)")

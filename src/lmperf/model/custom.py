@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Callable
 
 import torch
@@ -20,9 +22,14 @@ def load_factory(target: str) -> Factory:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ModelLoadError(f"--model {target!r} must look like package.module:factory")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        # The console script does not put the working directory on sys.path as `python -m`
+        # does; add it so that a user's module beside them resolves the same either way.
+        sys.path.append(cwd)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or anything the user's module raises on import
+    except (Exception, SystemExit) as exc:  # ImportError, or anything the module does on import
         raise ModelLoadError(f"--model {target!r}: cannot import {module_name!r}: {exc}") from exc
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
@@ -37,7 +44,7 @@ def build_model(config: ModelConfig, custom: str | None = None) -> nn.Module:
     factory = load_factory(custom)
     try:
         model = factory(config)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ModelLoadError(f"--model {custom!r}: the factory raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, nn.Module):
         raise ModelLoadError(

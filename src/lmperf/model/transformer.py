@@ -162,8 +162,10 @@ class TransformerLM(nn.Module):
         for name, value in (("vocab_size", vocab_size), ("context_length", context_length),
                             ("d_model", d_model), ("num_layers", num_layers),
                             ("num_heads", num_heads), ("d_ff", d_ff)):
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.attention_name = attention

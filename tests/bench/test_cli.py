@@ -1,0 +1,123 @@
+"""The command line: the default run, tables, one-line errors with exit code 2, Ctrl-C + resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmperf.cli import main
+
+QUICK = ["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--steps", "2"]
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["bench", "--size", "huge"], "unknown size 'huge'; accepted: tiny, mini"),
+    (["bench", "--precision", "fp8"], "unknown precision 'fp8'; accepted: fp32"),
+    (["bench", "--mode", "inference"], "unknown mode 'inference'; accepted: forward"),
+    (["bench", "--attention", "flash"], "unknown attention 'flash'; accepted: naive, sdpa"),
+    (["bench", "--batch", "0"], "batch_size must be a positive integer, got 0"),
+    (["bench", "--steps", "0"], "steps must be a positive integer, got 0"),
+    (["bench", "--warmup", "-1"], "warmup must be a positive integer, got -1"),
+    (["bench", "--batch", "two"], "argument --batch: invalid int value: 'two'"),
+    (["bench", "--context", "2048", "--model-context", "1024"], "context 2048 is longer than the model allows"),
+    (["bench", "--model", "no_such_pkg.mod:make"], "cannot import 'no_such_pkg.mod'"),
+    (["bench", "--model", "tests.fixtures.models"], "must look like package.module:factory"),
+    (["bench", "--model", "tests.fixtures.models:nope"], "has no callable 'nope'"),
+    (["bench", "--model", "tests.fixtures.models:not_a_module"], "returned str, not an nn.Module"),
+    (["bench", "--model", "tests.fixtures.models:wrong_shape"], "forward must return logits of shape (4, 128, 10000)"),
+    (["bench", "--model", "tests.fixtures.models:bigram_short_context", "--context", "16"],
+     "context 16 is longer than the model allows"),
+    (["bench", "--device", "cuda"], "torch sees no CUDA device"),
+    (["bench", "--timeout", "0"], "--timeout must be positive"),
+    (["table", "does/not/exist.jsonl"], "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, fragment, capsys, tmp_path):
+    out = tmp_path / "r.jsonl"
+    try:
+        code = main(argv + (["--out", str(out)] if argv[0] == "bench" else []))
+    except SystemExit as exc:  # argparse's own errors (e.g. a non-integer) exit this way
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert fragment in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists() or out.read_text() == ""  # nothing was run
+
+
+def test_unwritable_out_is_one_line(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = _run(["bench", *QUICK, "--out", str(blocker / "r.jsonl")], capsys)
+    assert code == 2 and "cannot write results to" in err and len(err.strip().splitlines()) == 1
+
+
+def test_corrupt_results_file_on_resume_is_one_line_and_untouched(capsys, tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"not": "a record"}\n')
+    code, _, err = _run(["bench", *QUICK, "--out", str(out), "--resume"], capsys)
+    assert code == 2 and "line 1 is not an lmperf record" in err
+    assert out.read_text() == '{"not": "a record"}\n'
+
+
+def test_default_bench_runs_the_cpu_presets_and_prints_the_table(capsys, tmp_path):
+    """`lmperf bench` with no arguments (but --out): fp32 and bf16-mixed on tiny and mini."""
+    out = tmp_path / "r.jsonl"
+    code, stdout, err = _run(["bench", "--out", str(out)], capsys)
+    assert code == 0, err
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["spec"]["size"], r["spec"]["precision"], r["status"]) for r in records] == [
+        ("tiny", "fp32", "ok"), ("tiny", "bf16-mixed", "ok"), ("mini", "fp32", "ok"), ("mini", "bf16-mixed", "ok")]
+    assert all(r["spec"]["batch_size"] == 4 and r["spec"]["warmup"] == 5 and r["spec"]["steps"] == 10
+               and r["spec"]["optimizer"] == "fused" for r in records)
+    assert "forward (ms)" in stdout and "bf16-mixed" in stdout and "1,411,392" in stdout
+    assert "4 run(s): 4 ok" in err
+
+
+@pytest.mark.parametrize("fmt, marker", [("markdown", "|:"), ("latex", r"\begin{tabular}"), ("csv", "forward_ms_mean")])
+def test_table_formats_from_a_results_file(fmt, marker, capsys, tmp_path):
+    out = tmp_path / "r.jsonl"
+    assert main(["bench", *QUICK, "--inline", "--out", str(out)]) == 0
+    capsys.readouterr()
+    code, stdout, _ = _run(["table", str(out), "--format", fmt], capsys)
+    assert code == 0 and marker in stdout and "tiny" in stdout
+
+
+def test_ctrl_c_keeps_finished_rows_and_resume_finishes_only_the_rest(tmp_path):
+    out = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-m", "lmperf", "bench", "--size", "tiny", "--context", "16", "32", "64",
+            "--precision", "fp32", "--batch", "2", "--warmup", "1", "--steps", "2", "--out", str(out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not out.exists() or not out.read_text().strip()):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "run the same command with --resume" in err and "Traceback" not in err
+    done = [json.loads(x)["spec"]["context_length"] for x in out.read_text().splitlines()]
+    assert 1 <= len(done) < 3
+
+    resumed = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(r["spec"]["context_length"] for r in rows) == [16, 32, 64]  # each exactly once
+    assert all(r["status"] == "ok" for r in rows)
+    assert f"resume: {len(done)} run(s) already ok" in resumed.stderr
+
+
+def test_python_dash_m_and_console_entry_point_agree(tmp_path):
+    got = subprocess.run([sys.executable, "-m", "lmperf", "--version"], capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.startswith("lmperf ")

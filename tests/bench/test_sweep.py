@@ -1,0 +1,78 @@
+"""Sweeps in child processes: OOM and crashes become rows, rows are appended, resume works."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lmperf.bench.spec import RunSpec
+from lmperf.bench.sweep import SweepOptions, pending_specs, run_sweep
+from lmperf.errors import ResultsFileError
+
+QUICK = dict(context_length=16, batch_size=2, warmup=1, steps=2)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_oom_and_crash_are_rows_and_the_sweep_finishes(tmp_path):
+    out = tmp_path / "r.jsonl"
+    specs = [
+        RunSpec.from_size("tiny", **QUICK),
+        RunSpec.from_size("small", **QUICK),  # ~2 GiB of weights, grads and AdamW state: over the cap
+        RunSpec.from_size("tiny", model="tests.fixtures.models:crashing", **QUICK),
+        RunSpec.from_size("tiny", precision="bf16-mixed", **QUICK),
+    ]
+    records = run_sweep(specs, out, SweepOptions(max_memory_gib=1.5))
+    assert [r["status"] for r in records] == ["ok", "oom", "error", "ok"]
+    assert "out of memory" in records[1]["message"]
+    assert "process address space capped at 1.5 GiB" in records[1]["memory_cap"]
+    assert "SIGABRT" in records[2]["message"]
+    assert records[2]["spec"]["model"] == "tests.fixtures.models:crashing"
+    assert records[2]["env"]["torch"]  # the parent filled in the environment
+    assert _lines(out) == records  # every row on disk, in order
+
+
+def test_a_child_past_its_timeout_is_killed_and_recorded(tmp_path):
+    out = tmp_path / "r.jsonl"
+    specs = [RunSpec.from_size("tiny", model="tests.fixtures.models:sleepy", **QUICK)]
+    (record,) = run_sweep(specs, out, SweepOptions(timeout_s=8))
+    assert record["status"] == "error"
+    assert "timed out after 8 s" in record["message"]
+
+
+def test_results_are_appended_never_overwritten(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"earlier": "content that is not ours"}\n')
+    before = out.read_bytes()
+    run_sweep([RunSpec.from_size("tiny", **QUICK)], out, SweepOptions(isolate=False))
+    assert out.read_bytes().startswith(before)
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_resume_runs_only_what_is_not_ok(tmp_path):
+    out = tmp_path / "r.jsonl"
+    a, b, c = (RunSpec.from_size("tiny", seed=s, **QUICK) for s in (1, 2, 3))
+    run_sweep([a], out, SweepOptions(isolate=False))
+    # b failed earlier: a non-ok row does not count as done
+    bad = dict(_lines(out)[0], spec=b.to_dict(), status="oom", metrics=None)
+    with open(out, "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    assert pending_specs([a, b, c], out, resume=True) == [b, c]
+    records = run_sweep([a, b, c], out, SweepOptions(isolate=False, resume=True))
+    assert [r["spec"]["seed"] for r in records] == [2, 3]
+    assert pending_specs([a, b, c], out, resume=True) == []
+
+
+def test_resume_refuses_a_corrupt_file_and_leaves_it_alone(tmp_path):
+    out = tmp_path / "r.jsonl"
+    run_sweep([RunSpec.from_size("tiny", **QUICK)], out, SweepOptions(isolate=False))
+    with open(out, "a") as f:
+        f.write('{"status": "ok", "spec": {"trunc\n')
+    before = out.read_bytes()
+    with pytest.raises(ResultsFileError, match="line 2 is not valid JSON"):
+        run_sweep([RunSpec.from_size("tiny", seed=9, **QUICK)], out, SweepOptions(resume=True))
+    assert out.read_bytes() == before
