@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from lmperf.bench.spec import RunSpec
 from lmperf.results.tables import render
+
+if TYPE_CHECKING:
+    from lmperf.bench.spec import RunSpec
 
 _STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magenta"}
 

@@ -16,9 +16,11 @@ TINY = dict(context_length=16, batch_size=2, warmup=1, steps=3)
 
 @pytest.fixture(autouse=True)
 def _restore_torch_state():
-    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cudnn.allow_tf32 = saved[1]
+    assert saved[0] == torch.get_float32_matmul_precision()  # the run restored what it changed
 
 
 @pytest.mark.parametrize("mode, phases", [

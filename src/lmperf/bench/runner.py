@@ -48,7 +48,7 @@ def run_spec(spec: RunSpec) -> dict:
     try:
         with matmul_precision(regime):
             params, metrics = _measure(spec, device, regime, stage, warnings)
-        environment.update(dev.tf32_state() | {"tf32_during_run": regime.tf32})
+            environment.update(dev.tf32_state())  # what was in force during the run
         return record("ok", params=params, metrics=metrics, warnings=warnings)
     except Exception as exc:  # the run failed; the sweep goes on
         if dev.is_oom(exc):

@@ -78,7 +78,8 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     constant = [(col, title) for col, title in AXES
                 if df[title].nunique(dropna=False) == 1]
     caption = ", ".join(f"{title} {df[title].iloc[0]}" for _, title in constant)
-    out = pd.DataFrame({"size": df["model"], "params": [_fmt(p, ",") for p in df["params"]],
+    # params from the records, not the frame: a None beside ints would turn the column to floats
+    out = pd.DataFrame({"size": df["model"], "params": [_fmt(r.get("params"), ",") for r in records],
                         "context": df["context"], "precision": df["precision"]})
     for _, title in AXES:
         if (_, title) not in constant:
@@ -100,7 +101,8 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         if s == "ok":
             status.append("ok")
         else:
-            notes.append(f"[{len(notes) + 1}] {s}: {msg}")
+            # one line per note (the record keeps the full, possibly multi-line, message)
+            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
             status.append(f"{s} [{len(notes)}]")
     out["status"] = status
     return out, caption, notes

@@ -195,18 +195,41 @@ def fused_adamw_supported(device: torch.device) -> bool:
 
 
 def set_tf32(enabled: bool) -> None:
-    """Allow or forbid TF32 for fp32 matmuls and convolutions (CUDA; harmless on a CPU build)."""
-    torch.backends.cuda.matmul.allow_tf32 = enabled
+    """Allow or forbid TF32 for fp32 matmuls and cuDNN convolutions (harmless on a CPU build).
+
+    Matmuls go through `torch.set_float32_matmul_precision` only: mixing it with the legacy
+    `allow_tf32` flag leaves torch >= 2.9 unable to report its precision.
+    """
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
     torch.backends.cudnn.allow_tf32 = enabled
 
 
+def get_tf32() -> tuple[str, bool]:
+    """The (float32 matmul precision, cuDNN allow_tf32) pair, for `restore_tf32`."""
+    return torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+
+
+def restore_tf32(saved: tuple[str, bool]) -> None:
+    """Put back what `get_tf32` returned."""
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cudnn.allow_tf32 = saved[1]
+
+
 def tf32_state() -> dict[str, object]:
-    """The TF32 / float32 matmul precision settings in force."""
-    return {
-        "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    """The TF32 / float32 matmul precision settings in force (a setting torch cannot report,
+    e.g. after a user mixed its legacy and new APIs, is recorded as the error's text)."""
+    readers = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
+        "cuda_matmul_allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
     }
+    state: dict[str, object] = {}
+    for key, read in readers.items():
+        try:
+            state[key] = read()
+        except RuntimeError as exc:
+            state[key] = f"unreadable: {str(exc).splitlines()[0][:120]}"
+    return state
 
 
 def cap_memory(device: torch.device, gib: float) -> str:

@@ -78,12 +78,12 @@ def grad_scaler(regime: Regime, device: torch.device) -> torch.amp.GradScaler:
 @contextlib.contextmanager
 def matmul_precision(regime: Regime) -> Iterator[None]:
     """Set TF32 on or off for the duration of a run and restore the previous setting after."""
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    before = dev.get_tf32()
     dev.set_tf32(regime.tf32)
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        dev.restore_tf32(before)
 
 
 def unsupported_reason(regime: Regime, device: torch.device) -> str | None:

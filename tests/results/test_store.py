@@ -1,0 +1,223 @@
+"""Append-only JSONL results files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmperf.errors import LmperfError, ResultsFileError
+from lmperf.results.schema import make_record
+from lmperf.results.store import (append_record, ensure_writable, finished_keys, read_records,
+                                  spec_key)
+
+ENV = {"device": "cpu", "timestamp": "2025-01-01T00:00:00+00:00"}
+
+
+def rec(context: int, status: str = "ok", **kw) -> dict:
+    spec = {"size": "tiny", "context_length": context, "batch_size": 2, "precision": "fp32"}
+    return make_record("bench", spec, status, ENV, **kw)
+
+
+def records() -> list[dict]:
+    return [
+        rec(16, params=10, metrics={"step_ms": {"mean": 1.5, "samples": [1.0, 2.0]}}),
+        rec(32, "oom", message="out of memory while measuring"),
+        rec(64, "error", message="RuntimeError: 'quoted' \"text\" and ünïcode ±\nsecond line"),
+        rec(128, "unsupported", message="no tf32 here"),
+    ]
+
+
+def test_round_trip_keeps_order_and_content(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rs = records()
+    for r in rs:
+        append_record(path, r)
+    assert read_records(path) == rs
+    assert [r["spec"]["context_length"] for r in read_records(path)] == [16, 32, 64, 128]
+
+
+def test_one_line_per_record_and_trailing_newline(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rs = records()  # one message holds a newline: it must stay escaped inside its line
+    for r in rs:
+        append_record(path, r)
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.decode("utf-8").split("\n")
+    assert lines[-1] == ""
+    assert len(lines[:-1]) == len(rs)
+    for line, r in zip(lines[:-1], rs):
+        assert json.loads(line) == r
+
+
+def test_appending_never_rewrites_earlier_lines(tmp_path):
+    path = tmp_path / "r.jsonl"
+    previous = b""
+    for r in records():
+        append_record(path, r)
+        now = path.read_bytes()
+        assert now.startswith(previous) and len(now) > len(previous)
+        previous = now
+
+
+def test_append_keeps_existing_foreign_content(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"")  # existing (empty) file
+    append_record(path, rec(16))
+    first = path.read_bytes()
+    append_record(path, rec(32))
+    assert path.read_bytes()[: len(first)] == first
+
+
+def test_append_rejects_nan_and_leaves_file_untouched(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_record(path, rec(16))
+    before = path.read_bytes()
+    bad = rec(32, metrics={"tflops": float("nan")})
+    with pytest.raises((ValueError, ResultsFileError)):
+        append_record(path, bad)
+    assert path.read_bytes() == before  # no partial or non-standard JSON line was written
+
+
+def test_append_to_a_directory_raises_results_file_error(tmp_path):
+    with pytest.raises(ResultsFileError, match="cannot write results"):
+        append_record(tmp_path, rec(16))
+
+
+def test_blank_lines_are_ignored(tmp_path):
+    path = tmp_path / "r.jsonl"
+    a, b = rec(16), rec(32)
+    path.write_text("\n" + json.dumps(a) + "\n\n   \n" + json.dumps(b) + "\n\n", encoding="utf-8")
+    assert read_records(path) == [a, b]
+
+
+def test_empty_file_has_no_records(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("", encoding="utf-8")
+    assert read_records(path) == []
+
+
+def test_corrupt_line_names_its_line_number(tmp_path):
+    path = tmp_path / "r.jsonl"
+    for r in records()[:2]:
+        append_record(path, r)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"schema": 1, "kind": "bench", "status": "o\n')  # truncated write (line 3)
+    append_record(path, rec(256))
+    with pytest.raises(ResultsFileError) as info:
+        read_records(path)
+    msg = str(info.value)
+    assert "line 3 " in msg and "not valid JSON" in msg
+    assert str(path) in msg
+
+
+def test_line_numbers_count_blank_lines(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n" + json.dumps(rec(16)) + "\n\n{oops\n", encoding="utf-8")
+    with pytest.raises(ResultsFileError, match=r"line 4 is not valid JSON"):
+        read_records(path)
+
+
+@pytest.mark.parametrize("line", [
+    '{"a": 1}',
+    "[1, 2, 3]",
+    "42",
+    '"a string"',
+    "null",
+    '{"schema": 1, "kind": "bench", "status": "finished", "spec": {}}',
+    '{"schema": 1, "kind": "bench", "status": "ok", "spec": "tiny"}',
+])
+def test_json_line_that_is_not_a_record(tmp_path, line):
+    path = tmp_path / "r.jsonl"
+    append_record(path, rec(16))
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+    with pytest.raises(ResultsFileError, match=r"line 2 is not an lmperf record"):
+        read_records(path)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope" / "r.jsonl"
+    with pytest.raises(ResultsFileError, match="does not exist") as info:
+        read_records(path)
+    assert str(path) in str(info.value)
+    assert isinstance(info.value, LmperfError)
+
+
+def test_undecodable_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"\xff\xfe\x00garbage\n")
+    with pytest.raises(ResultsFileError):
+        read_records(path)
+
+
+def test_finished_keys_only_ok_by_default():
+    rs = records()
+    keys = finished_keys(rs)
+    assert keys == {spec_key("bench", rs[0]["spec"])}
+
+
+def test_finished_keys_with_other_statuses():
+    rs = records()
+    keys = finished_keys(rs, statuses=("ok", "unsupported"))
+    assert keys == {spec_key("bench", rs[0]["spec"]), spec_key("bench", rs[3]["spec"])}
+    assert finished_keys(rs, statuses=()) == set()
+    assert finished_keys([]) == set()
+
+
+def test_finished_keys_distinguish_kind():
+    r = rec(16)
+    other = dict(r, kind="profile")
+    assert finished_keys([r, other]) == {spec_key("bench", r["spec"]), spec_key("profile", r["spec"])}
+    assert len(finished_keys([r, other])) == 2
+
+
+def test_spec_key_independent_of_key_order():
+    a = {"size": "tiny", "batch_size": 2, "context_length": 16, "nested": {"x": 1, "y": 2}}
+    b = {"nested": {"y": 2, "x": 1}, "context_length": 16, "batch_size": 2, "size": "tiny"}
+    assert list(a) != list(b)
+    assert spec_key("bench", a) == spec_key("bench", b)
+
+
+def test_spec_key_distinguishes_specs_and_kinds():
+    a = {"size": "tiny", "batch_size": 2}
+    assert spec_key("bench", a) != spec_key("bench", {"size": "tiny", "batch_size": 4})
+    assert spec_key("bench", a) != spec_key("profile", a)
+    assert spec_key("bench", a) != spec_key("bench", {"size": "tiny", "batch_size": "2"})
+    assert isinstance(spec_key("bench", a), str)
+    json.loads(spec_key("bench", a))
+
+
+def test_ensure_writable_creates_parent_folders(tmp_path):
+    path = tmp_path / "a" / "b" / "c" / "r.jsonl"
+    ensure_writable(path)
+    assert path.parent.is_dir()
+    assert path.is_file() and path.read_bytes() == b""
+
+
+def test_ensure_writable_keeps_existing_content(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_record(path, rec(16))
+    before = path.read_bytes()
+    ensure_writable(path)
+    assert path.read_bytes() == before
+
+
+def test_ensure_writable_parent_is_a_file(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    with pytest.raises(ResultsFileError, match="cannot write results"):
+        ensure_writable(blocker / "r.jsonl")
+    with pytest.raises(ResultsFileError):
+        ensure_writable(blocker / "deeper" / "r.jsonl")
+    assert blocker.read_text(encoding="utf-8") == "x"
+
+
+def test_ensure_writable_directory_path(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    with pytest.raises(ResultsFileError) as info:
+        ensure_writable(folder)
+    assert str(folder) in str(info.value)
+    assert folder.is_dir()

@@ -1,0 +1,270 @@
+"""Tables from records: text, Markdown, LaTeX and CSV renderings of realistic records."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pandas as pd
+import pytest
+
+from lmperf.bench.spec import RunSpec
+from lmperf.measure.stats import summarize
+from lmperf.results.schema import make_record
+from lmperf.results.tables import FORMATS, display_frame, records_frame, render
+
+ENV = {"device": "cpu", "device_name": "Test CPU", "timestamp": "2025-01-01T00:00:00+00:00"}
+CUSTOM = "pkg.my_mod:make_model"
+
+# Samples with round means and standard deviations (std with ddof=1).
+FWD = [1.0, 2.0, 3.0]          # 2.00 +- 1.00
+BWD = [4.0, 6.0, 8.0]          # 6.00 +- 2.00
+OPT = [0.5, 0.5, 0.5]          # 0.50 +- 0.00
+STEP = [5.5, 8.5, 11.5]        # 8.50 +- 3.00
+
+
+def spec(**overrides) -> dict:
+    fields = dict(context_length=128, batch_size=4, precision="fp32", mode="train-step",
+                  attention="naive", optimizer="fused", device="cpu")
+    fields.update(overrides)
+    return RunSpec.from_size("tiny", **fields).to_dict()
+
+
+def cpu_memory(phases: tuple[str, ...], peaks: tuple[float, ...]) -> dict:
+    return {"kind": "cpu_process_peak_rss", "unit": "MiB",
+            "phases": {p: {"rss": v} for p, v in zip(phases, peaks)}}
+
+
+def cuda_memory(phases: tuple[str, ...], allocated: tuple[float, ...], reserved: tuple[float, ...]) -> dict:
+    return {"kind": "cuda_allocator", "unit": "MiB",
+            "phases": {p: {"allocated": a, "reserved": r}
+                       for p, a, r in zip(phases, allocated, reserved)}}
+
+
+def ok_record(*, params: int = 1_234_567, fwd=FWD, bwd=BWD, opt=OPT, step=STEP,
+              tokens_per_s: float = 12345.6, tflops: float = 0.0421, mfu=None, memory=None,
+              **spec_overrides) -> dict:
+    """A record laid out as lmperf.bench.runner builds it for a finished run."""
+    s = spec(**spec_overrides)
+    mode = s["mode"]
+    metrics: dict = {"timer": "perf_counter"}
+    metrics["forward_ms"] = summarize(fwd)
+    metrics["backward_ms"] = summarize(bwd) if mode in ("forward-backward", "train-step") else None
+    metrics["optimizer_ms"] = summarize(opt) if mode == "train-step" else None
+    metrics["step_ms"] = summarize(step)
+    metrics.update({
+        "tokens_per_step": s["batch_size"] * s["context_length"],
+        "tokens_per_s": tokens_per_s, "flops_per_step": 123_456_789,
+        "flops_per_step_analytic": 123_456_789, "flops_source": "torch.utils.flop_counter",
+        "flops_includes": "forward + backward", "tflops": tflops, "math_dtype": "fp32",
+        "peak_tflops": None, "peak_source": None, "mfu": mfu,
+    })
+    phases = {"forward": ("forward",), "forward-backward": ("forward", "backward"),
+              "train-step": ("forward", "backward", "optimizer")}[mode]
+    metrics["memory"] = memory or cpu_memory(phases, (100.0, 250.0, 180.0)[: len(phases)])
+    return make_record("bench", s, "ok", ENV, params=params, metrics=metrics)
+
+
+def failed_record(status: str, message: str, **spec_overrides) -> dict:
+    return make_record("bench", spec(**spec_overrides), status, ENV, message=message)
+
+
+OOM_MSG = "out of memory while measuring (10 steps): DefaultCPUAllocator: can't allocate memory"
+ERR_MSG = "ValueError while counting FLOPs (one untimed step): shapes do not match"
+
+
+def mixed() -> list[dict]:
+    return [
+        ok_record(context_length=128, precision="fp32"),
+        failed_record("oom", OOM_MSG, context_length=256, precision="fp32"),
+        ok_record(context_length=128, precision="bf16-mixed", fwd=[10.0, 12.0, 14.0]),
+        failed_record("error", ERR_MSG, context_length=512, precision="bf16-mixed"),
+    ]
+
+
+# --- mean +- std ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_mean_std_strings(fmt):
+    out = render([ok_record()], fmt)
+    for s in ("2.00 ± 1.00", "6.00 ± 2.00", "0.50 ± 0.00", "8.50 ± 3.00"):
+        assert s in out
+    for header in ("forward (ms)", "backward (ms)", "optimizer (ms)", "step (ms)"):
+        assert header in out
+
+
+def test_mean_std_rounded_to_two_decimals():
+    out = render([ok_record(fwd=[1.2345, 1.2355, 1.2365])], "text")
+    assert "1.24 ± 0.00" in out
+    cells = re.findall(r"-?\d+\.\d+ ± \d+\.\d+", out)
+    assert len(cells) == 4
+    assert all(re.fullmatch(r"\d+\.\d{2} ± \d+\.\d{2}", c) for c in cells)
+
+
+def test_phase_columns_only_for_measured_phases():
+    table, _, _ = display_frame([ok_record(mode="forward")])
+    assert "forward (ms)" in table.columns and "step (ms)" in table.columns
+    assert "backward (ms)" not in table.columns and "optimizer (ms)" not in table.columns
+
+
+def test_other_numeric_cells():
+    out = render([ok_record(tokens_per_s=12345.6, tflops=0.0421)], "text")
+    assert "12,346" in out      # tokens/s, thousands separator, no decimals
+    assert "0.042" in out       # TFLOP/s, 3 decimals
+    assert "1,234,567" in out   # params
+
+
+# --- LaTeX ----------------------------------------------------------------------------------------
+
+def test_latex_uses_pm_and_escapes_underscores():
+    out = render([ok_record(model=CUSTOM), ok_record(context_length=256)], "latex")
+    assert r"2.00 $\pm$ 1.00" in out
+    assert "±" not in out
+    assert r"pkg.my\_mod:make\_model" in out
+    assert "my_mod" not in out and "make_model" not in out
+    assert r"\begin{tabular}" in out and r"\end{tabular}" in out
+    assert r"\caption{" in out
+
+
+def test_latex_notes_are_comments():
+    out = render(mixed(), "latex")
+    assert f"% [1] oom: {OOM_MSG}\n" in out
+    assert f"% [2] error: {ERR_MSG}\n" in out
+    assert "oom [1]" in out and "error [2]" in out
+
+
+def test_latex_multiline_note_stays_commented():
+    multi = "RuntimeError while measuring: line one\nline two {with braces}"
+    out = render([ok_record(), failed_record("error", multi)], "latex")
+    after_table = out.split(r"\end{table}", 1)[1]
+    assert all(line.startswith("%") for line in after_table.splitlines() if line.strip())
+    assert "line one line two {with braces}" in after_table
+
+
+# --- CSV ------------------------------------------------------------------------------------------
+
+def test_csv_round_trips_numeric_columns():
+    records = [ok_record(model=CUSTOM), ok_record(context_length=256), failed_record("oom", OOM_MSG)]
+    df = pd.read_csv(io.StringIO(render(records, "csv")))
+    assert len(df) == 3
+    assert df["forward_ms_mean"].iloc[0] == pytest.approx(records[0]["metrics"]["forward_ms"]["mean"])
+    assert df["step_ms_std"].iloc[1] == pytest.approx(records[1]["metrics"]["step_ms"]["std"])
+    assert pd.isna(df["forward_ms_mean"].iloc[2]) and df["status"].iloc[2] == "oom"
+    assert df["params"].iloc[0] == 1_234_567
+    assert list(df["model"])[:2] == [CUSTOM, "tiny"]
+
+
+# --- axes: caption vs columns ---------------------------------------------------------------------
+
+def test_constant_axes_go_to_the_caption_and_varying_ones_become_columns():
+    records = [ok_record(), ok_record(attention="sdpa", context_length=256)]
+    table, caption, _ = display_frame(records)
+    assert "attention" in table.columns and list(table["attention"]) == ["naive", "sdpa"]
+    for axis in ("batch", "mode", "optimizer", "device"):
+        assert axis not in table.columns
+        assert axis in caption
+    assert "attention" not in caption
+    assert {"size", "params", "context", "precision"} <= set(table.columns)
+
+
+def test_params_stay_integers_next_to_failed_rows():
+    out = render([ok_record(params=1_234_567), failed_record("oom", OOM_MSG)], "text")
+    assert "1,234,567" in out and "1,234,567.0" not in out
+
+
+# --- notes ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_non_ok_rows_get_numbered_notes(fmt):
+    out = render(mixed(), fmt)
+    assert f"[1] oom: {OOM_MSG}" in out
+    assert f"[2] error: {ERR_MSG}" in out
+    assert out.index("[1] oom:") < out.index("[2] error:")
+
+
+def test_status_column_references_the_notes():
+    table, _, notes = display_frame(mixed())
+    assert list(table["status"]) == ["ok", "oom [1]", "ok", "error [2]"]
+    assert notes == [f"[1] oom: {OOM_MSG}", f"[2] error: {ERR_MSG}"]
+
+
+def test_no_notes_when_all_ok():
+    table, _, notes = display_frame([ok_record(), ok_record(context_length=256)])
+    assert notes == []
+    assert list(table["status"]) == ["ok", "ok"]
+    assert "[1]" not in render([ok_record(), ok_record(context_length=256)], "text")
+
+
+def test_failed_rows_show_dashes():
+    table, _, _ = display_frame(mixed())
+    row = table.iloc[1]
+    assert row["forward (ms)"] == "-" and row["tokens/s"] == "-" and row["TFLOP/s"] == "-"
+    assert row["params"] == "-"
+
+
+
+
+# --- empty, unknown format ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "latex"])
+def test_empty_list(fmt):
+    assert render([], fmt) == "no records\n"
+
+
+def test_empty_display_frame():
+    table, caption, notes = display_frame([])
+    assert table.empty and caption == "no records" and notes == []
+
+
+@pytest.mark.parametrize("fmt", ["html", "json", "", "TEXT"])
+def test_unknown_format(fmt):
+    with pytest.raises(ValueError, match="unknown format") as info:
+        render([ok_record()], fmt)
+    for name in FORMATS:
+        assert name in str(info.value)
+
+
+def test_formats():
+    assert set(FORMATS) == {"text", "markdown", "latex", "csv"}
+
+
+# --- memory column --------------------------------------------------------------------------------
+
+def test_memory_column_for_cpu_records():
+    table, _, _ = display_frame([ok_record(), ok_record(context_length=256)])
+    assert "peak RSS MiB (CPU process)" in table.columns
+    assert "peak GPU MiB" not in table.columns
+    assert table["peak RSS MiB (CPU process)"].iloc[0] == "250"  # max over the phases
+
+
+def test_memory_column_for_cuda_records():
+    phases = ("forward", "backward", "optimizer")
+    mem = cuda_memory(phases, allocated=(1000.0, 2345.4, 1800.0), reserved=(4096.0, 8192.0, 8192.0))
+    records = [ok_record(device="cuda", memory=mem), ok_record(device="cuda", context_length=256, memory=mem)]
+    table, _, _ = display_frame(records)
+    assert "peak GPU MiB" in table.columns
+    assert "peak RSS MiB (CPU process)" not in table.columns
+    assert table["peak GPU MiB"].iloc[0] == "2,345"  # allocated peak, not reserved
+    out = render(records, "text")
+    assert "peak GPU MiB" in out and "CPU process" not in out
+
+
+def test_memory_column_for_mixed_kinds():
+    phases = ("forward", "backward", "optimizer")
+    records = [ok_record(), ok_record(device="cuda", memory=cuda_memory(phases, (1.0,) * 3, (2.0,) * 3))]
+    table, _, _ = display_frame(records)
+    assert "peak MiB" in table.columns
+    assert "peak GPU MiB" not in table.columns and "peak RSS MiB (CPU process)" not in table.columns
+
+
+def test_memory_title_ignores_failed_rows():
+    table, _, _ = display_frame(mixed())
+    assert "peak RSS MiB (CPU process)" in table.columns
+
+
+# --- MFU --------------------------------------------------------------------------------------------
+
+def test_mfu_column_only_when_known():
+    assert "MFU" not in display_frame([ok_record()])[0].columns
+    table, _, _ = display_frame([ok_record(mfu=0.4534), ok_record(context_length=256)])
+    assert list(table["MFU"]) == ["45.3%", "-"]
