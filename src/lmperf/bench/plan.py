@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lmperf.bench.spec import Grid, RunSpec
-from lmperf.errors import ModelLoadError, SpecError
+from lmperf.errors import SpecError
 from lmperf.model.custom import inspect_on_meta
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, slowness_warning, unsupported_reason
@@ -39,7 +39,8 @@ def resolve_optimizer(name: str, device: torch.device) -> str:
 def plan_bench(args: argparse.Namespace, cpu_defaults: dict, cuda_defaults: dict) -> Plan:
     """Build and check the sweep described by `lmperf bench` arguments.
 
-    Lists left unset (None) take the device's defaults. Raises SpecError or ModelLoadError.
+    Lists left unset (None) take the device's defaults. Raises SpecError, or ModelLoadError for
+    a user model that cannot be built or returns the wrong shape.
     """
     device = dev.resolve_device(args.device)
     defaults = cuda_defaults if device.type == "cuda" else cpu_defaults
@@ -89,5 +90,3 @@ def _declared_context(config, target: str | None) -> int | None:
     value = getattr(model, "context_length", None)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-
-__all__ = ["ModelLoadError", "Plan", "plan_bench", "resolve_optimizer"]

@@ -38,7 +38,9 @@ def run_spec(spec: RunSpec) -> dict:
     device = torch.device(spec.device)
     regime = get_regime(spec.precision)
     environment = envmod.capture(device)
-    record = lambda status, **kw: make_record(KIND, spec.to_dict(), status, environment, **kw)  # noqa: E731
+
+    def record(status: str, **fields: object) -> dict:
+        return make_record(KIND, spec.to_dict(), status, environment, **fields)
 
     reason = unsupported_reason(regime, device)
     if reason:

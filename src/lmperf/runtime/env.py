@@ -19,11 +19,12 @@ def git_commit() -> str | None:
     root = Path(__file__).resolve().parents[3]
     if not (root / ".git").exists():
         return None
+    quiet = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # never take the index lock of a checkout
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=True).stdout.strip()
+                             text=True, timeout=5, check=True, env=quiet).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+                               capture_output=True, text=True, timeout=5, env=quiet).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return sha + ("-dirty" if dirty else "")
