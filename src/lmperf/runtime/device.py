@@ -28,6 +28,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (for experiments that compare CPU and CUDA side by side)."""
+    return torch.cuda.is_available()
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for all queued work on the device (a no-op on the CPU, where ops are synchronous)."""
     if device.type == "cuda":
