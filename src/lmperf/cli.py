@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=_Parser)
     _add_bench(sub)
     _add_table(sub)
+    from lmperf.amp.cli import add_parser as add_amp
+
+    add_amp(sub, _Parser)
     return parser
 
 

@@ -1,0 +1,60 @@
+"""`lmperf amp`: the list, one experiment with --json and a record, bad options, `all`'s report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lmperf.amp import EXPERIMENT_NAMES
+from lmperf.cli import main
+
+
+def test_amp_without_experiment_lists_each_with_one_line(capsys):
+    assert main(["amp"]) == 0
+    out = capsys.readouterr().out
+    for name in EXPERIMENT_NAMES + ("all",):
+        lines = [ln for ln in out.splitlines() if ln.strip().startswith(name + " ")]
+        assert len(lines) == 1, name
+
+
+def test_one_experiment_prints_records_and_writes_json(capsys, tmp_path):
+    out, js = tmp_path / "amp.jsonl", tmp_path / "acc.json"
+    assert main(["amp", "accumulate", "--out", str(out), "--json", str(js)]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads(js.read_text())
+    assert record["kind"] == "amp" and record["status"] == "ok"
+    assert record["spec"]["experiment"] == "accumulate" and record["env"]["torch"]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0]) == record
+    # what is printed is what was recorded: every table title appears in the output
+    for title in record["metrics"]["tables"]:
+        assert title in printed
+
+
+def test_bad_option_is_one_line_exit_2(capsys, tmp_path):
+    code = main(["amp", "stagnation", "--steps", "0", "--out", str(tmp_path / "a.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_unknown_experiment_is_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["amp", "quantum"])
+    assert info.value.code == 2
+    assert "invalid choice: 'quantum'" in capsys.readouterr().err
+
+
+def test_all_writes_one_report_with_tables_and_plots(capsys, tmp_path):
+    report, out = tmp_path / "report", tmp_path / "amp.jsonl"
+    assert main(["amp", "all", "--report", str(report), "--out", str(out)]) == 0
+    text = (report / "report.md").read_text()
+    for name in EXPERIMENT_NAMES:
+        assert f"## {name}" in text
+    pngs = sorted(p.name for p in report.glob("*.png"))
+    assert pngs and all((report / p).stat().st_size > 1000 for p in pngs)
+    for png in pngs:
+        assert f"]({png})" in text  # each plot is embedded in the report
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["spec"]["experiment"] for r in records] == list(EXPERIMENT_NAMES)
+    assert all(r["status"] == "ok" for r in records)
