@@ -26,39 +26,49 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
+def add_spec_arguments(p: argparse.ArgumentParser, sweep: bool, warmup: int = 5) -> None:
+    """The flags that make a RunSpec; with `sweep`, the axes take lists (cartesian product)."""
     from lmperf.bench.spec import MODES
     from lmperf.model import ATTENTION, PRESETS
     from lmperf.runtime.precision import REGIMES
 
+    many = {"nargs": "+"} if sweep else {}
+    s = "(s)" if sweep else ""
+    p.add_argument("--size", metavar="SIZE", **many,
+                   help=f"model size preset{s}: {', '.join(PRESETS)} "
+                        + ("(default: tiny mini on CPU; the course's five sizes on CUDA)" if sweep
+                           else "(default: mini on CPU, small on CUDA)"))
+    p.add_argument("--model", metavar="PKG.MOD:FACTORY",
+                   help="your own model: a factory taking lmperf.model.ModelConfig and returning an "
+                        "nn.Module mapping token ids (B, T) to logits (B, T, vocab)")
+    p.add_argument("--context", type=int, metavar="T", **many,
+                   help=f"sequence length{s} " + ("(default: 128 on CPU; 128 256 512 1024 on CUDA)"
+                                                  if sweep else "(default: 128)"))
+    p.add_argument("--model-context", type=int, default=0, metavar="T",
+                   help="the model's maximum context length (default: the run's --context)")
+    p.add_argument("--batch", type=int, metavar="B", **many, default=[4] if sweep else 4,
+                   help=f"batch size{s} (default: 4)")
+    p.add_argument("--precision", metavar="REGIME", **many,
+                   help=f"precision regime{s}: {', '.join(REGIMES)} "
+                        + ("(default: fp32 bf16-mixed on CPU; fp32 on CUDA)" if sweep else "(default: fp32)"))
+    p.add_argument("--mode", metavar="MODE", **many, default=["train-step"] if sweep else "train-step",
+                   help=f"what a step does: {', '.join(MODES)} (default: train-step)")
+    p.add_argument("--attention", metavar="IMPL", **many, default=["naive"] if sweep else "naive",
+                   help=f"attention implementation{s}: {', '.join(ATTENTION)} (default: naive)")
+    p.add_argument("--optimizer", default="auto", choices=["auto", "fused", "foreach", "loop"],
+                   help="AdamW implementation (default: auto, the fastest this device supports)")
+    p.add_argument("--warmup", type=int, default=warmup, help=f"untimed warm-up steps (default: {warmup})")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and batch (default: 0)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="(default: auto)")
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time forward, backward and optimizer steps; sweep over lists",
                        description="Benchmark the reference LM (or your own) and append one JSON "
                                    "record per run to a results file. Every option that takes a "
                                    "list sweeps over the cartesian product.")
-    p.add_argument("--size", nargs="+", metavar="SIZE",
-                   help=f"model size preset(s): {', '.join(PRESETS)} "
-                        "(default: tiny mini on CPU; the course's five sizes on CUDA)")
-    p.add_argument("--model", metavar="PKG.MOD:FACTORY",
-                   help="your own model: a factory taking lmperf.model.ModelConfig and returning an "
-                        "nn.Module mapping token ids (B, T) to logits (B, T, vocab)")
-    p.add_argument("--context", nargs="+", type=int, metavar="T",
-                   help="sequence length(s) (default: 128 on CPU; 128 256 512 1024 on CUDA)")
-    p.add_argument("--model-context", type=int, default=0, metavar="T",
-                   help="the model's maximum context length (default: each run's --context)")
-    p.add_argument("--batch", nargs="+", type=int, default=[4], metavar="B", help="batch size(s) (default: 4)")
-    p.add_argument("--precision", nargs="+", metavar="REGIME",
-                   help=f"precision regime(s): {', '.join(REGIMES)} "
-                        "(default: fp32 bf16-mixed on CPU; fp32 on CUDA)")
-    p.add_argument("--mode", nargs="+", default=["train-step"], metavar="MODE",
-                   help=f"what a step does: {', '.join(MODES)} (default: train-step)")
-    p.add_argument("--attention", nargs="+", default=["naive"], metavar="IMPL",
-                   help=f"attention implementation(s): {', '.join(ATTENTION)} (default: naive)")
-    p.add_argument("--optimizer", default="auto", choices=["auto", "fused", "foreach", "loop"],
-                   help="AdamW implementation (default: auto, the fastest this device supports)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default: 5)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (default: 10)")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights and batch (default: 0)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="(default: auto)")
+    add_spec_arguments(p, sweep=True)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help=f"JSONL results file, appended to (default: {DEFAULT_OUT})")
     p.add_argument("--resume", action="store_true", help="skip runs already 'ok' in --out")
@@ -90,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=_Parser)
     _add_bench(sub)
     _add_table(sub)
+    from lmperf.profile.cli import add_parser as add_profile
+
+    add_profile(sub)
     from lmperf.amp.cli import add_parser as add_amp
 
     add_amp(sub, _Parser)

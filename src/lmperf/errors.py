@@ -15,3 +15,7 @@ class ModelLoadError(LmperfError):
 
 class ResultsFileError(LmperfError):
     """A results file cannot be written, or holds a line that is not a valid record."""
+
+
+class TraceFormatError(LmperfError, ValueError):
+    """A trace file cannot be read or is not a Chrome trace with `traceEvents`."""

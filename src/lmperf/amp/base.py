@@ -12,10 +12,12 @@ An experiment module defines:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import pandas as pd
+
+from lmperf.results.schema import to_jsonable
+from lmperf.results.tables import render_sections
 
 
 @dataclass
@@ -45,48 +47,15 @@ class ExperimentResult:
         """JSON-ready: tables as lists of row dicts; inf/nan as the strings 'inf', '-inf', 'nan'."""
         return {
             "experiment": self.experiment,
-            "params": _jsonable(self.params),
-            "tables": {title: _jsonable(df.to_dict(orient="records")) for title, df in self.tables},
+            "params": to_jsonable(self.params),
+            "tables": {title: to_jsonable(df.to_dict(orient="records")) for title, df in self.tables},
             "notes": list(self.notes),
         }
 
 
-def _jsonable(obj: object) -> object:
-    """Plain JSON types: numpy scalars unwrapped, non-finite floats as strings, dtypes as names."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        try:
-            obj = obj.item()  # numpy / torch scalars
-        except (ValueError, TypeError, RuntimeError):
-            return str(obj)
-    if isinstance(obj, float):
-        if math.isnan(obj):
-            return "nan"
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    return str(obj)  # torch.dtype, torch.device, ...
-
-
 def render(result: ExperimentResult, fmt: str = "text") -> str:
     """The result as text or Markdown: each table under its title, then the findings."""
-    if fmt not in ("text", "markdown"):
-        raise ValueError(f"unknown format {fmt!r}; accepted: text, markdown")
-    parts = []
-    for title, df in result.tables:
-        if fmt == "markdown":
-            parts.append(f"#### {title}\n\n{df.to_markdown(index=False)}\n")
-        else:
-            parts.append(f"{title}\n{df.to_string(index=False)}\n")
-    if result.notes:
-        bullet = "- " if fmt == "markdown" else "* "
-        parts.append("\n".join(bullet + n for n in result.notes) + "\n")
-    return "\n".join(parts)
+    return render_sections(result.tables, result.notes, fmt)
 
 
 def dtype_name(dtype: object) -> str:

@@ -12,7 +12,8 @@ from types import ModuleType
 import torch
 
 from lmperf.amp import get_experiment
-from lmperf.amp.base import ExperimentResult, _jsonable
+from lmperf.amp.base import ExperimentResult
+from lmperf.results.schema import to_jsonable
 from lmperf.errors import LmperfError, SpecError
 from lmperf.results.schema import make_record
 from lmperf.runtime import env as envmod
@@ -56,11 +57,11 @@ def run_experiment(name: str, device: torch.device, options: dict | None = None,
         raise
     except Exception as exc:  # a failure of the experiment itself: recorded, not hidden
         seconds = time.perf_counter() - start
-        record = make_record(KIND, {"experiment": name, "device": device.type, **_jsonable(options)},
+        record = make_record(KIND, {"experiment": name, "device": device.type, **to_jsonable(options)},
                              "error", environment, message=f"{type(exc).__name__}: {exc}")
         return Outcome(name, None, record, seconds)
     seconds = time.perf_counter() - start
-    spec = {"experiment": name, "device": device.type, **_jsonable(result.params)}
+    spec = {"experiment": name, "device": device.type, **to_jsonable(result.params)}
     record = make_record(KIND, spec, "ok", environment, metrics=result.to_dict() | {"seconds": seconds})
     written = None
     if plot_path is not None and hasattr(module, "plot"):

@@ -55,7 +55,7 @@ def plan_bench(args: argparse.Namespace, cpu_defaults: dict, cuda_defaults: dict
         specs = list(dict.fromkeys(specs))  # a value given twice in a list runs once
     plan = Plan(specs=specs, device_name=dev.device_name(device))
     if args.model:
-        _check_user_model(specs)
+        check_user_models(specs)
         plan.notes.append(f"model {args.model}: --size gives the shape its factory receives")
     for name in dict.fromkeys(s.precision for s in specs):
         regime = get_regime(name)
@@ -66,7 +66,7 @@ def plan_bench(args: argparse.Namespace, cpu_defaults: dict, cuda_defaults: dict
     return plan
 
 
-def _check_user_model(specs: list[RunSpec]) -> None:
+def check_user_models(specs: list[RunSpec]) -> None:
     """Build each distinct user-model configuration on the meta device and check its output."""
     seen = set()
     for spec in specs:

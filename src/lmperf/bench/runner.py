@@ -7,11 +7,13 @@ One kind of measurement per pass: an untimed FLOP-counting step, `warmup` untime
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import NO_OBSERVER, PHASES, STEPS, StepState
+from lmperf.bench.steps import NO_OBSERVER, PHASES, STEPS, Observer, StepState
 from lmperf.errors import LmperfError
 from lmperf.measure.flops import BACKWARD_MODES, analytic_flops, attention_flops_counted, count_flops
 from lmperf.measure.stats import spread_warning, summarize
@@ -64,13 +66,21 @@ def run_spec(spec: RunSpec) -> dict:
         dev.free_memory(device)
 
 
-def _measure(spec: RunSpec, device: torch.device, regime, stage: list[str],
-             warnings: list[str]) -> tuple[int, dict]:
+@dataclass
+class Prepared:
+    """A run ready to step: its state, the step function of its mode, and the parameter count."""
+
+    state: StepState
+    step: Callable[[StepState, Observer], None]
+    params: int
+
+
+def prepare(spec: RunSpec, device: torch.device, regime) -> Prepared:
+    """Build model, random batch, optimizer and scaler for `spec` on `device` (seeded)."""
     dev.seed_all(spec.seed)
     with device:  # build directly on the device: no host copy of a large model
         model = build_model(spec.model_config(), spec.model)
     model.to(dtype=regime.param_dtype)
-    params = count_params(model)
     gen = dev.make_generator(device, spec.seed)
     shape = (spec.batch_size, spec.context_length)
     inputs = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
@@ -82,12 +92,25 @@ def _measure(spec: RunSpec, device: torch.device, regime, stage: list[str],
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **flags)
     state = StepState(model, inputs, targets, lambda: autocast(regime, device),
                       grad_scaler(regime, device), optimizer)
-    step = STEPS[spec.mode]
+    return Prepared(state, STEPS[spec.mode], count_params(model))
 
-    if spec.model is not None:  # a user's model: check its output once before measuring
-        stage[0] = "checking the model's output"
-        with torch.no_grad(), state.autocast():
-            check_logits(model(inputs), *shape, spec.vocab_size, spec.model)
+
+def check_user_model(spec: RunSpec, state: StepState) -> None:
+    """For a user's model, check once that its logits have shape (B, T, vocab)."""
+    if spec.model is None:
+        return
+    with torch.no_grad(), state.autocast():
+        out = state.model(state.inputs)
+    check_logits(out, spec.batch_size, spec.context_length, spec.vocab_size, spec.model)
+
+
+def _measure(spec: RunSpec, device: torch.device, regime, stage: list[str],
+             warnings: list[str]) -> tuple[int, dict]:
+    prepared = prepare(spec, device, regime)
+    state, step, params = prepared.state, prepared.step, prepared.params
+
+    stage[0] = "checking the model's output"
+    check_user_model(spec, state)
 
     stage[0] = "counting FLOPs (one untimed step)"
     counted, per_op = count_flops(lambda: step(state, NO_OBSERVER))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 SCHEMA_VERSION = 1
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 
@@ -42,3 +44,25 @@ def is_record(obj: object) -> bool:
     """Whether `obj` has the fields every record carries."""
     return (isinstance(obj, dict) and isinstance(obj.get("spec"), dict)
             and obj.get("status") in STATUSES and "kind" in obj and "schema" in obj)
+
+
+def to_jsonable(obj: object) -> object:
+    """Plain JSON types: numpy scalars unwrapped, non-finite floats as strings, dtypes as names."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        try:
+            obj = obj.item()  # numpy / torch scalars
+        except (ValueError, TypeError, RuntimeError):
+            return str(obj)
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "nan"
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)  # torch.dtype, torch.device, ...

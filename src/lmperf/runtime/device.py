@@ -7,6 +7,7 @@ on the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import timeit
 import torch
@@ -31,6 +32,17 @@ def resolve_device(name: str) -> torch.device:
 def cuda_available() -> bool:
     """Whether torch sees a CUDA device (for experiments that compare CPU and CUDA side by side)."""
     return torch.cuda.is_available()
+
+
+def nvtx_range(name: str) -> contextlib.AbstractContextManager:
+    """An NVTX range for Nsight Systems, or a no-op where NVTX is not usable (e.g. a CPU build,
+    whose `torch.cuda.nvtx` raises)."""
+    if not torch.cuda.is_available():
+        return contextlib.nullcontext()
+    try:
+        return torch.cuda.nvtx.range(name)
+    except (RuntimeError, AttributeError):
+        return contextlib.nullcontext()
 
 
 def synchronize(device: torch.device) -> None:

@@ -1,0 +1,65 @@
+"""The annotation layer: one context manager that opens a torch.profiler `record_function` range
+and, where CUDA's NVTX is usable, an NVTX range of the same name (what Nsight Systems sees).
+
+The model stays free of profiling code: `annotate_attention(model)` swaps each layer's naive
+attention for a subclass that puts a range around each of its three steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch.nn as nn
+from torch.autograd.profiler import record_function
+
+from lmperf.model.attention import NaiveAttention
+from lmperf.runtime import device as dev
+
+# Range names, shared with the trace analysis and the Nsight backend.
+WARMUP, STEP, FORWARD, LOSS, BACKWARD, OPTIMIZER = "warmup", "step", "forward", "loss", "backward", "optimizer"
+PHASE_RANGES: tuple[str, ...] = (FORWARD, BACKWARD, OPTIMIZER)
+SCORES, SOFTMAX, FINAL_MATMUL = "computing attention scores", "computing softmax", "final matmul"
+ATTENTION_RANGES: tuple[str, ...] = (SCORES, SOFTMAX, FINAL_MATMUL)
+
+
+@contextlib.contextmanager
+def annotate(name: str) -> Iterator[None]:
+    """A `record_function` range named `name`, plus an NVTX range where NVTX works."""
+    with dev.nvtx_range(name), record_function(name):
+        yield
+
+
+def no_annotation(name: str) -> contextlib.AbstractContextManager:
+    """The disabled annotation: a no-op context (what benchmarks use)."""
+    return contextlib.nullcontext()
+
+
+class AnnotatedNaiveAttention(NaiveAttention):
+    """The naive attention with a range around scores, softmax and the final matmul."""
+
+    def scores(self, q, k, mask):
+        with annotate(SCORES):
+            return super().scores(q, k, mask)
+
+    def softmax(self, scores):
+        with annotate(SOFTMAX):
+            return super().softmax(scores)
+
+    def combine(self, probs, v):
+        with annotate(FINAL_MATMUL):
+            return super().combine(probs, v)
+
+
+def annotate_attention(model: nn.Module) -> int:
+    """Replace every naive attention in `model` with the annotated one; return how many.
+
+    Looks for modules with an `attention` attribute holding a NaiveAttention (the reference
+    LM's layout); other models are left as they are and get phase ranges only.
+    """
+    count = 0
+    for module in model.modules():
+        if isinstance(getattr(module, "attention", None), NaiveAttention):
+            module.attention = AnnotatedNaiveAttention()
+            count += 1
+    return count

@@ -1,0 +1,380 @@
+"""Parse a torch.profiler (Kineto) Chrome trace once into tables of ranges, CPU ops and kernels.
+
+What the parser relies on in each event (the Chrome trace format Kineto writes, see
+`libkineto/src/output_json.cpp` and `CuptiActivity.cpp`):
+
+- every timed event is `"ph": "X"` with `ts` and `dur` in microseconds, `pid`, `tid` and `cat`;
+- `cat` picks the table: `user_annotation` (record_function ranges on a CPU thread),
+  `gpu_user_annotation` (the same ranges projected on a device stream), `cpu_op` (aten ops),
+  `cuda_runtime` / `cuda_driver` (API calls such as cudaLaunchKernel / cuLaunchKernel),
+  `kernel`, `gpu_memcpy`, `gpu_memset` (device activities);
+- runtime calls and device activities carry `args.correlation`; a kernel's launch is the runtime
+  call with the same correlation id. Device activities carry `args.device` and `args.stream`.
+
+Everything else (metadata `"ph": "M"`, instant events such as "Record Window End" whose pid and
+tid are empty strings, the "Trace" span, flow events `s`/`f`, python_function events) is skipped.
+
+Attribution is by time on ANY thread: the backward pass runs its ops (and, on CUDA, launches
+its kernels) on autograd engine threads while the main thread sits inside the `backward` range.
+The phase ranges follow each other on the main thread and do not overlap in time, so the
+innermost range whose [start, end) holds an event's start is the phase the event belongs to.
+A kernel is placed by its launch (the CPU-side runtime call), never by the time it ran on the
+device, which lags the CPU by up to a whole phase. Lookups are sorted arrays + searchsorted;
+self times are one sorted sweep: parsing is linear in the events, not events x ranges.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from lmperf.errors import TraceFormatError
+from lmperf.profile.annotate import ATTENTION_RANGES, BACKWARD, FORWARD, LOSS, OPTIMIZER, STEP, WARMUP
+
+# Innermost-range labels an op or kernel can get; `phase` folds `loss` into `forward`, as
+# steps.py nests the loss range inside the forward range.
+PHASE_LABELS: tuple[str, ...] = (FORWARD, LOSS, BACKWARD, OPTIMIZER)
+UNATTRIBUTED = "unattributed"  # a device activity whose launch is not in the trace
+
+_RANGE_CATS = ("user_annotation", "gpu_user_annotation")
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_END_SLACK_US = 0.005
+
+
+@dataclass
+class Trace:
+    """A parsed trace: one DataFrame per kind of event, times in microseconds.
+
+    ranges: record_function ranges. Columns name, pid, tid, start_us, end_us, dur_us,
+        on_device (True for `gpu_user_annotation` copies on a device stream), step (0-based
+        index of the measured step holding the range start, -1 outside), phase (the phase
+        range holding all of it, loss read as forward; missing for step ranges).
+    ops: CPU ops (`cpu_op`). Columns name, pid, tid, start_us, end_us, dur_us, self_us
+        (dur minus direct cpu_op children on the same thread), depth, phase, phase_range
+        (innermost of forward/loss/backward/optimizer), in_step (inside a measured `step`
+        range), step (0-based measured step: its `step` range widened to the ProfilerStep#N
+        around it; -1 outside), attention (the attention sub-range holding the op). Labels are
+        missing (NaN) where no range holds the event.
+    kernels: device activities (`kernel`, `gpu_memcpy`, `gpu_memset`). Columns name, kind
+        (kernel/memcpy/memset), device, stream, start_us, end_us, dur_us, correlation,
+        launch_name, launch_tid, launch_us, and phase/phase_range/in_step/step/attention taken
+        from the launch; phase and phase_range are "unattributed" when no launch matches.
+    launches: runtime/driver API calls (`cuda_runtime`, `cuda_driver`) with their correlation.
+    n_steps: number of measured steps (top-level `step` ranges outside `warmup`; the profiler's
+        `ProfilerStep#N` ranges when the model was not annotated).
+    device_type: "cuda" when the trace holds device activities, else "cpu".
+    profiler_steps: the N of each `ProfilerStep#N` range, in order.
+    """
+
+    path: str
+    ranges: pd.DataFrame
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    launches: pd.DataFrame
+    n_steps: int
+    device_type: str
+    profiler_steps: list[int] = field(default_factory=list)
+
+    @property
+    def device(self) -> str:
+        """Alias of `device_type` ("cuda" or "cpu")."""
+        return self.device_type
+
+    @property
+    def unattributed_kernels(self) -> int:
+        """How many device activities have no launch in the trace."""
+        return int((self.kernels["phase"] == UNATTRIBUTED).sum()) if len(self.kernels) else 0
+
+
+def _read_events(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:  # ValueError covers JSONDecodeError and bad gzip
+        raise TraceFormatError(f"cannot read trace {path}: {exc}") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TraceFormatError(f"{path} is not a Chrome trace: no 'traceEvents' list")
+    return events
+
+
+def _split(events: list[dict]) -> dict[str, list[dict]]:
+    """Complete ("X") events grouped by category; everything else is dropped."""
+    groups: dict[str, list[dict]] = {}
+    for e in events:
+        if e.get("ph") == "X":
+            groups.setdefault(e.get("cat", ""), []).append(e)
+    return groups
+
+
+def _base_frame(events: Iterable[dict]) -> pd.DataFrame:
+    """name, pid, tid, start_us, end_us, dur_us of complete events (pid/tid kept as given)."""
+    events = list(events)
+    start = np.fromiter((float(e["ts"]) for e in events), float, len(events))
+    dur = np.fromiter((float(e.get("dur", 0.0)) for e in events), float, len(events))
+    return pd.DataFrame({
+        "name": [e.get("name", "") for e in events],
+        "pid": [e.get("pid") for e in events],
+        "tid": [e.get("tid") for e in events],
+        "start_us": start,
+        "end_us": start + dur,
+        "dur_us": dur,
+    })
+
+
+def _arg(events: list[dict], key: str) -> list:
+    return [(e.get("args") or {}).get(key) for e in events]
+
+
+# ---------------------------------------------------------------------------------------------
+# Interval lookups: sorted arrays + searchsorted, O((n + m) log m) per range name.
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint [start, end) intervals covering the same points as the given ones."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] >= reach[:-1]  # a new group starts past everything before it
+    return s[new], np.maximum.reduceat(e, np.flatnonzero(new))
+
+
+def _containing(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Index into (sorted, disjoint) intervals of the one holding each ts, -1 where none."""
+    if len(starts) == 0:
+        return np.full(len(ts), -1)
+    i = np.searchsorted(starts, ts, side="right") - 1
+    hit = (i >= 0) & (ts < ends[np.clip(i, 0, None)])
+    return np.where(hit, i, -1)
+
+
+def _innermost(ts: np.ndarray, ranges: pd.DataFrame, names: Iterable[str],
+               until: np.ndarray | None = None) -> np.ndarray:
+    """For each ts, the name of the innermost range (latest start) among `names` holding it.
+
+    With `until` (interval ends), the whole interval [ts, until] must lie in the range, up to
+    _END_SLACK_US: Kineto widens device copies of ranges by a nanosecond at each end.
+    """
+    best_start = np.full(len(ts), -np.inf)
+    label = np.full(len(ts), None, dtype=object)
+    for name in names:
+        sel = ranges[ranges["name"] == name]
+        s, e = _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+        i = _containing(ts, s, e)
+        if until is not None and len(s):
+            i = np.where(until <= e[np.clip(i, 0, None)] + _END_SLACK_US, i, -1)
+        start = np.where(i >= 0, s[np.clip(i, 0, None)] if len(s) else -np.inf, -np.inf)
+        better = start > best_start
+        label[better] = name
+        best_start = np.maximum(best_start, start)
+    return label
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The measured steps of one timeline (host ranges, or their device copies).
+
+    A measured step is a `step` range outside any `warmup` range (nested `step` ranges count
+    once). Its index window is the step widened to the `ProfilerStep#N` range around it, when that
+    range holds this step only, so that the profiler's own per-step work is in the step's index
+    too (but not `in_step`). Without `step` ranges (a model run without annotations), the
+    `ProfilerStep#N` ranges are the steps.
+    """
+
+    starts: np.ndarray  # sorted, disjoint
+    ends: np.ndarray
+    win_starts: np.ndarray
+    win_ends: np.ndarray
+
+    @classmethod
+    def of(cls, ranges: pd.DataFrame) -> "_Steps":
+        prof = ranges[ranges["name"].str.match(_PROFILER_STEP)]
+        ps, pe = _merged(prof["start_us"].to_numpy(), prof["end_us"].to_numpy())
+        steps = ranges[ranges["name"] == STEP]
+        if not len(steps):
+            return cls(ps, pe, ps, pe)
+        warm = ranges[ranges["name"] == WARMUP]
+        ws, we = _merged(warm["start_us"].to_numpy(), warm["end_us"].to_numpy())
+        steps = steps[_containing(steps["start_us"].to_numpy(), ws, we) < 0]
+        s, e = _merged(steps["start_us"].to_numpy(), steps["end_us"].to_numpy())
+        if not len(ps):
+            return cls(s, e, s, e)
+        j = _containing(s, ps, pe)
+        jj = np.clip(j, 0, None)
+        widen = (j >= 0) & (np.bincount(j[j >= 0], minlength=len(ps))[jj] == 1)
+        win_s = np.where(widen, np.minimum(s, ps[jj]), s)
+        win_e = np.where(widen, np.maximum(e, pe[jj]), e)
+        return cls(s, e, win_s, win_e)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def index(self, ts: np.ndarray) -> np.ndarray:
+        """0-based measured step of each ts, -1 outside every step window."""
+        return _containing(ts, self.win_starts, self.win_ends)
+
+    def inside(self, ts: np.ndarray) -> np.ndarray:
+        """Whether each ts lies inside a measured step range itself."""
+        return _containing(ts, self.starts, self.ends) >= 0
+
+
+@dataclass(frozen=True)
+class _Attribution:
+    """The host-side ranges that events are placed in, by time (any thread)."""
+
+    host: pd.DataFrame  # CPU-thread user annotations
+    steps: _Steps
+
+    def label(self, ts: np.ndarray) -> dict[str, np.ndarray]:
+        phase_range = _innermost(ts, self.host, PHASE_LABELS)
+        return {
+            "phase": np.where(phase_range == LOSS, FORWARD, phase_range),
+            "phase_range": phase_range,
+            "in_step": self.steps.inside(ts),
+            "step": self.steps.index(ts),
+            "attention": _innermost(ts, self.host, ATTENTION_RANGES),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables.
+
+
+def _ranges(groups: dict[str, list[dict]]) -> pd.DataFrame:
+    evs = [e for cat in _RANGE_CATS for e in groups.get(cat, [])]
+    df = _base_frame(evs)
+    df["on_device"] = [e["cat"] == "gpu_user_annotation" for e in evs]
+    return df.sort_values("start_us", kind="stable").reset_index(drop=True)
+
+
+def _self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Self time (dur minus direct children on the same thread) and nesting depth of each op.
+
+    One sweep over ops sorted by (tid, start, -dur): a stack holds the open ancestors; an op
+    whose start is at or past the top's end closes the top. Children are charged to the parent.
+    """
+    n = len(ops)
+    self_us = ops["dur_us"].to_numpy().copy()
+    depth = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return self_us, depth
+    tid_codes = pd.factorize(ops["tid"])[0]  # tids may be ints or strings
+    order = np.lexsort((-ops["dur_us"].to_numpy(), ops["start_us"].to_numpy(), tid_codes))
+    tids = tid_codes[order].tolist()
+    starts = ops["start_us"].to_numpy()[order].tolist()
+    ends = ops["end_us"].to_numpy()[order].tolist()
+    durs = ops["dur_us"].to_numpy()[order].tolist()
+    idx = order.tolist()
+    child_sum = [0.0] * n  # per sorted position
+    stack: list[int] = []  # sorted positions of open ops
+    prev_tid = None
+    depth_sorted = [0] * n
+    for k in range(n):
+        if tids[k] != prev_tid:
+            stack.clear()
+            prev_tid = tids[k]
+        st = starts[k]
+        while stack and st >= ends[stack[-1]]:
+            stack.pop()
+        if stack:
+            child_sum[stack[-1]] += durs[k]
+        depth_sorted[k] = len(stack)
+        stack.append(k)
+    self_us[idx] = np.asarray(durs) - np.asarray(child_sum)
+    depth[idx] = depth_sorted
+    return self_us, depth
+
+
+def _ops(groups: dict[str, list[dict]], attr: _Attribution) -> pd.DataFrame:
+    ops = _base_frame(groups.get("cpu_op", []))
+    ops["self_us"], ops["depth"] = _self_times(ops)
+    for col, values in attr.label(ops["start_us"].to_numpy()).items():
+        ops[col] = values
+    return ops
+
+
+def _launches(groups: dict[str, list[dict]]) -> pd.DataFrame:
+    evs = [e for cat in _LAUNCH_CATS for e in groups.get(cat, [])]
+    df = _base_frame(evs)
+    df["cat"] = [e.get("cat") for e in evs]
+    df["correlation"] = pd.array(_arg(evs, "correlation"), dtype="Int64")
+    return df
+
+
+def _kernels(groups: dict[str, list[dict]], launches: pd.DataFrame, attr: _Attribution) -> pd.DataFrame:
+    evs = [e for cat in _DEVICE_CATS for e in groups.get(cat, [])]
+    k = _base_frame(evs)
+    k["kind"] = [_DEVICE_CATS[e["cat"]] for e in evs]
+    # Peer copies (CUpti_ActivityMemcpy2) write "inDevice" instead of "device"; pid is the device.
+    k["device"] = [a if a is not None else p for a, p in zip(_arg(evs, "device"), k["pid"])]
+    k["stream"] = [s if s is not None else t for s, t in zip(_arg(evs, "stream"), k["tid"])]
+    k["correlation"] = pd.array(_arg(evs, "correlation"), dtype="Int64")
+    # The launch: the runtime/driver call with the same correlation id (one per id; keep the
+    # first should a runtime call and a driver call ever share one).
+    first = launches.dropna(subset=["correlation"]).drop_duplicates("correlation")
+    link = first.set_index("correlation")[["name", "tid", "start_us"]]
+    link.columns = ["launch_name", "launch_tid", "launch_us"]
+    k = k.join(link, on="correlation")
+    if pd.api.types.is_float_dtype(k["launch_tid"]):  # ints turned float by missing launches
+        k["launch_tid"] = k["launch_tid"].astype("Int64")
+    found = k["launch_us"].notna().to_numpy()
+    labels = attr.label(k["launch_us"].fillna(-np.inf).to_numpy())
+    for col, values in labels.items():
+        k[col] = values
+    for col in ("phase", "phase_range"):
+        k[col] = np.where(found, k[col], UNATTRIBUTED)
+    return k
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Parse a Chrome trace JSON (optionally .gz) written by `prof.export_chrome_trace`.
+
+    Raises TraceFormatError when the file is unreadable or has no `traceEvents` list.
+    """
+    path = Path(path)
+    groups = _split(_read_events(path))
+    ranges = _ranges(groups)
+    host = ranges[~ranges["on_device"]]
+    dev = ranges[ranges["on_device"]]
+    steps = _Steps.of(host)
+    attr = _Attribution(host, steps)
+
+    # Ranges get their step and phase too; device copies are placed among device copies
+    # (device time lags host time, so host steps would misplace them).
+    ts = ranges["start_us"].to_numpy()
+    on_dev = ranges["on_device"].to_numpy()
+    ranges["step"] = np.where(on_dev, _Steps.of(dev).index(ts), steps.index(ts))
+    # A range's phase is the innermost phase range that holds all of it (a step holds phases
+    # but is in none); device copies are compared with device copies.
+    end = ranges["end_us"].to_numpy()
+    host_phase = _innermost(ts, host, PHASE_LABELS, until=end)
+    dev_phase = _innermost(ts, dev, PHASE_LABELS, until=end)
+    phase = np.where(on_dev, dev_phase, host_phase)
+    ranges["phase"] = np.where(phase == LOSS, FORWARD, phase)
+
+    launches = _launches(groups)
+    kernels = _kernels(groups, launches, attr)
+    profiler_steps = [int(m.group(1)) for n in host["name"] if (m := _PROFILER_STEP.match(n))]
+    return Trace(
+        path=str(path),
+        ranges=ranges,
+        ops=_ops(groups, attr),
+        kernels=kernels,
+        launches=launches,
+        n_steps=len(steps),
+        device_type="cuda" if len(kernels) else "cpu",
+        profiler_steps=profiler_steps,
+    )

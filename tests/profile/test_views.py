@@ -1,0 +1,183 @@
+"""Views over parsed traces: per-phase tables, category rollups, wall times, attention breakdown."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from lmperf.profile import views
+from lmperf.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
+from lmperf.profile.trace import load_trace
+from tests.profile.test_trace import CUDA_MIN, LAYERS, STEPS, cpu_trace_file
+
+PHASES = ["forward", "loss", "backward", "optimizer", "step"]
+
+
+def toy_classify(name: str) -> str:
+    """A stand-in for the real classifier: enough to split matmuls from the rest."""
+    return "matmul" if ("mm" in name or "gemm" in name) else "other"
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return load_trace(cpu_trace_file())
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    return load_trace(CUDA_MIN)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_shares_sum_to_one_per_phase(cpu, cuda, phase):
+    for trace in (cpu, cuda):
+        table = views.phase_table(trace, phase, top=None)
+        if trace is cuda and phase == "loss":
+            assert table["name"].str.startswith("Memcpy").all()
+        assert table["share"].sum() == pytest.approx(1.0)
+        assert table["total_ms"].sum() == pytest.approx(views.phase_total_ms(trace, phase))
+
+
+def test_phase_total_is_the_self_time_of_its_ops(cpu):
+    ops = cpu.ops
+    fwd = ops.loc[ops["phase"] == "forward", "self_us"].sum() / 1e3
+    assert views.phase_total_ms(cpu, "forward") == pytest.approx(fwd)
+    step = views.phase_total_ms(cpu, "step")
+    parts = sum(views.phase_total_ms(cpu, p) for p in ("forward", "backward", "optimizer"))
+    assert step == pytest.approx(parts)  # a train step's ops all lie in one of its phases
+    # op time is inside the ranges' wall time (Python between ops is not op time)
+    walls = views.phase_wall_times(cpu)
+    assert views.phase_total_ms(cpu, "forward") <= walls.loc[walls["phase"] == "forward", "ms"].sum()
+
+
+def test_top_n_truncation_keeps_full_table_shares(cpu):
+    full = views.phase_table(cpu, "backward", top=None)
+    top = views.phase_table(cpu, "backward", top=3)
+    assert len(top) == 3 and len(full) > 3
+    pd.testing.assert_frame_equal(top, full.head(3))
+    assert top["share"].sum() < 1.0
+    assert list(full["total_ms"]) == sorted(full["total_ms"], reverse=True)
+    assert top.attrs["phase_total_ms"] == pytest.approx(full["total_ms"].sum())
+
+
+def test_table_columns_and_calls_per_step(cpu):
+    table = views.phase_table(cpu, "forward", top=None, classify=toy_classify)
+    assert list(table.columns) == ["name", "category", "calls_per_step", "total_ms", "ms_per_step",
+                                   "avg_us", "share"]
+    row = table.set_index("name").loc["aten::exp"]
+    assert row["calls_per_step"] == LAYERS  # one exp per naive softmax (cross-entropy has none)
+    assert row["ms_per_step"] == pytest.approx(row["total_ms"] / STEPS)
+    assert row["avg_us"] == pytest.approx(row["total_ms"] * 1e3 / (LAYERS * STEPS))
+    assert table.set_index("name").loc["aten::mm", "category"] == "matmul"
+
+
+def test_category_rollup_and_matmul_share(cpu, cuda):
+    for trace in (cpu, cuda):
+        for phase in ("forward", "step"):
+            rollup = views.category_rollup(trace, phase, toy_classify)
+            assert set(rollup["category"]) <= {"matmul", "other"}
+            assert rollup["share"].sum() == pytest.approx(1.0)
+            share = views.matmul_share(trace, toy_classify, phase)
+            assert share == pytest.approx(rollup.set_index("category")["share"].get("matmul", 0.0))
+            assert 0.0 < share < 1.0
+    # the CUDA fixture, by hand: step = 50 + 10 + 4 + 80 + 40 us, of which gemms 50 + 80
+    assert views.matmul_share(cuda, toy_classify, "step") == pytest.approx(130 / 184)
+    assert views.matmul_share(cuda, toy_classify, "forward") == pytest.approx(50 / 64)
+
+
+def test_cuda_tables_count_kernels_by_launch(cuda):
+    bwd = views.phase_table(cuda, "backward")
+    assert bwd["name"].tolist() == ["ampere_sgemm_64x64_nn"] and bwd["share"].tolist() == [1.0]
+    step = views.phase_table(cuda, "step", top=None)
+    assert not step["name"].str.contains("FillFunctor").any()  # the unattributed kernel
+    assert step["total_ms"].sum() == pytest.approx(0.184)
+    # the CPU view of the same trace is still available
+    ops = views.phase_table(cuda, "backward", kind="ops")
+    assert ops.set_index("name").loc["aten::mm", "total_ms"] == pytest.approx(0.060)
+
+
+def test_phase_wall_times_per_step(cpu):
+    walls = views.phase_wall_times(cpu)
+    assert list(walls.columns) == ["step", "phase", "ms"]
+    assert len(walls) == STEPS * 5
+    assert walls["phase"].tolist()[:5] == ["step", "forward", "loss", "backward", "optimizer"]
+    wide = walls.pivot(index="step", columns="phase", values="ms")
+    assert wide.index.tolist() == list(range(STEPS))
+    fwd = cpu.ranges[(cpu.ranges["name"] == "forward")].sort_values("step")
+    assert wide["forward"].tolist() == pytest.approx((fwd["dur_us"] / 1e3).tolist())
+    assert (wide[["forward", "backward", "optimizer"]].sum(axis=1) <= wide["step"]).all()
+    summary = views.phase_wall_summary(cpu).set_index("phase")
+    assert summary.loc["forward", "mean_ms"] == pytest.approx(wide["forward"].mean())
+    assert (summary["steps"] == STEPS).all()
+
+
+def test_phase_wall_times_device_timeline(cuda):
+    host = views.phase_wall_times(cuda).set_index("phase")["ms"]
+    dev = views.phase_wall_times(cuda, timeline="device").set_index("phase")["ms"]
+    assert host["backward"] == pytest.approx(0.290)
+    assert dev["backward"] == pytest.approx(0.080, abs=1e-5)  # first to last backward kernel
+    with pytest.raises(ValueError, match="timeline"):
+        views.phase_wall_times(cuda, timeline="gpu")
+
+
+def test_attention_breakdown_cpu(cpu):
+    flops = {"scores": 4.0e6, "softmax": 0.1e6, "final_matmul": 4.0e6}
+    b = views.attention_breakdown(cpu, flops=flops)
+    assert b["range"].tolist() == list(ATTENTION_RANGES)
+    assert (b["calls_per_step"] == LAYERS).all()
+    assert b["share"].sum() == pytest.approx(1.0) and b["flop_share"].sum() == pytest.approx(1.0)
+    r = cpu.ranges
+    softmax_ms = r.loc[r["name"] == SOFTMAX, "dur_us"].sum() / 1e3 / STEPS
+    row = b.set_index("range").loc[SOFTMAX]
+    assert row["ms_per_step"] == pytest.approx(softmax_ms)
+    assert row["gflop_per_s"] == pytest.approx(0.1e6 / (softmax_ms * 1e-3) / 1e9)
+    assert row["time_per_flop_share"] == pytest.approx(row["share"] / row["flop_share"])
+    ratio = views.softmax_vs_matmul(b)
+    assert ratio["flop_ratio"] == pytest.approx(0.1 / 8.0)
+    mm = b.set_index("range").loc[[SCORES, FINAL_MATMUL], "ms_per_step"].sum()
+    assert ratio["runtime_ratio"] == pytest.approx(softmax_ms / mm)
+    with pytest.raises(ValueError, match="unknown attention"):
+        views.attention_breakdown(cpu, flops={"qk": 1.0})
+
+
+def test_attention_breakdown_with_analytic_and_counted_flops(cpu):
+    flops = {SCORES: {"analytic": 4.0e6, "counted": 4.0e6}, SOFTMAX: {"analytic": 0.1e6, "counted": 0},
+             FINAL_MATMUL: {"analytic": 4.0e6, "counted": 4.0e6}}
+    b = views.attention_breakdown(cpu, flops).set_index("range")
+    assert b.loc[SOFTMAX, "flops_per_step_counted"] == 0 and b.loc[SOFTMAX, "flop_share_counted"] == 0
+    assert b.loc[SOFTMAX, "time_per_flop_share_counted"] == float("inf")
+    assert b["flop_share_analytic"].sum() == pytest.approx(1.0)
+    ratio = views.softmax_vs_matmul(b.reset_index())
+    assert ratio["flop_ratio_analytic"] == pytest.approx(0.1 / 8.0) and ratio["flop_ratio_counted"] == 0
+
+
+def test_attention_breakdown_empty_without_subranges(cpu):
+    plain = dataclasses.replace(cpu, ranges=cpu.ranges[~cpu.ranges["name"].isin(ATTENTION_RANGES)])
+    assert views.attention_breakdown(plain, {"softmax": 1.0}).empty
+
+
+def test_attention_breakdown_cuda_uses_kernel_time(cuda):
+    b = views.attention_breakdown(cuda).set_index("range")
+    assert b.loc[SOFTMAX, "ms_per_step"] == pytest.approx(0.010)  # the exp kernel, not the range
+    assert b.loc[SOFTMAX, "share"] == 1.0 and b.loc[SCORES, "calls_per_step"] == 0
+
+
+def test_side_by_side_forward_vs_step(cpu):
+    a = views.phase_table(cpu, "forward", top=5)
+    b = views.phase_table(cpu, "step", top=3)
+    both = views.side_by_side(a, b, "forward", "train step")
+    assert len(both) == 5 and both.index.tolist() == [1, 2, 3, 4, 5]
+    assert both[("forward", "name")].tolist() == a["name"].tolist()
+    assert both[("train step", "name")].iloc[:3].tolist() == b["name"].tolist()
+    assert both[("train step", "name")].iloc[3:].isna().all()
+    with pytest.raises(ValueError):
+        views.side_by_side(a, b, "x", "x")
+
+
+def test_bad_phase_or_kind_is_a_clear_error(cpu):
+    with pytest.raises(ValueError, match="unknown phase 'warmup'"):
+        views.phase_table(cpu, "warmup")
+    with pytest.raises(ValueError, match="unknown kind"):
+        views.phase_table(cpu, "forward", kind="gpu")
