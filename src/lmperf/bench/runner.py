@@ -23,7 +23,7 @@ from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
 from lmperf.runtime.peaks import lookup_peak
 from lmperf.runtime.precision import (
-    autocast, compute_dtype, get_regime, grad_scaler, matmul_precision, slowness_warning,
+    Regime, autocast, compute_dtype, get_regime, grad_scaler, matmul_precision, slowness_warning,
     unsupported_reason,
 )
 
@@ -75,7 +75,7 @@ class Prepared:
     params: int
 
 
-def prepare(spec: RunSpec, device: torch.device, regime) -> Prepared:
+def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     """Build model, random batch, optimizer and scaler for `spec` on `device` (seeded)."""
     dev.seed_all(spec.seed)
     with device:  # build directly on the device: no host copy of a large model
@@ -104,7 +104,7 @@ def check_user_model(spec: RunSpec, state: StepState) -> None:
     check_logits(out, spec.batch_size, spec.context_length, spec.vocab_size, spec.model)
 
 
-def _measure(spec: RunSpec, device: torch.device, regime, stage: list[str],
+def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: list[str],
              warnings: list[str]) -> tuple[int, dict]:
     prepared = prepare(spec, device, regime)
     state, step, params = prepared.state, prepared.step, prepared.params
@@ -166,7 +166,7 @@ class _MemoryProbe:
         return {"kind": self.memory.kind, "unit": "MiB", "phases": self.phases}
 
 
-def _throughput(spec: RunSpec, device: torch.device, regime, step_ms: float, counted: int,
+def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: float, counted: int,
                 per_op: dict[str, int]) -> dict:
     """Tokens/s, FLOPs per step (counted, with the analytic check), TFLOP/s and MFU."""
     tokens = spec.batch_size * spec.context_length

@@ -20,7 +20,7 @@ from lmperf.bench.spec import RunSpec
 from lmperf.bench.steps import PHASES
 from lmperf.profile.annotate import WARMUP, annotate, annotate_attention
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import get_regime, matmul_precision
+from lmperf.runtime.precision import Regime, get_regime, matmul_precision
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Capture:
     export_s: float = 0.0
 
 
-def prepare_annotated(spec: RunSpec, device: torch.device, regime) -> tuple[Prepared, int]:
+def prepare_annotated(spec: RunSpec, device: torch.device, regime: Regime) -> tuple[Prepared, int]:
     """`prepare` the run with profiling ranges on: phase ranges through `state.annotate` and
     the annotated naive attention injected; returns it and the number of attention modules."""
     prepared = prepare(spec, device, regime)
