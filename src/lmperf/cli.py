@@ -101,8 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_table(sub)
     from lmperf.profile.cli import add_parser as add_profile
+    from lmperf.train.cli import add_parser as add_train
 
     add_profile(sub)
+    add_train(sub)
     from lmperf.amp.cli import add_parser as add_amp
 
     add_amp(sub, _Parser)
@@ -163,11 +165,34 @@ def cmd_table(args: argparse.Namespace) -> int:
     records = [r for r in read_records(args.file) if r["kind"] == args.kind]
     if not records:
         raise LmperfError(f"{args.file} holds no {args.kind!r} records")
-    if args.format == "text":
+    if args.kind == "train":
+        from lmperf.train.report import render_summary
+
+        fmt = "markdown" if args.format == "markdown" else "text"
+        sys.stdout.write(render_summary(records, fmt))
+    elif args.kind != "bench":  # amp, profile, memory: the tables each record carries
+        sys.stdout.write(_render_stored_tables(records, "markdown" if args.format == "markdown" else "text"))
+    elif args.format == "text":
         print_table(records)
     else:
         sys.stdout.write(render(records, args.format))
     return 0
+
+
+def _render_stored_tables(records: list[dict], fmt: str) -> str:
+    """Records that carry their own tables (metrics.tables: title -> rows) and findings."""
+    import pandas as pd
+
+    from lmperf.results.tables import render_sections
+
+    parts = []
+    for r in records:
+        metrics = r.get("metrics") or {}
+        name = r["spec"].get("experiment") or r["spec"].get("size") or r["kind"]
+        tables = [(t, pd.DataFrame(rows)) for t, rows in (metrics.get("tables") or {}).items()]
+        parts.append(f"== {r['kind']} {name} ({r['status']}) {r['env'].get('timestamp', '')}\n"
+                     + render_sections(tables, metrics.get("notes") or [], fmt))
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:

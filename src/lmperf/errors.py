@@ -19,3 +19,7 @@ class ResultsFileError(LmperfError):
 
 class TraceFormatError(LmperfError, ValueError):
     """A trace file cannot be read or is not a Chrome trace with `traceEvents`."""
+
+
+class SnapshotFormatError(LmperfError, ValueError):
+    """A file is missing, is not a pickle, or is not a CUDA memory snapshot."""

@@ -121,3 +121,14 @@ def test_ctrl_c_keeps_finished_rows_and_resume_finishes_only_the_rest(tmp_path):
 def test_python_dash_m_and_console_entry_point_agree(tmp_path):
     got = subprocess.run([sys.executable, "-m", "lmperf", "--version"], capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout.startswith("lmperf ")
+
+
+def test_table_renders_records_of_other_kinds(capsys, tmp_path):
+    """`lmperf table FILE --kind amp` prints the tables each amp record carries."""
+    out = tmp_path / "amp.jsonl"
+    assert main(["amp", "stagnation", "--out", str(out)]) == 0
+    capsys.readouterr()
+    code, stdout, _ = _run(["table", str(out), "--kind", "amp", "--format", "markdown"], capsys)
+    assert code == 0 and "== amp stagnation (ok)" in stdout and "#### w <- w - delta" in stdout
+    code, _, err = _run(["table", str(out), "--kind", "train"], capsys)
+    assert code == 2 and "holds no 'train' records" in err

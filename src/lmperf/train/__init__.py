@@ -1,0 +1,1 @@
+"""`lmperf train`: a small LM trained once per precision regime (data, step, loop, report, plots)."""

@@ -1,0 +1,156 @@
+"""The loop: determinism, early stops with a recorded outcome, loss scaling, failures as records."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from lmperf.results.schema import is_record
+from lmperf.train.config import TrainConfig
+from lmperf.train.data import load_corpus, prepare_corpus
+from lmperf.train.loop import train_all
+from lmperf.train.step import nan_loss_at
+from tests.train.golden import compute_curves
+
+CPU = torch.device("cpu")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(regimes, faults=None, **kw):
+    base = {"context": 16, "batch": 2, "steps": 8, "warmup_steps": 2, "eval_interval": 4,
+            "eval_batches": 1, "seed": 5}
+    cfg = TrainConfig.from_size("tiny", tuple(regimes), **{**base, **kw})
+    ids, source, name = load_corpus()
+    corpus = prepare_corpus(ids, source, name, cfg.context, cfg.vocab_size)
+    events = []
+    records = train_all(cfg, corpus, CPU, faults=faults, progress=lambda r, e: events.append((r, e)))
+    return records, events
+
+
+def _losses(record):
+    return [e["loss"] for e in record["metrics"]["log"]]
+
+
+def test_fp32_is_bitwise_reproducible_in_process():
+    a, _ = _run(["fp32", "bf16-mixed"])
+    b, _ = _run(["fp32", "bf16-mixed"])
+    for ra, rb in zip(a, b):
+        assert _losses(ra) == _losses(rb)  # exact equality, not approx
+        assert [e["grad_norm"] for e in ra["metrics"]["log"]] == [e["grad_norm"] for e in rb["metrics"]["log"]]
+        assert ra["metrics"]["evals"][-1]["val_loss"] == rb["metrics"]["evals"][-1]["val_loss"]
+
+
+def test_fp32_is_bitwise_reproducible_across_processes():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    out = subprocess.run([sys.executable, "-m", "tests.train.regen_golden", "--print", "fp32"],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=True)
+    child = json.loads(out.stdout)
+    here = compute_curves(("fp32",))["fp32"]
+    assert child["losses"] == here["losses"] and child["val_losses"] == here["val_losses"]
+
+
+def test_records_are_self_contained_and_json_ready():
+    records, events = _run(["fp32"])
+    r = records[0]
+    assert is_record(r) and r["kind"] == "train" and r["status"] == "ok"
+    json.dumps(r, allow_nan=False)  # what append_record requires
+    assert r["spec"]["regime"] == "fp32" and r["spec"]["data"] == {} and r["env"]["torch"]
+    m = r["metrics"]
+    assert m["outcome"] == "completed" and m["summary"]["steps_run"] == 8 and len(m["log"]) == 8
+    assert [e["step"] for e in m["evals"]] == [0, 4, 8]
+    entry = m["log"][0]
+    assert set(entry) == {"step", "lr", "loss", "grad_norm", "scale", "skipped", "step_ms",
+                          "tokens_per_s", "peak_mib"}
+    assert entry["scale"] is None and entry["skipped"] is False and entry["step_ms"] > 0
+    assert m["memory_kind"] == "cpu_process_peak_rss" and m["summary"]["peak_mib"] > 50
+    kinds = [e["event"] for _, e in events]
+    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("step") == 8
+    assert [e["val_loss"] is not None for _, e in events if e["event"] == "step"] == [
+        False, False, False, True, False, False, False, True]
+
+
+def test_injected_nan_stops_that_regime_and_the_others_continue():
+    records, _ = _run(["fp32", "bf16-mixed"], faults={"fp32": nan_loss_at(3)})
+    stopped, other = records
+    m = stopped["metrics"]
+    assert stopped["status"] == "ok" and m["outcome"] == "non_finite_loss" and m["outcome_step"] == 3
+    assert len(m["log"]) == 3 and m["log"][-1]["loss"] == "nan"
+    assert "step 3" in m["outcome_detail"]
+    assert [e["step"] for e in m["evals"]] == [0]  # no evaluation of a NaN model
+    assert other["metrics"]["outcome"] == "completed" and len(other["metrics"]["log"]) == 8
+
+
+def test_rising_loss_is_diverged():
+    def blow_up(step, loss):
+        return loss * 10 if step == 4 else loss
+    records, _ = _run(["fp32"], faults={"fp32": blow_up})
+    m = records[0]["metrics"]
+    assert (m["outcome"], m["outcome_step"]) == ("diverged", 4)
+    assert "above 2 x the first step's" in m["outcome_detail"]
+
+
+class _InfGrad(torch.autograd.Function):
+    """Identity forward, infinite gradient backward: a finite loss whose gradients overflow."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * float("inf")
+
+
+def test_scaler_skips_overflowing_steps_then_run_is_diverged():
+    records, _ = _run(["fp16-mixed"], faults={"fp16-mixed": lambda s, loss: _InfGrad.apply(loss)},
+                      diverge_bad_grads=4)
+    m = records[0]["metrics"]
+    log = m["log"]
+    assert (m["outcome"], m["outcome_step"]) == ("diverged", 4)
+    assert [e["scale"] for e in log] == [65536.0, 32768.0, 16384.0, 8192.0]
+    assert all(e["skipped"] for e in log) and m["summary"]["skipped_steps"] == 4
+    assert m["summary"]["final_scale"] == 4096.0
+    assert all(e["grad_norm"] in ("inf", "nan") for e in log)
+    assert m["nonfinite_params"] == 0  # every update was skipped: the weights are untouched
+
+
+def test_fp16_mixed_logs_a_scale_per_step():
+    records, _ = _run(["fp16-mixed"])
+    log = records[0]["metrics"]["log"]
+    assert all(e["scale"] == 65536.0 for e in log)  # no overflow in 8 steps of this model
+    assert records[0]["metrics"]["summary"]["final_scale"] == 65536.0
+
+
+def test_fp16_true_failure_is_a_recorded_outcome():
+    records, _ = _run(["fp16-true"])
+    m = records[0]["metrics"]
+    assert records[0]["status"] == "ok" and m["outcome"] == "non_finite_loss"
+    assert m["outcome_step"] == 2 and m["nonfinite_params"] > 0
+
+
+def test_unsupported_regime_is_a_record_and_the_rest_run():
+    records, _ = _run(["tf32", "fp32"])
+    assert records[0]["status"] == "unsupported" and "TF32" in records[0]["message"]
+    assert records[1]["status"] == "ok"
+
+
+def test_a_crash_is_an_error_record_and_the_rest_run(monkeypatch):
+    import lmperf.train.loop as loop
+
+    real = loop.build_state
+
+    def broken(cfg, regime, device, fault):
+        if regime.name == "fp32":
+            raise RuntimeError("boom")
+        return real(cfg, regime, device, fault)
+    monkeypatch.setattr(loop, "build_state", broken)
+    records, _ = _run(["fp32", "bf16-mixed"])
+    assert records[0]["status"] == "error" and "RuntimeError: boom" in records[0]["message"]
+    assert "traceback" in records[0]
+    assert records[1]["status"] == "ok" and math.isfinite(records[1]["metrics"]["summary"]["final_loss"])
