@@ -101,10 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_table(sub)
     from lmperf.profile.cli import add_parser as add_profile
+    from lmperf.memory.cli import add_parser as add_memory
     from lmperf.train.cli import add_parser as add_train
 
     add_profile(sub)
     add_train(sub)
+    add_memory(sub)
     from lmperf.amp.cli import add_parser as add_amp
 
     add_amp(sub, _Parser)

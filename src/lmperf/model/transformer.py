@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from lmperf.model.attention import AttentionFn, make_attention
 
@@ -154,10 +155,14 @@ class TransformerLM(nn.Module):
         vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta: the
             course's hyperparameters; `context_length` is the longest sequence the model accepts.
         attention: name of the attention implementation (see `lmperf.model.attention.ATTENTION`).
+        checkpoint_group: activation checkpointing, off by default; see `set_checkpointing`.
+            Not a `ModelConfig` field (a user's factory never receives it): the memory tools
+            switch it on after building, through `set_checkpointing`.
     """
 
     def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
-                 num_heads: int, d_ff: int, rope_theta: float = 10000.0, attention: str = "naive"):
+                 num_heads: int, d_ff: int, rope_theta: float = 10000.0, attention: str = "naive",
+                 checkpoint_group: int = 0):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("context_length", context_length),
                             ("d_model", d_model), ("num_layers", num_layers),
@@ -177,12 +182,38 @@ class TransformerLM(nn.Module):
         )
         self.ln_final = RMSNorm(d_model)
         self.lm_head = Linear(d_model, vocab_size)
+        self.set_checkpointing(checkpoint_group)
+
+    def set_checkpointing(self, group: int) -> None:
+        """Activation checkpointing over groups of `group` consecutive blocks (0: off).
+
+        While grad is enabled, each group runs under `torch.utils.checkpoint` (non-reentrant):
+        autograd keeps only the group's input (B, T, C) and recomputes the group's activations
+        during backward. Parameters, state dict and results are unchanged; a group larger than
+        the model is one group of all blocks.
+        """
+        if isinstance(group, bool) or not isinstance(group, int) or group < 0:
+            raise ValueError(f"checkpoint group must be a non-negative integer, got {group!r}")
+        self.checkpoint_group = group
+
+    def _run_blocks(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """Blocks start..stop-1 in order: (B, T, C) -> (B, T, C)."""
+        for i in range(start, stop):
+            x = self.layers[i](x)
+        return x
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         t = token_ids.shape[-1]
         if t > self.context_length:
             raise ValueError(f"sequence length {t} exceeds context_length {self.context_length}")
         x = self.token_embeddings(token_ids)  # (B, T, C)
-        for layer in self.layers:
-            x = layer(x)
+        n, group = len(self.layers), self.checkpoint_group
+        if group and torch.is_grad_enabled():
+            for start in range(0, n, group):
+                # use_reentrant=False: works with inputs that need no grad, keeps
+                # saved_tensors_hooks outside the group working, and is what torch recommends.
+                x = checkpoint(self._run_blocks, x, start, min(start + group, n),
+                               use_reentrant=False)
+        else:
+            x = self._run_blocks(x, 0, n)
         return self.lm_head(self.ln_final(x))  # (B, T, V)

@@ -1,0 +1,1 @@
+"""Where the memory goes: peaks per phase, saved activations, estimates, checkpointing, snapshots."""

@@ -1,0 +1,248 @@
+"""Analytic training memory of the reference LM: parameters, gradients, AdamW state, activations.
+
+B batch, T context, C d_model, H heads, F d_ff, L layers, V vocab; p bytes of the parameter
+dtype, a of the matmul dtype (autocast's, else p), r of the residual stream (4 under autocast,
+whose residual adds promote to fp32; else p), l of the log-probabilities (4 under autocast,
+whose log_softmax runs in fp32; else p). RMSNorm computes in fp32 whatever the regime.
+
+Exact terms (counted on the real tensors in the tests):
+    parameters   N = V C (embedding) + L (4 C^2 + 3 C F + 2 C) + C + C V (lm_head), p bytes each
+    gradients    N x p                       (grads take the parameter's dtype)
+    AdamW        2 N x p + 4 x (3 + 9 L)     (exp_avg, exp_avg_sq in the parameter's dtype; an
+                                              fp32 `step` scalar per parameter tensor. The mixed
+                                              regimes keep fp32 parameters, which are the master
+                                              weights: no separate copy exists)
+
+Saved for backward, each storage once (derived op by op; `measure_saved` measures the same):
+  per block
+    ln1, ln2 (each)   4 BTC    input in fp32 (`pow`, `mul`; a cast copy when the input is not fp32)
+                      4 BT     rsqrt (B, T, 1)
+                      4 BTC    normalised input (`weight * x` saves it; the weight is a parameter)
+    norm output       r BTC    saved once, shared by the projections that read it; under
+                               autocast each projection saves its own a-byte cast instead:
+                               3 a BTC after ln1 (q, k, v), 2 a BTC after ln2 (w1, w3)
+    q, k after RoPE   2 a BTC  inputs of the score matmul (autocast's casts of the fp32 rotation;
+                               the rotation itself saves only the cos/sin buffers)
+    naive attention   a BTC    v made contiguous for the PV matmul
+                      T^2      causal mask (bool, one per block: built in each call)
+                      3 a BHT^2  masked scores (amax), exp(...) (exp, div), probabilities (PV)
+                      2 a BHT  row max and row sum (B, H, T, 1)
+                      CUDA autocast runs exp and sum in fp32 (its fp32 op list; the CPU's
+                      does not): exp 4 BHT^2 and sum 4 BHT, and the PV matmul saves an a-byte
+                      cast of the fp32 probabilities, so (2 a + 4) BHT^2 + (a + 4) BHT there
+    sdpa (fused)      a BTC    v (a view of the v projection: no copy)
+                      a BTC    the kernel's output
+                      4 BHT    its logsumexp (fp32)
+    attention output  a BTC    (B, H, T, D) -> (B, T, C) copy read by output_proj
+    SwiGLU            5 a BTF  h = w1 x, sigmoid(h), h * sigmoid(h), w3 x, their product (w2)
+  outside the blocks
+    ln_final          8 BTC + 4 BT   as in a block; its output r BTC (a BTC under autocast) is
+                                     lm_head's input
+    loss              l BTV + l      log_softmax output (shared with nll_loss), total weight
+  autocast weight copies (saved, freed by backward): a x (L (4 C^2 + 3 C F) + C V)
+
+So a block saves 16 BTC + 8 BT (norms) + 2 r BTC (norm outputs; 5 a BTC under autocast)
++ 2 a BTC (q, k) + attention + 5 a BTF, where naive attention is 2 a BTC + T^2 + 3 a BHT^2
++ 2 a BHT (CPU; see above for CUDA autocast) and sdpa 3 a BTC + 4 BHT: the T x T terms are
+what makes long contexts expensive.
+Token ids and targets are inputs, parameters and RoPE buffers exist anyway: none is counted.
+
+Activation checkpointing in groups of g blocks: autograd keeps each group's input (r BTC) instead
+of its blocks' activations, ceil(L / g) of them; during backward one group is recomputed at a
+time, so g blocks' activations (and their weight copies) exist again transiently.
+
+Transient allowance (approximate, not validated to 10%): the largest short-lived working set,
+max of the loss's (a + l) BTV (logits and log-probabilities forward, their gradients backward)
+and naive attention's 4 a BHT^2 (scores, masked scores, shifted scores, exp alive together).
+The peak estimate adds every term: an upper bound on the tensors (in backward, gradients appear
+as activations are freed), but not on a process, which also holds its runtime (Python, torch,
+thread pools, the autograd engine): tens to hundreds of MiB that a CPU's RSS includes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from lmperf.errors import SpecError
+from lmperf.model.attention import ATTENTION
+from lmperf.model.presets import ModelConfig
+from lmperf.runtime.precision import REGIMES, Regime
+
+MIB = 2**20
+GIB = 2**30
+MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
+
+
+def _bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def param_count(c: ModelConfig) -> int:
+    """Parameter elements of the reference LM (embedding, blocks, final norm, lm_head)."""
+    C, F = c.d_model, c.d_ff
+    return c.vocab_size * C + c.num_layers * (4 * C * C + 3 * C * F + 2 * C) + C + C * c.vocab_size
+
+
+def param_tensors(c: ModelConfig) -> int:
+    """Parameter tensors: embedding, 9 per block (2 norms, q, k, v, out, w1, w2, w3), ln_final,
+    lm_head."""
+    return 3 + 9 * c.num_layers
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The estimate, term by term, in bytes (MiB = 2**20, GiB = 2**30 in the tables).
+
+    `activation_terms` spells out `activation_bytes` (summed over all blocks and the head);
+    `block_bytes` is one block's saved activations (without checkpointing).
+    """
+
+    mode: str
+    regime: str
+    attention: str
+    device: str
+    batch: int
+    context: int
+    checkpoint_group: int
+    params: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    weight_copy_bytes: int
+    activation_bytes: int
+    block_bytes: int
+    recompute_bytes: int
+    transient_bytes: int
+    residual_bytes: int
+    activation_terms: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        """The estimated peak: the sum of every term (an upper bound, see the module docstring)."""
+        return (self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.weight_copy_bytes
+                + self.activation_bytes + self.recompute_bytes + self.transient_bytes)
+
+    @property
+    def step_bytes(self) -> int:
+        """What one step adds on top of what it starts with (parameters, and AdamW state after
+        the first step): gradients, saved tensors, recompute and transient."""
+        return self.total_bytes - self.param_bytes - self.optimizer_bytes
+
+    @property
+    def saved_bytes(self) -> int:
+        """What autograd keeps from forward to backward: activations + autocast weight copies."""
+        return self.activation_bytes + self.weight_copy_bytes
+
+    def table(self) -> pd.DataFrame:
+        """The breakdown: one row per term with MiB and share of the total."""
+        rows = [("parameters", self.param_bytes), ("gradients", self.grad_bytes),
+                ("AdamW state", self.optimizer_bytes),
+                *((f"saved: {k}", v) for k, v in self.activation_terms.items()),
+                ("saved: autocast weight copies", self.weight_copy_bytes),
+                ("checkpoint recompute (one group)", self.recompute_bytes),
+                ("transient allowance (approximate)", self.transient_bytes)]
+        total = self.total_bytes or 1
+        df = pd.DataFrame([{"term": k, "MiB": v / MIB, "share": v / total} for k, v in rows if v])
+        return pd.concat([df, pd.DataFrame([{"term": "total (upper bound)",
+                                              "MiB": self.total_bytes / MIB, "share": 1.0}])],
+                         ignore_index=True)
+
+
+def _check(config: ModelConfig, batch: int, context: int, mode: str, attention: str,
+           checkpoint_group: int) -> None:
+    for what, v in (("batch", batch), ("context", context)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SpecError(f"{what} must be a positive integer, got {v!r}")
+    if context > config.context_length:
+        raise SpecError(f"context {context} is longer than the model allows "
+                        f"(model context length {config.context_length})")
+    if mode not in MODES:
+        raise SpecError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+    if attention not in ATTENTION:
+        raise SpecError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
+    if isinstance(checkpoint_group, bool) or not isinstance(checkpoint_group, int) \
+            or checkpoint_group < 0:
+        raise SpecError("checkpoint group must be a non-negative integer, "
+                        f"got {checkpoint_group!r}")
+
+
+def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime = "fp32",
+             attention: str | None = None, mode: str = "train-step",
+             checkpoint_group: int = 0, device: str = "cpu") -> MemoryEstimate:
+    """Estimate the memory of one step of the reference LM, allocating nothing.
+
+    `attention` defaults to the config's; `checkpoint_group` 0 is no checkpointing; `device`
+    ('cpu' or 'cuda') selects autocast's op lists. Raises SpecError for unknown names,
+    non-positive sizes or a context beyond the model's.
+    """
+    if device not in ("cpu", "cuda"):
+        raise SpecError(f"unknown device {device!r}; accepted: cpu, cuda")
+    if isinstance(regime, str):
+        if regime not in REGIMES:
+            raise SpecError(f"unknown precision {regime!r}; accepted: {', '.join(REGIMES)}")
+        regime = REGIMES[regime]
+    attention = attention or config.attention
+    _check(config, batch, context, mode, attention, checkpoint_group)
+    B, T, C, H, F, L, V = (batch, context, config.d_model, config.num_heads, config.d_ff,
+                           config.num_layers, config.vocab_size)
+    BT, BTC = B * T, B * T * C
+    p = _bytes(regime.param_dtype)
+    mixed = regime.autocast_dtype is not None
+    a = _bytes(regime.autocast_dtype) if mixed else p
+    r = 4 if mixed else p
+    loss_b = 4 if mixed else p
+
+    n = param_count(config)
+    training = mode != "forward"
+    grads = n * p if training else 0
+    optimizer = 2 * n * p + 4 * param_tensors(config) if mode == "train-step" else 0
+
+    # One block, term by term (see the module docstring).
+    norms = 2 * (8 * BTC + 4 * BT)
+    norm_outputs = 5 * a * BTC if mixed else 2 * r * BTC
+    qk = 2 * a * BTC
+    if attention == "naive" and mixed and device == "cuda":  # exp and sum in fp32 there
+        attn = 2 * a * BTC + T * T + (2 * a + 4) * B * H * T * T + (a + 4) * B * H * T
+    elif attention == "naive":
+        attn = 2 * a * BTC + T * T + 3 * a * B * H * T * T + 2 * a * B * H * T
+    else:
+        attn = 3 * a * BTC + 4 * B * H * T  # v (view), output, attention-output copy, logsumexp
+    ffn = 5 * a * B * T * F
+    block = norms + norm_outputs + qk + attn + ffn
+    block_copies = a * (4 * C * C + 3 * C * F) if mixed else 0
+    head_copies = a * C * V if mixed else 0
+
+    terms: dict[str, int] = {}
+    group = min(checkpoint_group, L) if checkpoint_group else 0
+    recompute = 0
+    if training:
+        if group:
+            terms["checkpointed group inputs"] = math.ceil(L / group) * r * BTC
+            recompute = group * (block + block_copies)
+        else:
+            terms["blocks: norms (fp32)"] = L * norms
+            terms["blocks: norm outputs / casts"] = L * norm_outputs
+            terms["blocks: q, k"] = L * qk
+            terms[f"blocks: attention ({attention})"] = L * attn
+            terms["blocks: SwiGLU"] = L * ffn
+        terms["ln_final + lm_head input"] = 8 * BTC + 4 * BT + (a if mixed else r) * BTC
+        terms["loss: log-probabilities"] = loss_b * BT * V + loss_b
+    copies = (0 if group else L * block_copies) + head_copies if training else 0
+    transient = max((a + loss_b) * BT * V, 4 * a * B * H * T * T if attention == "naive" else 0)
+    return MemoryEstimate(
+        mode=mode, regime=regime.name, attention=attention, device=device, batch=B, context=T,
+        checkpoint_group=checkpoint_group, params=n, param_bytes=n * p, grad_bytes=grads,
+        optimizer_bytes=optimizer, weight_copy_bytes=copies,
+        activation_bytes=sum(terms.values()), block_bytes=block, recompute_bytes=recompute,
+        transient_bytes=transient, residual_bytes=r * BTC, activation_terms=terms)
+
+
+def fits(est: MemoryEstimate, gib: float) -> bool:
+    """Whether the estimated peak (an upper bound) fits in `gib` GiB (2**30 bytes)."""
+    if not gib > 0:
+        raise SpecError(f"memory budget must be positive, got {gib!r} GiB")
+    return est.total_bytes <= gib * GIB

@@ -1,0 +1,248 @@
+"""Peak memory per phase across context lengths: forward-only and full train step, per precision.
+
+The course's "two numbers per context length": the peak of an inference forward and the peak of
+a training step, at each context length, with the precision regime as a column choice.
+
+How it runs, and why not through `bench.runner.run_spec`: a bench run spends an untimed FLOP
+count, warm-up and timed steps before its one memory step; for `small` at context 512 on a CPU
+that is a minute per run. Here one model per precision is built (by `runner.prepare`, with the
+model context set to the longest context) and every context reuses it with a batch cut to T:
+1. forward-only steps, all contexts, before any optimizer state exists (inference memory);
+2. `warmup` train steps at the shortest context: AdamW's state (2 tensors per parameter) is
+   created by the first optimizer step, and a steady-state step starts with it allocated;
+3. one train step per context, observed by the bench runner's memory probe.
+Per phase this records the peak (the probe's window, reset at each phase boundary) and what is
+still held when the phase ends (a reset followed by a read). On CUDA those are the caching
+allocator's allocated and reserved bytes; on the CPU the process's peak resident set, which
+includes Python and torch (hundreds of MiB) and is never GPU memory: tables label it so.
+An out-of-memory error in one (context, mode) becomes an 'oom' row; the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from lmperf.bench.runner import _MemoryProbe, prepare
+from lmperf.bench.spec import RunSpec
+from lmperf.bench.steps import NO_OBSERVER, PHASES, STEPS, StepState
+from lmperf.runtime import device as dev
+from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
+
+PHASE_MODES: tuple[str, ...] = ("forward", "train-step")
+MEMORY_LABELS = {"cpu_process_peak_rss": "peak RSS MiB (CPU process)",
+                 "cuda_allocator": "peak allocated MiB (GPU)"}
+
+
+def release_freed_memory(collect: bool = False) -> None:
+    """Hand memory the C allocator holds but no tensor uses back to the OS (glibc's malloc_trim).
+
+    Without it the CPU's resident set keeps every freed activation of an earlier step or phase,
+    so a later, smaller peak would read as the earlier, larger one. A no-op off glibc.
+    `collect` first runs Python's cycle collector (~0.1 s: not at every phase boundary; tensors
+    are freed by reference counting as soon as a step drops them).
+    """
+    if collect:
+        gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - absent on musl and macOS
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _load_libc()
+
+
+class PhaseProbe(_MemoryProbe):
+    """The runner's per-phase peak probe, plus the memory held at the start and each phase's end.
+
+    Right after a reset the peak equals the current figure, so `reset(); read()` is "now". On the
+    CPU freed memory is released to the OS at each boundary first (`release_freed_memory`), so
+    each phase's peak window starts from what is really in use.
+    """
+
+    def __init__(self, memory: dev.PeakMemory):
+        super().__init__(memory)
+        self.start_mib: dict = {}
+        self.held: dict[str, dict] = {}
+
+    def start(self) -> None:
+        release_freed_memory()
+        super().start()
+        self.start_mib = self.memory.read()
+
+    def lap(self, phase: str) -> None:
+        super().lap(phase)  # peak of the phase, then a reset
+        if not self.memory.cuda:
+            release_freed_memory()
+            self.memory.reset()
+        self.held[phase] = self.memory.read()
+
+
+@dataclass
+class PhaseRow:
+    """One (precision, context, mode) measurement; MiB figures keyed 'rss' (CPU) or
+    'allocated' and 'reserved' (CUDA)."""
+
+    precision: str
+    context: int
+    mode: str
+    status: str  # ok | oom | unsupported | error
+    memory_kind: str
+    start: dict
+    peaks: dict[str, dict]  # phase -> figures
+    held: dict[str, dict]
+    message: str = ""
+    spec: RunSpec | None = None
+    params: int | None = None
+
+    def peak(self, key: str | None = None) -> float | None:
+        """Largest peak over the step's phases, in MiB (`key` default: rss or allocated)."""
+        key = key or ("rss" if self.memory_kind == "cpu_process_peak_rss" else "allocated")
+        values = [p.get(key) for p in self.peaks.values() if p.get(key) is not None]
+        return max(values) if values else None
+
+
+def baseline_mib(device: torch.device) -> float | None:
+    """What the process holds now, in MiB (CPU: resident set after releasing freed memory;
+    CUDA: allocated bytes): taken before the model is built, it is the runtime's share."""
+    release_freed_memory(collect=True)
+    memory = dev.PeakMemory(device)
+    memory.reset()
+    figures = memory.read()
+    return figures.get("allocated", figures.get("rss"))
+
+
+def _cut(state: StepState, t: int) -> StepState:
+    """The same model and optimizer with the batch cut to the first `t` tokens: (B, T)."""
+    return dataclasses.replace(state, inputs=state.inputs[:, :t].contiguous(),
+                               targets=state.targets[:, :t].contiguous())
+
+
+def _observe(state: StepState, mode: str, device: torch.device) -> PhaseProbe:
+    probe = PhaseProbe(dev.PeakMemory(device))
+    STEPS[mode](state, probe)
+    return probe
+
+
+def measure_phases(base: RunSpec, contexts: list[int], precisions: list[str],
+                   modes: tuple[str, ...] = PHASE_MODES, warmup: int = 1) -> list[PhaseRow]:
+    """Measure per-phase memory for every (precision, context, mode); rows in that order.
+
+    `base` gives model, batch, attention, optimizer, seed and device; its context fields are
+    replaced by each context (the model context is at least the longest one). Returns rows
+    with status ok, oom, unsupported or error (never raises for a failed measurement).
+    """
+    rows: list[PhaseRow] = []
+    for precision in precisions:
+        spec = base.with_(precision=precision, context_length=max(contexts), mode="train-step",
+                          model_context_length=max(base.model_context_length, max(contexts)))
+        rows += _measure_precision(spec, sorted(contexts), modes, warmup)
+    order = [(p, t, m) for p in precisions for t in contexts for m in modes]
+    return sorted(rows, key=lambda r: order.index((r.precision, r.context, r.mode)))
+
+
+def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...],
+                       warmup: int) -> list[PhaseRow]:
+    """One model for `spec` (longest context); every context and mode measured on it."""
+    device, regime = torch.device(spec.device), get_regime(spec.precision)
+    kind = dev.PeakMemory(device).kind
+    rows: list[PhaseRow] = []
+    params = None
+
+    def row(t: int, m: str, status: str, probe: PhaseProbe | None = None, msg: str = "") -> None:
+        rows.append(PhaseRow(spec.precision, t, m, status, kind,
+                             probe.start_mib if probe else {}, probe.phases if probe else {},
+                             probe.held if probe else {}, msg,
+                             spec.with_(context_length=t, mode=m), params))
+
+    def fail_all(status: str, msg: str) -> list[PhaseRow]:
+        for t in contexts:
+            for m in modes:
+                row(t, m, status, msg=msg)
+        return rows
+
+    if (why := unsupported_reason(regime, device)):
+        return fail_all("unsupported", why)
+    with matmul_precision(regime):
+        try:
+            prepared = prepare(spec, device, regime)
+        except Exception as exc:  # noqa: BLE001 - every row of this precision fails alike
+            return fail_all("oom" if dev.is_oom(exc) else "error", _first_line(exc))
+        state, params = prepared.state, prepared.params
+        del prepared
+        # Inference first, while no gradients or optimizer state exist; the warm-up step that
+        # creates AdamW's state runs at the shortest context (the cheapest).
+        for m in [m for m in modes if m == "forward"] + [m for m in modes if m != "forward"]:
+            if m != "forward" and warmup:
+                for _ in range(warmup):
+                    _try(lambda: STEPS["train-step"](_cut(state, contexts[0]), NO_OBSERVER), device)
+                warmup = 0
+            for t in contexts:
+                try:
+                    row(t, m, "ok", _observe(_cut(state, t), m, device))
+                except Exception as exc:  # noqa: BLE001 - one failed context, the sweep goes on
+                    state.model.zero_grad(set_to_none=True)
+                    row(t, m, "oom" if dev.is_oom(exc) else "error", msg=_first_line(exc))
+                dev.free_memory(device)
+        del state
+        gc.collect()
+        dev.free_memory(device)
+    return rows
+
+
+def _try(fn, device: torch.device) -> None:
+    """Run a warm-up step; an OOM there shows up again in the measured steps, so swallow it."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001
+        if not dev.is_oom(exc):
+            raise
+        dev.free_memory(device)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def phase_frame(rows: list[PhaseRow]) -> pd.DataFrame:
+    """Long table: one row per (precision, context, mode, phase) with peak and held MiB."""
+    out = []
+    for r in rows:
+        for phase in PHASES[r.mode]:
+            peak, held = r.peaks.get(phase, {}), r.held.get(phase, {})
+            item = {"precision": r.precision, "context": r.context, "mode": r.mode,
+                    "phase": phase, "status": r.status}
+            for key in ("rss", "allocated", "reserved"):
+                if key in peak or key in r.start:
+                    item[f"start {key} MiB"] = r.start.get(key)
+                    item[f"peak {key} MiB"] = peak.get(key)
+                    item[f"held after {key} MiB"] = held.get(key)
+            out.append(item)
+    return pd.DataFrame(out)
+
+
+def two_numbers(rows: list[PhaseRow]) -> pd.DataFrame:
+    """The course's table: one row per context, one column per (precision, mode) step peak."""
+    kinds = {r.memory_kind for r in rows}
+    label = MEMORY_LABELS.get(kinds.pop(), "peak MiB") if len(kinds) == 1 else "peak MiB"
+    table: dict[int, dict] = {}
+    for r in rows:
+        cell = r.peak() if r.status == "ok" else r.status
+        table.setdefault(r.context, {"context": r.context})[f"{r.precision} {r.mode}"] = cell
+    df = pd.DataFrame(list(table.values()))
+    df.attrs["label"] = label
+    return df

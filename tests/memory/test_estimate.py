@@ -1,0 +1,147 @@
+"""The estimator: exact parameter / gradient / AdamW terms, saved bytes within 10% of measured."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lmperf.bench.spec import RunSpec
+from lmperf.errors import SpecError
+from lmperf.memory.estimate import GIB, estimate, fits, param_count, param_tensors
+from lmperf.memory.saved import measure_saved, measure_spec
+from lmperf.model import PRESETS, ModelConfig, TransformerLM, count_params
+from lmperf.runtime.precision import autocast, get_regime
+
+TINY = ModelConfig(vocab_size=50, context_length=32, d_model=16, num_layers=2, num_heads=2, d_ff=32)
+
+
+def config(size: str, context: int) -> ModelConfig:
+    p = PRESETS[size]
+    return ModelConfig(10_000, context, p.d_model, p.num_layers, p.num_heads, p.d_ff)
+
+
+@pytest.mark.parametrize("size", list(PRESETS))
+def test_parameter_count_is_exact_for_every_preset(size):
+    c = config(size, 128)
+    with torch.device("meta"):
+        model = TransformerLM(**c.as_kwargs())
+    assert param_count(c) == count_params(model)
+    assert param_tensors(c) == len(list(model.parameters()))
+    est = estimate(c, 1, 128)
+    assert est.param_bytes == sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.mark.parametrize("precision,dtype", [("fp32", torch.float32), ("bf16-mixed", torch.float32),
+                                             ("bf16-true", torch.bfloat16)])
+@pytest.mark.parametrize("impl", ["fused", "foreach"])
+def test_gradient_and_adamw_terms_are_exact(precision, dtype, impl):
+    torch.manual_seed(0)
+    model = TransformerLM(**TINY.as_kwargs()).to(dtype)
+    ids = torch.randint(0, 50, (2, 8))
+    F.cross_entropy(model(ids).flatten(0, 1).float(), ids.flatten()).backward()
+    opt = torch.optim.AdamW(model.parameters(), **{impl: True})
+    opt.step()
+    est = estimate(TINY, 2, 8, precision)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
+    state = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
+                if torch.is_tensor(v))
+    assert est.grad_bytes == grads
+    assert est.optimizer_bytes == state
+    assert estimate(TINY, 2, 8, precision, mode="forward-backward").optimizer_bytes == 0
+    forward = estimate(TINY, 2, 8, precision, mode="forward")
+    assert forward.grad_bytes == forward.activation_bytes == forward.optimizer_bytes == 0
+
+
+def _spec(size: str, context: int, batch: int = 2, **kw) -> RunSpec:
+    return RunSpec.from_size(size, context_length=context, batch_size=batch, **kw)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_model(size: str, attention: str) -> TransformerLM:
+    """The preset's model on the CPU, storage uninitialised: saved bytes do not depend on the
+    values, and initialising micro's 5M parameters would dominate this file's run time."""
+    with torch.device("meta"):
+        model = TransformerLM(**_spec(size, 96, attention=attention).model_config().as_kwargs())
+    return model.to_empty(device="cpu")
+
+
+def _error(spec: RunSpec, report) -> float:
+    est = estimate(spec.model_config(), spec.batch_size, spec.context_length, spec.precision,
+                   spec.attention)
+    measured = report.total() + report.total("weight copy")
+    assert est.weight_copy_bytes == report.total("weight copy")
+    return abs(est.saved_bytes - measured) / measured
+
+
+@pytest.mark.parametrize("size", ["tiny", "mini", "micro"])
+def test_saved_estimate_within_10_percent_on_the_cpu(size):
+    for context, precision, attention in itertools.product((16, 96), ("fp32", "bf16-mixed"),
+                                                           ("naive", "sdpa")):
+        spec = _spec(size, context, precision=precision, attention=attention)
+        ids = torch.randint(0, spec.vocab_size, (spec.batch_size, context))
+        regime = get_regime(precision)
+        report = measure_saved(_cpu_model(size, attention), ids, ids.clone(),
+                               lambda: autocast(regime, torch.device("cpu")))
+        assert _error(spec, report) <= 0.10, (context, precision, attention)
+
+
+@pytest.mark.parametrize("size", list(PRESETS))
+def test_saved_estimate_within_10_percent_on_meta_for_every_preset(size):
+    # The meta device gives the CPU's bytes for naive fp32 (test_saved) without the memory.
+    for context in (128, 1024):
+        spec = _spec(size, context, batch=4)
+        assert _error(spec, measure_spec(spec, torch.device("meta"))) <= 0.10
+
+
+def test_checkpointed_estimate_and_recompute():
+    c = config("mini", 64)  # 4 blocks
+    plain = estimate(c, 2, 64)
+    for g in (1, 2, 3, 4):
+        est = estimate(c, 2, 64, checkpoint_group=g)
+        bt_c = 2 * 64 * c.d_model * 4
+        assert est.activation_terms["checkpointed group inputs"] == math.ceil(4 / g) * bt_c
+        assert est.recompute_bytes == g * plain.block_bytes
+        assert est.param_bytes == plain.param_bytes and est.optimizer_bytes == plain.optimizer_bytes
+
+
+def test_cuda_autocast_keeps_exp_and_sum_in_fp32():
+    # CUDA's autocast runs exp and sum in fp32 and the PV matmul saves a bf16 cast of the fp32
+    # probabilities: per block (2a + 4) BHT^2 + (a + 4) BHT instead of the CPU's 3a and 2a.
+    c, b, t = config("mini", 64), 2, 64
+    cpu = estimate(c, b, t, "bf16-mixed", "naive", device="cpu")
+    cuda = estimate(c, b, t, "bf16-mixed", "naive", device="cuda")
+    bht = b * c.num_heads * t
+    assert cuda.block_bytes - cpu.block_bytes == 2 * bht * t + 2 * bht
+    for regime, attention in (("fp32", "naive"), ("bf16-mixed", "sdpa"), ("bf16-true", "naive")):
+        assert estimate(c, b, t, regime, attention, device="cuda").block_bytes == \
+            estimate(c, b, t, regime, attention, device="cpu").block_bytes
+
+
+def test_fits_and_the_breakdown_table():
+    est = estimate(config("xl", 1024), 4, 1024)
+    assert not fits(est, 80) and fits(est, est.total_bytes / GIB)
+    table = est.table()
+    assert table.iloc[-1]["term"] == "total (upper bound)"
+    assert table["MiB"].iloc[:-1].sum() == pytest.approx(table["MiB"].iloc[-1])
+    with pytest.raises(SpecError, match="positive"):
+        fits(est, 0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(context=64), "longer than the model allows"),
+    (dict(batch=0), "batch must be a positive integer"),
+    (dict(regime="fp8"), "unknown precision"),
+    (dict(attention="flash"), "unknown attention"),
+    (dict(mode="inference"), "unknown mode"),
+    (dict(checkpoint_group=-1), "non-negative"),
+    (dict(device="tpu"), "unknown device"),
+])
+def test_bad_input(kwargs, match):
+    args = dict(config=TINY, batch=2, context=8) | kwargs
+    with pytest.raises(SpecError, match=match):
+        estimate(**args)
