@@ -6,6 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# Triton chooses between compiling for a GPU and its interpreter when it is first imported, and
+# several test modules import it. On a machine without CUDA the interpreter is the only way the
+# Triton kernels can run, so turn it on for the whole session before any of them does; a test
+# that needs it off removes the variable itself (lmperf reads it at call time).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 

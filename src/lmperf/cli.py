@@ -101,12 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_table(sub)
     from lmperf.profile.cli import add_parser as add_profile
+    from lmperf.attnbench.cli import add_parser as add_attention
     from lmperf.memory.cli import add_parser as add_memory
     from lmperf.train.cli import add_parser as add_train
 
     add_profile(sub)
     add_train(sub)
     add_memory(sub)
+    add_attention(sub)
     from lmperf.amp.cli import add_parser as add_amp
 
     add_amp(sub, _Parser)
@@ -172,6 +174,10 @@ def cmd_table(args: argparse.Namespace) -> int:
 
         fmt = "markdown" if args.format == "markdown" else "text"
         sys.stdout.write(render_summary(records, fmt))
+    elif args.kind == "attention":
+        from lmperf.attnbench.report import render as render_attention
+
+        sys.stdout.write(render_attention(records, "markdown" if args.format == "markdown" else "text"))
     elif args.kind != "bench":  # amp, profile, memory: the tables each record carries
         sys.stdout.write(_render_stored_tables(records, "markdown" if args.format == "markdown" else "text"))
     elif args.format == "text":

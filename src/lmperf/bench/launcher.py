@@ -29,7 +29,14 @@ def run_inline(spec: RunSpec) -> dict:
 
 
 class ChildProcess:
-    """One spec in its own process, so that a crash or an OOM cannot take the sweep down."""
+    """One spec in its own process, so that a crash or an OOM cannot take the sweep down.
+
+    Subclasses for other kinds of runs set `child_module` (run as `python -m MODULE SPEC RESULT
+    [--max-memory-gib G]`) and `kind` (the record kind of the error rows made here).
+    """
+
+    child_module = "lmperf.bench.child"
+    kind = "bench"
 
     def __init__(self, spec: RunSpec, timeout_s: float | None = None,
                  max_memory_gib: float | None = None):
@@ -44,7 +51,7 @@ class ChildProcess:
             spec_path, result_path, log_path = (Path(tmp) / n for n in
                                                 ("spec.json", "result.json", "child.log"))
             spec_path.write_text(json.dumps(self.spec.to_dict()), encoding="utf-8")
-            cmd = [sys.executable, "-m", "lmperf.bench.child", str(spec_path), str(result_path)]
+            cmd = [sys.executable, "-m", self.child_module, str(spec_path), str(result_path)]
             if self.max_memory_gib:
                 cmd += ["--max-memory-gib", str(self.max_memory_gib)]
             with open(log_path, "wb") as log:
@@ -63,7 +70,7 @@ class ChildProcess:
                     raise
             if result_path.exists():
                 return json.loads(result_path.read_text(encoding="utf-8"))
-            return self._failed(_describe_exit(code), log_path)
+            return self._failed(describe_exit(code), log_path)
 
     def kill(self) -> None:
         """Kill the child's whole process group and reap it."""
@@ -78,11 +85,11 @@ class ChildProcess:
         tail = _tail(log_path)
         last = next((ln for ln in reversed(tail) if ln.strip()), "")
         message = why + (f"; last output: {last.strip()}" if last else "")
-        return make_record("bench", self.spec.to_dict(), "error", _parent_env(self.spec),
+        return make_record(self.kind, self.spec.to_dict(), "error", parent_env(self.spec),
                            message=message, log_tail=tail)
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -101,7 +108,7 @@ def _tail(path: Path) -> list[str]:
     return lines[-LOG_TAIL_LINES:]
 
 
-def _parent_env(spec: RunSpec) -> dict:
+def parent_env(spec) -> dict:
     """The environment as seen by the parent, for records of children that left none."""
     import torch
 

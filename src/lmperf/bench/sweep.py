@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from lmperf.bench.launcher import ChildProcess, run_inline
 from lmperf.bench.runner import KIND
@@ -72,23 +72,29 @@ class SweepOptions:
     reporter: Reporter = field(default_factory=SilentReporter)
 
 
-def pending_specs(specs: Sequence[RunSpec], out: Path, resume: bool) -> list[RunSpec]:
-    """The specs still to run: all of them, or (resume) those without an 'ok' row in `out`."""
+def pending_specs(specs: Sequence, out: Path, resume: bool, kind: str = KIND) -> list:
+    """The specs still to run: all of them, or (resume) those without an 'ok' `kind` row in `out`."""
     if not resume or not out.exists():
         return list(specs)
     done = store.finished_keys(store.read_records(out))
-    return [s for s in specs if store.spec_key(KIND, s.to_dict()) not in done]
+    return [s for s in specs if store.spec_key(kind, s.to_dict()) not in done]
 
 
-def run_sweep(specs: Sequence[RunSpec], out: Path, options: SweepOptions | None = None) -> list[dict]:
+def run_sweep(specs: Sequence, out: Path, options: SweepOptions | None = None, *,
+              kind: str = KIND, child: type[ChildProcess] = ChildProcess,
+              inline: Callable[[object], dict] = run_inline,
+              precheck: Callable[[object], dict | None] | None = None) -> list[dict]:
     """Run `specs` and append each record to `out`; return this sweep's records in order.
 
+    The defaults run bench's RunSpecs; other kinds of runs pass their record `kind`, their
+    `child` process class, their `inline` runner and optionally a `precheck` that returns a
+    record made in the parent (e.g. 'unsupported') instead of starting a child.
     Raises ResultsFileError before running anything if `out` cannot be written or (resume) holds
     a corrupt line, and SweepInterrupted on Ctrl-C.
     """
     options = options or SweepOptions()
     out = Path(out)
-    todo = pending_specs(specs, out, options.resume)  # reads (and checks) the file first
+    todo = pending_specs(specs, out, options.resume, kind)  # reads (and checks) the file first
     store.ensure_writable(out)
     reporter = options.reporter
     reporter.begin(len(todo), len(specs) - len(todo))
@@ -96,10 +102,10 @@ def run_sweep(specs: Sequence[RunSpec], out: Path, options: SweepOptions | None 
     try:
         for i, spec in enumerate(todo):
             reporter.start(i, spec)
-            if options.isolate:
-                record = ChildProcess(spec, options.timeout_s, options.max_memory_gib).run()
-            else:
-                record = run_inline(spec)
+            record = precheck(spec) if precheck else None
+            if record is None:
+                record = (child(spec, options.timeout_s, options.max_memory_gib).run()
+                          if options.isolate else inline(spec))
             store.append_record(out, record)
             records.append(record)
             reporter.finish(i, spec, record)

@@ -382,3 +382,56 @@ def cancel_oom_dump() -> None:
 def oom_dumps() -> int:
     """How many snapshots the OOM observer has written in this process."""
     return int(_oom_dump["dumps"])  # type: ignore[call-overload]
+
+
+# --- Kernel timing in the style of triton.testing.do_bench, and allocated bytes -------------------
+# For `lmperf attention`: one call of a kernel is too short for PhaseClock's per-phase sync, so
+# each timed call sits between two CUDA events, after the L2 cache has been overwritten (as
+# do_bench does with a 256 MB buffer), so no call finds its inputs warm in L2 from the last one.
+
+L2_FLUSH_MIN_BYTES = 256 * 2**20
+
+
+def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
+    """A CUDA buffer at least twice the L2 cache (>= 256 MiB) whose `zero_()` evicts L2; None on
+    the CPU."""
+    if device.type != "cuda":
+        return None
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
+    return torch.empty(max(L2_FLUSH_MIN_BYTES, 2 * l2) // 4, dtype=torch.int32, device=device)
+
+
+def time_cuda_calls(fn, device: torch.device, warmup: int, repeats: int,
+                    grad_to_none: list[torch.Tensor] | tuple = ()) -> list[float]:
+    """Milliseconds of each of `repeats` calls of `fn()` on CUDA, after `warmup` untimed calls.
+
+    Before each timed call the L2 cache is flushed and the `.grad` of `grad_to_none` reset (so a
+    backward does not time gradient accumulation); the flush lies outside the events. One
+    synchronisation at the end: the calls queue back to back, as in do_bench.
+    """
+    if device.type != "cuda":
+        raise ValueError("time_cuda_calls needs a CUDA device; time CPU calls with PhaseClock")
+    flush = l2_flush_buffer(device)
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeats)]
+    for start, end in events:
+        for t in grad_to_none:
+            t.grad = None
+        flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) for start, end in events]
+
+
+def memory_allocated(device: torch.device) -> int | None:
+    """Bytes held by live tensors in the CUDA caching allocator; None on the CPU (no allocator
+    that counts them: the CPU figures come from saved-tensor accounting instead)."""
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    return torch.cuda.memory_allocated(device)

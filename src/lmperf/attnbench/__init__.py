@@ -1,0 +1,1 @@
+"""`lmperf attention`: attention implementations swept over shapes, one isolated process each."""
