@@ -197,6 +197,8 @@ def _phases_and_saved(base: RunSpec, contexts: list[int], precisions: list[str],
 
     device = torch.device(base.device)
     baseline = baseline_mib(device)
+    _progress(f"peak memory per phase: {len(precisions)} precision(s) x {len(contexts)} context(s) "
+              f"x {', '.join(modes)} ...")
     rows = measure_phases(base, contexts, precisions, tuple(modes), warmup=args.warmup)
     reference = base.model is None
     estimates = {(r.precision, r.context, r.mode): estimate(
@@ -208,6 +210,7 @@ def _phases_and_saved(base: RunSpec, contexts: list[int], precisions: list[str],
         for t in contexts:
             spec = base.with_(precision=p, context_length=t)
             on = torch.device("meta") if meta_equivalent(spec) else device
+            _progress(f"saved for backward: {p}, context {t} (on {on.type}) ...")
             saved[(p, t)] = measure_spec(spec, on)
             saved_est[(p, t)] = (estimate(spec.model_config(), spec.batch_size, t, p,
                                           spec.attention, "train-step", device=device.type)
@@ -232,16 +235,24 @@ def _phases_and_saved(base: RunSpec, contexts: list[int], precisions: list[str],
     return tables + more, notes + more_notes, recs
 
 
+def _progress(message: str) -> None:
+    """A stage line on stderr, so a long measurement is never silent."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _checkpoint(base: RunSpec, contexts: list[int], precisions: list[str],
                 args: argparse.Namespace) -> Outcome:
     """The checkpointing trade-off per (precision, context)."""
     from lmperf.memory import report
     from lmperf.memory.checkpointing import sweep_checkpointing
 
-    results = {(p, t): sweep_checkpointing(base.with_(precision=p, context_length=t),
-                                           args.checkpoint, steps=args.steps,
-                                           warmup=args.warmup)
-               for p in precisions for t in contexts}
+    results = {}
+    for p in precisions:
+        for t in contexts:
+            _progress(f"checkpointing groups {args.checkpoint}: {p}, context {t} ...")
+            results[(p, t)] = sweep_checkpointing(base.with_(precision=p, context_length=t),
+                                                  args.checkpoint, steps=args.steps,
+                                                  warmup=args.warmup)
     tables, notes = report.checkpoint_section(results)
     items = [({"context_length": t, "precision": p, "mode": "train-step",
                "checkpoint_group": r.group},
