@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from lmperf.amp.base import ExperimentResult, dtype_name
 from lmperf.amp.policy import CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES
 from lmperf.runtime import device as dev
+from lmperf.validate import positive_int
 
 NAME = "toy"
 SUMMARY = "the course's ToyModel under fp16/bf16 autocast: dtypes of params, outputs, loss, grads"
@@ -176,8 +177,7 @@ def _check(dtypes: Sequence[str], in_features: int, out_features: int, batch: in
         raise ValueError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
     for label, value in (("in_features", in_features), ("out_features", out_features),
                          ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     return names
 
 

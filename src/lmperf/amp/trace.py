@@ -24,6 +24,7 @@ from lmperf.model import ATTENTION, VOCAB_SIZE, ModelConfig, TransformerLM
 from lmperf.model.presets import PRESETS, resolve_preset
 from lmperf.runtime.precision import (REGIMES, autocast, get_regime, grad_scaler,
                                       slowness_warning, unsupported_reason)
+from lmperf.validate import positive_int
 
 NAME = "trace"
 SUMMARY = "dtypes of each module's inputs, outputs and parameters, then loss and grads, per regime"
@@ -271,9 +272,8 @@ def _check(model: str, size: str, context: int, batch: int, attention: str) -> N
     resolve_preset(size)  # ValueError naming the presets
     if attention not in ATTENTION:
         raise ValueError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
-    for label, value in (("context", context), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    positive_int("context", context)
+    positive_int("batch", batch)
 
 
 def _set(df: pd.DataFrame, col: str, module: str) -> list[str]:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from lmperf.amp.base import ExperimentResult, dtype_name
 from lmperf.runtime import device as dev
+from lmperf.validate import positive_int
 
 NAME = "underflow"
 SUMMARY = "gradient underflow in fp16/bf16, loss scaling by S, and GradScaler's backoff and growth"
@@ -249,9 +250,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"--{name} must be a positive integer, got {value!r}")
-    return value
+    return positive_int(f"--{name}", value)
 
 
 def run(device: torch.device, count: int = 100_000, scales: list[float] | None = None,

@@ -7,15 +7,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Sequence
 
 from lmperf.errors import SpecError
+from lmperf.validate import choice, positive_int
 
 MIB = 2**20
 DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # name -> bytes per element
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
-
-
-def _positive(what: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(f"{what} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -49,15 +45,11 @@ class AttnSpec:
     def __post_init__(self) -> None:
         from lmperf.kernels import NAMES
 
-        if self.impl not in NAMES:
-            raise SpecError(f"unknown attention implementation {self.impl!r}; "
-                            f"accepted: {', '.join(NAMES)}")
-        if self.dtype not in DTYPES:
-            raise SpecError(f"unknown dtype {self.dtype!r}; accepted: {', '.join(DTYPES)}")
-        if self.device not in DEVICES:
-            raise SpecError(f"unknown device {self.device!r}; accepted: {', '.join(DEVICES)}")
+        choice("attention implementation", self.impl, NAMES)
+        choice("dtype", self.dtype, DTYPES)
+        choice("device", self.device, DEVICES)
         for what in ("seq", "d", "batch", "heads", "repeats"):
-            _positive(what, getattr(self, what))
+            positive_int(what, getattr(self, what))
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise SpecError(f"threads must be a non-negative integer, got {self.threads!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from lmperf.errors import SpecError
+from lmperf.validate import choice, positive_int
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
@@ -14,17 +15,6 @@ from lmperf.runtime.precision import REGIMES
 MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
-
-
-def _choice(what: str, value: str, accepted: Iterable[str]) -> None:
-    accepted = list(accepted)
-    if value not in accepted:
-        raise SpecError(f"unknown {what} {value!r}; accepted: {', '.join(accepted)}")
-
-
-def _positive(what: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(f"{what} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -70,17 +60,17 @@ class RunSpec:
     rope_theta: float = 10000.0
 
     def __post_init__(self) -> None:
-        _choice("precision", self.precision, REGIMES)
-        _choice("mode", self.mode, MODES)
-        _choice("attention", self.attention, ATTENTION)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _choice("device", self.device, DEVICES)
+        choice("precision", self.precision, REGIMES)
+        choice("mode", self.mode, MODES)
+        choice("attention", self.attention, ATTENTION)
+        choice("optimizer", self.optimizer, OPTIMIZERS)
+        choice("device", self.device, DEVICES)
         for what in ("d_model", "num_layers", "num_heads", "d_ff", "context_length",
                      "batch_size", "warmup", "steps", "vocab_size"):
-            _positive(what, getattr(self, what))
+            positive_int(what, getattr(self, what))
         if self.model_context_length == 0:
             object.__setattr__(self, "model_context_length", self.context_length)
-        _positive("model_context_length", self.model_context_length)
+        positive_int("model_context_length", self.model_context_length)
         if self.context_length > self.model_context_length:
             raise SpecError(f"context {self.context_length} is longer than the model allows "
                             f"(model context length {self.model_context_length})")

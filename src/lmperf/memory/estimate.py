@@ -68,6 +68,7 @@ import pandas as pd
 import torch
 
 from lmperf.errors import SpecError
+from lmperf.validate import positive_int
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import ModelConfig
 from lmperf.runtime.precision import REGIMES, Regime
@@ -154,9 +155,8 @@ class MemoryEstimate:
 
 def _check(config: ModelConfig, batch: int, context: int, mode: str, attention: str,
            checkpoint_group: int) -> None:
-    for what, v in (("batch", batch), ("context", context)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SpecError(f"{what} must be a positive integer, got {v!r}")
+    positive_int("batch", batch)
+    positive_int("context", context)
     if context > config.context_length:
         raise SpecError(f"context {context} is longer than the model allows "
                         f"(model context length {config.context_length})")

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from lmperf.errors import SpecError
+from lmperf.validate import positive_int
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import PRESETS, ModelConfig
 from lmperf.runtime.precision import REGIMES
@@ -21,11 +22,6 @@ CPU_DEFAULTS: dict = {"regimes": ("fp32", "bf16-mixed", "bf16-true"), "size": "t
 CUDA_DEFAULTS: dict = {"regimes": ("fp32", "bf16-mixed", "bf16-true", "fp16-mixed",
                                    "fp16-mixed-noscale", "fp16-true"),
                        "size": "mini", "context": 256, "batch": 32, "steps": 500, "threads": None}
-
-
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(f"{name} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,7 @@ class TrainConfig:
             raise SpecError(f"unknown attention {self.attention!r}; accepted: {', '.join(ATTENTION)}")
         for name in ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size", "context",
                      "batch", "steps", "eval_interval", "eval_batches", "diverge_bad_grads"):
-            _positive_int(f"--{name.replace('_', '-')}", getattr(self, name))
+            positive_int(f"--{name.replace('_', '-')}", getattr(self, name))
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
                 or self.warmup_steps < 0:
             raise SpecError(f"--warmup-steps must be a non-negative integer, got {self.warmup_steps!r}")
