@@ -1,3 +1,30 @@
-"""lmperf: a performance lab for training Transformer language models in PyTorch."""
+"""lmperf: a performance lab for training Transformer language models in PyTorch.
+
+One call per question, each returning a `Report` (`.frame`, `.tables`, `.findings`, `.records`),
+with the CLI's keyword names and defaults (except `out=None`: records stay in memory)::
+
+    import lmperf
+    lmperf.bench(size="tiny", context=[64, 128], precision=["fp32", "bf16-mixed"]).frame
+    lmperf.profile(size="tiny", mode="forward").tables
+    lmperf.memory(size="tiny", context=[64, 128]).frame
+    lmperf.amp("accumulate").frame
+    lmperf.train(steps=20).frame
+    lmperf.attention(attention=["naive", "sdpa"], context=[256]).frame
+
+Each name is the question's package, made callable (see `lmperf._callable`).
+"""
 
 __version__ = "0.1.0"
+
+from lmperf import amp, attention, bench, memory, profile, train  # noqa: E402  (callable packages)
+
+__all__ = ["Report", "amp", "attention", "bench", "memory", "profile", "train", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    # Report imports pandas: loaded on first use, so `import lmperf` (and `lmperf --help`) stays fast.
+    if name == "Report":
+        from lmperf.core.report import Report
+
+        return Report
+    raise AttributeError(f"module 'lmperf' has no attribute {name!r}")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lmperf.bench.runner import run_spec
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.measure.flops import analytic_flops
 
 TINY = dict(context_length=16, batch_size=2, warmup=1, steps=3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.bench.spec import Grid, RunSpec
+from lmperf.workload.spec import Grid, RunSpec
 from lmperf.errors import SpecError
 from lmperf.results.store import spec_key
 

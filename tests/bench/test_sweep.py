@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.bench.sweep import SweepOptions, pending_specs, run_sweep
 from lmperf.errors import ResultsFileError
 

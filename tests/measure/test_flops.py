@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmperf.bench.steps import NO_OBSERVER, StepState, train_step
+from lmperf.workload.steps import NO_OBSERVER, StepState, train_step
 from lmperf.measure.flops import (BACKWARD_MODES, FlopEstimate, analytic_flops,
                                   attention_flops_counted, count_flops, matmul_params)
 from lmperf.model import TransformerLM

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.errors import SpecError
 from lmperf.memory.checkpointing import check_groups, sweep_checkpointing, tradeoff_frame
 from lmperf.memory.saved import measure_saved, set_checkpointing

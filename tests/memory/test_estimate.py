@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.errors import SpecError
 from lmperf.memory.estimate import GIB, estimate, fits, param_count, param_tensors
 from lmperf.memory.saved import measure_saved, measure_spec

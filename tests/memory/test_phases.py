@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.memory.phases import (
     MEMORY_LABELS, PhaseProbe, baseline_mib, measure_phases, phase_frame, release_freed_memory,
     two_numbers,

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from lmperf.bench import runner
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.errors import LmperfError, SpecError
 from lmperf.memory import snapshot as snap
 from lmperf.memory.snapshot import (

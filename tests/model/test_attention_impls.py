@@ -105,6 +105,6 @@ def test_flash_triton_without_triton_fails_at_construction(monkeypatch):
 
 @pytest.mark.parametrize("name", ["compiled", "flash-torch", "flash-triton"])
 def test_bench_spec_accepts_the_new_names(name):
-    from lmperf.bench.spec import RunSpec
+    from lmperf.workload.spec import RunSpec
 
     assert RunSpec.from_size("tiny", attention=name).attention == name

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.cli import main
 from lmperf.profile.annotate import ATTENTION_RANGES
 from lmperf.profile.run import profile_torch

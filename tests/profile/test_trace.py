@@ -47,7 +47,7 @@ def cpu_trace_file() -> Path:
     """A real CPU trace of 3 measured train steps of a tiny model (written once per session)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from lmperf.bench.steps import NO_OBSERVER, StepState, train_step
+    from lmperf.workload.steps import NO_OBSERVER, StepState, train_step
     from lmperf.model import TransformerLM
     from lmperf.profile.annotate import annotate, annotate_attention
     from lmperf.runtime.precision import autocast, get_regime, grad_scaler

@@ -10,7 +10,7 @@ DEFAULT_OUT = Path("results") / "amp.jsonl"
 DEFAULT_REPORT = Path("results") / "amp-report"
 
 
-def add_parser(sub: argparse._SubParsersAction, parser_class: type) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf amp` with one subcommand per experiment, plus `all`."""
     from lmperf.amp import EXPERIMENT_NAMES, get_experiment
 
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction, parser_class: type) -> None:
                          description="Precision experiments, run on this device and this torch. "
                                      "With no experiment, list them.")
     amp.set_defaults(func=cmd_list)
-    experiments = amp.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=parser_class)
+    experiments = amp.add_subparsers(dest="experiment", metavar="EXPERIMENT", parser_class=type(amp))
     for name in EXPERIMENT_NAMES:
         module = get_experiment(name)
         p = experiments.add_parser(name, help=module.SUMMARY, description=module.SUMMARY)

@@ -1,1 +1,8 @@
-"""Benchmarking: run specs, steps per mode, the runner, the isolated launcher and the sweep."""
+"""`lmperf bench`: how long forward, backward and the optimizer step take, over a grid.
+
+`lmperf.bench(...)` (this package, callable) is `lmperf.bench.api.bench`.
+"""
+
+from lmperf._callable import make_callable
+
+make_callable(__name__, "lmperf.bench.api:bench")

@@ -7,16 +7,14 @@ the model allows, a user model that cannot be imported or returns the wrong shap
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
+from typing import Sequence
 
-import torch
-
-from lmperf.bench.spec import Grid, RunSpec
-from lmperf.errors import SpecError
-from lmperf.model.custom import inspect_on_meta
+from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, slowness_warning, unsupported_reason
+from lmperf.workload.build import check_user_models, resolve_optimizer
+from lmperf.workload.spec import Grid, RunSpec
 
 
 @dataclass
@@ -29,64 +27,47 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
 
-def resolve_optimizer(name: str, device: torch.device) -> str:
-    """'auto' -> 'fused' where this device runs fused AdamW, else 'foreach'; others unchanged."""
-    if name != "auto":
-        return name
-    return "fused" if dev.fused_adamw_supported(device) else "foreach"
+def as_list(value: object) -> list | None:
+    """None stays None; a scalar becomes a one-element list; a list or tuple a list."""
+    if value is None:
+        return None
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def plan_bench(args: argparse.Namespace, cpu_defaults: dict, cuda_defaults: dict) -> Plan:
-    """Build and check the sweep described by `lmperf bench` arguments.
+def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = None,
+               context: Sequence[int] | int | None = None, batch: Sequence[int] | int = 4,
+               precision: Sequence[str] | str | None = None,
+               mode: Sequence[str] | str = "train-step",
+               attention: Sequence[str] | str = "naive", warmup: Sequence[int] | int = 5,
+               steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
+               threads: int | None = None, model_context: int = 0, clip: float = 1.0) -> Plan:
+    """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
-    Lists left unset (None) take the device's defaults. Raises SpecError, or ModelLoadError for
-    a user model that cannot be built or returns the wrong shape.
+    Values left None take the device's defaults (core.vocabulary.DEFAULTS). With `model` and no
+    `size`, one shape runs: the first default size. Raises SpecError, or ModelLoadError for a
+    user model that cannot be built or returns the wrong shape.
     """
-    device = dev.resolve_device(args.device)
-    defaults = cuda_defaults if device.type == "cuda" else cpu_defaults
-    fixed = dict(model_context_length=args.model_context, optimizer=resolve_optimizer(args.optimizer, device),
-                 warmup=args.warmup, steps=args.steps, seed=args.seed, device=device.type,
-                 model=args.model)
-    grid = Grid(sizes=args.size or defaults["sizes"], contexts=args.context or defaults["contexts"],
-                batches=args.batch, precisions=args.precision or defaults["precisions"],
-                modes=args.mode, attentions=args.attention, fixed=fixed)
-    specs = grid.expand()
-    if len(set(specs)) != len(specs):
-        specs = list(dict.fromkeys(specs))  # a value given twice in a list runs once
-    plan = Plan(specs=specs, device_name=dev.device_name(device))
-    if args.model:
+    dev_ = dev.resolve_device(device)
+    defaults = device_defaults("bench", dev_.type)
+    sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
+    fixed = dict(model_context_length=model_context,
+                 optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
+                 device=dev_.type, model=model, threads=resolve_threads(threads, dev_.type),
+                 clip=clip)
+    grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
+                batches=as_list(batch), precisions=as_list(precision) or defaults["precision"],
+                modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),
+                fixed=fixed)
+    specs = list(dict.fromkeys(grid.expand()))  # a value given twice in a list runs once
+    plan = Plan(specs=specs, device_name=dev.device_name(dev_))
+    if model:
         check_user_models(specs)
-        plan.notes.append(f"model {args.model}: --size gives the shape its factory receives")
+        shapes = ", ".join(dict.fromkeys(f"{s.size} ({s.shape()})" for s in specs))
+        plan.notes.append(f"model {model}: its factory receives the shape of {shapes}")
     for name in dict.fromkeys(s.precision for s in specs):
         regime = get_regime(name)
-        if (why := unsupported_reason(regime, device)):
+        if (why := unsupported_reason(regime, dev_)):
             plan.warnings.append(f"{name} will be recorded as unsupported: {why}")
-        elif (slow := slowness_warning(regime, device)):
+        elif (slow := slowness_warning(regime, dev_)):
             plan.warnings.append(slow)
     return plan
-
-
-def check_user_models(specs: list[RunSpec]) -> None:
-    """Build each distinct user-model configuration on the meta device and check its output."""
-    seen = set()
-    for spec in specs:
-        key = (spec.model_config(), spec.batch_size, spec.context_length)
-        if key in seen:
-            continue
-        seen.add(key)
-        config = spec.model_config()
-        inspect_on_meta(config, spec.model, spec.batch_size, seq=spec.context_length)
-        model_ctx = _declared_context(config, spec.model)
-        if model_ctx is not None and spec.context_length > model_ctx:
-            raise SpecError(f"context {spec.context_length} is longer than the model allows "
-                            f"({spec.model} has context_length {model_ctx})")
-
-
-def _declared_context(config, target: str | None) -> int | None:
-    from lmperf.model.custom import build_model
-
-    with torch.device("meta"):
-        model = build_model(config, target)
-    value = getattr(model, "context_length", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-

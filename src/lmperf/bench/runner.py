@@ -1,31 +1,28 @@
 """The in-process runner: build model, batch and regime for a RunSpec, measure, return a record.
 
-One kind of measurement per pass: an untimed FLOP-counting step, `warmup` untimed steps,
-`steps` timed steps (raw samples kept), then one untimed step that records peak memory per phase.
+One kind of measurement per pass: `warmup` untimed steps, `steps` timed steps (raw samples
+kept), then an untimed FLOP-counting step and one untimed step that records peak memory per
+phase (the same probe as `lmperf memory`).
 """
 
 from __future__ import annotations
 
-import traceback
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import NO_OBSERVER, PHASES, STEPS, Observer, StepState
-from lmperf.errors import LmperfError
+from lmperf.core.outcome import Stage, failure
 from lmperf.measure.flops import BACKWARD_MODES, analytic_flops, attention_flops_counted, count_flops
 from lmperf.measure.stats import spread_warning, summarize
-from lmperf.model.custom import build_model, check_logits, count_params
 from lmperf.results.schema import make_record
 from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
 from lmperf.runtime.peaks import lookup_peak
 from lmperf.runtime.precision import (
-    Regime, autocast, compute_dtype, get_regime, grad_scaler, matmul_precision, slowness_warning,
-    unsupported_reason,
+    Regime, compute_dtype, get_regime, matmul_precision, slowness_warning, unsupported_reason,
 )
+from lmperf.workload.build import check_user_model, prepare
+from lmperf.workload.probe import PhaseProbe
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER, PHASES
 
 KIND = "bench"
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -48,79 +45,32 @@ def run_spec(spec: RunSpec) -> dict:
     if reason:
         return record("unsupported", message=reason)
     warnings = [w for w in [slowness_warning(regime, device)] if w]
-    stage = ["building the model"]  # updated as the run goes on, for error messages
+    environment["torch_threads"] = torch.get_num_threads()
+    stage = Stage("building the model")
     try:
         with matmul_precision(regime):
             params, metrics = _measure(spec, device, regime, stage, warnings)
             environment.update(dev.tf32_state())  # what was in force during the run
         return record("ok", params=params, metrics=metrics, warnings=warnings)
     except Exception as exc:  # the run failed; the sweep goes on
-        if dev.is_oom(exc):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return record("oom", message=f"out of memory while {stage[0]}: {first}",
-                          warnings=warnings)
-        message = f"{type(exc).__name__} while {stage[0]}: {exc}"
-        extra = {} if isinstance(exc, LmperfError) else {"traceback": traceback.format_exc(limit=8)}
-        return record("error", message=message, warnings=warnings, **extra)
+        return record(**failure(exc, stage), warnings=warnings)
     finally:
         dev.free_memory(device)
 
 
-@dataclass
-class Prepared:
-    """A run ready to step: its state, the step function of its mode, and the parameter count."""
-
-    state: StepState
-    step: Callable[[StepState, Observer], None]
-    params: int
-
-
-def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
-    """Build model, random batch, optimizer and scaler for `spec` on `device` (seeded)."""
-    dev.seed_all(spec.seed)
-    with device:  # build directly on the device: no host copy of a large model
-        model = build_model(spec.model_config(), spec.model)
-    model.to(dtype=regime.param_dtype)
-    gen = dev.make_generator(device, spec.seed)
-    shape = (spec.batch_size, spec.context_length)
-    inputs = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
-    targets = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
-    optimizer = None
-    if spec.mode == "train-step":
-        flags = {"fused": {"fused": True}, "foreach": {"foreach": True},
-                 "loop": {"foreach": False}}[spec.optimizer]
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **flags)
-    state = StepState(model, inputs, targets, lambda: autocast(regime, device),
-                      grad_scaler(regime, device), optimizer)
-    return Prepared(state, STEPS[spec.mode], count_params(model))
-
-
-def check_user_model(spec: RunSpec, state: StepState) -> None:
-    """For a user's model, check once that its logits have shape (B, T, vocab)."""
-    if spec.model is None:
-        return
-    with torch.no_grad(), state.autocast():
-        out = state.model(state.inputs)
-    check_logits(out, spec.batch_size, spec.context_length, spec.vocab_size, spec.model)
-
-
-def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: list[str],
+def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
              warnings: list[str]) -> tuple[int, dict]:
     prepared = prepare(spec, device, regime)
     state, step, params = prepared.state, prepared.step, prepared.params
 
-    stage[0] = "checking the model's output"
-    check_user_model(spec, state)
-
-    stage[0] = "counting FLOPs (one untimed step)"
-    counted, per_op = count_flops(lambda: step(state, NO_OBSERVER))
-
-    stage[0] = f"warming up ({spec.warmup} steps)"
-    clock = dev.PhaseClock(device)
+    # Nothing runs the model before the warm-up steps, so that with --warmup 0 the first timed
+    # step is the first step this process runs (its outlier stays visible in the raw samples).
+    stage.now = f"warming up ({spec.warmup} steps)"
+    clock = dev.PhaseClock(device)  # warm-up steps run under the same clock as timed ones
     for _ in range(spec.warmup):
         step(state, clock)
 
-    stage[0] = f"measuring ({spec.steps} steps)"
+    stage.now = f"measuring ({spec.steps} steps)"
     phases = PHASES[spec.mode]
     samples: dict[str, list[float]] = {p: [] for p in phases}
     samples["step"] = []
@@ -130,8 +80,14 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: list[st
             samples[p].append(clock.laps[p])
         samples["step"].append(clock.total_ms)
 
-    stage[0] = "recording peak memory (one untimed step)"
-    probe = _MemoryProbe(dev.PeakMemory(device))
+    stage.now = "checking the model's output"
+    check_user_model(spec, state)
+
+    stage.now = "counting FLOPs (one untimed step)"
+    counted, per_op = count_flops(lambda: step(state, NO_OBSERVER))
+
+    stage.now = "recording peak memory (one untimed step)"
+    probe = PhaseProbe(dev.PeakMemory(device))
     step(state, probe)
 
     metrics: dict = {"timer": clock.kind}
@@ -144,26 +100,6 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: list[st
     if not probe.memory.resettable:
         warnings.append("peak RSS could not be reset per phase here; memory peaks are cumulative")
     return params, metrics
-
-
-class _MemoryProbe:
-    """An observer that records the peak memory of each phase (reset at each boundary)."""
-
-    def __init__(self, memory: dev.PeakMemory):
-        self.memory = memory
-        self.phases: dict[str, dict] = {}
-
-    def start(self) -> None:
-        dev.synchronize(self.memory.device)
-        self.memory.reset()
-
-    def lap(self, phase: str) -> None:
-        dev.synchronize(self.memory.device)
-        self.phases[phase] = self.memory.read()
-        self.memory.reset()
-
-    def result(self) -> dict:
-        return {"kind": self.memory.kind, "unit": "MiB", "phases": self.phases}
 
 
 def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: float, counted: int,

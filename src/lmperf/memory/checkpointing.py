@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from lmperf.bench.runner import prepare
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import NO_OBSERVER, STEPS
+from lmperf.workload.build import prepare
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER, STEPS
 from lmperf.errors import SpecError
 from lmperf.measure.stats import summarize
 from lmperf.memory.estimate import estimate

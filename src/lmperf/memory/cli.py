@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the module stays cheap to import: lmperf.cli imports it for --help
-    from lmperf.bench.spec import RunSpec
+    from lmperf.workload.spec import RunSpec
 
 DEFAULT_OUT = Path("results") / "memory.jsonl"
 CPU_DEFAULTS = {"size": "mini", "contexts": [128, 256, 512]}
@@ -18,7 +18,7 @@ CUDA_DEFAULTS = {"size": "small", "contexts": [128, 256, 512, 1024]}
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf memory`."""
-    from lmperf.bench.spec import MODES
+    from lmperf.workload.spec import MODES
     from lmperf.model import ATTENTION, PRESETS
     from lmperf.runtime.precision import REGIMES
 
@@ -88,8 +88,8 @@ def build_spec(args: argparse.Namespace) -> tuple[RunSpec, list[int], list[str],
     """The base RunSpec (longest context), contexts, precisions and modes; raises SpecError."""
     import torch
 
-    from lmperf.bench.plan import resolve_optimizer
-    from lmperf.bench.spec import RunSpec
+    from lmperf.workload.build import resolve_optimizer
+    from lmperf.workload.spec import RunSpec
     from lmperf.runtime.device import resolve_device
 
     if args.estimate and args.device == "cuda":
@@ -120,7 +120,7 @@ def build_spec(args: argparse.Namespace) -> tuple[RunSpec, list[int], list[str],
     for value in modes:
         base.with_(mode=value)
     if args.model:
-        from lmperf.bench.plan import check_user_models
+        from lmperf.workload.build import check_user_models
 
         check_user_models([base])
     return base, contexts, precisions, modes

@@ -29,8 +29,8 @@ import pandas as pd
 import torch
 
 from lmperf.bench.runner import _MemoryProbe, prepare
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import NO_OBSERVER, PHASES, STEPS, StepState
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.memory.checkpointing import CheckpointRow, tradeoff_frame
 from lmperf.memory.estimate import GIB, MIB, MemoryEstimate, fits
 from lmperf.memory.phases import MEMORY_LABELS, PhaseRow, phase_frame, two_numbers

@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.errors import SpecError
 from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev

@@ -30,8 +30,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import NO_OBSERVER
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER
 from lmperf.errors import SnapshotFormatError, SpecError
 from lmperf.runtime import device as dev
 
@@ -89,7 +89,7 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, max_entries: int = dev.S
         if p.exists() and not overwrite:
             raise SpecError(f"{p} exists; refusing to overwrite it (move it away or pass overwrite)")
     # Imported when recording: loading and summarising a snapshot (any machine) need neither.
-    from lmperf.bench.runner import check_user_model, prepare
+    from lmperf.workload.build import check_user_model, prepare
     from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
 
     regime = get_regime(spec.precision)

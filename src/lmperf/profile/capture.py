@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from lmperf.bench.runner import Prepared, check_user_model, prepare
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import PHASES
+from lmperf.workload.build import Prepared, check_user_model, prepare
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import PHASES
 from lmperf.profile.annotate import WARMUP, annotate, annotate_attention
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import Regime, get_regime, matmul_precision

@@ -35,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Run the profile, print the tables and findings, append the record."""
-    from lmperf.bench.plan import resolve_optimizer
-    from lmperf.bench.spec import RunSpec
+    from lmperf.workload.build import resolve_optimizer
+    from lmperf.workload.spec import RunSpec
     from lmperf.errors import SpecError
     from lmperf.profile.record import render, to_record, write_csv
     from lmperf.results.store import append_record, ensure_writable
@@ -54,7 +54,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                              warmup=args.warmup, steps=args.steps, seed=args.seed,
                              device=device.type, model=args.model)
     if args.model:
-        from lmperf.bench.plan import check_user_models
+        from lmperf.workload.build import check_user_models
 
         check_user_models([spec])
     ensure_writable(args.out)

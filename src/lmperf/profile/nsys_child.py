@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the spec in SPEC.json with NVTX ranges; exit 0 when the measured steps are done."""
     import torch
 
-    from lmperf.bench.spec import RunSpec
+    from lmperf.workload.spec import RunSpec
     from lmperf.profile.annotate import WARMUP, annotate
     from lmperf.profile.capture import prepare_annotated
     from lmperf.runtime import device as dev

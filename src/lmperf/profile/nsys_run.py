@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import PHASES
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import PHASES
 from lmperf.profile.classify import classify
 from lmperf.profile.gemm import describe_gemm
 from lmperf.profile.nsys import run_nsys

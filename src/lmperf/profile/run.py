@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmperf.bench.spec import RunSpec
-from lmperf.bench.steps import PHASES
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import PHASES
 from lmperf.profile import views
 from lmperf.profile.annotate import SCORES, SOFTMAX
 from lmperf.profile.capture import Capture, capture

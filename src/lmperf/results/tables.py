@@ -1,136 +1,13 @@
-"""Tables from records: a numeric DataFrame (CSV, analysis) and a display table (terminal,
-Markdown, LaTeX) laid out like the course's: size, params, context, precision, then
-mean +- std per phase. Axes that hold one value across all rows move into the caption.
-"""
+"""Titled tables and findings as text or Markdown (kept for the questions not yet on Report)."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
-
-FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv")
-PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
-AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
-    ("batch_size", "batch"), ("mode", "mode"), ("attention", "attention"),
-    ("optimizer", "optimizer"), ("device", "device"),
-)
-
-
-def _model_name(spec: dict) -> str:
-    return spec.get("model") or spec.get("size") or "?"
-
-
-def _peak_mib(metrics: dict) -> float | None:
-    phases = (metrics.get("memory") or {}).get("phases") or {}
-    values = [v for p in phases.values() for k, v in p.items() if k in ("allocated", "rss") and v is not None]
-    return max(values) if values else None
-
-
-def records_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per record, numeric columns with units in their names (for CSV and analysis)."""
-    rows = []
-    for r in records:
-        spec, m = r["spec"], r.get("metrics") or {}
-        row = {
-            "model": _model_name(spec), "params": r.get("params"),
-            "context": spec.get("context_length"), "batch": spec.get("batch_size"),
-            "precision": spec.get("precision"), "mode": spec.get("mode"),
-            "attention": spec.get("attention"), "optimizer": spec.get("optimizer"),
-            "device": spec.get("device"), "status": r["status"], "message": r.get("message", ""),
-        }
-        for phase in PHASES:
-            s = m.get(f"{phase}_ms") or {}
-            for stat in ("mean", "std", "median", "iqr", "n"):
-                row[f"{phase}_ms_{stat}"] = s.get(stat)
-        row.update({
-            "tokens_per_s": m.get("tokens_per_s"), "flops_per_step": m.get("flops_per_step"),
-            "tflops": m.get("tflops"), "mfu": m.get("mfu"), "peak_memory_mib": _peak_mib(m),
-            "memory_kind": (m.get("memory") or {}).get("kind"),
-            "device_name": (r.get("env") or {}).get("device_name"),
-            "timestamp": (r.get("env") or {}).get("timestamp"),
-        })
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _fmt_ms(mean: float | None, std: float | None) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "-"
-    return f"{mean:.2f} ± {std:.2f}"
-
-
-def _fmt(value: object, spec: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return format(value, spec)
-
-
-def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
-    """(table of strings, caption, notes): the human-facing table.
-
-    The caption names the axes that are the same in every row; notes list the message of every
-    row that is not ok, numbered as referenced from the status column.
-    """
-    df = records_frame(records)
-    if df.empty:
-        return pd.DataFrame(), "no records", []
-    constant = [(col, title) for col, title in AXES
-                if df[title].nunique(dropna=False) == 1]
-    caption = ", ".join(f"{title} {df[title].iloc[0]}" for _, title in constant)
-    # params from the records, not the frame: a None beside ints would turn the column to floats
-    out = pd.DataFrame({"size": df["model"], "params": [_fmt(r.get("params"), ",") for r in records],
-                        "context": df["context"], "precision": df["precision"]})
-    for _, title in AXES:
-        if (_, title) not in constant:
-            out[title] = df[title]
-    for phase in PHASES:
-        if df[f"{phase}_ms_mean"].notna().any():
-            out[f"{phase} (ms)"] = [_fmt_ms(a, b) for a, b in
-                                          zip(df[f"{phase}_ms_mean"], df[f"{phase}_ms_std"])]
-    out["tokens/s"] = [_fmt(v, ",.0f") for v in df["tokens_per_s"]]
-    out["TFLOP/s"] = [_fmt(v, ".3f") for v in df["tflops"]]
-    if df["mfu"].notna().any():
-        out["MFU"] = [_fmt(v, ".1%") for v in df["mfu"]]
-    kinds = set(df["memory_kind"].dropna())
-    mem_title = "peak GPU MiB" if kinds == {"cuda_allocator"} else (
-        "peak RSS MiB (CPU process)" if kinds == {"cpu_process_peak_rss"} else "peak MiB")
-    out[mem_title] = [_fmt(v, ",.0f") for v in df["peak_memory_mib"]]
-    notes, status = [], []
-    for s, msg in zip(df["status"], df["message"]):
-        if s == "ok":
-            status.append("ok")
-        else:
-            # one line per note (the record keeps the full, possibly multi-line, message)
-            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
-            status.append(f"{s} [{len(notes)}]")
-    out["status"] = status
-    return out, caption, notes
-
-
-def render(records: list[dict], fmt: str) -> str:
-    """The table as text in `fmt` ('text', 'markdown', 'latex' or 'csv')."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; accepted: {', '.join(FORMATS)}")
-    if fmt == "csv":
-        return records_frame(records).to_csv(index=False)
-    table, caption, notes = display_frame(records)
-    if table.empty:
-        return "no records\n"
-    if fmt == "markdown":
-        body = table.to_markdown(index=False)
-        return "\n".join(filter(None, [body, f"\n{caption}" if caption else "", *notes])) + "\n"
-    if fmt == "latex":
-        latex = table.to_latex(index=False, escape=True, caption=caption or None)
-        latex = latex.replace("±", r"$\pm$")
-        return latex + "".join(f"% {n}\n" for n in notes)
-    body = table.to_string(index=False)
-    return "\n".join(filter(None, [body, caption, *notes])) + "\n"
 
 
 def render_sections(tables: list[tuple[str, pd.DataFrame]], notes: list[str], fmt: str = "text",
                     digits: int | None = None) -> str:
-    """Titled tables, then findings as bullets, as text or Markdown (amp and profile results).
+    """Titled tables, then findings as bullets, as text or Markdown.
 
     `digits`: significant digits for floats (None: pandas' default formatting).
     """

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lmperf.attnbench.measure import KIND, TORCH_DTYPES, run_spec
-from lmperf.attnbench.spec import AttnSpec
+from lmperf.attention.measure import KIND, TORCH_DTYPES, run_spec
+from lmperf.attention.spec import AttnSpec
 from lmperf import kernels
 from lmperf.bench import sweep as bench_sweep
 from lmperf.bench.launcher import ChildProcess, parent_env
@@ -23,9 +23,9 @@ __all__ = ["AttentionChild", "SweepInterrupted", "SweepOptions", "pending_specs"
 
 
 class AttentionChild(ChildProcess):
-    """`ChildProcess` for an AttnSpec: runs `lmperf.attnbench.child`, records kind 'attention'."""
+    """`ChildProcess` for an AttnSpec: runs `lmperf.attention.child`, records kind 'attention'."""
 
-    child_module = "lmperf.attnbench.child"
+    child_module = "lmperf.attention.child"
     kind = KIND
 
 
@@ -41,7 +41,7 @@ def unsupported_record(spec: AttnSpec) -> dict | None:
     reason = kernels.supports(spec.impl, torch.device(spec.device), TORCH_DTYPES[spec.dtype])
     if not reason:
         return None
-    from lmperf.attnbench.measure import analytic_metrics
+    from lmperf.attention.measure import analytic_metrics
 
     return make_record(KIND, spec.to_dict(), "unsupported", parent_env(spec), message=reason,
                        metrics={"analytic": analytic_metrics(spec)})

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmperf.attnbench.report import render
-from lmperf.attnbench.spec import AttnSpec
-from lmperf.attnbench.sweep import SweepOptions, pending_specs, run_sweep
+from lmperf.attention.report import render
+from lmperf.attention.spec import AttnSpec
+from lmperf.attention.sweep import SweepOptions, pending_specs, run_sweep
 
 QUICK = dict(d=16, warmup=0, repeats=2, threads=1)
 

@@ -1,5 +1,10 @@
 """The step functions, one per mode, each a dozen visible lines in the right order.
 
+The training step is THE training step of lmperf: `bench --mode train-step`, `profile`, `memory`
+and `train` all run this one, in the order that makes mixed precision correct:
+autocast(forward, loss) -> scaled backward -> unscale_ -> clip -> scaler.step -> update ->
+zero_grad(set_to_none).
+
 A step reports its phase boundaries to an observer with `start()` and `lap(phase)`: a
 `PhaseClock` when timing, a `PeakMemory` probe when measuring memory, `NO_OBSERVER` otherwise.
 It also names its ranges through `state.annotate` (step, forward, loss, backward, optimizer):
@@ -48,9 +53,13 @@ NO_OBSERVER = _NoObserver()
 class StepState:
     """Everything a step touches, built once per run.
 
-    inputs, targets: token ids (B, T); targets are the next-token labels.
+    inputs, targets: token ids (B, T); targets are the next-token labels (a training loop
+        replaces them before each step).
     autocast: a factory for the context that wraps forward and loss (never the optimizer).
+    clip: max gradient norm after unscaling (inf: measure the norm, never clip; None: no
+        unscale/clip step at all).
     annotate: range name -> context (profiling ranges; a no-op by default).
+    fault: (step number, loss) -> loss; tests inject a NaN through it, otherwise the identity.
     """
 
     model: nn.Module
@@ -59,7 +68,23 @@ class StepState:
     autocast: Callable[[], ContextManager]
     scaler: torch.amp.GradScaler
     optimizer: torch.optim.Optimizer | None = None
+    clip: float | None = None
     annotate: Callable[[str], ContextManager] = lambda name: contextlib.nullcontext()
+    fault: Callable[[int, torch.Tensor], torch.Tensor] = lambda step, loss: loss
+    step_number: int = 0  # 1-based number of the step being run (the training loop sets it)
+
+
+@dataclass
+class StepOutput:
+    """What a train step returns, still on the device (reading them is the caller's sync point).
+
+    loss: the unscaled loss (0-dim); grad_norm: the total L2 norm of the gradients after
+    unscaling and before clipping (0-dim; inf/NaN when a gradient overflowed), or None when the
+    step has no clip step.
+    """
+
+    loss: torch.Tensor
+    grad_norm: torch.Tensor | None
 
 
 def _loss(state: StepState) -> torch.Tensor:
@@ -67,7 +92,10 @@ def _loss(state: StepState) -> torch.Tensor:
     with state.annotate("forward"), state.autocast():
         logits = state.model(state.inputs)  # (B, T, V)
         with state.annotate("loss"):
-            return F.cross_entropy(logits.flatten(0, 1), state.targets.flatten())
+            # fp32 under autocast (cross_entropy is on its fp32 list); in the -true regimes it
+            # runs in the parameter dtype, which is part of what those regimes show.
+            loss = F.cross_entropy(logits.flatten(0, 1), state.targets.flatten())
+    return state.fault(state.step_number, loss)
 
 
 def forward_step(state: StepState, obs: Observer) -> None:
@@ -90,21 +118,30 @@ def forward_backward_step(state: StepState, obs: Observer) -> None:
     state.model.zero_grad(set_to_none=True)
 
 
-def train_step(state: StepState, obs: Observer) -> None:
-    """A full training step: forward + loss, scaled backward, AdamW step through the scaler."""
+def train_step(state: StepState, obs: Observer) -> StepOutput:
+    """A full training step: forward + loss, scaled backward, unscale + clip, AdamW step through
+    the scaler, zero_grad. Returns the loss and the pre-clip gradient norm (on the device)."""
     assert state.optimizer is not None
+    grad_norm = None
     obs.start()
     with state.annotate("step"):
         loss = _loss(state)
         obs.lap("forward")
         with state.annotate("backward"):
+            # Outside autocast: backward runs each op in the dtype its forward used. The scaler
+            # multiplies the loss by S (fp16-mixed) so small gradients do not flush to zero.
             state.scaler.scale(loss).backward()
         obs.lap("backward")
         with state.annotate("optimizer"):
-            state.scaler.step(state.optimizer)  # unscales; skips the step on inf/NaN grads
+            if state.clip is not None:
+                state.scaler.unscale_(state.optimizer)  # grads /= S in place; notes inf/NaN
+                # Clip the true gradients (after unscaling); the norm returned is pre-clip.
+                grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), state.clip)
+            state.scaler.step(state.optimizer)  # unscales if not done; skips on inf/NaN grads
             state.scaler.update()  # adjusts the scale (reads found_inf: a sync when enabled)
-            state.optimizer.zero_grad(set_to_none=True)
+            state.optimizer.zero_grad(set_to_none=True)  # no stale grads, no memory held
         obs.lap("optimizer")
+    return StepOutput(loss.detach(), None if grad_norm is None else grad_norm.detach())
 
 
 STEPS: dict[str, Callable[[StepState, Observer], None]] = {

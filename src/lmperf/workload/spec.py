@@ -1,13 +1,14 @@
-"""RunSpec: the frozen identity of one benchmark run, and the expansion of a sweep grid."""
+"""RunSpec: the frozen identity of one run of the training workload (the `bench` job, and the
+base of profile and memory jobs), and the expansion of a sweep grid."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field, replace
-from typing import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
-from lmperf.validate import choice, positive_int
+from lmperf.validate import choice, non_negative_int, positive_int
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
@@ -32,12 +33,18 @@ class RunSpec:
         mode: 'forward' (no autograd graph), 'forward-backward', or 'train-step' (+ AdamW step).
         attention: attention implementation of the reference LM.
         optimizer: AdamW implementation: 'fused', 'foreach' or 'loop' (for-loop, foreach=False).
-        warmup, steps: untimed warm-up steps, then timed steps.
+        warmup, steps: untimed warm-up steps (0 allowed), then timed steps.
         seed: seeds the weights and the random batch.
         device: 'cpu' or 'cuda' (already resolved from 'auto').
         model: a user's 'package.module:factory', or None for the reference LM.
         vocab_size, rope_theta: model hyperparameters.
+        threads: torch's intra-op CPU threads (0: torch's default; see core.vocabulary).
+        clip: max gradient norm of a train step, after unscaling (0: no unscale/clip step;
+            the GradScaler's step still unscales).
     """
+
+    kind: ClassVar[str] = "bench"
+    runner: ClassVar[str] = "lmperf.bench.runner:run_spec"
 
     size: str
     d_model: int
@@ -58,6 +65,8 @@ class RunSpec:
     model: str | None = None
     vocab_size: int = VOCAB_SIZE
     rope_theta: float = 10000.0
+    threads: int = 0
+    clip: float = 1.0
 
     def __post_init__(self) -> None:
         choice("precision", self.precision, REGIMES)
@@ -66,8 +75,12 @@ class RunSpec:
         choice("optimizer", self.optimizer, OPTIMIZERS)
         choice("device", self.device, DEVICES)
         for what in ("d_model", "num_layers", "num_heads", "d_ff", "context_length",
-                     "batch_size", "warmup", "steps", "vocab_size"):
+                     "batch_size", "steps", "vocab_size"):
             positive_int(what, getattr(self, what))
+        non_negative_int("warmup", self.warmup)
+        non_negative_int("threads", self.threads)
+        if isinstance(self.clip, bool) or not isinstance(self.clip, (int, float)) or self.clip < 0:
+            raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
         if self.model_context_length == 0:
             object.__setattr__(self, "model_context_length", self.context_length)
         positive_int("model_context_length", self.model_context_length)
@@ -95,20 +108,33 @@ class RunSpec:
                            num_heads=self.num_heads, d_ff=self.d_ff, rope_theta=self.rope_theta,
                            attention=self.attention)
 
+    def clip_norm(self) -> float | None:
+        """The train step's clipping threshold (None: no unscale/clip step)."""
+        return float(self.clip) if self.clip > 0 else None
+
+    def shape(self) -> str:
+        """The model shape that was run, e.g. 'd=768 L=12 H=12 ff=3072'."""
+        return f"d={self.d_model} L={self.num_layers} H={self.num_heads} ff={self.d_ff}"
+
     def to_dict(self) -> dict:
         """JSON-ready dict (the `spec` of a record)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunSpec":
-        """Inverse of `to_dict`."""
+        """Inverse of `to_dict`; fields added since a record was written take their defaults,
+        fields this version does not know are refused."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise SpecError(f"unknown RunSpec field(s): {', '.join(sorted(unknown))}")
         return cls(**data)
 
     def label(self) -> str:
         """Short human-readable name for progress lines."""
-        name = self.model or self.size
+        name = f"{self.model} ({self.shape()})" if self.model else self.size
         return (f"{name} ctx={self.context_length} b={self.batch_size} {self.precision} "
-                f"{self.mode} {self.attention}")
+                f"{self.mode} {self.attention}" + (f" warmup={self.warmup}" if self.warmup != 5 else ""))
 
     def with_(self, **changes: object) -> "RunSpec":
         """A copy with some fields changed (validated again)."""
@@ -128,16 +154,17 @@ class Grid:
     precisions: Sequence[str]
     modes: Sequence[str]
     attentions: Sequence[str]
+    warmups: Sequence[int] = (5,)
     fixed: dict = field(default_factory=dict)
 
     def expand(self) -> list[RunSpec]:
         """Every combination, in size-major order (the order of the course's table)."""
         return [
             RunSpec.from_size(size, context_length=ctx, batch_size=b, precision=p, mode=m,
-                              attention=a, **self.fixed)
-            for size, ctx, b, p, m, a in itertools.product(
+                              attention=a, warmup=w, **self.fixed)
+            for size, ctx, b, p, m, a, w in itertools.product(
                 self.sizes, self.contexts, self.batches, self.precisions, self.modes,
-                self.attentions)
+                self.attentions, self.warmups)
         ]
 
 

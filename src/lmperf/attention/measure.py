@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from lmperf import kernels
-from lmperf.attnbench.spec import MIB, AttnSpec
+from lmperf.attention.spec import MIB, AttnSpec
 from lmperf.errors import LmperfError
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.results.schema import make_record

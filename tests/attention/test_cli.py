@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lmperf.attnbench.cli import add_parser
+from lmperf.attention.cli import add_parser
 from lmperf.errors import SpecError
 
 

@@ -8,10 +8,10 @@ import re
 import pandas as pd
 import pytest
 
-from lmperf.bench.spec import RunSpec
+from lmperf.workload.spec import RunSpec
 from lmperf.measure.stats import summarize
 from lmperf.results.schema import make_record
-from lmperf.results.tables import FORMATS, display_frame, records_frame, render
+from lmperf.bench.table import FORMATS, display_frame, records_frame, render
 
 ENV = {"device": "cpu", "device_name": "Test CPU", "timestamp": "2025-01-01T00:00:00+00:00"}
 CUSTOM = "pkg.my_mod:make_model"

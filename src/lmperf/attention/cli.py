@@ -14,7 +14,7 @@ FORMATS: tuple[str, ...] = ("text", "markdown", "csv")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf attention`."""
     from lmperf.kernels import NAMES
-    from lmperf.attnbench.spec import DTYPES, SUITES
+    from lmperf.attention.spec import DTYPES, SUITES
 
     p = sub.add_parser(
         "attention", help="naive vs SDPA vs compiled vs FlashAttention-2: latency and memory vs seq",
@@ -58,10 +58,10 @@ def cmd_attention(args: argparse.Namespace) -> int:
     """Plan, run the sweep, print the tables and findings, write plots; returns the exit code."""
     from rich.console import Console
 
-    from lmperf.attnbench.progress import AttentionReporter
-    from lmperf.attnbench.report import render, write_plots
-    from lmperf.attnbench.spec import plan_sweep
-    from lmperf.attnbench.sweep import SweepInterrupted, SweepOptions, run_sweep
+    from lmperf.attention.progress import AttentionReporter
+    from lmperf.attention.report import render, write_plots
+    from lmperf.attention.spec import plan_sweep
+    from lmperf.attention.sweep import SweepInterrupted, SweepOptions, run_sweep
     from lmperf.errors import SpecError
     from lmperf.runtime.device import resolve_device
 

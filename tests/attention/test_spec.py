@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.attnbench.spec import SUITES, AttnSpec, plan_sweep
+from lmperf.attention.spec import SUITES, AttnSpec, plan_sweep
 from lmperf.errors import SpecError
 
 

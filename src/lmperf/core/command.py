@@ -1,0 +1,88 @@
+"""What every command does around its question: launch options, progress, printing a Report
+(tables, --json, --format), the closing line, and Ctrl-C. The CLI handlers stay a few lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from lmperf.core.report import Report
+from lmperf.core.sweep import SweepInterrupted, SweepOptions
+from lmperf.core.vocabulary import check_values
+from lmperf.errors import LmperfError
+
+STATUSES = ("ok", "oom", "error", "unsupported")
+
+
+def sweep_options(*, inline: bool = False, timeout: float | None = None,
+                  max_memory_gib: float | None = None, resume: bool = False,
+                  progress: bool = False) -> SweepOptions:
+    """SweepOptions from the launcher's keywords (checked), with a progress bar if asked for."""
+    from lmperf.errors import SpecError
+
+    for name, value in (("timeout", timeout), ("max_memory_gib", max_memory_gib)):
+        if value is not None and value <= 0:
+            raise SpecError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+    options = SweepOptions(isolate=not inline, timeout_s=timeout, max_memory_gib=max_memory_gib,
+                           resume=resume)
+    if progress:
+        from lmperf.progress import RichReporter
+
+        options.reporter = RichReporter()
+    return options
+
+
+def launch_kwargs(args: argparse.Namespace) -> dict:
+    """The launcher's options of a parsed command line, as API keywords."""
+    return {name: getattr(args, name) for name in ("inline", "timeout", "max_memory_gib", "resume")
+            if hasattr(args, name)}
+
+
+def err(line: str) -> None:
+    """One line on stderr (notes, progress stages, the closing line)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def emit(report: Report, args: argparse.Namespace) -> None:
+    """Print the report as asked: `--json` (records on stdout and nothing else, or into a file)
+    and/or the tables in `--format`."""
+    target = getattr(args, "json", None)
+    if target == "-":
+        sys.stdout.write(report.render("json"))
+        return
+    if target:
+        try:
+            Path(target).write_text(report.render("json"), encoding="utf-8")
+        except OSError as exc:
+            raise LmperfError(f"cannot write JSON to {target}: {exc.strerror or exc}") from None
+        err(f"records written as JSON to {target}")
+    sys.stdout.write(report.render(getattr(args, "format", "text")))
+
+
+def closing_line(report: Report, out: Path | None, noun: str = "run") -> str:
+    """'N run(s): a ok, b oom; records appended to FILE'."""
+    counts = {s: sum(r["status"] == s for r in report.records) for s in STATUSES}
+    where = f"; records appended to {out}" if out else ""
+    return (f"{len(report.records)} {noun}(s): "
+            + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + where)
+
+
+def run_command(args: argparse.Namespace, produce: Callable[[], Report], noun: str = "run") -> int:
+    """Run `produce` (the API call), print its Report, and return the exit code: 0 when it ran
+    (failed rows are results), 130 after Ctrl-C with every finished row kept."""
+    for name in ("warmup",):
+        if hasattr(args, name):
+            check_values(name, getattr(args, name), minimum=0)
+    try:
+        report = produce()
+    except SweepInterrupted as stop:
+        saved = f" are saved in {stop.out}" if stop.out else " were kept"
+        err(f"interrupted: {len(stop.records)} finished record(s){saved}; run the same command "
+            "with --resume to finish the rest")
+        return 130
+    emit(report, args)
+    if getattr(args, "json", None) != "-":
+        err(closing_line(report, getattr(args, "out", None), noun))
+    return 0

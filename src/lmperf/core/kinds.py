@@ -1,0 +1,35 @@
+"""Which question builds the Report of each record kind (by "package.module:function" name, so
+the core imports no question package until a file of that kind is read)."""
+
+from __future__ import annotations
+
+from lmperf.core.jobs import resolve
+from lmperf.core.report import Report
+
+# kind -> function(records) -> Report
+REPORT_BUILDERS: dict[str, str] = {
+    "bench": "lmperf.bench.report:build_report",
+    "profile": "lmperf.profile.record:build_report",
+    "memory": "lmperf.memory.report:build_report",
+    "train": "lmperf.train.report:build_report",
+    "attention": "lmperf.attention.report:build_report",
+    "amp": "lmperf.amp.report:build_report",
+}
+
+
+def build_reports(records: list[dict]) -> list[Report]:
+    """One Report per record kind found in `records`, in order of first appearance; records of
+    a kind no question knows get a generic Report (status and message per row)."""
+    import pandas as pd
+
+    kinds = list(dict.fromkeys(r["kind"] for r in records))
+    reports = []
+    for kind in kinds:
+        mine = [r for r in records if r["kind"] == kind]
+        if kind in REPORT_BUILDERS:
+            reports.append(resolve(REPORT_BUILDERS[kind])(mine))
+        else:
+            frame = pd.DataFrame([{"status": r["status"], "message": r.get("message", "")}
+                                  for r in mine])
+            reports.append(Report(kind=kind, frame=frame, records=mine, title=kind))
+    return reports

@@ -1,0 +1,149 @@
+"""Where a job runs: in this process (`run_inline`) or in a child process (`ChildProcess`).
+
+Both return the job's records as a list (a job may write several, e.g. one per context length).
+The child launcher turns every way a child can fail into a record: a crash or a kill is an
+'error' record with the exit status and the tail of the child's log, a child that runs past its
+timeout is killed and recorded as an 'error' too, and a child that exceeds its memory cap fails
+inside its own measurement, which records 'oom'.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from lmperf.core.jobs import JobSpec, class_path, job_id, resolve, threads_of
+from lmperf.results.schema import make_record, to_jsonable
+
+LOG_TAIL_LINES = 20
+
+
+def as_records(result: dict | list[dict], spec: JobSpec) -> list[dict]:
+    """A runner's result as a list of JSON-ready records, each tagged with the job's id."""
+    records = result if isinstance(result, list) else [result]
+    jid = job_id(spec)
+    return [to_jsonable({**r, "job_id": jid}) for r in records]
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int) -> Iterator[None]:
+    """Run with `n` intra-op threads (0: leave torch's setting), restored afterwards."""
+    if not n:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_inline(spec: JobSpec) -> list[dict]:
+    """Run in this process (for debugging and notebooks: a crash takes the caller down with it)."""
+    with cpu_threads(threads_of(spec)):
+        return as_records(resolve(spec.runner)(spec), spec)
+
+
+class ChildProcess:
+    """One job in its own process, so that a crash or an OOM cannot take the sweep down.
+
+    The child is `python -m lmperf.core.child JOB.json RESULT.json [--max-memory-gib G]`; it
+    rebuilds the spec from its class path, caps memory, sets the thread count and runs the
+    spec's runner.
+    """
+
+    def __init__(self, spec: JobSpec, timeout_s: float | None = None,
+                 max_memory_gib: float | None = None):
+        self.spec = spec
+        self.timeout_s = timeout_s
+        self.max_memory_gib = max_memory_gib
+        self.proc: subprocess.Popen | None = None
+
+    def run(self) -> list[dict]:
+        """Start the child, wait for it, and return its records (or one 'error' record)."""
+        with tempfile.TemporaryDirectory(prefix="lmperf-") as tmp:
+            job_path, result_path, log_path = (Path(tmp) / n for n in
+                                               ("job.json", "result.json", "child.log"))
+            job = {"spec_class": class_path(self.spec), "spec": self.spec.to_dict()}
+            job_path.write_text(json.dumps(job), encoding="utf-8")
+            cmd = [sys.executable, "-m", "lmperf.core.child", str(job_path), str(result_path)]
+            if self.max_memory_gib:
+                cmd += ["--max-memory-gib", str(self.max_memory_gib)]
+            with open(log_path, "wb") as log:
+                # A new session: Ctrl-C in the terminal reaches the parent only, which then
+                # decides what to do with the child (kill it, keep the finished rows).
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                try:
+                    code = self.proc.wait(timeout=self.timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.kill()
+                    return [self._failed(f"timed out after {self.timeout_s:g} s; the child was "
+                                         "killed", log_path)]
+                except BaseException:  # Ctrl-C or anything else: never leave a child behind
+                    self.kill()
+                    raise
+            if result_path.exists():
+                return json.loads(result_path.read_text(encoding="utf-8"))
+            return [self._failed(describe_exit(code), log_path)]
+
+    def kill(self) -> None:
+        """Kill the child's whole process group and reap it."""
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def _failed(self, why: str, log_path: Path) -> dict:
+        tail = _tail(log_path)
+        last = next((ln for ln in reversed(tail) if ln.strip()), "")
+        message = why + (f"; last output: {last.strip()}" if last else "")
+        return failed_record(self.spec, "error", message, log_tail=tail)
+
+
+def failed_record(spec: JobSpec, status: str, message: str, **extra: object) -> dict:
+    """A record made in the parent for a job that left none (crash, kill, timeout, unsupported)."""
+    record = make_record(spec.kind, spec.to_dict(), status, parent_env(spec), message=message,
+                         **extra)
+    return {**record, "job_id": job_id(spec)}
+
+
+def describe_exit(code: int) -> str:
+    """Why a child ended without a result, from its exit status."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (killed: possibly the kernel's OOM killer)" if -code == signal.SIGKILL else ""
+        return f"the child process died with {name}{hint} before writing a result"
+    return f"the child process exited with code {code} before writing a result"
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    return lines[-LOG_TAIL_LINES:]
+
+
+def parent_env(spec: JobSpec) -> dict:
+    """The environment as seen by the parent, for records of children that left none."""
+    import torch
+
+    from lmperf.runtime import env
+
+    return env.capture(torch.device(spec.device))

@@ -1,0 +1,50 @@
+"""Turning an exception into a record's status: the one place that decides ok / oom / error.
+
+Every measuring function follows the same shape::
+
+    stage = Stage("building the model")
+    try:
+        ...; stage.now = "warming up"; ...
+        return record("ok", metrics=...)
+    except Exception as exc:
+        return record(**failure(exc, stage))
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+
+from lmperf.errors import LmperfError
+
+
+@dataclass
+class Stage:
+    """What a run is doing now, for the message of a failure ("out of memory while ...")."""
+
+    now: str = "starting"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether `exc` is an out-of-memory error (on any device); the device layer decides."""
+    from lmperf.runtime.device import is_oom as device_is_oom
+
+    return device_is_oom(exc)
+
+
+def failure(exc: BaseException, stage: Stage | str) -> dict:
+    """Fields of a failed run's record: status 'oom' or 'error', the message, and for an
+    unexpected exception (not an LmperfError) a short traceback."""
+    where = stage.now if isinstance(stage, Stage) else stage
+    if is_oom(exc):
+        return {"status": "oom", "message": f"out of memory while {where}: {first_line(exc)}"}
+    fields: dict = {"status": "error", "message": f"{type(exc).__name__} while {where}: {exc}"}
+    if not isinstance(exc, LmperfError):
+        fields["traceback"] = traceback.format_exc(limit=8)
+    return fields

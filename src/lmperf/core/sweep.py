@@ -1,0 +1,134 @@
+"""The sweep: run a list of jobs, append each record to a JSONL file as soon as its job ends.
+
+Out-of-memory and crashes are rows, not the end of the sweep. With `resume=True`, jobs that
+already have an 'ok' row in the file are skipped. An interruption (Ctrl-C) kills the running
+child and raises `SweepInterrupted`; every finished row is already on disk. With `out=None`
+records stay in memory (the Python API's default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from lmperf.core.jobs import JobSpec, job_id
+from lmperf.core.launch import ChildProcess, run_inline
+from lmperf.results import store
+from lmperf.results.store import spec_key
+
+
+class Reporter(Protocol):
+    """Progress callbacks of a sweep (the CLI shows them; the API default ignores them)."""
+
+    def begin(self, total: int, skipped: int) -> None: ...
+
+    def start(self, index: int, spec: JobSpec) -> None: ...
+
+    def finish(self, index: int, spec: JobSpec, records: list[dict]) -> None: ...
+
+    def end(self) -> None: ...
+
+
+class SilentReporter:
+    """A reporter that reports nothing."""
+
+    def begin(self, total: int, skipped: int) -> None:
+        pass
+
+    def start(self, index: int, spec: JobSpec) -> None:
+        pass
+
+    def finish(self, index: int, spec: JobSpec, records: list[dict]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class SweepInterrupted(Exception):
+    """The sweep was interrupted; `records` holds the rows finished (and saved) before that."""
+
+    def __init__(self, records: list[dict], out: Path | None):
+        super().__init__(f"interrupted after {len(records)} finished records")
+        self.records = records
+        self.out = out
+
+
+@dataclass
+class SweepOptions:
+    """How a sweep runs its jobs.
+
+    Attributes:
+        isolate: one child process per job (default); False runs inline, for debugging.
+        timeout_s: kill a child that runs longer than this (None: no limit).
+        max_memory_gib: cap each child's memory (CPU: address space; CUDA: allocator fraction).
+        resume: skip jobs that already have an 'ok' row in the output file.
+        reporter: progress callbacks.
+    """
+
+    isolate: bool = True
+    timeout_s: float | None = None
+    max_memory_gib: float | None = None
+    resume: bool = False
+    reporter: Reporter = field(default_factory=SilentReporter)
+
+
+def _normalised_key(spec_type: type, record: dict) -> str:
+    """The key of a record's spec after a round trip through its spec class, so that records
+    written before a field was added (and filled with its default) still match."""
+    try:
+        return spec_key(record["kind"], spec_type.from_dict(record["spec"]).to_dict())
+    except Exception:  # an older or foreign spec: compare it as written
+        return spec_key(record["kind"], record["spec"])
+
+
+def pending_specs(specs: Sequence[JobSpec], out: Path | None, resume: bool) -> list[JobSpec]:
+    """The jobs still to run: all of them, or (resume) those without an 'ok' row in `out`."""
+    if not resume or out is None or not Path(out).exists() or not specs:
+        return list(specs)
+    ok = [r for r in store.read_records(Path(out)) if r["status"] == "ok"]
+    done_ids = {r.get("job_id") for r in ok}
+    types = {type(s) for s in specs}
+    done_keys = {_normalised_key(t, r) for t in types for r in ok}
+    return [s for s in specs if job_id(s) not in done_ids
+            and spec_key(s.kind, s.to_dict()) not in done_keys]
+
+
+def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions | None = None, *,
+              precheck: Callable[[JobSpec], dict | None] | None = None) -> list[dict]:
+    """Run `specs` and append each record to `out` (None: keep them in memory only).
+
+    `precheck` may return a record made in the parent (e.g. 'unsupported') instead of running
+    the job. Returns this sweep's records in order. Raises ResultsFileError before running
+    anything if `out` cannot be written or (resume) holds a corrupt line, and SweepInterrupted
+    on Ctrl-C.
+    """
+    options = options or SweepOptions()
+    out = Path(out) if out is not None else None
+    todo = pending_specs(specs, out, options.resume)  # reads (and checks) the file first
+    if out is not None:
+        store.ensure_writable(out)
+    reporter = options.reporter
+    reporter.begin(len(todo), len(specs) - len(todo))
+    records: list[dict] = []
+    try:
+        for i, spec in enumerate(todo):
+            reporter.start(i, spec)
+            first = precheck(spec) if precheck else None
+            if first is not None:
+                new = [{**first, "job_id": job_id(spec)}]
+            elif options.isolate:
+                new = ChildProcess(spec, options.timeout_s, options.max_memory_gib).run()
+            else:
+                new = run_inline(spec)
+            for record in new:
+                if out is not None:
+                    store.append_record(out, record)
+                records.append(record)
+            reporter.finish(i, spec, new)
+    except KeyboardInterrupt:
+        raise SweepInterrupted(records, out) from None
+    finally:
+        reporter.end()
+    return records

@@ -1,0 +1,223 @@
+"""The shared vocabulary: every option that more than one command has, defined once.
+
+A flag means the same thing in every command that has it:
+
+--size       model size preset          --context   sequence length T
+--model      your own model factory     --batch     batch size B
+--precision  precision regime           --attention attention implementation
+--device     auto | cpu | cuda          --threads   torch CPU threads (see THREADS)
+--warmup     untimed steps before measuring (0 allowed)
+--steps      measured steps (timed, profiled, or trained and timed)
+--seed       seed of weights and data
+--out        the JSONL results file (appended to)
+--format     text | markdown | latex | csv for the printed tables
+--json [F]   the records as JSON (on stdout, or into file F)
+--plots DIR  write the plots into DIR
+and the launcher's --inline, --timeout, --max-memory-gib and --resume.
+
+Device-dependent defaults (CPU vs CUDA) for every command are in DEFAULTS, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+# The thread policy, for the CLI and the Python API alike: on the CPU a run uses ONE intra-op
+# thread unless --threads says otherwise, as torch.utils.benchmark.Timer does by default. On a
+# shared machine extra threads stall as soon as another process competes for the cores (a tiny
+# model's step went from ~30 ms to 1-2 s on this project's 2-core VM), and one thread makes the
+# same spec time the same in every command. --threads 0 means torch's own default (all physical
+# cores). On CUDA the host threads are left as torch sets them. The count is in every record.
+CPU_THREADS = 1
+
+COURSE_SIZES = ["small", "medium", "large", "xl", "2.7B"]
+
+# command -> device type -> option -> default (None elsewhere means "the device's default").
+DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
+    "bench": {
+        "cpu": {"size": ["tiny", "mini"], "context": [128], "precision": ["fp32", "bf16-mixed"]},
+        "cuda": {"size": COURSE_SIZES, "context": [128, 256, 512, 1024], "precision": ["fp32"]},
+    },
+    "profile": {
+        "cpu": {"size": "mini", "context": 128, "precision": "fp32"},
+        "cuda": {"size": "small", "context": 128, "precision": "fp32"},
+    },
+    "memory": {
+        "cpu": {"size": "mini", "context": [128, 256, 512], "precision": ["fp32"]},
+        "cuda": {"size": "small", "context": [128, 256, 512, 1024], "precision": ["fp32"]},
+    },
+    # Sized so that `lmperf train` with no arguments ends well inside two minutes on a 2-core
+    # CPU with a loss still falling; on a GPU fp16 is fast, so the fp16 regimes join.
+    "train": {
+        "cpu": {"size": "tiny", "context": 64, "batch": 16, "steps": 200,
+                "precision": ["fp32", "bf16-mixed", "bf16-true"]},
+        "cuda": {"size": "mini", "context": 256, "batch": 32, "steps": 500,
+                 "precision": ["fp32", "bf16-mixed", "bf16-true", "fp16-mixed",
+                               "fp16-mixed-noscale", "fp16-true"]},
+    },
+}
+
+
+def device_defaults(command: str, device_type: str) -> dict[str, object]:
+    """The defaults of `command` on a device type ('cpu' or 'cuda')."""
+    return dict(DEFAULTS.get(command, {}).get(device_type, {}))
+
+
+def fill_defaults(command: str, device_type: str, values: dict[str, object]) -> dict[str, object]:
+    """`values` with every None replaced by the device's default for `command` (if it has one)."""
+    defaults = device_defaults(command, device_type)
+    return {k: (defaults.get(k) if v is None else v) for k, v in values.items()}
+
+
+def resolve_threads(threads: int | None, device_type: str) -> int:
+    """The thread policy: None -> 1 on the CPU, 0 (torch's default) on CUDA; else as given."""
+    if threads is None:
+        return CPU_THREADS if device_type == "cpu" else 0
+    return threads
+
+
+@dataclass(frozen=True)
+class Option:
+    """One shared option: its flag, argparse type and help; `choices` lists accepted names
+    (computed when the parser is built, so registries are read only then)."""
+
+    flag: str
+    help: str
+    type: Callable | None = str
+    metavar: str | None = None
+    choices: Callable[[], Sequence[str]] | None = None
+    default: object = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute name (and the Python API's keyword)."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def _sizes() -> Sequence[str]:
+    from lmperf.model.presets import PRESETS
+
+    return list(PRESETS)
+
+
+def _regimes() -> Sequence[str]:
+    from lmperf.runtime.precision import REGIMES
+
+    return list(REGIMES)
+
+
+def _attention() -> Sequence[str]:
+    from lmperf.kernels import NAMES
+
+    return list(NAMES)
+
+
+OPTIONS: dict[str, Option] = {o.dest: o for o in [
+    Option("--size", "model size preset", metavar="SIZE", choices=_sizes),
+    Option("--model", "your own model: a factory taking lmperf.model.ModelConfig and returning an "
+                      "nn.Module mapping token ids (B, T) to logits (B, T, vocab); without --size "
+                      "it runs one shape", metavar="PKG.MOD:FACTORY"),
+    Option("--context", "sequence length T", type=int, metavar="T"),
+    Option("--batch", "batch size B", type=int, metavar="B", default=4),
+    Option("--precision", "precision regime", metavar="REGIME", choices=_regimes),
+    Option("--attention", "attention implementation", metavar="IMPL", choices=_attention,
+           default="naive"),
+    Option("--device", "where to run: auto (CUDA when present), cpu or cuda", default="auto",
+           choices=lambda: ["auto", "cpu", "cuda"]),
+    Option("--threads", "torch CPU threads per run (default: 1 on the CPU, as "
+                        "torch.utils.benchmark; 0: torch's default, all cores; untouched on CUDA)",
+           type=int, metavar="N"),
+    Option("--warmup", "untimed steps before measuring (0 allowed)", type=int, metavar="N"),
+    Option("--steps", "measured steps", type=int, metavar="N"),
+    Option("--seed", "seed of weights and data", type=int, default=0),
+    Option("--out", "JSONL results file, appended to", type=Path, metavar="FILE"),
+    Option("--format", "format of the printed tables", default="text",
+           choices=lambda: ["text", "markdown", "latex", "csv"]),
+    Option("--plots", "write the plots (PNG) into this folder", type=Path, metavar="DIR"),
+    Option("--inline", "run in this process instead of one child process per job (debugging)",
+           type=None),
+    Option("--timeout", "kill a job after S seconds (an error row)", type=float, metavar="S"),
+    Option("--max-memory-gib", "cap each job's memory so that a job that does not fit is an oom "
+                               "row (CPU: address space, incl. ~0.6 GiB for Python and torch; "
+                               "CUDA: the allocator's limit)", type=float, metavar="G"),
+    Option("--resume", "skip jobs already 'ok' in --out", type=None),
+]}
+
+LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")
+
+
+class _Deprecated(argparse.Action):
+    """An old flag name: works as the new one, with a warning on stderr."""
+
+    def __init__(self, *args: object, new: str = "", **kwargs: object):
+        self.new = new
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        print(f"lmperf: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
+                lists: Sequence[str] = (), defaults: dict[str, object] | None = None,
+                helps: dict[str, str] | None = None) -> None:
+    """Add the shared options `names` to `parser`.
+
+    lists: options that take several values here (a sweep axis, or rows of a table).
+    defaults: this command's fixed defaults (device-dependent ones stay None: see DEFAULTS).
+    helps: extra help text per option, appended to the shared one.
+    """
+    defaults, helps = defaults or {}, helps or {}
+    for name in names:
+        opt = OPTIONS[name]
+        default = defaults.get(name, opt.default)
+        text = opt.help + (f"; {helps[name]}" if name in helps else "")
+        if opt.choices is not None:
+            text += f" ({', '.join(opt.choices())})"
+        if name in lists:
+            text += "; several values sweep"
+        if default is not None:
+            shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+            text += f" (default: {shown})"
+        if opt.type is None:  # a switch
+            parser.add_argument(opt.flag, action="store_true", help=text)
+            continue
+        kwargs: dict = {"type": opt.type, "metavar": opt.metavar, "help": text}
+        if name in lists:
+            kwargs["nargs"] = "+"
+            default = list(default) if isinstance(default, (list, tuple)) else (
+                None if default is None else [default])
+        parser.add_argument(opt.flag, default=default, **kwargs)
+    if "format" in names:
+        add_json(parser)
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """--json [FILE]: the records as JSON on stdout (nothing else there), or into FILE."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                        help="write the records as JSON: on stdout with no FILE (then nothing "
+                             "else is printed there), or into FILE")
+
+
+def add_alias(parser: argparse.ArgumentParser, old: str, new: str, *, many: bool = False,
+              type: Callable | None = str) -> None:
+    """Keep `old` working as a deprecated name of the shared option `new` (e.g. --seq -> --context)."""
+    opt = OPTIONS[new.lstrip("-").replace("-", "_")]
+    parser.add_argument(old, dest=opt.dest, action=_Deprecated, new=new, type=type,
+                        nargs="+" if many else None, help=argparse.SUPPRESS)
+
+
+def check_values(name: str, values: object, *, minimum: int = 1) -> None:
+    """Raise SpecError unless every value of option `name` is an int >= minimum."""
+    from lmperf.errors import SpecError
+
+    for v in values if isinstance(values, (list, tuple)) else [values]:
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum:
+            what = "a non-negative" if minimum == 0 else "a positive"
+            raise SpecError(f"--{name.replace('_', '-')} must be {what} number, got {v!r}")

@@ -1,0 +1,89 @@
+"""Build what a RunSpec runs: the model (reference LM or a user's), a seeded batch, AdamW and
+the GradScaler, as a StepState; and the checks of a user's model that run before anything else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from lmperf.errors import SpecError
+from lmperf.model.custom import build_model, check_logits, count_params, inspect_on_meta
+from lmperf.runtime import device as dev
+from lmperf.runtime.precision import Regime, autocast, grad_scaler
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import STEPS, Observer, StepState
+
+OPTIMIZER_FLAGS: dict[str, dict] = {"fused": {"fused": True}, "foreach": {"foreach": True},
+                                    "loop": {"foreach": False}}
+
+
+@dataclass
+class Prepared:
+    """A run ready to step: its state, the step function of its mode, and the parameter count."""
+
+    state: StepState
+    step: Callable[[StepState, Observer], object]
+    params: int
+
+
+def resolve_optimizer(name: str, device: torch.device) -> str:
+    """'auto' -> 'fused' where this device runs fused AdamW, else 'foreach'; others unchanged."""
+    if name != "auto":
+        return name
+    return "fused" if dev.fused_adamw_supported(device) else "foreach"
+
+
+def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
+    """Build model, random batch, optimizer and scaler for `spec` on `device` (seeded)."""
+    dev.seed_all(spec.seed)
+    with device:  # build directly on the device: no host copy of a large model
+        model = build_model(spec.model_config(), spec.model)
+    model.to(dtype=regime.param_dtype)
+    gen = dev.make_generator(device, spec.seed)
+    shape = (spec.batch_size, spec.context_length)
+    inputs = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
+    targets = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
+    optimizer = None
+    if spec.mode == "train-step":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                      **OPTIMIZER_FLAGS[spec.optimizer])
+    state = StepState(model, inputs, targets, lambda: autocast(regime, device),
+                      grad_scaler(regime, device), optimizer, clip=spec.clip_norm())
+    return Prepared(state, STEPS[spec.mode], count_params(model))
+
+
+def check_user_model(spec: RunSpec, state: StepState) -> None:
+    """For a user's model, check once that its logits have shape (B, T, vocab)."""
+    if spec.model is None:
+        return
+    with torch.no_grad(), state.autocast():
+        out = state.model(state.inputs)
+    check_logits(out, spec.batch_size, spec.context_length, spec.vocab_size, spec.model)
+
+
+def check_user_models(specs: list[RunSpec]) -> None:
+    """Build each distinct user-model configuration on the meta device and check its output;
+    raises ModelLoadError or SpecError (before anything runs)."""
+    seen = set()
+    for spec in specs:
+        if spec.model is None:
+            continue
+        key = (spec.model_config(), spec.batch_size, spec.context_length)
+        if key in seen:
+            continue
+        seen.add(key)
+        config = spec.model_config()
+        inspect_on_meta(config, spec.model, spec.batch_size, seq=spec.context_length)
+        model_ctx = _declared_context(config, spec.model)
+        if model_ctx is not None and spec.context_length > model_ctx:
+            raise SpecError(f"context {spec.context_length} is longer than the model allows "
+                            f"({spec.model} has context_length {model_ctx})")
+
+
+def _declared_context(config, target: str | None) -> int | None:
+    with torch.device("meta"):
+        model = build_model(config, target)
+    value = getattr(model, "context_length", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
