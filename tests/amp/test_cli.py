@@ -22,7 +22,7 @@ def test_one_experiment_prints_records_and_writes_json(capsys, tmp_path):
     out, js = tmp_path / "amp.jsonl", tmp_path / "acc.json"
     assert main(["amp", "accumulate", "--out", str(out), "--json", str(js)]) == 0
     printed = capsys.readouterr().out
-    record = json.loads(js.read_text())
+    (record,) = json.loads(js.read_text())  # --json FILE: the list of records, as every command
     assert record["kind"] == "amp" and record["status"] == "ok"
     assert record["spec"]["experiment"] == "accumulate" and record["env"]["torch"]
     lines = out.read_text().splitlines()
@@ -58,3 +58,44 @@ def test_all_writes_one_report_with_tables_and_plots(capsys, tmp_path):
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["spec"]["experiment"] for r in records] == list(EXPERIMENT_NAMES)
     assert all(r["status"] == "ok" for r in records)
+
+
+def test_bare_json_prints_only_the_records_on_stdout(capsys, tmp_path):
+    assert main(["amp", "accumulate", "--json", "--out", str(tmp_path / "a.jsonl")]) == 0
+    (record,) = json.loads(capsys.readouterr().out)  # nothing but JSON on stdout
+    assert record["spec"]["experiment"] == "accumulate" and record["status"] == "ok"
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "latex", "csv"])
+def test_every_format_renders_the_tables(fmt, capsys, tmp_path):
+    assert main(["amp", "accumulate", "--format", fmt, "--out", str(tmp_path / "a.jsonl")]) == 0
+    out = capsys.readouterr().out
+    if fmt == "csv":
+        import io
+
+        import pandas as pd
+
+        df = pd.read_csv(io.StringIO(out))
+        assert len(df) >= 1 and "accumulator_dtype" in df.columns
+    else:
+        assert "fp16 += fp16" in out and ("\\begin{tabular}" in out if fmt == "latex" else "|" in out)
+
+
+def test_plots_dir_and_the_deprecated_plot_file(capsys, tmp_path):
+    assert main(["amp", "underflow", "--plots", str(tmp_path / "p"), "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert (tmp_path / "p" / "underflow.png").stat().st_size > 1000
+    assert main(["amp", "underflow", "--plot", str(tmp_path / "u.png"), "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert (tmp_path / "u.png").stat().st_size > 1000
+    assert "--plot PNG is deprecated" in capsys.readouterr().err
+
+
+def test_the_python_api_returns_a_report():
+    import lmperf
+
+    report = lmperf.amp("accumulate", n=100, addend=0.01)
+    assert report.frame["n"].iloc[0] == 100 and report.findings
+    assert report.records[0]["spec"]["experiment"] == "accumulate"
+    from lmperf.errors import SpecError
+
+    with pytest.raises(SpecError, match="unknown option"):
+        lmperf.amp("accumulate", bogus=1)

@@ -30,7 +30,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
     (["bench", "--attention", "flash"], "unknown attention 'flash'; accepted: naive, sdpa"),
     (["bench", "--batch", "0"], "batch_size must be a positive integer, got 0"),
     (["bench", "--steps", "0"], "steps must be a positive integer, got 0"),
-    (["bench", "--warmup", "-1"], "warmup must be a positive integer, got -1"),
+    (["bench", "--warmup", "-1"], "warmup must be a non-negative integer, got -1"),
     (["bench", "--batch", "two"], "argument --batch: invalid int value: 'two'"),
     (["bench", "--context", "2048", "--model-context", "1024"], "context 2048 is longer than the model allows"),
     (["bench", "--model", "no_such_pkg.mod:make"], "cannot import 'no_such_pkg.mod'"),

@@ -23,7 +23,9 @@ def test_from_size_fills_the_preset_shape():
     ("optimizer", "sgd", "unknown optimizer 'sgd'"),
     ("batch_size", 0, "batch_size must be a positive integer, got 0"),
     ("steps", -1, "steps must be a positive integer, got -1"),
-    ("warmup", 0, "warmup must be a positive integer, got 0"),
+    ("warmup", -1, "warmup must be a non-negative integer, got -1"),
+    ("threads", -2, "threads must be a non-negative integer, got -2"),
+    ("clip", -1.0, "clip must be a non-negative number"),
     ("context_length", 0, "context_length must be a positive integer"),
 ])
 def test_bad_fields_are_rejected_with_what_is_accepted(field, value, fragment):
@@ -62,3 +64,19 @@ def test_grid_is_the_cartesian_product_in_size_major_order():
     assert {(s.context_length, s.precision, s.attention) for s in specs[:8]} == {
         (c, p, a) for c in (16, 32) for p in ("fp32", "bf16-mixed") for a in ("naive", "sdpa")}
     assert all(s.steps == 2 for s in specs)
+
+
+def test_warmup_zero_is_valid_and_a_sweep_axis():
+    from lmperf.workload.spec import Grid
+
+    grid = Grid(sizes=["tiny"], contexts=[64], batches=[1], precisions=["fp32"], modes=["forward"],
+                attentions=["naive"], warmups=[0, 1, 2])
+    assert [s.warmup for s in grid.expand()] == [0, 1, 2]
+
+
+def test_records_written_before_a_field_existed_still_load():
+    spec = RunSpec.from_size("tiny")
+    old = {k: v for k, v in spec.to_dict().items() if k not in ("threads", "clip")}
+    assert RunSpec.from_dict(old) == spec.with_(threads=0, clip=1.0)
+    with pytest.raises(SpecError, match="unknown RunSpec field"):
+        RunSpec.from_dict({**old, "bogus": 1})

@@ -1,11 +1,14 @@
-"""The precision lab: each experiment runs on this device and this torch and reports what it saw."""
+"""The precision lab: each experiment runs on this device and this torch and reports what it saw.
+
+`lmperf.amp("accumulate", ...)` (this package, callable) is `lmperf.amp.api.amp`.
+"""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-from lmperf.amp.base import ExperimentResult, render
+from lmperf._callable import make_callable
 
 # In the order `lmperf amp` lists them and `lmperf amp all` runs them.
 EXPERIMENT_NAMES: tuple[str, ...] = (
@@ -20,5 +23,16 @@ def get_experiment(name: str) -> ModuleType:
         raise ValueError(f"unknown experiment {name!r}; accepted: {', '.join(EXPERIMENT_NAMES)}")
     return importlib.import_module(f"lmperf.amp.{name}")
 
+
+def __getattr__(name: str) -> object:
+    # ExperimentResult and render import pandas: loaded on first use, so `import lmperf` is cheap.
+    if name in ("ExperimentResult", "render"):
+        from lmperf.amp import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'lmperf.amp' has no attribute {name!r}")
+
+
+make_callable(__name__, "lmperf.amp.api:amp")
 
 __all__ = ["EXPERIMENT_NAMES", "ExperimentResult", "get_experiment", "render"]

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from lmperf.results.schema import to_jsonable
-from lmperf.results.tables import render_sections
 
 
 @dataclass
@@ -54,8 +53,10 @@ class ExperimentResult:
 
 
 def render(result: ExperimentResult, fmt: str = "text") -> str:
-    """The result as text or Markdown: each table under its title, then the findings."""
-    return render_sections(result.tables, result.notes, fmt)
+    """The result as text, Markdown, LaTeX or CSV: each table under its title, then the findings."""
+    from lmperf.core.report import Report
+
+    return Report(kind="amp", tables=dict(result.tables), findings=list(result.notes)).render(fmt)
 
 
 def dtype_name(dtype: object) -> str:

@@ -1,4 +1,4 @@
-"""`lmperf amp all`: every experiment on this device, one Markdown report with tables and plots."""
+"""The amp Report (rebuilt from records), and `lmperf amp all`'s Markdown report with plots."""
 
 from __future__ import annotations
 
@@ -10,6 +10,37 @@ import torch
 from lmperf.amp import EXPERIMENT_NAMES, get_experiment
 from lmperf.amp.base import render
 from lmperf.amp.runner import Outcome, run_experiment
+from lmperf.core.report import Report
+
+
+def build_report(records: list[dict]) -> Report:
+    """A Report of amp records. One record: `frame` is its first table and `tables` the others;
+    several: `frame` has one row per experiment (status, seconds, message) and `tables` every
+    table, named "experiment: title". Findings are the experiments' findings."""
+    import pandas as pd
+
+    records = [r for r in records if r["kind"] == "amp"]
+    tables: dict[str, pd.DataFrame] = {}
+    findings: list[str] = []
+    for r in records:
+        metrics = r.get("metrics") or {}
+        name = r["spec"].get("experiment", "?")
+        for title, rows in (metrics.get("tables") or {}).items():
+            tables[title if len(records) == 1 else f"{name}: {title}"] = pd.DataFrame(rows)
+        findings += [n if len(records) == 1 else f"{name}: {n}" for n in metrics.get("notes") or []]
+        if r["status"] != "ok":
+            findings.append(f"{name}: {r['status']}: {r.get('message', '')}")
+    if len(records) == 1 and tables:
+        title, frame = next(iter(tables.items()))
+        del tables[title]
+        return Report(kind="amp", frame=frame, tables=tables, findings=findings, records=records,
+                      title=f"amp {records[0]['spec'].get('experiment')}: {title}")
+    frame = pd.DataFrame([{"experiment": r["spec"].get("experiment"), "status": r["status"],
+                           "seconds": (r.get("metrics") or {}).get("seconds"),
+                           "tables": len((r.get("metrics") or {}).get("tables") or {}),
+                           "message": r.get("message", "")} for r in records])
+    return Report(kind="amp", frame=frame, tables=tables, findings=findings, records=records,
+                  title="precision lab experiments")
 
 
 def run_all(device: torch.device, report_dir: Path,

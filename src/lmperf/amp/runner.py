@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from lmperf.amp.base import ExperimentResult
 from lmperf.results.schema import to_jsonable
 from lmperf.errors import LmperfError, SpecError
 from lmperf.results.schema import make_record
+from lmperf.core.outcome import failure
 from lmperf.runtime import env as envmod
 
 KIND = "amp"
@@ -35,6 +35,15 @@ class Outcome:
 def option_names(module: ModuleType) -> list[str]:
     """The keyword options of an experiment's run() (everything but `device`)."""
     return [p for p in inspect.signature(module.run).parameters if p != "device"]
+
+
+def check_options(module: ModuleType, options: dict) -> None:
+    """Raise SpecError for an option the experiment does not have."""
+    accepted = option_names(module)
+    unknown = [k for k in options if k not in accepted]
+    if unknown:
+        raise SpecError(f"amp {module.NAME}: unknown option(s) {', '.join(unknown)}; accepted: "
+                        f"{', '.join(accepted) or 'none'}")
 
 
 def run_experiment(name: str, device: torch.device, options: dict | None = None,
@@ -58,7 +67,7 @@ def run_experiment(name: str, device: torch.device, options: dict | None = None,
     except Exception as exc:  # a failure of the experiment itself: recorded, not hidden
         seconds = time.perf_counter() - start
         record = make_record(KIND, {"experiment": name, "device": device.type, **to_jsonable(options)},
-                             "error", environment, message=f"{type(exc).__name__}: {exc}")
+                             environment=environment, **failure(exc, f"running amp {name}"))
         return Outcome(name, None, record, seconds)
     seconds = time.perf_counter() - start
     spec = {"experiment": name, "device": device.type, **to_jsonable(result.params)}
@@ -71,10 +80,3 @@ def run_experiment(name: str, device: torch.device, options: dict | None = None,
     return Outcome(name, result, record, seconds, written)
 
 
-def write_json(outcome: Outcome, path: Path) -> None:
-    """Write the outcome's record (result, environment, status) as one JSON document."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(outcome.record, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise LmperfError(f"cannot write {path}: {exc.strerror or exc}") from None

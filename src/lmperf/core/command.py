@@ -10,7 +10,6 @@ from typing import Callable
 
 from lmperf.core.report import Report
 from lmperf.core.sweep import SweepInterrupted, SweepOptions
-from lmperf.core.vocabulary import check_values
 from lmperf.errors import LmperfError
 
 STATUSES = ("ok", "oom", "error", "unsupported")
@@ -45,19 +44,27 @@ def err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def emit_json(report: Report, target: str) -> None:
+    """The report's records as JSON: on stdout for "-", else into the file `target`."""
+    if target == "-":
+        sys.stdout.write(report.render("json"))
+        return
+    try:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(report.render("json"), encoding="utf-8")
+    except OSError as exc:
+        raise LmperfError(f"cannot write JSON to {target}: {exc.strerror or exc}") from None
+    err(f"records written as JSON to {target}")
+
+
 def emit(report: Report, args: argparse.Namespace) -> None:
     """Print the report as asked: `--json` (records on stdout and nothing else, or into a file)
     and/or the tables in `--format`."""
     target = getattr(args, "json", None)
-    if target == "-":
-        sys.stdout.write(report.render("json"))
-        return
     if target:
-        try:
-            Path(target).write_text(report.render("json"), encoding="utf-8")
-        except OSError as exc:
-            raise LmperfError(f"cannot write JSON to {target}: {exc.strerror or exc}") from None
-        err(f"records written as JSON to {target}")
+        emit_json(report, target)
+        if target == "-":
+            return
     sys.stdout.write(report.render(getattr(args, "format", "text")))
 
 
@@ -72,9 +79,6 @@ def closing_line(report: Report, out: Path | None, noun: str = "run") -> str:
 def run_command(args: argparse.Namespace, produce: Callable[[], Report], noun: str = "run") -> int:
     """Run `produce` (the API call), print its Report, and return the exit code: 0 when it ran
     (failed rows are results), 130 after Ctrl-C with every finished row kept."""
-    for name in ("warmup",):
-        if hasattr(args, name):
-            check_values(name, getattr(args, name), minimum=0)
     try:
         report = produce()
     except SweepInterrupted as stop:

@@ -209,15 +209,3 @@ def add_alias(parser: argparse.ArgumentParser, old: str, new: str, *, many: bool
     opt = OPTIONS[new.lstrip("-").replace("-", "_")]
     parser.add_argument(old, dest=opt.dest, action=_Deprecated, new=new, type=type,
                         nargs="+" if many else None, help=argparse.SUPPRESS)
-
-
-def check_values(name: str, values: object, *, minimum: int = 1) -> None:
-    """Raise SpecError unless every value of option `name` is an int >= minimum."""
-    from lmperf.errors import SpecError
-
-    for v in values if isinstance(values, (list, tuple)) else [values]:
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum:
-            what = "a non-negative" if minimum == 0 else "a positive"
-            raise SpecError(f"--{name.replace('_', '-')} must be {what} number, got {v!r}")

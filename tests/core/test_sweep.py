@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lmperf.workload.spec import RunSpec
-from lmperf.bench.sweep import SweepOptions, pending_specs, run_sweep
+from lmperf.core.sweep import SweepOptions, pending_specs, run_sweep
 from lmperf.errors import ResultsFileError
 
 QUICK = dict(context_length=16, batch_size=2, warmup=1, steps=2)

@@ -1,0 +1,84 @@
+"""Jobs on the launcher: a runner's records come back tagged with the job id, inline or in a
+child; a job whose child dies is one error row made by the parent."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+from lmperf.core.jobs import class_path, job_id, resolve
+from lmperf.core.launch import ChildProcess, describe_exit, run_inline
+from lmperf.core.outcome import Stage, failure, first_line
+from lmperf.results.schema import make_record
+
+
+@dataclass(frozen=True)
+class EchoSpec:
+    """A job whose runner returns one record per `count` (or dies, with `die`)."""
+
+    kind: ClassVar[str] = "echo"
+    runner: ClassVar[str] = "tests.core.test_launch:run_echo"
+    count: int = 2
+    die: bool = False
+    threads: int = 1
+    device: str = "cpu"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EchoSpec":
+        return cls(**data)
+
+    def label(self) -> str:
+        return f"echo x{self.count}"
+
+
+def run_echo(spec: EchoSpec) -> list[dict]:
+    import os
+
+    import torch
+
+    if spec.die:
+        os.abort()
+    return [make_record("echo", {**spec.to_dict(), "i": i}, "ok", {},
+                        metrics={"threads": torch.get_num_threads()}) for i in range(spec.count)]
+
+
+def test_inline_and_child_give_the_same_records_tagged_with_the_job():
+    spec = EchoSpec(count=3)
+    inline, child = run_inline(spec), ChildProcess(spec).run()
+    assert [r["spec"]["i"] for r in child] == [0, 1, 2]
+    assert {r["job_id"] for r in inline + child} == {job_id(spec)}
+    assert [r["metrics"] for r in inline] == [r["metrics"] for r in child] == [{"threads": 1}] * 3
+
+
+def test_a_child_that_dies_is_one_error_row_made_by_the_parent():
+    (record,) = ChildProcess(EchoSpec(die=True)).run()
+    assert record["status"] == "error" and "SIGABRT" in record["message"]
+    assert record["job_id"] == job_id(EchoSpec(die=True)) and record["env"]["torch"]
+
+
+def test_job_identity_and_class_path_round_trip():
+    spec = EchoSpec(count=5)
+    assert resolve(class_path(spec)) is EchoSpec
+    assert job_id(spec) == job_id(EchoSpec(count=5)) != job_id(EchoSpec(count=6))
+
+
+def test_failure_decides_oom_or_error_once():
+    stage = Stage("warming up")
+    oom = failure(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), stage)
+    assert oom == {"status": "oom", "message": "out of memory while warming up: CUDA out of memory. "
+                                              "Tried to allocate 2 GiB"}
+    try:
+        raise ValueError("bad shape\nsecond line")
+    except ValueError as exc:
+        err = failure(exc, stage)
+    assert err["status"] == "error" and err["message"].startswith("ValueError while warming up")
+    assert "Traceback" in err["traceback"]
+    assert first_line(ValueError("a\nb")) == "a" and first_line(ValueError()) == "ValueError"
+
+
+def test_exit_descriptions():
+    assert "SIGKILL" in describe_exit(-9) and "OOM killer" in describe_exit(-9)
+    assert "exited with code 3" in describe_exit(3)
