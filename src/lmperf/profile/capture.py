@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from lmperf.core.outcome import Stage
 from lmperf.workload.build import Prepared, check_user_model, prepare
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import PHASES
@@ -55,18 +56,25 @@ def prepare_annotated(spec: RunSpec, device: torch.device, regime: Regime) -> tu
     return prepared, layers
 
 
-def capture(spec: RunSpec, trace_path: Path) -> Capture:
-    """Run `spec` under torch.profiler and write its trace; raises what the run raises."""
+def capture(spec: RunSpec, trace_path: Path, stage: Stage | None = None) -> Capture:
+    """Run `spec` under torch.profiler and write its trace; raises what the run raises.
+
+    `stage` is kept up to date with what the capture is doing (for the message of a failure).
+    """
+    stage = stage or Stage()
     device = torch.device(spec.device)
     regime = get_regime(spec.precision)
     with matmul_precision(regime):
+        stage.now = "building the model"
         prepared, layers = prepare_annotated(spec, device, regime)
         state, step = prepared.state, prepared.step
         result = Capture(trace_path, prepared.params, annotated_layers=layers)
         clock = dev.PhaseClock(device)
+        stage.now = f"warming up ({spec.warmup} steps)"
         with annotate(WARMUP):
             for _ in range(spec.warmup):
                 step(state, clock)
+        stage.now = f"timing {spec.steps} steps without the profiler"
         result.unprofiled_ms = _timed(step, state, clock, spec)
 
         activities = [ProfilerActivity.CPU]
@@ -78,12 +86,14 @@ def capture(spec: RunSpec, trace_path: Path) -> Capture:
 
         def export(prof: profile) -> None:
             # Called when the active cycle ends; the events are cleared right after.
+            stage.now = "exporting the trace"
             start = time.perf_counter()
             prof.export_chrome_trace(str(trace_path))
             result.export_s = time.perf_counter() - start
 
         with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=spec.steps, repeat=1),
                      on_trace_ready=export, record_shapes=False, with_stack=False) as prof:
+            stage.now = f"profiling {spec.steps} steps"
             start = time.perf_counter()
             for i in range(spec.steps + 1):  # +1: the profiler's own warm-up step, discarded
                 step(state, clock)

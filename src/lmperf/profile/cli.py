@@ -1,79 +1,70 @@
-"""`lmperf profile`: one spec under torch.profiler (or Nsight Systems), tables per phase."""
+"""`lmperf profile`: the flags (from the shared vocabulary) -> `lmperf.profile.api.profile` ->
+Report, plus the trace and CSV notes."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from lmperf.core.command import err, launch_kwargs, run_command
+from lmperf.core.vocabulary import LAUNCH, add_options, device_defaults
+
 DEFAULT_OUT = Path("results") / "profile.jsonl"
-DEFAULT_TRACE_DIR = Path("results") / "traces"
+SPEC_OPTIONS = ("size", "model", "context", "batch", "precision", "attention", "device",
+                "threads", "warmup", "steps", "seed")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf profile`."""
-    from lmperf.cli import add_spec_arguments
-
-    p = sub.add_parser("profile", help="where the time goes: per-phase operators/kernels, categories, attention",
-                       description="Profile one run (the same flags as bench, one value each) and "
-                                   "print per-phase tables: top operators (CPU) or kernels (CUDA), "
-                                   "categories, matmul share, attention softmax vs matmuls.")
+    p = sub.add_parser("profile", help="where the time goes: per-phase operators/kernels, "
+                                       "categories, attention",
+                       description="Profile one run (bench's flags, one value each) in a child "
+                                   "process and print per-phase tables: top operators (CPU) or "
+                                   "kernels (CUDA), categories, matmul share, attention softmax "
+                                   "vs matmuls. The record is appended to a results file.")
+    cpu, cuda = (device_defaults("profile", t) for t in ("cpu", "cuda"))
+    per_device = {name: f"default: {cpu[name]} on CPU, {cuda[name]} on CUDA"
+                  for name in ("size", "context", "precision")}
     # The profiler's schedule discards one more warm-up step of its own, so fewer are needed
     # here than in a benchmark; this keeps a profile within ~3x the time of its profiled steps.
-    add_spec_arguments(p, sweep=False, warmup=2)
+    add_options(p, SPEC_OPTIONS + ("out", "format") + LAUNCH,
+                defaults={"warmup": 2, "steps": 10, "out": DEFAULT_OUT},
+                helps={**per_device,
+                       "steps": "timed without the profiler, then as many profiled"})
+    p.add_argument("--mode", default="train-step", metavar="MODE",
+                   help="what a step does: forward, forward-backward, train-step "
+                        "(default: train-step)")
+    p.add_argument("--optimizer", default="auto", choices=["auto", "fused", "foreach", "loop"],
+                   help="AdamW implementation (default: auto, the fastest this device supports)")
+    p.add_argument("--model-context", type=int, default=0, metavar="T",
+                   help="the model's maximum context length (default: the run's --context)")
     p.add_argument("--backend", default="torch", choices=["torch", "nsys"],
-                   help="torch.profiler (default; CPU and CUDA) or Nsight Systems (needs nsys on PATH)")
-    p.add_argument("--top", type=int, default=10, help="rows per top table (default: 10)")
+                   help="torch.profiler (default; CPU and CUDA) or Nsight Systems (needs nsys "
+                        "on PATH)")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="rows per top table (default: 10)")
     p.add_argument("--trace", type=Path, metavar="FILE",
-                   help=f"where to write the trace (default: {DEFAULT_TRACE_DIR}/<run>.json)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help=f"JSONL results file the record is appended to (default: {DEFAULT_OUT})")
-    p.add_argument("--format", default="text", choices=["text", "markdown"])
+                   help="where to write the trace (default: results/traces/<run>.json)")
     p.add_argument("--csv", type=Path, metavar="DIR", help="also write every table as CSV into DIR")
     p.set_defaults(func=cmd_profile)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    """Run the profile, print the tables and findings, append the record."""
-    from lmperf.workload.build import resolve_optimizer
-    from lmperf.workload.spec import RunSpec
-    from lmperf.errors import SpecError
-    from lmperf.profile.record import render, to_record, write_csv
-    from lmperf.results.store import append_record, ensure_writable
-    from lmperf.runtime.device import resolve_device
+    """`lmperf profile`: plan, run the job, print the tables and findings, append the record."""
+    from lmperf.profile.api import profile
+    from lmperf.profile.record import write_csv
 
-    if args.top <= 0:
-        raise SpecError(f"--top must be a positive integer, got {args.top}")
-    device = resolve_device(args.device)
-    size = args.size or ("small" if device.type == "cuda" else "mini")
-    spec = RunSpec.from_size(size, context_length=args.context or 128,
-                             model_context_length=args.model_context, batch_size=args.batch,
-                             precision=args.precision or "fp32", mode=args.mode,
-                             attention=args.attention,
-                             optimizer=resolve_optimizer(args.optimizer, device),
-                             warmup=args.warmup, steps=args.steps, seed=args.seed,
-                             device=device.type, model=args.model)
-    if args.model:
-        from lmperf.workload.build import check_user_models
+    def produce():
+        kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
+        report = profile(**kwargs, mode=args.mode, optimizer=args.optimizer,
+                         model_context=args.model_context, backend=args.backend, top=args.top,
+                         trace=args.trace, out=args.out, progress=True, **launch_kwargs(args))
+        traces = [(r.get("metrics") or {}).get("trace_path") for r in report.records]
+        for path in filter(None, traces):
+            err(f"trace: {path} (opens in Perfetto / chrome://tracing)")
+        if args.csv and report.tables:
+            write_csv(report.tables, args.csv)
+            err(f"CSV tables in {args.csv}")
+        return report
 
-        check_user_models([spec])
-    ensure_writable(args.out)
-    trace = args.trace or DEFAULT_TRACE_DIR / (spec.label().replace(" ", "_").replace("=", "") + ".json")
-    if args.backend == "nsys":
-        from lmperf.profile.nsys_run import profile_nsys
-
-        result = profile_nsys(spec, trace.with_suffix(""), top=args.top)
-    else:
-        from lmperf.profile.run import profile_torch
-
-        print(f"profiling {spec.label()}: {spec.warmup} warm-up, {spec.steps} unprofiled and "
-              f"{spec.steps} profiled steps ...", file=sys.stderr)
-        result = profile_torch(spec, trace, top=args.top)
-    record = to_record(result)
-    append_record(args.out, record)
-    sys.stdout.write(render(result, args.format))
-    if args.csv:
-        write_csv(result, args.csv)
-    print(f"trace: {result.trace_path} (opens in Perfetto / chrome://tracing); record appended to "
-          f"{args.out}" + (f"; CSV tables in {args.csv}" if args.csv else ""), file=sys.stderr)
-    return 0
+    return run_command(args, produce, noun="profile")

@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as f:
         spec = RunSpec.from_dict(json.load(f))
+    if spec.threads:  # the same thread policy as every other job (0: torch's default)
+        torch.set_num_threads(spec.threads)
     device = torch.device(spec.device)
     regime = get_regime(spec.precision)
     with matmul_precision(regime):

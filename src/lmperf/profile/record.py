@@ -1,22 +1,43 @@
-"""A profile's record for the results file, and its tables as text, Markdown or CSV files."""
+"""A profile's record for the results file, the Report rebuilt from records alone (for
+`lmperf profile`, `lmperf.profile(...)` and `lmperf table`), and its tables as CSV files."""
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from pathlib import Path
+from typing import Mapping
 
+import pandas as pd
+
+from lmperf.core.report import Report
 from lmperf.errors import LmperfError
 from lmperf.results.schema import make_record, to_jsonable
-from lmperf.results.tables import render_sections
-from lmperf.runtime import env as envmod
 
 KIND = "profile"
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
+# The phase-times table's title (also the key its rows are stored under in a record).
+PHASE_TIMES = "phase times: benchmarked vs profiled (ms per step, mean ± std)"
+SIDE_BY_SIDE = "forward vs whole step (top entries side by side)"
+# Spec fields shown in the caption when every row has the same value.
+CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
+    ("warmup", "warmup"), ("steps", "steps"), ("optimizer", "optimizer"), ("threads", "threads"),
+    ("device", "device"))
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
+_PAIR = re.compile(r"^\('(.+)', '(.+)'\)$")  # a two-level column name as older records wrote it
+_MEAN_STD = re.compile(r"^\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*±\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*$")
 
 
-def to_record(result) -> dict:
-    """The `kind: "profile"` record: spec + backend, tables, findings, timings, trace path."""
-    import torch
+def to_record(result, environment: dict | None = None) -> dict:
+    """The `kind: "profile"` 'ok' record of a ProfileResult: spec (the run's spec + backend),
+    params, and metrics: tables (rows of numbers), notes, timings_s, samples_ms, trace_path."""
+    if environment is None:
+        import torch
 
+        from lmperf.runtime import env as envmod
+
+        environment = envmod.capture(torch.device(result.spec.device))
     spec = result.spec.to_dict() | {"backend": result.backend}
     metrics = {
         "trace_path": str(result.trace_path),
@@ -24,21 +45,193 @@ def to_record(result) -> dict:
         "notes": list(result.notes),
         "timings_s": dict(result.timings),
     }
-    return make_record(KIND, spec, "ok", envmod.capture(torch.device(result.spec.device)),
-                       metrics=metrics)
+    if result.samples_ms:
+        metrics["samples_ms"] = to_jsonable(result.samples_ms)
+    return make_record(KIND, spec, "ok", environment, params=result.params, metrics=metrics)
 
 
-def render(result, fmt: str = "text") -> str:
-    """Tables under their titles, then the findings (floats to 4 significant digits)."""
-    return render_sections(result.tables, result.notes, fmt, digits=4)
+def build_report(records: list[dict]) -> Report:
+    """The Report of profile records.
+
+    frame: one numeric row per record (spec fields, status, message, per-phase ms: benchmarked
+    mean and std, and the mean under the profiler; the profiling cost in seconds); tables: the
+    tables each record stored (titles prefixed with the run's label when there are several
+    records); findings: the stored notes (prefixed likewise).
+    """
+    records = [r for r in records if r.get("kind") == KIND]
+    several = len(records) > 1
+    tables: dict[str, pd.DataFrame] = {}
+    findings: list[str] = []
+    for record, label in zip(records, _labels(records)):
+        metrics = record.get("metrics") or {}
+        prefix = f"{label}: " if several else ""
+        for title, rows in (metrics.get("tables") or {}).items():
+            tables[prefix + title] = stored_table(title, rows)
+        findings += [prefix + note for note in metrics.get("notes") or []]
+    ok = [r for r in records if r["status"] == "ok"]
+    device = (ok or records or [{}])[0].get("env", {}).get("device_name", "")
+    frame = pd.DataFrame([_row(r) for r in records])
+    if not frame.empty:  # a failed row has no params: keep the column integer, not float
+        frame["params"] = frame["params"].astype("Int64")
+    return Report(kind=KIND, frame=frame, tables=tables,
+                  findings=findings, records=records,
+                  title=f"lmperf profile on {device}" if device else "lmperf profile",
+                  display=_display)
 
 
-def write_csv(result, folder: Path) -> list[Path]:
+def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:
+    """A table as a record stores it, back as a DataFrame with its numbers as numbers ('nan'
+    and 'inf' strings of the JSON as floats; an older record's "12.34 ± 0.56" phase times
+    split into _mean and _std columns, "+3.2%" into overhead_pct, and its side-by-side table's
+    "('forward', 'name')" columns named "forward name" beside a rank)."""
+    df = pd.DataFrame(rows)
+    for col in df.columns:
+        values = [v for v in df[col] if v is not None]
+        if any(isinstance(v, str) and v in _NON_FINITE for v in values) and all(
+                isinstance(v, (int, float)) or v in _NON_FINITE for v in values):
+            df[col] = [math.nan if v is None else _NON_FINITE.get(v, v) for v in df[col]]
+            df[col] = df[col].astype(float)
+    if title == PHASE_TIMES:
+        return _upgrade_phase_times(df)
+    if title == SIDE_BY_SIDE and "rank" not in df.columns:  # older records: "('forward', 'name')"
+        df = df.rename(columns=lambda c: " ".join(m.groups()) if (m := _PAIR.match(c)) else c)
+        df.insert(0, "rank", range(1, len(df) + 1))
+    return df
+
+
+def _upgrade_phase_times(df: pd.DataFrame) -> pd.DataFrame:
+    """Records written before tables were numeric held "mean ± std" and "+x%" strings."""
+    out = pd.DataFrame(index=df.index)
+    for col in df.columns:
+        values = df[col].tolist()
+        if col == "overhead" and all(isinstance(v, str) for v in values):
+            out["overhead_pct"] = [_float(v.rstrip("%")) for v in values]
+        elif any(isinstance(v, str) and "±" in v for v in values):
+            pairs = [_MEAN_STD.match(v) if isinstance(v, str) else None for v in values]
+            out[f"{col}_mean"] = [_float(p.group(1)) if p else math.nan for p in pairs]
+            out[f"{col}_std"] = [_float(p.group(2)) if p else math.nan for p in pairs]
+        else:
+            out[col] = df[col]
+    return out
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _label(spec: Mapping) -> str:
+    name = spec.get("model") or spec.get("size") or "?"
+    backend = spec.get("backend", "torch")
+    return (f"{name} ctx={spec.get('context_length')} b={spec.get('batch_size')} "
+            f"{spec.get('precision')} {spec.get('mode')} {spec.get('attention')}"
+            + ("" if backend == "torch" else f" {backend}"))
+
+
+def _labels(records: list[dict]) -> list[str]:
+    """The run label of each record, numbered when two records share one."""
+    labels = [_label(r.get("spec") or {}) for r in records]
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
+    return out
+
+
+def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float]]:
+    """phase -> (benchmarked mean, benchmarked std, profiled mean) in ms per step: from the
+    raw samples, or (older records) from the stored phase-times table."""
+    samples = metrics.get("samples_ms") or {}
+    out = {}
+    if samples:
+        for phase, xs in (samples.get("benchmarked") or {}).items():
+            prof = (samples.get("profiled") or {}).get(phase) or []
+            out[phase] = (statistics.fmean(xs) if xs else math.nan,
+                          statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                          statistics.fmean(prof) if prof else math.nan)
+        return out
+    rows = (metrics.get("tables") or {}).get(PHASE_TIMES)
+    if rows:
+        df = stored_table(PHASE_TIMES, rows)
+        for r in df.to_dict(orient="records"):
+            out[r["phase"]] = tuple(float(r.get(c, math.nan)) for c in (
+                "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean"))
+    return out
+
+
+def _row(record: dict) -> dict:
+    spec, metrics = record.get("spec") or {}, record.get("metrics") or {}
+    row: dict = {
+        "model": spec.get("model") or spec.get("size"),
+        "shape": (f"d={spec.get('d_model')} L={spec.get('num_layers')} "
+                  f"H={spec.get('num_heads')} ff={spec.get('d_ff')}"),
+        "params": record.get("params"), "context": spec.get("context_length"),
+        "batch": spec.get("batch_size"), "precision": spec.get("precision"),
+        "mode": spec.get("mode"), "attention": spec.get("attention"),
+        "warmup": spec.get("warmup"), "steps": spec.get("steps"),
+        "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
+        "device": spec.get("device"), "backend": spec.get("backend", "torch"),
+        "status": record["status"], "message": record.get("message", ""),
+    }
+    stats = _phase_stats(metrics)
+    for phase in PHASES:
+        mean, std, profiled = stats.get(phase, (math.nan,) * 3)
+        row[f"{phase}_ms_mean"], row[f"{phase}_ms_std"] = mean, std
+        row[f"{phase}_profiled_ms_mean"] = profiled
+    timings = metrics.get("timings_s") or {}
+    for name in ("profiled_steps_s", "capture_s", "trace_export_s", "trace_parse_s", "analysis_s"):
+        row[name] = timings.get(name, math.nan)
+    env = record.get("env") or {}
+    row.update(trace_path=metrics.get("trace_path"), device_name=env.get("device_name"),
+               timestamp=env.get("timestamp"))
+    return row
+
+
+def _ms(mean: float, std: float) -> str:
+    return "-" if mean is None or math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+
+
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    """The frame for reading: the run, 'mean ± std' per phase, profiler overhead, status."""
+    df = report.frame
+    constant = [(col, title) for col, title in CAPTION_FIELDS if df[col].nunique(dropna=False) == 1]
+    caption = ", ".join(f"{title} {df[col].iloc[0]}" for col, title in constant)
+    out = pd.DataFrame({"size": df["model"], "context": df["context"], "batch": df["batch"],
+                        "precision": df["precision"], "mode": df["mode"],
+                        "attention": df["attention"], "backend": df["backend"]})
+    if any((r.get("spec") or {}).get("model") for r in report.records):
+        out.insert(1, "shape", df["shape"])  # a user's model: the shape its factory received
+    for col, title in CAPTION_FIELDS:
+        if (col, title) not in constant:
+            out[title] = df[col]
+    for phase in PHASES:
+        if df[f"{phase}_ms_mean"].notna().any():
+            out[f"{phase} (ms)"] = [_ms(a, b) for a, b in
+                                    zip(df[f"{phase}_ms_mean"], df[f"{phase}_ms_std"])]
+    if df["step_profiled_ms_mean"].notna().any():
+        out["profiler overhead"] = [
+            "-" if math.isnan(p) or math.isnan(b) else f"{p / b - 1:+.1%}"
+            for p, b in zip(df["step_profiled_ms_mean"], df["step_ms_mean"])]
+    notes, status = [], []
+    for s, msg in zip(df["status"], df["message"]):
+        if s == "ok":
+            status.append("ok")
+        else:
+            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
+            status.append(f"{s} [{len(notes)}]")
+    out["status"] = status
+    return out, caption, notes
+
+
+def write_csv(tables: Mapping[str, pd.DataFrame], folder: Path) -> list[Path]:
     """One CSV per table in `folder`, named after the table's title; returns the paths."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
-        for title, df in result.tables:
+        for title, df in tables.items():
             path = folder / (re.sub(r"[^A-Za-z0-9]+", "_", title).strip("_")[:80] + ".csv")
             df.to_csv(path, index=False)
             paths.append(path)

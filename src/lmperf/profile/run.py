@@ -9,6 +9,7 @@ runtime against FLOPs.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lmperf.core.outcome import Stage
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import PHASES
 from lmperf.profile import views
@@ -24,12 +26,19 @@ from lmperf.profile.capture import Capture, capture
 from lmperf.profile.classify import classify
 from lmperf.profile.flops import attention_flops
 from lmperf.profile.gemm import describe_gemm
+from lmperf.profile.record import PHASE_TIMES, SIDE_BY_SIDE
 from lmperf.profile.trace import load_trace
 
 
 @dataclass
 class ProfileResult:
-    """Tables and findings of one profile, plus where its trace is."""
+    """Tables and findings of one profile, plus where its trace is.
+
+    Attributes:
+        tables: (title, DataFrame) with numeric columns (names and categories aside).
+        samples_ms: {"benchmarked"|"profiled": {phase: per-step ms}} (torch backend).
+        params: the model's parameter count (torch backend).
+    """
 
     spec: RunSpec
     backend: str
@@ -37,15 +46,24 @@ class ProfileResult:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    samples_ms: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    params: int | None = None
 
 
-def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10) -> ProfileResult:
-    """Profile `spec` with torch.profiler and analyse its trace (see the module docstring)."""
-    cap = capture(spec, trace_path)
+def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10,
+                  stage: Stage | None = None) -> ProfileResult:
+    """Profile `spec` with torch.profiler and analyse its trace (see the module docstring);
+    raises what the run raises, with `stage` telling where it was."""
+    stage = stage or Stage()
+    cap = capture(spec, trace_path, stage)
+    stage.now = "parsing the trace"
     start = time.perf_counter()
     trace = load_trace(trace_path)
     parse_s = time.perf_counter() - start
-    result = ProfileResult(spec, "torch", trace_path)
+    stage.now = "analysing the trace"
+    result = ProfileResult(spec, "torch", trace_path, params=cap.params,
+                           samples_ms={"benchmarked": cap.unprofiled_ms,
+                                       "profiled": cap.profiled_ms})
     _phase_times(result, cap, trace)
     _top_tables(result, trace, spec, top)
     _attention(result, trace, spec)
@@ -61,9 +79,11 @@ def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10) -> ProfileResu
     return result
 
 
-def _mean_std(xs: list[float]) -> str:
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.fmean(xs):.2f} ± {sd:.2f}"
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    """(mean, sample std) in the unit of `xs`; (nan, nan) when empty, std 0 for one value."""
+    if not xs:
+        return math.nan, math.nan
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
 def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
@@ -75,17 +95,20 @@ def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
     for phase in PHASES[result.spec.mode] + ("step",):
         bench, prof = cap.unprofiled_ms[phase], cap.profiled_ms[phase]
         in_trace = walls[walls["phase"] == phase]["ms"].tolist() if not walls.empty else []
-        rows.append({
-            "phase": phase, "benchmarked_ms": _mean_std(bench), "profiled_ms": _mean_std(prof),
-            "trace_range_ms": _mean_std(in_trace) if in_trace else "-",
-            "overhead": f"{statistics.fmean(prof) / statistics.fmean(bench) - 1:+.1%}",
-        })
-    result.tables.append(("phase times: benchmarked vs profiled (ms per step, mean ± std)",
-                          pd.DataFrame(rows)))
+        row: dict = {"phase": phase}
+        for name, xs in (("benchmarked", bench), ("profiled", prof), ("trace_range", in_trace)):
+            row[f"{name}_ms_mean"], row[f"{name}_ms_std"] = _mean_std(xs)
+        row["overhead_pct"] = 100 * (row["profiled_ms_mean"] / row["benchmarked_ms_mean"] - 1)
+        rows.append(row)
+    result.tables.append((PHASE_TIMES, pd.DataFrame(rows)))
     fwd = rows[0]
-    result.notes.append(f"(a) forward: {fwd['benchmarked_ms']} ms benchmarked without the profiler, "
-                        f"{fwd['profiled_ms']} ms under it ({fwd['overhead']}), "
-                        f"{fwd['trace_range_ms']} ms as the trace's forward range.")
+    in_range = ("no forward range in the trace" if math.isnan(fwd["trace_range_ms_mean"]) else
+                f"{fwd['trace_range_ms_mean']:.2f} ± {fwd['trace_range_ms_std']:.2f} ms as the "
+                "trace's forward range")
+    result.notes.append(
+        f"(a) forward: {fwd['benchmarked_ms_mean']:.2f} ± {fwd['benchmarked_ms_std']:.2f} ms "
+        f"benchmarked without the profiler, {fwd['profiled_ms_mean']:.2f} ± "
+        f"{fwd['profiled_ms_std']:.2f} ms under it ({fwd['overhead_pct']:+.1f}%), {in_range}.")
 
 
 def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
@@ -125,8 +148,15 @@ def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
             f"(d) matmul share: {share_f:.1%} of forward, {share_s:.1%} of the whole step; the top "
             f"entry of the step is {'the same as' if same else 'different from'} the forward pass's"
             + ("" if same or step.empty else f" ({step.iloc[0]['name']})") + ".")
-        result.tables.append(("forward vs whole step (top entries side by side)",
-                              views.side_by_side(fwd, step, "forward", "step")))
+        result.tables.append((SIDE_BY_SIDE, _flat(views.side_by_side(fwd, step, "forward", "step"))))
+
+
+def _flat(df: pd.DataFrame) -> pd.DataFrame:
+    """A side-by-side table with one level of columns ('forward name', ...) and its rank as a
+    column, so that it survives the trip through a JSON record."""
+    out = df.copy()
+    out.columns = [" ".join(map(str, c)) for c in out.columns]
+    return out.reset_index()
 
 
 def _attention(result: ProfileResult, trace, spec: RunSpec) -> None:

@@ -1,0 +1,170 @@
+"""`lmperf profile` and `lmperf.profile(...)` on the core: a job in a child process (OOM is a row),
+records, traces, CSV, --json, `lmperf table` of profile records, the Nsight backend, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import lmperf
+from lmperf.cli import main
+from lmperf.profile.nsys import parse_kern_sum_csv
+from tests.profile.test_nsys import DATA, _fake_nsys
+
+QUICK = ["--size", "tiny", "--context", "32", "--batch", "2", "--steps", "2", "--warmup", "1"]
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def forward_run(tmp_path_factory) -> dict:
+    """One inline forward-mode profile through the CLI, with a trace and CSV tables."""
+    tmp = tmp_path_factory.mktemp("cli")
+    paths = {"out": tmp / "p.jsonl", "trace": tmp / "t.json", "csv": tmp / "csv"}
+    code, out, err = _run(["profile", *QUICK, "--mode", "forward", "--inline",
+                           "--out", str(paths["out"]), "--trace", str(paths["trace"]),
+                           "--csv", str(paths["csv"]), "--format", "markdown"])
+    assert code == 0, err
+    return {**paths, "stdout": out, "stderr": err}
+
+
+def test_cli_writes_record_trace_and_csv(forward_run):
+    (record,) = [json.loads(x) for x in forward_run["out"].read_text().splitlines()]
+    assert record["kind"] == "profile" and record["status"] == "ok"
+    spec = record["spec"]
+    assert spec["backend"] == "torch" and spec["mode"] == "forward" and spec["warmup"] == 1
+    assert spec["threads"] == 1  # the CPU thread policy, recorded
+    assert "top" not in spec and "trace" not in spec  # the record's spec: the run + backend
+    assert record["params"] > 0
+    assert record["metrics"]["trace_path"] == str(forward_run["trace"])
+    assert forward_run["trace"].exists()
+    assert "#### top operators (self time): forward" in forward_run["stdout"]
+    assert "backward" not in " ".join(record["metrics"]["tables"])  # forward mode: no backward
+    csvs = sorted(forward_run["csv"].iterdir())
+    assert len(csvs) == len(record["metrics"]["tables"])
+    assert all(not pd.read_csv(p).empty for p in csvs)
+    assert "1 profile(s): 1 ok" in forward_run["stderr"]
+
+
+def test_oom_is_a_row_with_exit_0_and_no_traceback(tmp_path):
+    """small at 512 tokens (batch 4) cannot even be built in a 1.5 GiB address space."""
+    out = tmp_path / "p.jsonl"
+    code, stdout, err = _run(["profile", "--size", "small", "--context", "512",
+                              "--max-memory-gib", "1.5", "--out", str(out),
+                              "--trace", str(tmp_path / "t.json")])
+    assert code == 0, err
+    assert "Traceback" not in err and "Traceback" not in stdout
+    (record,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert record["status"] == "oom" and "out of memory while" in record["message"]
+    assert record["spec"]["size"] == "small" and record["spec"]["backend"] == "torch"
+    assert "RLIMIT_AS" in record["memory_cap"]
+    assert "oom [1]" in stdout and "1 profile(s): 1 oom" in err
+
+
+def test_timeout_is_an_error_row(tmp_path):
+    out = tmp_path / "p.jsonl"
+    code, _, err = _run(["profile", *QUICK, "--timeout", "0.2", "--out", str(out),
+                         "--trace", str(tmp_path / "t.json")])
+    assert code == 0, err
+    (record,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert record["status"] == "error" and "timed out after 0.2 s" in record["message"]
+
+
+def test_bare_json_prints_only_the_records(tmp_path):
+    code, stdout, err = _run(["profile", *QUICK, "--mode", "forward", "--inline", "--json",
+                              "--out", str(tmp_path / "p.jsonl"),
+                              "--trace", str(tmp_path / "t.json")])
+    assert code == 0, err
+    (record,) = json.loads(stdout)
+    assert record["kind"] == "profile" and record["status"] == "ok"
+
+
+@pytest.mark.parametrize("fmt", ["latex", "csv", "markdown"])
+def test_table_renders_profile_records(forward_run, fmt, tmp_path):
+    # the forward run plus a failed row, as `lmperf table` finds them in a results file
+    results = tmp_path / "profile.jsonl"
+    lines = forward_run["out"].read_text().splitlines()
+    failed = {**json.loads(lines[0]), "status": "oom", "message": "out of memory while x",
+              "metrics": None, "params": None}
+    results.write_text("\n".join([lines[0], json.dumps(failed)]) + "\n")
+    code, stdout, err = _run(["table", str(results), "--format", fmt])
+    assert code == 0, err
+    if fmt == "csv":
+        df = pd.read_csv(io.StringIO(stdout))
+        assert list(df["status"]) == ["ok", "oom"]
+        assert df["forward_ms_mean"].iloc[0] > 0 and pd.isna(df["forward_ms_mean"].iloc[1])
+    elif fmt == "latex":
+        assert stdout.count(r"\begin{tabular}") >= 3 and "top operators" in stdout
+        assert "oom [1]" in stdout
+    else:
+        assert "#### " in stdout and "| tiny " in stdout and "oom [1]" in stdout
+
+
+def test_api_returns_a_report_with_one_row(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default trace goes to results/traces here
+    report = lmperf.profile(size="tiny", context=32, mode="forward", steps=2, warmup=0,
+                            inline=True)
+    assert isinstance(report.frame, pd.DataFrame) and len(report.frame) == 1
+    row = report.frame.iloc[0]
+    assert row["status"] == "ok" and row["warmup"] == 0 and row["forward_ms_mean"] > 0
+    assert "top operators (self time): forward" in report.tables
+    assert any(f.startswith("(a) forward") for f in report.findings)
+    assert not (tmp_path / "results" / "profile.jsonl").exists()  # out=None: in memory
+    assert list((tmp_path / "results" / "traces").glob("*.json"))
+
+
+def test_nsys_backend_without_nsys_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys anywhere on PATH
+    code, _, err = _run(["profile", "--size", "tiny", "--backend", "nsys",
+                         "--out", str(tmp_path / "p.jsonl")])
+    assert code == 2 and "nsys is not on PATH; use --backend torch" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_nsys_backend_builds_tables_from_nsys_reports(tmp_path, monkeypatch):
+    exe, log = _fake_nsys(tmp_path)
+    monkeypatch.setenv("PATH", str(Path(exe).parent) + os.pathsep + os.environ["PATH"])
+    out = tmp_path / "p.jsonl"
+    code, _, err = _run(["profile", "--size", "tiny", "--backend", "nsys", "--steps", "4",
+                         "--inline", "--out", str(out), "--trace", str(tmp_path / "rep")])
+    assert code == 0, err
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok" and record["spec"]["backend"] == "nsys"
+    tables = record["metrics"]["tables"]
+    assert "top kernels (nsys): forward" in tables and "top kernels (nsys): backward" in tables
+    row = tables["top kernels (nsys): forward"][0]
+    fixture = parse_kern_sum_csv((DATA / "nsys_cuda_gpu_kern_sum.csv").read_text()).iloc[0]
+    assert row["name"] == fixture["name"]
+    assert row["calls_per_step"] == pytest.approx(fixture["calls"] / 4)  # nsys sums all 4 steps
+    assert row["ms_per_step"] == pytest.approx(fixture["total_ms"] / 4)
+    calls = [json.loads(x)["argv"] for x in log.read_text().splitlines()]
+    assert calls[0][0] == "profile" and "--capture-range=nvtx" in calls[0]
+    assert any("--filter-nvtx=backward" in c for c in calls)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["profile", "--top", "0"], "--top must be a positive integer"),
+    (["profile", "--size", "huge"], "unknown size 'huge'"),
+    (["profile", "--precision", "tf33"], "unknown precision 'tf33'"),
+    (["profile", "--mode", "inference"], "unknown mode 'inference'"),
+    (["profile", "--warmup", "-1"], "warmup must be a non-negative integer, got -1"),
+    (["profile", "--timeout", "0"], "--timeout must be positive"),
+    (["profile", "--model", "tests.fixtures.models:nope"], "has no callable 'nope'"),
+])
+def test_bad_input_is_one_line(argv, fragment, tmp_path):
+    out = tmp_path / "p.jsonl"
+    code, _, err = _run(argv + ["--out", str(out)])
+    assert code == 2
+    assert fragment in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()  # nothing ran
