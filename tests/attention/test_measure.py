@@ -71,7 +71,21 @@ def test_flash_triton_without_the_interpreter_is_an_unsupported_row(monkeypatch)
     assert r["metrics"]["analytic"]["score_matrix_mib"] == 32 * 32 * 4 / 2**20
 
 
-def test_threads_are_restored_after_an_inline_run():
+def test_the_launcher_sets_the_spec_s_threads_and_restores_them():
+    from lmperf.core.launch import run_inline
+
     before = torch.get_num_threads()
-    run_spec(AttnSpec("naive", seq=16, d=16, threads=1, **QUICK))
+    (r,) = run_inline(AttnSpec("naive", seq=16, d=16, threads=1, **QUICK))
+    assert r["status"] == "ok" and r["env"]["torch_threads"] == 1 and r["job_id"]
     assert torch.get_num_threads() == before
+
+
+def test_a_failure_is_recorded_by_the_core_s_outcome(monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(kernels, "get", lambda name, validate=True: boom)
+    r = run_spec(AttnSpec("naive", seq=16, d=16, **QUICK))
+    assert r["status"] == "error"
+    assert r["message"].startswith("RuntimeError while timing the forward")
+    assert "traceback" in r and r["metrics"]["analytic"]

@@ -60,5 +60,14 @@ def test_explicit_values_replace_the_suites():
 def test_an_unknown_suite_or_zero_batch_is_a_spec_error():
     with pytest.raises(SpecError, match="unknown suite"):
         plan_sweep("course", "cpu")
-    with pytest.raises(SpecError, match="batch must be"):
+    with pytest.raises(SpecError, match="--batch must be"):
         plan_sweep("flash", "cpu", batch=0)
+
+
+def test_the_spec_is_a_core_job_and_reads_older_or_renamed_fields():
+    assert AttnSpec.kind == "attention"
+    assert AttnSpec.runner == "lmperf.attention.measure:run_spec"
+    # an older record has no threads; the vocabulary's names map onto the spec's fields
+    assert AttnSpec.from_dict({"impl": "naive", "seq": 64, "dtype": "bf16"}).threads == 0
+    assert AttnSpec.from_dict({"attention": "sdpa", "context": 32, "precision": "fp16",
+                               "steps": 3}) == AttnSpec("sdpa", seq=32, dtype="fp16", repeats=3)

@@ -1,37 +1,20 @@
-"""The sweep in child processes: OOM, unsupported and timeouts are rows; append; resume."""
+"""The sweep on the core: timeouts and unsupported combinations are rows; append; resume."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from lmperf.attention.report import render
+from lmperf.attention.report import build_report
 from lmperf.attention.spec import AttnSpec
-from lmperf.attention.sweep import SweepOptions, pending_specs, run_sweep
+from lmperf.attention.sweep import SweepOptions, run_sweep
+from lmperf.core.sweep import pending_specs
 
 QUICK = dict(d=16, warmup=0, repeats=2, threads=1)
 
 
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_a_too_large_seq_is_an_oom_row_and_the_rest_completes(tmp_path, monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    out = tmp_path / "a.jsonl"
-    specs = [AttnSpec("naive", seq=64, **QUICK),
-             AttnSpec("naive", seq=16384, **QUICK),  # one 16384^2 fp32 matrix is 1 GiB: over the cap
-             AttnSpec("flash-triton", seq=64, **QUICK),  # no GPU, no interpreter: no child started
-             AttnSpec("flash-torch", seq=64, **QUICK)]
-    records = run_sweep(specs, out, SweepOptions(max_memory_gib=1.5))
-    assert [r["status"] for r in records] == ["ok", "oom", "unsupported", "ok"]
-    assert "out of memory while timing the forward" in records[1]["message"]
-    assert "capped at 1.5 GiB" in records[1]["memory_cap"]
-    assert records[1]["metrics"]["analytic"]["score_matrix_mib"] == 1024
-    assert all(r["kind"] == "attention" for r in records)
-    assert _lines(out) == records
-    text = render(records)
-    assert "oom" in text and "unsupported" in text
 
 
 def test_a_child_past_its_timeout_is_killed_and_is_an_error_row(tmp_path):
@@ -42,6 +25,15 @@ def test_a_child_past_its_timeout_is_killed_and_is_an_error_row(tmp_path):
     assert r["spec"]["impl"] == "naive" and r["env"]["torch"]
 
 
+def test_unsupported_is_a_row_made_without_a_child(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    (r,) = run_sweep([AttnSpec("flash-triton", seq=64, **QUICK)], None, SweepOptions())
+    assert r["status"] == "unsupported" and r["job_id"]
+    assert r["metrics"]["analytic"]["score_matrix_mib"] == 64 * 64 * 4 / 2**20
+    text = build_report([r]).render()
+    assert "unsupported [1]" in text
+
+
 def test_resume_runs_only_what_is_not_ok_and_appends(tmp_path):
     out = tmp_path / "a.jsonl"
     out.write_text('{"earlier": "not ours"}\n')
@@ -50,8 +42,19 @@ def test_resume_runs_only_what_is_not_ok_and_appends(tmp_path):
     # a non-ok row does not count as done; a foreign line is not a record and is refused
     out.write_text(out.read_text().split("\n", 1)[1])
     with open(out, "a") as f:
-        f.write(json.dumps(dict(_lines(out)[0], spec=b.to_dict(), status="oom")) + "\n")
+        f.write(json.dumps(dict(_lines(out)[0], spec=b.to_dict(), status="oom", job_id="x")) + "\n")
     assert pending_specs([a, b], out, resume=True) == [b]
     records = run_sweep([a, b], out, SweepOptions(isolate=False, resume=True))
     assert [r["spec"]["impl"] for r in records] == ["sdpa"]
     assert len(_lines(out)) == 3
+
+
+def test_records_written_before_the_vocabulary_still_resume(tmp_path):
+    # an older record: no job_id, no threads field; its spec still matches
+    out = tmp_path / "a.jsonl"
+    a = AttnSpec("naive", seq=32, d=16, warmup=0, repeats=2)
+    (r,) = run_sweep([a], out, SweepOptions(isolate=False))
+    old = {k: v for k, v in r.items() if k != "job_id"}
+    old["spec"] = {k: v for k, v in r["spec"].items() if k != "threads"}
+    out.write_text(json.dumps(old) + "\n")
+    assert pending_specs([a], out, resume=True) == []

@@ -31,10 +31,33 @@ def _logits_and_grads(model: torch.nn.Module, ids: torch.Tensor, targets: torch.
     return logits.detach(), {n: p.grad for n, p in model.named_parameters()}
 
 
-def test_registry_names():
-    assert list(ATTENTION) == ["naive", "sdpa", "compiled", "flash-torch", "flash-triton"]
+def test_the_model_s_names_are_the_kernel_registry_s():
+    from lmperf import kernels
+
+    assert tuple(ATTENTION) == kernels.NAMES == ("naive", "sdpa", "compiled", "flash-torch",
+                                                  "flash-triton")
     assert isinstance(make_attention("flash-torch"), KernelAttention)
-    assert isinstance(make_attention("naive"), NaiveAttention)
+    assert isinstance(make_attention("sdpa"), KernelAttention)
+    # the naive one is the kernels' own class (the profiler swaps it for its annotated subclass)
+    assert isinstance(make_attention("naive"), kernels.NaiveAttention)
+    assert NaiveAttention is kernels.NaiveAttention
+
+
+def test_an_unknown_name_is_a_spec_error_in_the_model_and_the_registry():
+    from lmperf import kernels
+
+    for call in (make_attention, kernels.get, lambda n: TransformerLM(**TINY, attention=n)):
+        with pytest.raises(SpecError, match="unknown attention implementation 'flash'"):
+            call("flash")
+
+
+def test_the_naive_attention_is_causal_as_the_model_calls_it():
+    from lmperf.kernels import naive_attention
+
+    q, k, v = (torch.randn(2, 3, 10, 4) for _ in range(3))
+    torch.testing.assert_close(NaiveAttention()(q, k, v), naive_attention(q, k, v, True))
+    torch.testing.assert_close(AnnotatedNaiveAttention()(q, k, v), F.scaled_dot_product_attention(
+        q, k, v, is_causal=True), atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("attention", IMPLS)

@@ -9,20 +9,19 @@ on CUDA (`runtime.device.time_cuda_calls`, do_bench's method).
 
 from __future__ import annotations
 
-import traceback
 from typing import Callable
 
 import torch
 
 from lmperf import kernels
 from lmperf.attention.spec import MIB, AttnSpec
-from lmperf.errors import LmperfError
+from lmperf.core.outcome import Stage, failure
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.results.schema import make_record
 from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
 
-KIND = "attention"
+KIND = AttnSpec.kind
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PASSES: tuple[str, ...] = ("forward", "backward", "end_to_end")
 
@@ -39,8 +38,9 @@ def make_inputs(spec: AttnSpec, device: torch.device) -> tuple[torch.Tensor, ...
 def run_spec(spec: AttnSpec) -> dict:
     """Measure `spec` in this process and return its record (ok / oom / error / unsupported).
 
-    Never raises for a failure of the run itself: out of memory becomes an 'oom' record, any
-    other exception an 'error' record naming the stage it happened in.
+    Never raises for a failure of the run itself: `lmperf.core.outcome.failure` turns out of
+    memory into an 'oom' record and any other exception into an 'error' record naming the stage
+    it happened in. The launcher sets the spec's CPU threads around this call.
     """
     device = torch.device(spec.device)
     environment = envmod.capture(device)
@@ -52,28 +52,18 @@ def run_spec(spec: AttnSpec) -> dict:
     reason = kernels.supports(spec.impl, device, TORCH_DTYPES[spec.dtype])
     if reason:
         return record("unsupported", message=reason, metrics={"analytic": analytic})
+    environment["torch_threads"] = torch.get_num_threads()
     warnings: list[str] = []
-    stage = ["making the inputs"]
-    threads = torch.get_num_threads()
+    stage = Stage("making the inputs")
     try:
-        if spec.threads:
-            torch.set_num_threads(spec.threads)
-            environment["torch_threads"] = spec.threads
         metrics = _measure(spec, device, stage, warnings)
         metrics["analytic"] = analytic
         mem = metrics["memory"]
         mem["x_score_matrix"] = mem["before_backward_bytes"] / spec.score_matrix_bytes()
         return record("ok", metrics=metrics, warnings=warnings)
     except Exception as exc:  # the run failed; the sweep goes on
-        if dev.is_oom(exc):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return record("oom", message=f"out of memory while {stage[0]}: {first}",
-                          metrics={"analytic": analytic}, warnings=warnings)
-        extra = {} if isinstance(exc, LmperfError) else {"traceback": traceback.format_exc(limit=8)}
-        return record("error", message=f"{type(exc).__name__} while {stage[0]}: {exc}",
-                      metrics={"analytic": analytic}, warnings=warnings, **extra)
+        return record(**failure(exc, stage), metrics={"analytic": analytic}, warnings=warnings)
     finally:
-        torch.set_num_threads(threads)  # inline runs leave the process as they found it
         dev.free_memory(device)
 
 
@@ -85,7 +75,7 @@ def analytic_metrics(spec: AttnSpec) -> dict:
             "formula": "batch * heads * seq^2 * bytes per element (one matrix)"}
 
 
-def _measure(spec: AttnSpec, device: torch.device, stage: list[str], warnings: list[str]) -> dict:
+def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[str]) -> dict:
     q, k, v, do = make_inputs(spec, device)
     kernels.check_inputs(spec.impl, q, k, v)  # once: the timed calls skip the check
     fn = kernels.get(spec.impl, validate=False)
@@ -98,18 +88,18 @@ def _measure(spec: AttnSpec, device: torch.device, stage: list[str], warnings: l
         forward().backward(do)
 
     samples: dict[str, list[float]] = {}
-    stage[0] = f"timing the forward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    stage.now = f"timing the forward ({spec.warmup} warm-up + {spec.repeats} calls)"
     samples["forward"] = time_calls(forward, device, spec.warmup, spec.repeats, leaves)
-    stage[0] = "running the forward whose graph the backward timing reuses"
+    stage.now = "running the forward whose graph the backward timing reuses"
     o = forward()
-    stage[0] = f"timing the backward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    stage.now = f"timing the backward ({spec.warmup} warm-up + {spec.repeats} calls)"
     samples["backward"] = time_calls(lambda: o.backward(do, retain_graph=True), device,
                                      spec.warmup, spec.repeats, leaves)
     del o
-    stage[0] = f"timing forward + backward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    stage.now = f"timing forward + backward ({spec.warmup} warm-up + {spec.repeats} calls)"
     samples["end_to_end"] = time_calls(end_to_end, device, spec.warmup, spec.repeats, leaves)
 
-    stage[0] = "accounting for the memory before backward (one untimed forward)"
+    stage.now = "accounting for the memory before backward (one untimed forward)"
     memory = memory_before_backward(forward, device, leaves)
 
     metrics: dict = {"timer": ("cuda_event (do_bench-style, L2 flushed between calls)"
@@ -120,7 +110,7 @@ def _measure(spec: AttnSpec, device: torch.device, stage: list[str], warnings: l
         warnings.append(w)
     metrics["memory"] = memory
     if spec.impl == "sdpa":
-        stage[0] = "asking torch which SDPA backend runs (one untimed forward)"
+        stage.now = "asking torch which SDPA backend runs (one untimed forward)"
         metrics["sdpa_backend"] = kernels.sdpa_backend(q, k, v, spec.causal)
     return metrics
 

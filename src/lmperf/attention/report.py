@@ -1,40 +1,81 @@
-"""Records of the attention sweep -> tables (latency, memory, speedup vs seq) and PNG plots.
+"""Records of the attention sweep -> a Report: one numeric row per configuration, tables of
+latency, memory and speedup against the sequence length, and findings.
 
 Parse once, then ask: `frame()` turns records into one numeric row per configuration; each
-table is a small pivot of it with one column per implementation. A row that did not run shows
-its status ('oom', 'unsupported', 'error') in its cell instead of a number.
+table is a small pivot of it with one column per implementation (NaN where a configuration did
+not run: its status is in the main table, its reason in the notes under it).
 """
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pandas as pd
 
-from lmperf.results.tables import render_sections
+from lmperf.core.report import Report
 
+KIND = "attention"
+AXES: tuple[str, ...] = ("impl", "seq", "d", "batch", "heads", "dtype", "causal", "device")
 GROUP_AXES: tuple[str, ...] = ("dtype", "d", "batch", "heads", "causal", "device")
 PASSES = {"forward": "forward", "backward": "backward", "end_to_end": "fwd+bwd"}
+NUMERIC: tuple[str, ...] = ("forward_ms", "backward_ms", "end_to_end_ms", "before_backward_mib",
+                            "score_matrix_mib", "x_score_matrix", "speedup_vs_naive")
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
-    """One row per record: spec axes, status, median ms per pass, memory MiB, analytic P MiB."""
+    """One row per record: spec axes, status, median ms per pass (and the number of timed
+    calls), memory before backward in MiB and in score matrices, the analytic score matrix
+    (MiB), and fwd+bwd speedup over naive at the same shape (NaN without an ok naive row)."""
     rows = []
     for r in records:
         s, m = r["spec"], r.get("metrics") or {}
-        row = {k: s.get(k) for k in ("impl", "seq", *GROUP_AXES)}
+        row = {k: s.get(k) for k in AXES}
         row["status"] = r["status"]
         for p in PASSES:
             row[f"{p}_ms"] = (m.get(f"{p}_ms") or {}).get("median")
-        row["before_backward_mib"] = (m.get("memory") or {}).get("before_backward_mib")
+        row["steps"] = (m.get("forward_ms") or {}).get("n")
+        mem = m.get("memory") or {}
+        row["before_backward_mib"] = mem.get("before_backward_mib")
         row["score_matrix_mib"] = (m.get("analytic") or {}).get("score_matrix_mib")
+        row["x_score_matrix"] = mem.get("x_score_matrix")
+        row["sdpa_backend"] = m.get("sdpa_backend")
+        row["threads"] = s.get("threads")
         row["message"] = r.get("message", "")
+        row["device_name"] = (r.get("env") or {}).get("device_name")
         rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows, columns=[*AXES, "status", "forward_ms", "backward_ms", "end_to_end_ms",
+                                     "steps", "before_backward_mib", "score_matrix_mib",
+                                     "x_score_matrix", "sdpa_backend", "threads", "message",
+                                     "device_name"])
+    for col in NUMERIC[:-1]:
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    df.insert(df.columns.get_loc("x_score_matrix") + 1, "speedup_vs_naive", _speedup(df))
+    return df
 
 
-def _groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+def _speedup(df: pd.DataFrame) -> list[float]:
+    """naive's fwd+bwd median / each row's, matched on every axis but the implementation.
+
+    A results file may hold one configuration several times (several sweeps appended); each row
+    is compared with the nearest ok naive row of its shape, preferring the latest one before it
+    (the same sweep), so that a row is never divided by another run's naive.
+    """
+    keys = [tuple(row) for row in df[[a for a in AXES if a != "impl"]].itertuples(index=False)]
+    naive_at: dict[tuple, list[int]] = {}
+    for i, (k, impl, st) in enumerate(zip(keys, df["impl"], df["status"])):
+        if impl == "naive" and st == "ok":
+            naive_at.setdefault(k, []).append(i)
+    times = df["end_to_end_ms"].tolist()
+    out = []
+    for i, (k, st, t) in enumerate(zip(keys, df["status"], times)):
+        rows = naive_at.get(k, [])
+        if st != "ok" or not rows or not t > 0:
+            out.append(float("nan"))
+            continue
+        before = [j for j in rows if j <= i]
+        out.append(times[before[-1] if before else rows[0]] / t)
+    return out
+
+
+def groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(caption, rows) per combination of the non-seq axes, varying axes named in the caption."""
     varying = [a for a in GROUP_AXES if df[a].nunique(dropna=False) > 1]
     if not varying:
@@ -46,185 +87,108 @@ def _groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return out
 
 
-def _cell(value: object, status: str, fmt: str) -> object:
-    if status != "ok":
-        return status
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return format(value, fmt)
-
-
-def _pivot(g: pd.DataFrame, column: str, fmt: str) -> pd.DataFrame:
+def _pivot(g: pd.DataFrame, column: str) -> pd.DataFrame:
+    """seq, then one numeric column per implementation (in the order they ran)."""
     impls = list(dict.fromkeys(g["impl"]))
-    table = pd.DataFrame({"seq": sorted(set(g["seq"]))})
-    for impl in impls:
-        sub = g[g["impl"] == impl].drop_duplicates("seq", keep="last").set_index("seq")
-        table[impl] = [_cell(sub.at[t, column], sub.at[t, "status"], fmt) if t in sub.index else ""
-                       for t in table["seq"]]
+    last = g.drop_duplicates(["impl", "seq"], keep="last")
+    table = last.pivot(index="seq", columns="impl", values=column).reindex(columns=impls)
+    table = table.sort_index().reset_index()
+    table.columns.name = None
     return table
 
 
-def tables(records: list[dict]) -> list[tuple[str, pd.DataFrame]]:
-    """Titled tables: latency (ms, median) per pass, memory before backward (MiB) with the
-    analytic score matrix, and speedup of fwd+bwd over naive; one set per group of axes."""
-    df = frame(records)
-    if df.empty:
-        return []
-    out = []
-    for caption, g in _groups(df):
+def tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Titled numeric tables per group of axes: latency (ms, median) per pass, memory before
+    backward (MiB) with the analytic score matrix, and speedup of fwd+bwd over naive. A group
+    where nothing ran has no tables (the main table says why)."""
+    out: dict[str, pd.DataFrame] = {}
+    for caption, g in (groups(df) if not df.empty else []):
+        if not (g["status"] == "ok").any():
+            continue
         suffix = f" [{caption}]" if caption else ""
         for p, title in PASSES.items():
-            out.append((f"{title} latency, ms (median){suffix}", _pivot(g, f"{p}_ms", ".3g")))
-        mem = _pivot(g, "before_backward_mib", ".2f")
+            out[f"{title} latency, ms (median){suffix}"] = _pivot(g, f"{p}_ms")
+        mem = _pivot(g, "before_backward_mib")
         p_mib = g.drop_duplicates("seq").set_index("seq")["score_matrix_mib"]
-        mem["P matrix (analytic)"] = [format(p_mib[t], ".2f") for t in mem["seq"]]
-        out.append((f"memory before backward, MiB (inputs excluded){suffix}", mem))
-        sp = speedup(g)
-        if sp is not None:
-            out.append((f"speedup of fwd+bwd over naive (x){suffix}", sp))
+        mem["P matrix (analytic)"] = [p_mib[t] for t in mem["seq"]]
+        out[f"memory before backward, MiB (inputs excluded){suffix}"] = mem
+        if g["speedup_vs_naive"].notna().any():
+            out[f"speedup of fwd+bwd over naive (x){suffix}"] = _pivot(g, "speedup_vs_naive")
     return out
 
 
-def speedup(g: pd.DataFrame) -> pd.DataFrame | None:
-    """naive's fwd+bwd median / each implementation's, per seq; None without ok naive rows."""
-    ok = g[g["status"] == "ok"]
-    naive = ok[ok["impl"] == "naive"].drop_duplicates("seq", keep="last").set_index("seq")["end_to_end_ms"]
-    if naive.empty:
-        return None
-    table = pd.DataFrame({"seq": sorted(set(g["seq"]))})
-    for impl in dict.fromkeys(g["impl"]):
-        sub = g[g["impl"] == impl].drop_duplicates("seq", keep="last").set_index("seq")
-        cells = []
-        for t in table["seq"]:
-            if t not in sub.index:
-                cells.append("")
-            elif sub.at[t, "status"] != "ok":
-                cells.append(sub.at[t, "status"])
-            elif t not in naive.index:
-                cells.append("-")
-            else:
-                cells.append(format(naive[t] / sub.at[t, "end_to_end_ms"], ".2f"))
-        table[impl] = cells
-    return table
-
-
-def findings(records: list[dict]) -> list[str]:
-    """Sentences over measured values: flash-torch vs naive memory, and every row that did not run."""
-    df = frame(records)
-    notes = []
-    if df.empty:
-        return notes
+def findings(df: pd.DataFrame) -> list[str]:
+    """Sentences over measured values: the memory flash-torch saves over naive, and each
+    implementation's fwd+bwd speedup over naive at the longest sequence both ran."""
+    notes: list[str] = []
     ok = df[df["status"] == "ok"]
-    for caption, g in _groups(ok):
-        naive = g[g["impl"] == "naive"].set_index("seq")
-        flash = g[g["impl"] == "flash-torch"].set_index("seq")
-        both = sorted(set(naive.index) & set(flash.index))
-        if not both:
-            continue
-        parts = []
-        for t in both:
-            saved = naive.at[t, "before_backward_mib"] - flash.at[t, "before_backward_mib"]
-            parts.append(f"seq {t}: {saved:+.2f} MiB ({saved / naive.at[t, 'score_matrix_mib']:.2f} P)")
+    for caption, g in (groups(ok) if not ok.empty else []):
         where = f" ({caption})" if caption else ""
-        notes.append(f"memory before backward, naive minus flash-torch{where}, in MiB and in "
-                     f"probability matrices P = batch*heads*seq^2*bytes: " + "; ".join(parts))
-    for _, r in df[df["status"] != "ok"].iterrows():
-        notes.append(f"{r['impl']} seq {r['seq']} d {r['d']} {r['dtype']}: {r['status']}: "
-                     + " ".join(str(r["message"]).split()))
+        naive = g[g["impl"] == "naive"].drop_duplicates("seq", keep="last").set_index("seq")
+        flash = g[g["impl"] == "flash-torch"].drop_duplicates("seq", keep="last").set_index("seq")
+        both = sorted(set(naive.index) & set(flash.index))
+        if both:
+            parts = []
+            for t in both:
+                saved = naive.at[t, "before_backward_mib"] - flash.at[t, "before_backward_mib"]
+                parts.append(f"seq {t}: {saved:+.2f} MiB "
+                             f"({saved / naive.at[t, 'score_matrix_mib']:.2f} P)")
+            notes.append(f"memory before backward, naive minus flash-torch{where}, in MiB and in "
+                         "probability matrices P = batch*heads*seq^2*bytes: " + "; ".join(parts))
+        fast = g[(g["impl"] != "naive") & g["speedup_vs_naive"].notna()]
+        if not fast.empty:
+            t = int(fast["seq"].max())
+            at = fast[fast["seq"] == t].drop_duplicates("impl", keep="last")
+            notes.append(f"fwd+bwd speedup over naive at seq {t}{where} (median times): "
+                         + ", ".join(f"{i} {x:.2f}x" for i, x in
+                                     zip(at["impl"], at["speedup_vs_naive"])))
     return notes
 
 
-def render(records: list[dict], fmt: str = "text") -> str:
-    """All tables and findings as text or Markdown; CSV is the numeric frame."""
-    if fmt == "csv":
-        return frame(records).to_csv(index=False)
-    return render_sections(tables(records), findings(records), fmt)
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    """The main table for reading: constant axes in the caption, a failed row's status numbered
+    and its reason in the notes."""
+    df = report.frame
+    constant = [a for a in GROUP_AXES if df[a].nunique(dropna=False) == 1]
+    caption = ", ".join(f"{a} {df[a].iloc[0]}" for a in constant)
+    out = df[["impl", "seq", *[a for a in GROUP_AXES if a not in constant]]].copy()
+    for p, title in PASSES.items():
+        out[f"{title} ms"] = df[f"{p}_ms"]
+    out["before bwd MiB"] = df["before_backward_mib"]
+    out["x P"] = df["x_score_matrix"]
+    if df["speedup_vs_naive"].notna().any():
+        out["speedup"] = df["speedup_vs_naive"]
+    notes, status = [], []
+    for s, msg in zip(df["status"], df["message"]):
+        if s == "ok":
+            status.append("ok")
+        else:
+            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
+            status.append(f"{s} [{len(notes)}]")
+    out["status"] = status
+    return out, caption, notes
 
 
-def write_plots(records: list[dict], folder: Path) -> list[Path]:
-    """latency_vs_seq.png (log-log, forward / backward / fwd+bwd), memory_vs_seq.png (with the
-    analytic P matrix dashed) and speedup_vs_seq.png into `folder`; returns the paths."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure  # no pyplot: no global figure state
-
+def build_report(records: list[dict]) -> Report:
+    """The Report of attention records (rebuilt from the records alone, e.g. by `lmperf table`):
+    `frame` one numeric row per configuration, `tables` the pivots against seq, `findings`."""
+    records = [r for r in records if r["kind"] == KIND]
     df = frame(records)
-    ok = df[df["status"] == "ok"]
-    folder.mkdir(parents=True, exist_ok=True)
-    groups = _groups(ok) if not ok.empty else []
-    paths = []
-
-    def lines(ax, column: str, label_prefix: str = "") -> None:
-        for caption, g in groups:
-            for impl in dict.fromkeys(g["impl"]):
-                sub = g[g["impl"] == impl].sort_values("seq")
-                label = impl + (f" ({caption})" if caption else "")
-                ax.plot(sub["seq"], sub[column], marker="o", label=label_prefix + label)
-
-    fig = Figure(figsize=(15, 4.5))
-    FigureCanvasAgg(fig)
-    for ax, (p, title) in zip(fig.subplots(1, 3), PASSES.items()):
-        lines(ax, f"{p}_ms")
-        ax.set(yscale="log", xlabel="sequence length", ylabel="ms (median)",
-               title=f"{title} latency")
-        _seq_axis(ax, df["seq"])
-        ax.grid(True, which="both", alpha=0.3)
-    _legend(fig.axes[0])
-    fig.tight_layout()
-    paths.append(_save(fig, folder / "latency_vs_seq.png"))
-
-    fig = Figure(figsize=(6.5, 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    lines(ax, "before_backward_mib")
-    for caption, g in groups:
-        p = g.drop_duplicates("seq").sort_values("seq")
-        ax.plot(p["seq"], p["score_matrix_mib"], "k--", alpha=0.6,
-                label="P matrix, analytic" + (f" ({caption})" if caption else ""))
-    ax.set(yscale="log", xlabel="sequence length", ylabel="MiB",
-           title="memory before backward (inputs excluded)")
-    _seq_axis(ax, df["seq"])
-    ax.grid(True, which="both", alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
-    paths.append(_save(fig, folder / "memory_vs_seq.png"))
-
-    fig = Figure(figsize=(6.5, 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    for caption, g in groups:
-        naive = g[g["impl"] == "naive"].set_index("seq")["end_to_end_ms"]
-        for impl in dict.fromkeys(g["impl"]):
-            sub = g[g["impl"] == impl].set_index("seq").sort_index()
-            common = [t for t in sub.index if t in naive.index]
-            if common:
-                ax.plot(common, [naive[t] / sub.at[t, "end_to_end_ms"] for t in common], marker="o",
-                        label=impl + (f" ({caption})" if caption else ""))
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set(xlabel="sequence length", ylabel="x faster than naive (fwd+bwd)",
-           title="speedup over naive")
-    _seq_axis(ax, df["seq"])
-    ax.grid(True, which="both", alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
-    paths.append(_save(fig, folder / "speedup_vs_seq.png"))
-    return paths
+    device = next((d for d in df["device_name"] if d), "") if not df.empty else ""
+    title = "lmperf attention" + (f" on {device}" if device else "") + \
+        ": median ms per pass, memory before backward (MiB, x P), speedup over naive"
+    return Report(kind=KIND, frame=df, tables=tables(df), findings=findings(df), records=records,
+                  title=title, display=_display)
 
 
-def _seq_axis(ax, seqs) -> None:
-    """Log-2 x axis labelled with the measured sequence lengths only (no crowded minor labels)."""
-    from matplotlib.ticker import NullFormatter
-
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(set(seqs)))
-    ax.set_xticklabels([str(t) for t in sorted(set(seqs))])
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def _legend(ax) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
-    return path
+def summary_line(record: dict) -> str:
+    """One progress line: medians per pass and the memory before backward (MiB and in score
+    matrices P), or why the configuration did not run."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {record.get('message', '')}"
+    m = record["metrics"]
+    times = ", ".join(f"{name} {m[f'{p}_ms']['median']:.3g}"
+                      for p, name in (("forward", "fwd"), ("backward", "bwd"),
+                                      ("end_to_end", "fwd+bwd")))
+    return (f"{times} ms (median of {m['forward_ms']['n']}); before backward "
+            f"{m['memory']['before_backward_mib']:.2f} MiB = {m['memory']['x_score_matrix']:.2f} P")

@@ -1,13 +1,18 @@
-"""AttnSpec (the frozen identity of one attention measurement), suites, and grid expansion."""
+"""AttnSpec (the frozen identity of one attention measurement), suites, and grid expansion.
+
+The record's spec keeps its original field names (impl, seq, dtype, repeats), so that results
+files written before the shared vocabulary still load and resume; the command line and the
+Python API call them --attention, --context, --precision and --steps.
+"""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, replace
-from typing import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import ClassVar, Iterable, Sequence
 
 from lmperf.errors import SpecError
-from lmperf.validate import choice, positive_int
+from lmperf.validate import choice, non_negative_int, positive_int
 
 MIB = 2**20
 DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # name -> bytes per element
@@ -19,15 +24,19 @@ class AttnSpec:
     """One attention configuration on q, k, v of shape (batch, heads, seq, d).
 
     Attributes:
-        impl: implementation name (`lmperf.kernels.NAMES`).
-        batch, heads, seq, d: the shape of q, k and v.
-        dtype: 'fp32', 'bf16' or 'fp16' (q, k, v and the output; no autocast).
+        impl: implementation name (`lmperf.kernels.NAMES`; --attention).
+        batch, heads, seq, d: the shape of q, k and v (seq: --context).
+        dtype: 'fp32', 'bf16' or 'fp16' (q, k, v and the output; no autocast; --precision).
         causal: whether query i sees keys 0..i only.
-        warmup, repeats: untimed calls, then timed calls per measured pass.
+        warmup, repeats: untimed calls, then timed calls per measured pass (repeats: --steps).
         device: 'cpu' or 'cuda' (already resolved from 'auto').
         seed: seeds q, k, v and the output gradient.
-        threads: torch's intra-op CPU threads in the child (0: torch's default).
+        threads: torch's intra-op CPU threads for the run (0: torch's default); the launcher
+            sets them (`lmperf.core.launch`).
     """
+
+    kind: ClassVar[str] = "attention"
+    runner: ClassVar[str] = "lmperf.attention.measure:run_spec"
 
     impl: str
     seq: int
@@ -50,10 +59,8 @@ class AttnSpec:
         choice("device", self.device, DEVICES)
         for what in ("seq", "d", "batch", "heads", "repeats"):
             positive_int(what, getattr(self, what))
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise SpecError(f"threads must be a non-negative integer, got {self.threads!r}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise SpecError(f"warmup must be a non-negative integer, got {self.warmup!r}")
+        non_negative_int("threads", self.threads)
+        non_negative_int("warmup", self.warmup)
         if not isinstance(self.causal, bool):
             raise SpecError(f"causal must be true or false, got {self.causal!r}")
 
@@ -80,8 +87,12 @@ class AttnSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> "AttnSpec":
-        """Inverse of `to_dict`."""
-        return cls(**data)
+        """Inverse of `to_dict`; fields missing from `data` (an older record) take their
+        defaults, and the vocabulary's names (attention, context, precision, steps) are
+        accepted for impl, seq, dtype and repeats."""
+        known = {f.name for f in fields(cls)}
+        data = {_FIELD_ALIASES.get(k, k): v for k, v in data.items()}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def label(self) -> str:
         """Short name for progress lines."""
@@ -92,6 +103,10 @@ class AttnSpec:
     def with_(self, **changes: object) -> "AttnSpec":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+# the shared vocabulary's name -> AttnSpec's field
+_FIELD_ALIASES = {"attention": "impl", "context": "seq", "precision": "dtype", "steps": "repeats"}
 
 
 @dataclass(frozen=True)
@@ -161,10 +176,13 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
     """Expand a suite (scaled to `device` unless overridden) into checked AttnSpecs.
 
     Every explicit argument replaces the suite's value; None keeps it. Order: dtype, d, impl,
-    seq (so each table reads down the sequence length). Raises SpecError on bad input.
+    seq (so each table reads down the sequence length). Raises SpecError on bad input, naming
+    the command line's option.
     """
     if suite not in SUITES:
         raise SpecError(f"unknown suite {suite!r}; accepted: {', '.join(SUITES)}")
+    _check_flags(seqs=seqs, ds=ds, dtypes=dtypes, batch=batch, heads=heads, warmup=warmup,
+                 repeats=repeats, threads=threads)
     s = SUITES[suite]
     base = {"impls": s.impls, "d": s.d, "seq": s.seq, "dtypes": s.dtypes, "batch": s.batch,
             "heads": s.heads}
@@ -173,11 +191,11 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
         base.update(s.cpu)
         notes.append(f"suite {suite} ({s.summary}) scaled to the CPU: "
                      + ", ".join(f"{k} {_show(base[k])}" for k in ("impls", "d", "seq", "dtypes"))
-                     + "; override with --impl/--d/--seq/--dtype")
+                     + "; override with --attention/--d/--context/--precision")
         if not impls:
             left_out = [n for n in s.impls if n in CPU_OPT_IN]
             for n in left_out:
-                notes.append(f"{n} is opt-in on the CPU (--impl {n}): {CPU_OPT_IN[n]}")
+                notes.append(f"{n} is opt-in on the CPU (--attention {n}): {CPU_OPT_IN[n]}")
     specs = [
         AttnSpec(impl=i, seq=t, d=d, batch=base["batch"] if batch is None else batch,
                  heads=base["heads"] if heads is None else heads,
@@ -188,6 +206,21 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
                                              sorted(set(_pick(seqs, base["seq"]))))
     ]
     return Plan(specs, suite, notes)
+
+
+def _check_flags(*, seqs: Sequence[int] | None, ds: Sequence[int] | None,
+                 dtypes: Sequence[str] | None, batch: int | None, heads: int | None,
+                 warmup: int, repeats: int, threads: int) -> None:
+    """SpecError naming the flag (--context, not the spec's field seq) for a bad value."""
+    for flag, values in (("--context", seqs), ("--d", ds), ("--batch", [batch]),
+                         ("--heads", [heads]), ("--steps", [repeats])):
+        for v in values or []:
+            if v is not None:
+                positive_int(flag, v)
+    non_negative_int("--warmup", warmup)
+    non_negative_int("--threads", threads)
+    for dt in dtypes or []:
+        choice("precision", dt, DTYPES)
 
 
 def _unique(xs: Iterable[str]) -> list[str]:

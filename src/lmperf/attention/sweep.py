@@ -1,9 +1,7 @@
-"""The attention sweep: each AttnSpec in its own child process, each record appended as it ends.
+"""The attention sweep on the core: each AttnSpec a job of `lmperf.core.sweep.run_sweep`.
 
-Bench's machinery throughout: `ChildProcess` (timeout, kill of the process group, crash ->
-'error' record with the log tail) with this kind's child module, `run_sweep` with this kind's
-record kind and an 'unsupported' precheck made in the parent, `SweepOptions`, `SweepInterrupted`
-and the append-only store with resume by spec key.
+A configuration the registry cannot run here (a dtype it lacks, flash-triton without a GPU or
+the interpreter) is an 'unsupported' row made in the parent, without starting a child.
 """
 
 from __future__ import annotations
@@ -11,48 +9,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lmperf.attention.measure import KIND, TORCH_DTYPES, run_spec
 from lmperf.attention.spec import AttnSpec
-from lmperf import kernels
-from lmperf.bench import sweep as bench_sweep
-from lmperf.bench.launcher import ChildProcess, parent_env
-from lmperf.bench.sweep import SweepInterrupted, SweepOptions
-from lmperf.results.schema import make_record, to_jsonable
-
-__all__ = ["AttentionChild", "SweepInterrupted", "SweepOptions", "pending_specs", "run_sweep"]
-
-
-class AttentionChild(ChildProcess):
-    """`ChildProcess` for an AttnSpec: runs `lmperf.attention.child`, records kind 'attention'."""
-
-    child_module = "lmperf.attention.child"
-    kind = KIND
-
-
-def pending_specs(specs: Sequence[AttnSpec], out: Path, resume: bool) -> list[AttnSpec]:
-    """The specs still to run: all, or (resume) those without an 'ok' attention row in `out`."""
-    return bench_sweep.pending_specs(specs, out, resume, KIND)
+from lmperf.core import sweep as core_sweep
+from lmperf.core.launch import failed_record
+from lmperf.core.sweep import SweepOptions
 
 
 def unsupported_record(spec: AttnSpec) -> dict | None:
     """An 'unsupported' record made in the parent (no child started), or None if it can run."""
     import torch
 
+    from lmperf import kernels
+    from lmperf.attention.measure import TORCH_DTYPES, analytic_metrics
+
     reason = kernels.supports(spec.impl, torch.device(spec.device), TORCH_DTYPES[spec.dtype])
     if not reason:
         return None
-    from lmperf.attention.measure import analytic_metrics
-
-    return make_record(KIND, spec.to_dict(), "unsupported", parent_env(spec), message=reason,
-                       metrics={"analytic": analytic_metrics(spec)})
+    return failed_record(spec, "unsupported", reason, metrics={"analytic": analytic_metrics(spec)})
 
 
-def run_sweep(specs: Sequence[AttnSpec], out: Path, options: SweepOptions | None = None) -> list[dict]:
-    """Run `specs` (unsupported ones as rows without a child) and append each record to `out`.
-
-    Returns this sweep's records in order. Raises ResultsFileError before running anything if
-    `out` cannot be written or (resume) holds a corrupt line, and SweepInterrupted on Ctrl-C.
-    """
-    return bench_sweep.run_sweep(specs, out, options, kind=KIND, child=AttentionChild,
-                                 inline=lambda spec: to_jsonable(run_spec(spec)),
-                                 precheck=unsupported_record)
+def run_sweep(specs: Sequence[AttnSpec], out: Path | None,
+              options: SweepOptions | None = None) -> list[dict]:
+    """Run `specs` (unsupported ones as rows without a child), appending each record to `out`
+    (None: in memory only). Returns this sweep's records in order; raises ResultsFileError
+    before running anything for an unwritable or corrupt `out`, SweepInterrupted on Ctrl-C."""
+    return core_sweep.run_sweep(specs, out, options, precheck=unsupported_record)

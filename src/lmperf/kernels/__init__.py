@@ -5,13 +5,17 @@ dims, either (batch,) or (batch, heads), and returns o (..., Tq, d) in q's dtype
 Scale 1/sqrt(d); causal masking is top-left aligned (query t sees keys 0..t), as in
 `F.scaled_dot_product_attention(is_causal=True)`.
 
-    naive         the reference model's NaiveAttention: einsum scores, max-subtracted softmax,
-                  einsum with V; materialises the (Tq, Tk) scores and probabilities
+    naive         `lmperf.kernels.naive.NaiveAttention` (the reference LM's default): einsum
+                  scores, max-subtracted softmax, einsum with V; materialises the (Tq, Tk) scores
+                  and probabilities
     sdpa          F.scaled_dot_product_attention; torch picks the backend (see `sdpa_backend`)
     compiled      torch.compile of `naive`, compiled once per process
     flash-torch   FlashAttention-2 tiled in plain PyTorch (`lmperf.kernels.flash_torch`)
     flash-triton  FlashAttention-2 as Triton kernels (`lmperf.kernels.flash_triton`), CUDA, or the
                   CPU through Triton's interpreter (TRITON_INTERPRET=1)
+
+This is the one attention registry: the reference LM adapts these kernels to its causal
+(q, k, v) call (`lmperf.model.attention`), and every unknown name is a SpecError.
 
 `get(name)` returns the function wrapped in `check_inputs`, which raises SpecError (one line) for
 mismatched shapes, a dtype or device the implementation does not support, or a missing dependency;
@@ -30,24 +34,12 @@ import torch
 import torch.nn.functional as F
 
 from lmperf.errors import SpecError
-from lmperf.model.attention import NaiveAttention
+from lmperf.kernels.naive import NaiveAttention, naive_attention, softmax
 
 AttentionKernel = Callable[..., torch.Tensor]
 """fn(q, k, v, is_causal: bool = False) -> o."""
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-_NAIVE = NaiveAttention()
-
-
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    is_causal: bool = False) -> torch.Tensor:
-    """The reference model's attention math, causal or not: o (..., Tq, d)."""
-    if is_causal:
-        # (Tq, Tk) lower-triangular: query i sees keys 0..i
-        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-    else:
-        mask = torch.ones((), dtype=torch.bool, device=q.device)  # broadcasts: nothing masked
-    return _NAIVE.combine(_NAIVE.softmax(_NAIVE.scores(q, k, mask)), v)
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -171,6 +163,11 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
 NAMES: tuple[str, ...] = tuple(IMPLEMENTATIONS)
 
 
+def names() -> tuple[str, ...]:
+    """The implementation names, in the registry's order."""
+    return NAMES
+
+
 def _impl(name: str) -> Implementation:
     try:
         return IMPLEMENTATIONS[name]
@@ -258,6 +255,6 @@ def get(name: str, validate: bool = True) -> AttentionKernel:
     return checked
 
 
-__all__ = ["AttentionKernel", "IMPLEMENTATIONS", "Implementation", "NAMES", "check_inputs",
-           "compiled_attention", "get", "naive_attention", "sdpa_attention", "sdpa_backend",
-           "supports", "triton_interpreter"]
+__all__ = ["AttentionKernel", "IMPLEMENTATIONS", "Implementation", "NAMES", "NaiveAttention",
+           "check_inputs", "compiled_attention", "get", "naive_attention", "names",
+           "sdpa_attention", "sdpa_backend", "softmax", "supports", "triton_interpreter"]

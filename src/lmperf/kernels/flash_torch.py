@@ -170,17 +170,24 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
 
 
 class FlashAttentionTorch(torch.autograd.Function):
-    """Autograd Function: saves exactly (q, k, v, o, L), L the row logsumexp (..., Tq)."""
+    """Autograd Function: saves exactly (q, k, v, o, L), L the row logsumexp (..., Tq).
+
+    Called as the course's tests call it, `FlashAttentionTorch.apply(q, k, v, is_causal)` (or
+    without `is_causal`: False); the trailing tile sizes and `compile_backward` keep their
+    defaults (autograd drops the trailing None gradients of arguments that were not passed).
+    """
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                block_q: int, block_k: int, compile_backward: bool) -> torch.Tensor:
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                is_causal: bool = False, block_q: int = DEFAULT_BLOCK,
+                block_k: int = DEFAULT_BLOCK, compile_backward: bool = False) -> torch.Tensor:
         with _no_autocast(q.device.type):
-            o, lse = flash_forward(_flat(q), _flat(k), _flat(v), is_causal, block_q, block_k)
+            o, lse = flash_forward(_flat(q), _flat(k), _flat(v), bool(is_causal), block_q, block_k)
         o = o.reshape(*q.shape[:-1], v.shape[-1])  # (..., Tq, dv)
         lse = lse.reshape(q.shape[:-1])  # (..., Tq)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.is_causal, ctx.block_k, ctx.compile_backward = is_causal, block_k, compile_backward
+        ctx.is_causal, ctx.block_k = bool(is_causal), block_k
+        ctx.compile_backward = bool(compile_backward)
         return o
 
     @staticmethod

@@ -409,11 +409,17 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    """FlashAttention-2 with Triton kernels; saves exactly q, k, v, o and L (batch[, heads], Nq)."""
+    """FlashAttention-2 with Triton kernels; saves exactly q, k, v, o and L (batch[, heads], Nq).
+
+    `FlashAttentionTriton.apply(q, k, v, is_causal)` is the course's call (`is_causal` may be
+    left out: False); the tile sizes default per device. Inputs are checked here (SpecError).
+    """
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
-                block_q: int | None, block_k: int | None) -> torch.Tensor:
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+                block_q: int | None = None, block_k: int | None = None) -> torch.Tensor:
+        check_inputs(q, k, v)
+        is_causal = bool(is_causal)
         # Flatten (B[, H]) into one grid axis; .contiguous() is free for contiguous inputs.
         lead, n_q, d = q.shape[:-2], q.shape[-2], q.shape[-1]
         q, k, v = (t.contiguous() for t in (q, k, v))
@@ -444,5 +450,4 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Causal masking is top-left aligned (query i sees keys 0..i). `block_q` / `block_k` override
     the tile sizes (powers of two >= 16). Raises SpecError for anything else.
     """
-    check_inputs(q, k, v)
     return FlashAttentionTriton.apply(q, k, v, bool(is_causal), block_q, block_k)

@@ -1,67 +1,22 @@
-"""Attention implementations behind one interface, chosen by name.
+"""The reference LM's attention: the `lmperf.kernels` registry adapted to the model's call.
 
-Every implementation maps q, k, v of shape (B, H, T, D) to an output of shape (B, H, T, D),
-causal. The naive one is split into three methods (scores, softmax, combine) so that the
-profiling layer can subclass it and put a named range around each step without forking the model.
-"compiled", "flash-torch" and "flash-triton" are the `lmperf.kernels` implementations of the same
-name, adapted by `KernelAttention`.
+The model calls its attention as causal (q, k, v) -> o on (B, H, T, D); the registry's kernels
+take (q, k, v, is_causal). "naive" is the kernels' `NaiveAttention` itself (causal by default),
+so that the profiling layer can find it in a model and swap it for its annotated subclass; every
+other name is a registry kernel behind `KernelAttention`. This module depends on `lmperf.kernels`,
+never the reverse; `ATTENTION`, `NaiveAttention` and `softmax` stay importable from here.
 """
 
 from __future__ import annotations
 
-import math
-from functools import partial
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
+
+from lmperf import kernels
+from lmperf.kernels.naive import NaiveAttention, softmax
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Max-subtracted softmax, written out as the course writes it (no fused kernel).
-
-    Subtracting the row max keeps exp() from overflowing; a fully masked row would be NaN, which
-    causal masking never produces (the diagonal is always kept).
-    """
-    shifted = x - torch.amax(x, dim=dim, keepdim=True)
-    e = torch.exp(shifted)
-    return e / torch.sum(e, dim=dim, keepdim=True)
-
-
-class NaiveAttention:
-    """Einsum scores, explicit causal mask, max-subtracted softmax, einsum with V."""
-
-    name = "naive"
-
-    def scores(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Scaled, masked scores (B, H, Tq, Tk); masked positions are -inf."""
-        s = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
-        return torch.where(mask, s, float("-inf"))
-
-    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
-        """Probabilities over the key axis, same shape as the scores."""
-        return softmax(scores, dim=-1)
-
-    def combine(self, probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The final matmul: probabilities (B, H, Tq, Tk) @ values (B, H, Tk, D)."""
-        return torch.einsum("...qk,...kd->...qd", probs, v)
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        t = q.shape[-2]
-        # (Tq, Tk) lower-triangular: query i sees keys 0..i.
-        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-        return self.combine(self.softmax(self.scores(q, k, mask)), v)
-
-
-class SdpaAttention:
-    """`F.scaled_dot_product_attention` with `is_causal=True`; torch picks the kernel."""
-
-    name = "sdpa"
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def _compute_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.dtype:
@@ -80,13 +35,10 @@ class KernelAttention:
 
     Under autocast the model hands over fp32 q, k (RoPE keeps fp32) and a low-precision v; the
     kernels want one dtype, so all three are cast to what the naive attention's einsums would run
-    in (a no-op without autocast). The kernels run their own precision inside (autocast off).
+    in (a no-op without autocast). The flash kernels run their own precision inside (autocast off).
     """
 
     def __init__(self, name: str):
-        # Imported here: lmperf.kernels imports this module (NaiveAttention) at its top.
-        from lmperf import kernels
-
         self.name = name
         self._fn = kernels.get(name)  # SpecError now (not mid-run) for a missing dependency
 
@@ -98,21 +50,23 @@ class KernelAttention:
         return f"KernelAttention({self.name!r})"
 
 
-ATTENTION: dict[str, Callable[[], AttentionFn]] = {
-    NaiveAttention.name: NaiveAttention,
-    SdpaAttention.name: SdpaAttention,
-    **{name: partial(KernelAttention, name)
-       for name in ("compiled", "flash-torch", "flash-triton")},
-}
+def _factory(name: str) -> Callable[[], AttentionFn]:
+    if name == NaiveAttention.name:
+        return NaiveAttention
+    return lambda: KernelAttention(name)
+
+
+# name -> factory of the model's attention, one entry per registry kernel (same names, same order)
+ATTENTION: dict[str, Callable[[], AttentionFn]] = {name: _factory(name) for name in kernels.NAMES}
 
 
 def make_attention(name: str) -> AttentionFn:
-    """Return a fresh attention implementation by name; raises ValueError for an unknown name
-    and SpecError (a ValueError) when the implementation cannot load here (flash-triton
-    without triton)."""
-    try:
-        return ATTENTION[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown attention {name!r}; accepted: {', '.join(sorted(ATTENTION))}"
-        ) from None
+    """A fresh attention for the model by registry name; raises SpecError for an unknown name
+    or when the implementation cannot load here (flash-triton without triton)."""
+    if name not in ATTENTION:
+        kernels.get(name)  # raises the registry's SpecError for an unknown name
+    return ATTENTION[name]()
+
+
+__all__ = ["ATTENTION", "AttentionFn", "KernelAttention", "NaiveAttention", "make_attention",
+           "softmax"]

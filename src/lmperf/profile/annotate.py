@@ -13,7 +13,7 @@ from typing import Iterator
 import torch.nn as nn
 from torch.autograd.profiler import record_function
 
-from lmperf.model.attention import NaiveAttention
+from lmperf.kernels.naive import NaiveAttention
 from lmperf.runtime import device as dev
 
 # Range names, shared with the trace analysis and the Nsight backend.

@@ -9,7 +9,7 @@ from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
 from lmperf.validate import choice, non_negative_int, positive_int
-from lmperf.model.attention import ATTENTION
+from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
 from lmperf.model.presets import PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
 
