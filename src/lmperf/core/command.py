@@ -70,6 +70,8 @@ def emit(report: Report, args: argparse.Namespace) -> None:
 
 def closing_line(report: Report, out: Path | None, noun: str = "run") -> str:
     """'N run(s): a ok, b oom; records appended to FILE'."""
+    if not report.records:
+        return (f"nothing to run: every job is already ok in {out}" if out else "nothing ran")
     counts = {s: sum(r["status"] == s for r in report.records) for s in STATUSES}
     where = f"; records appended to {out}" if out else ""
     return (f"{len(report.records)} {noun}(s): "

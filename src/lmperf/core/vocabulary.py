@@ -91,6 +91,8 @@ class Option:
     metavar: str | None = None
     choices: Callable[[], Sequence[str]] | None = None
     default: object = None
+    strict: bool = False  # argparse checks the choices (the spec checks the others, with a
+                          # message that lists what is accepted)
 
     @property
     def dest(self) -> str:
@@ -127,7 +129,7 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--attention", "attention implementation", metavar="IMPL", choices=_attention,
            default="naive"),
     Option("--device", "where to run: auto (CUDA when present), cpu or cuda", default="auto",
-           choices=lambda: ["auto", "cpu", "cuda"]),
+           choices=lambda: ["auto", "cpu", "cuda"], strict=True),
     Option("--threads", "torch CPU threads per run (default: 1 on the CPU, as "
                         "torch.utils.benchmark; 0: torch's default, all cores; untouched on CUDA)",
            type=int, metavar="N"),
@@ -136,7 +138,7 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--seed", "seed of weights and data", type=int, default=0),
     Option("--out", "JSONL results file, appended to", type=Path, metavar="FILE"),
     Option("--format", "format of the printed tables", default="text",
-           choices=lambda: ["text", "markdown", "latex", "csv"]),
+           choices=lambda: ["text", "markdown", "latex", "csv"], strict=True),
     Option("--plots", "write the plots (PNG) into this folder", type=Path, metavar="DIR"),
     Option("--inline", "run in this process instead of one child process per job (debugging)",
            type=None),
@@ -187,6 +189,8 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
             parser.add_argument(opt.flag, action="store_true", help=text)
             continue
         kwargs: dict = {"type": opt.type, "metavar": opt.metavar, "help": text}
+        if opt.strict and opt.choices is not None:
+            kwargs["choices"] = list(opt.choices())
         if name in lists:
             kwargs["nargs"] = "+"
             default = list(default) if isinstance(default, (list, tuple)) else (

@@ -140,8 +140,9 @@ def train_step(state: StepState, obs: Observer) -> StepOutput:
             state.scaler.step(state.optimizer)  # unscales if not done; skips on inf/NaN grads
             state.scaler.update()  # adjusts the scale (reads found_inf: a sync when enabled)
             state.optimizer.zero_grad(set_to_none=True)  # no stale grads, no memory held
+            out = StepOutput(loss.detach(), None if grad_norm is None else grad_norm.detach())
         obs.lap("optimizer")
-    return StepOutput(loss.detach(), None if grad_norm is None else grad_norm.detach())
+    return out
 
 
 STEPS: dict[str, Callable[[StepState, Observer], None]] = {
