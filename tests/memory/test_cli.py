@@ -1,8 +1,7 @@
-"""`lmperf memory` through a local parser (lmperf.cli registers it later): runs, records, errors."""
+"""`lmperf memory` through `lmperf.cli.main`: runs, records, the launcher, one-line errors."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,67 +9,67 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from lmperf.errors import SpecError
-from lmperf.memory.cli import add_parser
+from lmperf.cli import main
 
 QUICK = ["--size", "tiny", "--batch", "2"]
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="lmperf")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(["memory", *argv])
-
-
-def run(argv: list[str], tmp_path: Path, capsys) -> tuple[str, list[dict]]:
+def run(argv: list[str], tmp_path: Path, capsys) -> tuple[str, str, list[dict]]:
+    """Run `lmperf memory ARGV --out tmp/memory.jsonl`; (stdout, stderr, records appended)."""
     out = tmp_path / "memory.jsonl"
-    args = parse([*argv, "--out", str(out)])
-    assert args.func(args) == 0
-    text = capsys.readouterr().out
+    code = main(["memory", *argv, "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    return text, records
+    return captured.out, captured.err, records
 
 
 def test_default_run_prints_phases_and_saved_tensors(tmp_path, capsys):
     png = tmp_path / "memory.png"
-    text, records = run([*QUICK, "--context", "16", "32", "--plot", str(png)], tmp_path, capsys)
+    text, err, records = run([*QUICK, "--context", "16", "32", "--inline", "--plot", str(png)],
+                             tmp_path, capsys)
+    assert "--plot is deprecated; use --plots" in err
+    assert png.stat().st_size > 0  # the deprecated --plot PNG still names the file
     assert "peak memory per step (peak RSS MiB (CPU process))" in text
     assert "saved for backward per group: fp32, context 32" in text
     assert "largest saved activations" in text and "x the residual stream" in text
-    assert png.stat().st_size > 0
     assert {r["kind"] for r in records} == {"memory"}
     analyses = [r["spec"]["analysis"] for r in records]
     assert analyses.count("phases") == 4 and analyses.count("saved") == 2
+    assert len({r["job_id"] for r in records}) == 2  # one job per analysis of one precision
     phases = next(r for r in records if r["spec"]["analysis"] == "phases"
                   and r["spec"]["mode"] == "train-step")
     assert phases["status"] == "ok" and phases["metrics"]["memory"]["kind"] == "cpu_process_peak_rss"
     assert set(phases["metrics"]["memory"]["phases"]) == {"forward", "backward", "optimizer"}
+    assert phases["spec"]["warmup"] == 1 and phases["spec"]["threads"] == 1
     saved = next(r for r in records if r["spec"]["analysis"] == "saved")
-    assert saved["metrics"]["saved"]["activation_bytes"] == saved["metrics"]["estimate_bytes"]
+    assert saved["metrics"]["saved"]["activation_bytes"] > 0
 
 
 def test_estimate_allocates_nothing_and_answers_fits(tmp_path, capsys, monkeypatch):
-    import lmperf.bench.runner as runner
+    from lmperf.workload import build
 
-    monkeypatch.setattr(runner, "prepare", lambda *a, **k: pytest.fail("--estimate built a model"))
-    text, records = run(["--size", "xl", "--context", "512", "1024", "--gib", "80"], tmp_path, capsys)
+    monkeypatch.setattr(build, "prepare", lambda *a, **k: pytest.fail("--estimate built a model"))
+    text, _, records = run(["--size", "xl", "--context", "512", "1024", "--gib", "80"],
+                           tmp_path, capsys)
     assert "context 512, fp32: 61.95 GiB estimated -> fits in 80 GiB: yes" in text
     assert "context 1024, fp32: 123.06 GiB estimated -> fits in 80 GiB: no" in text
     assert [r["metrics"]["fits"] for r in records] == [True, False]
-    latex, _ = run(["--size", "tiny", "--estimate", "--format", "latex"], tmp_path, capsys)
+    latex, _, _ = run(["--size", "tiny", "--estimate", "--format", "latex"], tmp_path, capsys)
     assert "\\begin{tabular}" in latex and "AdamW state" in latex
     # an estimate for a GPU needs no GPU
-    cuda, records = run(["--size", "small", "--context", "1024", "--precision", "bf16-mixed",
-                         "--device", "cuda", "--estimate"], tmp_path, capsys)
+    cuda, _, _ = run(["--size", "small", "--context", "1024", "--precision", "bf16-mixed",
+                      "--device", "cuda", "--estimate"], tmp_path, capsys)
     assert "estimate (cuda): train-step, bf16-mixed" in cuda
 
 
 def test_checkpoint_sweep_prints_the_tradeoff(tmp_path, capsys):
-    text, records = run([*QUICK, "--context", "16", "--checkpoint", "1", "2", "--steps", "1", "--warmup", "0",
-                         "--format", "markdown"], tmp_path, capsys)
+    text, _, records = run([*QUICK, "--context", "16", "--checkpoint", "1", "2", "--steps", "1",
+                            "--warmup", "0", "--format", "markdown", "--inline"], tmp_path, capsys)
     assert "#### activation checkpointing: fp32, context 16" in text
     assert [r["spec"]["checkpoint_group"] for r in records] == [0, 1, 2]
     assert all(r["metrics"]["saved_bytes"] == r["metrics"]["expected_saved_bytes"] for r in records)
+    assert {r["spec"]["warmup"] for r in records} == {0}
 
 
 def test_snapshot_is_delegated(tmp_path, capsys, monkeypatch):
@@ -80,14 +79,41 @@ def test_snapshot_is_delegated(tmp_path, capsys, monkeypatch):
 
     def fake(path, out_png=None):
         calls.append((Path(path), out_png))
-        return SimpleNamespace(tables=[("memory snapshot: x", pd.DataFrame({"peak_active_mib": [1.5]}))],
+        return SimpleNamespace(tables=[("memory snapshot: x", pd.DataFrame({"peak_active_mib": [1.5]})),
+                                       ("largest allocations (top 1)", pd.DataFrame({"size_mib": [1.0]}))],
                                notes=["a note"], png=None)
 
     monkeypatch.setattr(snapshot, "summarize_snapshot", fake)
-    text, records = run(["--snapshot", str(tmp_path / "s.pickle"), "--plot", str(tmp_path / "s.png")],
-                        tmp_path, capsys)
-    assert calls == [(tmp_path / "s.pickle", tmp_path / "s.png")]
-    assert "memory snapshot: x" in text and "a note" in text and records == []
+    text, _, records = run(["--snapshot", str(tmp_path / "s.pickle"), "--plots", str(tmp_path)],
+                           tmp_path, capsys)
+    assert calls == [(tmp_path / "s.pickle", tmp_path / "s_active_memory.png")]
+    assert "memory snapshot: x" in text and "largest allocations" in text and "a note" in text
+    assert records == []
+
+
+def test_out_of_memory_is_an_oom_row(tmp_path, capsys):
+    """A spec that does not fit under --max-memory-gib ends as oom rows, exit 0, no traceback:
+    the logits of (16, 2048) tokens over a 10,000-token vocabulary are 1.2 GiB alone."""
+    out = tmp_path / "memory.jsonl"
+    code = main(["memory", "--size", "tiny", "--context", "2048", "--batch", "16", "--mode",
+                 "forward", "--max-memory-gib", "1.5", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0 and "Traceback" not in captured.out + captured.err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    phases = [r for r in records if r["spec"]["analysis"] == "phases"]
+    assert [r["status"] for r in phases] == ["oom"]
+    assert "out of memory while" in phases[0]["message"] and "RLIMIT_AS" in phases[0]["memory_cap"]
+    assert "1 oom" in captured.err
+
+
+def test_bare_json_is_only_the_records(tmp_path, capsys):
+    out = tmp_path / "memory.jsonl"
+    assert main(["memory", *QUICK, "--context", "16", "--mode", "forward", "--inline",
+                 "--warmup", "0", "--json", "--out", str(out)]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert {r["spec"]["analysis"] for r in records} == {"phases", "saved"}
+    assert {r["spec"]["warmup"] for r in records} == {0}  # --warmup 0 recorded as given
+    assert len(out.read_text().splitlines()) == len(records)
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -97,20 +123,22 @@ def test_snapshot_is_delegated(tmp_path, capsys, monkeypatch):
     (["--attention", "flash"], "unknown attention 'flash'"),
     (["--mode", "inference"], "unknown mode 'inference'"),
     (["--batch", "0"], "batch_size must be a positive integer, got 0"),
-    (["--context", "0"], "--context must be positive, got 0"),
+    (["--context", "0"], "--context must be a positive integer, got 0"),
     (["--gib", "0"], "--gib must be positive, got 0"),
-    (["--top", "0"], "--top must be positive"),
-    (["--steps", "0"], "--steps must be positive"),
-    (["--warmup", "-1"], "--warmup must be non-negative"),
+    (["--top", "0"], "--top must be a positive integer"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--warmup", "-1"], "--warmup must be a non-negative integer"),
+    (["--timeout", "0"], "--timeout must be positive"),
     (["--checkpoint", "3"], "--checkpoint 3 is larger than the model's 2 blocks"),
     (["--checkpoint", "-1"], "must be non-negative integers"),
     (["--model", "tests.fixtures.models:bigram", "--estimate"], "reference LM only"),
     (["--model", "tests.fixtures.models:bigram_short_context", "--context", "64"],
      "longer than the model allows"),
 ])
-def test_bad_input_is_a_spec_error(argv, fragment, tmp_path):
-    args = parse([*QUICK, *argv, "--out", str(tmp_path / "m.jsonl")])
-    with pytest.raises(SpecError) as err:
-        args.func(args)
-    assert fragment in str(err.value)
-    assert not (tmp_path / "m.jsonl").exists()  # nothing ran, nothing written
+def test_bad_input_is_one_line_and_exit_2(argv, fragment, tmp_path, capsys):
+    out = tmp_path / "m.jsonl"
+    code = main(["memory", *QUICK, *argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()  # nothing ran, nothing written

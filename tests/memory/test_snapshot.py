@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lmperf.bench import runner
+from lmperf.workload import build
 from lmperf.workload.spec import RunSpec
 from lmperf.errors import LmperfError, SpecError
 from lmperf.memory import snapshot as snap
@@ -324,7 +324,7 @@ def _fake_recording(monkeypatch, fail_at: int | None = None) -> list[str]:
         Path(path).write_bytes(FIXTURE.read_bytes())
 
     monkeypatch.setattr(dev, "dump_memory_snapshot", dump)
-    real_prepare = runner.prepare
+    real_prepare = build.prepare
 
     def prepare(spec, device, regime):
         prepared = real_prepare(spec, device, regime)
@@ -339,7 +339,7 @@ def _fake_recording(monkeypatch, fail_at: int | None = None) -> list[str]:
         prepared.step = logged
         return prepared
 
-    monkeypatch.setattr(runner, "prepare", prepare)
+    monkeypatch.setattr(build, "prepare", prepare)
     return log
 
 

@@ -10,9 +10,9 @@ smallest near g = sqrt(L x block / BTC); g = L saves the least but recomputes ev
 so its peak is close to no checkpointing. The price is a second forward of every block: about
 one more forward per step (~ +1/3 of a step's FLOPs).
 
-The sweep builds one model (bench.runner.prepare), and for each group size: the saved bytes of
+The sweep builds one model (workload.build.prepare), and for each group size: the saved bytes of
 one forward (saved.py; on the meta device when that gives the same bytes), `steps` timed train
-steps after `warmup`, then one untimed step under the memory probe of phases.py.
+steps after `warmup`, then one untimed step under the shared per-phase memory probe.
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from lmperf.workload.build import prepare
-from lmperf.workload.spec import RunSpec
-from lmperf.workload.steps import NO_OBSERVER, STEPS
+from lmperf.core.outcome import Stage, failure
 from lmperf.errors import SpecError
 from lmperf.measure.stats import summarize
 from lmperf.memory.estimate import estimate
-from lmperf.memory.phases import PhaseProbe, release_freed_memory
 from lmperf.memory.saved import measure_saved, measure_spec, meta_equivalent, set_checkpointing
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
+from lmperf.workload.build import prepare
+from lmperf.workload.probe import PhaseProbe, release_freed_memory
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER, STEPS, StepState
 
 MIB = 2**20
 
@@ -41,7 +42,7 @@ class CheckpointRow:
     """One group size. Bytes are saved-for-backward activations + autocast weight copies."""
 
     group: int  # 0: no checkpointing
-    saved_bytes: int  # measured during one forward
+    saved_bytes: int | None  # measured during one forward (None: not measured)
     expected_saved_bytes: int | None  # the estimator's (reference LM only)
     recompute_bytes: int | None  # the estimator's transient: one group rebuilt in backward
     peak_mib: float | None  # largest per-phase peak of one train step (RSS on CPU)
@@ -68,19 +69,30 @@ def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
                         warmup: int = 1) -> list[CheckpointRow]:
     """Measure every group size in `groups` (0 is added first: the baseline) for `spec`.
 
-    `spec.mode` is ignored: a checkpoint trade-off is about training (train-step). Raises
-    SpecError for a bad group size or a model without checkpointing.
+    `spec.mode` is ignored: a checkpoint trade-off is about training (train-step). A regime the
+    device lacks gives 'unsupported' rows, a model that cannot be built 'oom' or 'error' rows,
+    and an out-of-memory step an 'oom' row for its group size. Raises SpecError for a bad group
+    size or a model without checkpointing.
     """
     groups = check_groups(groups, spec.num_layers)
     spec = spec.with_(mode="train-step")
     device = torch.device(spec.device)
     regime = get_regime(spec.precision)
+    kind = dev.PeakMemory(device).kind
+
+    def failed(status: str, message: str, **_: object) -> list[CheckpointRow]:
+        return [CheckpointRow(g, None, None, None, None, None, kind, None, "", status, message)
+                for g in groups]
+
     if (why := unsupported_reason(regime, device)):
-        raise SpecError(why)
+        return failed("unsupported", why)
     on_meta = meta_equivalent(spec)
     rows = []
     with matmul_precision(regime):
-        state = prepare(spec, device, regime).state
+        try:
+            state = prepare(spec, device, regime).state
+        except Exception as exc:  # every group size fails alike
+            return failed(**failure(exc, f"building the {spec.precision} model"))
         set_checkpointing(state.model, groups[-1])  # fail early for a model without it
         for g in groups:
             set_checkpointing(state.model, g)
@@ -93,33 +105,41 @@ def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
                    if spec.model is None else None)
             row = CheckpointRow(g, report.total() + report.total("weight copy"),
                                 est.saved_bytes if est else None,
-                                est.recompute_bytes if est else None, None, None,
-                                dev.PeakMemory(device).kind, None,
+                                est.recompute_bytes if est else None, None, None, kind, None,
                                 "meta" if on_meta else device.type)
+            stage = Stage(f"training with checkpoint groups of {g}")
             try:
-                clock = dev.PhaseClock(device)
-                for _ in range(warmup):
-                    STEPS["train-step"](state, NO_OBSERVER)
-                times = []
-                for _ in range(steps):
-                    STEPS["train-step"](state, clock)
-                    times.append(clock.total_ms)
-                row.step_ms = summarize(times)
-                release_freed_memory()
-                probe = PhaseProbe(dev.PeakMemory(device))
-                STEPS["train-step"](state, probe)
-                key = "allocated" if device.type == "cuda" else "rss"
-                row.peak_mib = max(p[key] for p in probe.phases.values() if p.get(key) is not None)
-                row.start_mib = probe.start_mib.get(key)
-            except Exception as exc:  # noqa: BLE001 - one group size failed, the sweep goes on
-                if not dev.is_oom(exc):
+                _time_and_probe(state, row, device, steps, warmup)
+            except Exception as exc:  # one group size ran out of memory, the others go on
+                outcome = failure(exc, stage)
+                if outcome["status"] != "oom":
                     raise
                 state.model.zero_grad(set_to_none=True)
-                row.status, row.message = "oom", str(exc).strip().splitlines()[0][:200]
+                row.status, row.message = outcome["status"], outcome["message"][:300]
             dev.free_memory(device)
             rows.append(row)
         set_checkpointing(state.model, 0)
     return rows
+
+
+def _time_and_probe(state: StepState, row: CheckpointRow, device: torch.device, steps: int,
+                    warmup: int) -> None:
+    """`warmup` untimed and `steps` timed train steps, then one under the per-phase probe;
+    fills the row's step times (ms), peak and start (MiB)."""
+    clock = dev.PhaseClock(device)
+    for _ in range(warmup):
+        STEPS["train-step"](state, NO_OBSERVER)
+    times = []
+    for _ in range(steps):
+        STEPS["train-step"](state, clock)
+        times.append(clock.total_ms)
+    row.step_ms = summarize(times)
+    release_freed_memory()
+    probe = PhaseProbe(dev.PeakMemory(device))
+    STEPS["train-step"](state, probe)
+    key = "allocated" if device.type == "cuda" else "rss"
+    row.peak_mib = max(p[key] for p in probe.phases.values() if p.get(key) is not None)
+    row.start_mib = probe.start_mib.get(key)
 
 
 def tradeoff_frame(rows: list[CheckpointRow]) -> pd.DataFrame:
@@ -138,7 +158,7 @@ def tradeoff_frame(rows: list[CheckpointRow]) -> pd.DataFrame:
         base_step = base.step_ms["median"] if base.step_ms else None
         out.append({
             "group": r.group or "none",
-            "saved MiB": r.saved_bytes / MIB,
+            "saved MiB": mib(r.saved_bytes),
             "expected MiB": mib(r.expected_saved_bytes),
             "saved x": ratio(r.saved_bytes, base.saved_bytes),
             "recompute MiB (est.)": mib(r.recompute_bytes),

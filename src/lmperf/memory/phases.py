@@ -3,14 +3,15 @@
 The course's "two numbers per context length": the peak of an inference forward and the peak of
 a training step, at each context length, with the precision regime as a column choice.
 
-How it runs, and why not through `bench.runner.run_spec`: a bench run spends an untimed FLOP
+How it runs, and why not as one `lmperf bench` run per cell: a bench run spends an untimed FLOP
 count, warm-up and timed steps before its one memory step; for `small` at context 512 on a CPU
-that is a minute per run. Here one model per precision is built (by `runner.prepare`, with the
-model context set to the longest context) and every context reuses it with a batch cut to T:
+that is a minute per run. Here one model per precision is built (`workload.build.prepare`, with
+the model context set to the longest context) and every context reuses it with a batch cut to T:
 1. forward-only steps, all contexts, before any optimizer state exists (inference memory);
 2. `warmup` train steps at the shortest context: AdamW's state (2 tensors per parameter) is
-   created by the first optimizer step, and a steady-state step starts with it allocated;
-3. one train step per context, observed by the bench runner's memory probe.
+   created by the first optimizer step, and a steady-state step starts with it allocated
+   (`warmup` 0: the measured step creates it, and its peak includes that);
+3. one train step per context, observed by the shared per-phase probe (`workload.probe`).
 Per phase this records the peak (the probe's window, reset at each phase boundary) and what is
 still held when the phase ends (a reset followed by a read). On CUDA those are the caching
 allocator's allocated and reserved bytes; on the CPU the process's peak resident set, which
@@ -20,7 +21,6 @@ An out-of-memory error in one (context, mode) becomes an 'oom' row; the sweep go
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import gc
 from dataclasses import dataclass
@@ -28,67 +28,17 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from lmperf.bench.runner import _MemoryProbe, prepare
-from lmperf.workload.spec import RunSpec
-from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
+from lmperf.core.outcome import Stage, failure
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
+from lmperf.workload.build import prepare
+from lmperf.workload.probe import PhaseProbe, release_freed_memory
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 
 PHASE_MODES: tuple[str, ...] = ("forward", "train-step")
 MEMORY_LABELS = {"cpu_process_peak_rss": "peak RSS MiB (CPU process)",
                  "cuda_allocator": "peak allocated MiB (GPU)"}
-
-
-def release_freed_memory(collect: bool = False) -> None:
-    """Hand memory the C allocator holds but no tensor uses back to the OS (glibc's malloc_trim).
-
-    Without it the CPU's resident set keeps every freed activation of an earlier step or phase,
-    so a later, smaller peak would read as the earlier, larger one. A no-op off glibc.
-    `collect` first runs Python's cycle collector (~0.1 s: not at every phase boundary; tensors
-    are freed by reference counting as soon as a step drops them).
-    """
-    if collect:
-        gc.collect()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _load_libc():
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim  # noqa: B018 - absent on musl and macOS
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _load_libc()
-
-
-class PhaseProbe(_MemoryProbe):
-    """The runner's per-phase peak probe, plus the memory held at the start and each phase's end.
-
-    Right after a reset the peak equals the current figure, so `reset(); read()` is "now". On the
-    CPU freed memory is released to the OS at each boundary first (`release_freed_memory`), so
-    each phase's peak window starts from what is really in use.
-    """
-
-    def __init__(self, memory: dev.PeakMemory):
-        super().__init__(memory)
-        self.start_mib: dict = {}
-        self.held: dict[str, dict] = {}
-
-    def start(self) -> None:
-        release_freed_memory()
-        super().start()
-        self.start_mib = self.memory.read()
-
-    def lap(self, phase: str) -> None:
-        super().lap(phase)  # peak of the phase, then a reset
-        if not self.memory.cuda:
-            release_freed_memory()
-            self.memory.reset()
-        self.held[phase] = self.memory.read()
 
 
 @dataclass
@@ -107,6 +57,7 @@ class PhaseRow:
     message: str = ""
     spec: RunSpec | None = None
     params: int | None = None
+    traceback: str = ""  # of an unexpected error (not an OOM)
 
     def peak(self, key: str | None = None) -> float | None:
         """Largest peak over the step's phases, in MiB (`key` default: rss or allocated)."""
@@ -162,25 +113,27 @@ def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...
     rows: list[PhaseRow] = []
     params = None
 
-    def row(t: int, m: str, status: str, probe: PhaseProbe | None = None, msg: str = "") -> None:
+    def row(t: int, m: str, probe: PhaseProbe | None = None, **failed: str) -> None:
+        status, msg = failed.get("status", "ok"), failed.get("message", "")
         rows.append(PhaseRow(spec.precision, t, m, status, kind,
                              probe.start_mib if probe else {}, probe.phases if probe else {},
                              probe.held if probe else {}, msg,
-                             spec.with_(context_length=t, mode=m), params))
+                             spec.with_(context_length=t, mode=m), params,
+                             failed.get("traceback", "")))
 
-    def fail_all(status: str, msg: str) -> list[PhaseRow]:
+    def fail_all(**failed: str) -> list[PhaseRow]:
         for t in contexts:
             for m in modes:
-                row(t, m, status, msg=msg)
+                row(t, m, **failed)
         return rows
 
     if (why := unsupported_reason(regime, device)):
-        return fail_all("unsupported", why)
+        return fail_all(status="unsupported", message=why)
     with matmul_precision(regime):
         try:
             prepared = prepare(spec, device, regime)
-        except Exception as exc:  # noqa: BLE001 - every row of this precision fails alike
-            return fail_all("oom" if dev.is_oom(exc) else "error", _first_line(exc))
+        except Exception as exc:  # every row of this precision fails alike
+            return fail_all(**failure(exc, f"building the {spec.precision} model"))
         state, params = prepared.state, prepared.params
         del prepared
         # Inference first, while no gradients or optimizer state exist; the warm-up step that
@@ -188,14 +141,15 @@ def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...
         for m in [m for m in modes if m == "forward"] + [m for m in modes if m != "forward"]:
             if m != "forward" and warmup:
                 for _ in range(warmup):
-                    _try(lambda: STEPS["train-step"](_cut(state, contexts[0]), NO_OBSERVER), device)
+                    _warm_up(state, contexts[0], device)
                 warmup = 0
             for t in contexts:
+                stage = Stage(f"measuring {m} at context {t}")
                 try:
-                    row(t, m, "ok", _observe(_cut(state, t), m, device))
-                except Exception as exc:  # noqa: BLE001 - one failed context, the sweep goes on
+                    row(t, m, _observe(_cut(state, t), m, device))
+                except Exception as exc:  # one failed context, the others go on
                     state.model.zero_grad(set_to_none=True)
-                    row(t, m, "oom" if dev.is_oom(exc) else "error", msg=_first_line(exc))
+                    row(t, m, **failure(exc, stage))
                 dev.free_memory(device)
         del state
         gc.collect()
@@ -203,19 +157,14 @@ def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...
     return rows
 
 
-def _try(fn, device: torch.device) -> None:
-    """Run a warm-up step; an OOM there shows up again in the measured steps, so swallow it."""
+def _warm_up(state: StepState, t: int, device: torch.device) -> None:
+    """One untimed train step at context `t`. Whatever fails here fails again in the measured
+    step that follows, where it is recorded, so a failure is only cleaned up."""
     try:
-        fn()
-    except Exception as exc:  # noqa: BLE001
-        if not dev.is_oom(exc):
-            raise
+        STEPS["train-step"](_cut(state, t), NO_OBSERVER)
+    except Exception:  # noqa: BLE001 - recorded by the measured step
+        state.model.zero_grad(set_to_none=True)
         dev.free_memory(device)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def phase_frame(rows: list[PhaseRow]) -> pd.DataFrame:
@@ -236,13 +185,15 @@ def phase_frame(rows: list[PhaseRow]) -> pd.DataFrame:
 
 
 def two_numbers(rows: list[PhaseRow]) -> pd.DataFrame:
-    """The course's table: one row per context, one column per (precision, mode) step peak."""
+    """The course's table: one row per context, one column per (precision, mode) step peak
+    (MiB; NaN where the run did not finish: its status and reason are in the findings)."""
     kinds = {r.memory_kind for r in rows}
     label = MEMORY_LABELS.get(kinds.pop(), "peak MiB") if len(kinds) == 1 else "peak MiB"
     table: dict[int, dict] = {}
     for r in rows:
-        cell = r.peak() if r.status == "ok" else r.status
+        cell = r.peak() if r.status == "ok" else None
         table.setdefault(r.context, {"context": r.context})[f"{r.precision} {r.mode}"] = cell
     df = pd.DataFrame(list(table.values()))
+    df = df.astype({c: float for c in df.columns if c != "context"})
     df.attrs["label"] = label
     return df

@@ -1,229 +1,189 @@
-"""`lmperf memory`'s tables, findings, records and plot, built from the measurements' results."""
+"""The Report of memory records, rebuilt from the records alone (the run's output and
+`lmperf table results/memory.jsonl` are the same): a numeric frame with one row per record,
+the tables of each analysis, and the findings."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
-import torch
 
-from lmperf.workload.spec import RunSpec
-from lmperf.memory.checkpointing import CheckpointRow, tradeoff_frame
-from lmperf.memory.estimate import GIB, MIB, MemoryEstimate, fits
-from lmperf.memory.phases import MEMORY_LABELS, PhaseRow, phase_frame, two_numbers
-from lmperf.memory.saved import SavedReport
-from lmperf.results.schema import make_record, to_jsonable
-from lmperf.results.tables import render_sections
-from lmperf.runtime import device as dev
-from lmperf.runtime import env as envmod
+from lmperf.core.report import Report
+from lmperf.memory import readback
+from lmperf.memory.estimate import MIB
+from lmperf.memory.tables import (
+    checkpoint_section, estimate_section, phases_section, saved_section,
+)
 
 KIND = "memory"
-Tables = list[tuple[str, pd.DataFrame]]
-FORMATS: tuple[str, ...] = ("text", "markdown", "latex")
+PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer")
+INT_COLUMNS: tuple[str, ...] = ("params", "context", "batch", "checkpoint_group", "warmup",
+                                "threads", "saved_bytes", "saved_activation_bytes",
+                                "estimate_bytes")
+FLOAT_COLUMNS: tuple[str, ...] = ("peak_forward_mib", "peak_backward_mib", "peak_optimizer_mib",
+                                  "peak_mib", "peak_reserved_mib", "start_mib", "baseline_mib",
+                                  "step_ms_median", "gib")
 
 
-def _cell(column: str, v: object) -> object:
-    """A float as text: shares and errors as percentages, large values with separators."""
-    if not isinstance(v, float):
-        return "-" if v is None else v
-    if v != v:  # NaN
-        return "-"
-    if column in ("share", "error"):
-        return f"{v:+.2%}" if column == "error" else f"{v:.1%}"
-    return f"{v:,.0f}" if abs(v) >= 1000 else ("0" if v == 0 else f"{v:.4g}")
-
-
-def _display(df: pd.DataFrame) -> pd.DataFrame:
-    out = df.copy()
-    for col in out.columns:
-        if out[col].dtype.kind in "fO":
-            out[col] = [_cell(col, v) for v in out[col]]
+def _phase_peaks(record: dict) -> dict[str, float | None]:
+    """Peak MiB per phase and over the step (RSS on the CPU, allocated on CUDA), and reserved."""
+    phases = (((record.get("metrics") or {}).get("memory") or {}).get("phases")) or {}
+    key = "rss" if readback.memory_kind(record) == "cpu_process_peak_rss" else "allocated"
+    out = {f"peak_{p}_mib": (phases.get(p) or {}).get(key) for p in PHASE_NAMES}
+    values = [v for v in out.values() if v is not None]
+    out["peak_mib"] = max(values) if values else None
+    reserved = [v.get("reserved") for v in phases.values() if v.get("reserved") is not None]
+    out["peak_reserved_mib"] = max(reserved) if reserved else None
+    start = (record.get("metrics") or {}).get("start") or {}
+    out["start_mib"] = start.get(key)
     return out
 
 
-def render(tables: Tables, notes: list[str], fmt: str = "text") -> str:
-    """Titled tables then findings, as text, Markdown or LaTeX."""
-    tables = [(title, _display(df)) for title, df in tables]
-    if fmt != "latex":
-        return render_sections(tables, notes, fmt)
-    parts = [df.to_latex(index=False, escape=True, caption=title) for title, df in tables]
-    return "\n".join(parts) + "".join(f"% {n}\n" for n in notes)
+def _estimate_bytes(record: dict) -> float | None:
+    """The analytic figure a record compares with: the step's total (phases, estimate), the
+    saved bytes (saved, checkpoint)."""
+    analysis, m = record["spec"].get("analysis"), record.get("metrics") or {}
+    if readback.is_job_record(record):
+        return None
+    if analysis == "estimate":
+        return (m.get("estimate") or {}).get("total_bytes")
+    if analysis == "checkpoint":
+        return m.get("expected_saved_bytes")
+    est = readback.estimate_for(record, "train-step" if analysis == "saved" else None)
+    if est is None:
+        return None
+    return est.saved_bytes if analysis == "saved" else est.total_bytes
 
 
-def phases_section(rows: list[PhaseRow], estimates: dict[tuple[str, int, str], MemoryEstimate],
-                   baseline_mib: float | None) -> tuple[Tables, list[str]]:
-    """The two-numbers table, the per-phase table, and measured vs estimated step memory."""
-    table = two_numbers(rows)
-    label = table.attrs.get("label", "peak MiB")
-    cpu = label == MEMORY_LABELS["cpu_process_peak_rss"]
-    tables = [(f"peak memory per step ({label})", table),
-              ("peak memory per phase (MiB)", phase_frame(rows))]
-    compare = []
-    for r in rows:
-        est = estimates.get((r.precision, r.context, r.mode))
-        key = "rss" if cpu else "allocated"
-        start, peak = r.start.get(key), r.peak()
-        if r.status != "ok" or est is None or start is None or peak is None:
-            continue
-        compare.append({"precision": r.precision, "context": r.context, "mode": r.mode,
-                        "start MiB": start, "peak MiB": peak, "peak - start MiB": peak - start,
-                        "estimate MiB": est.step_bytes / MIB,
-                        "estimate / measured": est.step_bytes / MIB / (peak - start)
-                        if peak > start else None})
-    if compare:
-        tables.append(("what a step adds: measured (peak - start) vs estimate (gradients, saved, "
-                       "recompute, transient allowance)", pd.DataFrame(compare)))
-    notes = [f"{label}: the largest per-phase peak of one step; a step starts holding the "
-             "parameters (and AdamW's state after the warm-up step)"]
-    if cpu:
-        notes.append("CPU figures are this process's peak resident set (VmHWM, reset per phase, "
-                     "freed memory returned to the OS at each phase boundary): process-level "
-                     "memory including Python and torch"
-                     + (f" ({baseline_mib:,.0f} MiB before the model was built)" if baseline_mib
-                        else "") + ", not GPU memory")
-    low = [c for c in compare if c["mode"] == "forward" and (c["estimate / measured"] or 1) < 0.8]
-    if cpu and low:
-        notes.append("a forward-only step's RSS grows past its live tensors (freed blocks are "
-                     "returned to the OS only at phase boundaries, matmul workspaces): the "
-                     "estimate counts tensors (logits and log-probabilities, or naive attention's "
-                     "T x T working set), so it reads low against RSS there")
-    notes += [f"{r.precision} {r.mode} at context {r.context}: {r.status} ({r.message})"
-              for r in rows if r.status != "ok"]
-    return tables, notes
-
-
-def saved_section(reports: dict[tuple[str, int], SavedReport],
-                  estimates: dict[tuple[str, int], MemoryEstimate | None],
-                  top: int) -> tuple[Tables, list[str]]:
-    """Saved-for-backward: one summary row per (precision, context); per group and top
-    contributors for the longest context of the first precision."""
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One numeric row per record: what was run (analysis, shape, context, precision, mode,
+    checkpoint group), how it ended, and its figures (MiB, bytes, ms; units in the names)."""
     rows = []
-    for (precision, t), rep in reports.items():
-        est = estimates.get((precision, t))
-        measured = rep.total() + rep.total("weight copy")
-        blocks = rep.block_bytes()
-        first = next(iter(blocks.values()), 0)
-        rows.append({
-            "precision": precision, "context": t, "measured on": rep.device,
-            "activations MiB": rep.total() / MIB,
-            "weight copies MiB": rep.total("weight copy") / MIB,
-            "estimate MiB": est.saved_bytes / MIB if est else None,
-            "error": (est.saved_bytes - measured) / measured if est and measured else None,
-            "residual MiB": rep.residual_bytes / MIB, "per block MiB": first / MIB,
-            "block x residual": first / rep.residual_bytes if rep.residual_bytes else None,
+    for r in records:
+        spec, m = r["spec"], r.get("metrics") or {}
+        saved = m.get("saved") or {}
+        row = {
+            "analysis": spec.get("analysis"), "model": spec.get("model") or spec.get("size"),
+            "shape": (f"d={spec.get('d_model')} L={spec.get('num_layers')} "
+                      f"H={spec.get('num_heads')} ff={spec.get('d_ff')}"),
+            "params": r.get("params"), "context": readback.context_of(r),
+            "batch": spec.get("batch_size"), "precision": spec.get("precision"),
+            "mode": spec.get("mode"), "attention": spec.get("attention"),
+            "checkpoint_group": spec.get("checkpoint_group"), "warmup": spec.get("warmup"),
+            "device": spec.get("device"), "threads": spec.get("threads"),
+            "status": r["status"], "message": r.get("message", ""),
+            "memory_kind": readback.memory_kind(r),
+        }
+        if readback.is_job_record(r) and spec.get("analysis") == "phases":
+            row["mode"] = " ".join(spec.get("modes") or [])  # the job measured each
+        row.update(_phase_peaks(r))
+        if spec.get("analysis") == "checkpoint":
+            row["peak_mib"], row["start_mib"] = m.get("peak_mib"), m.get("start_mib")
+        saved_total = (saved["activation_bytes"] + saved.get("weight_copy_bytes", 0)
+                       if saved else m.get("saved_bytes"))
+        row.update({
+            "baseline_mib": m.get("baseline_mib"),
+            "saved_bytes": saved_total,  # what autograd keeps: activations + weight copies
+            "saved_activation_bytes": saved.get("activation_bytes"),
+            "estimate_bytes": _estimate_bytes(r),
+            "step_ms_median": (m.get("step_ms") or {}).get("median"),
+            "fits": m.get("fits"), "gib": m.get("gib"),
         })
-    summary = pd.DataFrame(rows)
-    (precision, t), rep = max(reports.items(), key=lambda kv: (kv[0][0] == rows[0]["precision"],
-                                                                kv[0][1]))
-    blocks = rep.block_bytes()
-    notes = []
-    if blocks and rep.residual_bytes:
-        name, b = next(iter(blocks.items()))
-        notes.append(f"at context {t} ({precision}) block {name} saves {b / MIB:,.1f} MiB, "
-                     f"{b / rep.residual_bytes:.1f}x the residual stream (B x T x d_model = "
-                     f"{rep.residual_bytes / MIB:,.2f} MiB); all {len(blocks)} blocks: "
-                     f"{sum(blocks.values()) / max(rep.total(), 1):.0%} of the activations")
-    quadratic = rep.frame()
-    if not quadratic.empty:
-        sq = quadratic[(quadratic["kind"] == "activation")
-                       & quadratic["shape"].map(lambda s: len(s) >= 2 and s[-1] == s[-2] == t)]
-        if rep.total() and len(sq):
-            notes.append(f"T x T tensors (scores, probabilities, mask) are "
-                         f"{sq['bytes'].sum() / rep.total():.0%} of the activations at context {t}")
-    notes.append("bytes are storage bytes, each storage counted once; parameters, RoPE buffers "
-                 "and token ids that autograd saves are listed but not counted")
-    return [("saved for backward (activations + autocast weight copies)", summary),
-            (f"saved for backward per group: {precision}, context {t}", rep.by_group()),
-            (f"largest saved activations: {precision}, context {t}", rep.top(top))], notes
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in INT_COLUMNS:  # counts stay integers where a row has none (NA, not NaN floats)
+        if col in frame:
+            frame[col] = pd.array([None if _missing(v) else int(v) for v in frame[col]],
+                                  dtype="Int64")
+    for col in FLOAT_COLUMNS:
+        if col in frame:
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    return frame
 
 
-def estimate_section(ests: list[MemoryEstimate], gib: float | None) -> tuple[Tables, list[str]]:
-    """One breakdown per estimate; with `gib`, whether each fits."""
-    tables, notes = [], []
-    for e in ests:
-        groups = f", checkpoint groups of {e.checkpoint_group}" if e.checkpoint_group else ""
-        tables.append((f"estimate ({e.device}): {e.mode}, {e.regime}, {e.attention}, "
-                       f"batch {e.batch}, context {e.context}{groups}", e.table()))
-        if gib is not None:
-            verdict = "yes" if fits(e, gib) else "no"
-            notes.append(f"context {e.context}, {e.regime}: {e.total_bytes / GIB:.2f} GiB "
-                         f"estimated -> fits in {gib:g} GiB: {verdict}")
-    notes.append("the total adds every term (gradients and activations never peak together): "
-                 "an upper bound on the tensors; parameters, gradients and AdamW state are exact. "
-                 "Leave room for the runtime: the CUDA context, or Python + torch on a CPU")
-    return tables, notes
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
 
 
-def checkpoint_section(results: dict[tuple[str, int], list[CheckpointRow]]
-                       ) -> tuple[Tables, list[str]]:
-    """One trade-off table per (precision, context)."""
-    tables, notes = [], []
-    for (precision, t), rows in results.items():
-        tables.append((f"activation checkpointing: {precision}, context {t}", tradeoff_frame(rows)))
-        ok = [r for r in rows
-              if r.status == "ok" and r.peak_mib is not None and r.start_mib is not None]
-        if len(ok) > 1:
-            best = min(ok, key=lambda r: r.peak_mib - r.start_mib)
-            notes.append(f"context {t}: the lowest peak above the step's start is with "
-                         + (f"groups of {best.group}" if best.group else "no checkpointing"))
-    noisy = [r.group for rows in results.values() for r in rows
-             if r.step_ms and r.step_ms["n"] > 1 and r.step_ms["max"] > 1.25 * r.step_ms["min"]]
-    if noisy:
-        notes.append(f"step times varied by more than 25% between steps (group sizes {noisy}): "
-                     "the machine was busy; compare times with more --steps on a quiet machine")
-    notes.append("saved = one forward's saved tensors; recompute = the estimator's transient of "
-                 "one group rebuilt in backward; step time is the median of the timed steps")
-    return tables, notes
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    """The frame is for CSV and notebooks; read as text it is the analyses' tables (shown as
+    they are), unless there are none, e.g. a file of failed jobs only: then the frame's
+    essentials."""
+    if any(not df.empty for df in report.tables.values()):
+        return pd.DataFrame(), "", []
+    cols = ["analysis", "model", "context", "precision", "mode", "status", "message"]
+    return report.frame[[c for c in cols if c in report.frame.columns]], "", []
 
 
-def records(spec: RunSpec, analysis: str, items: list[tuple[dict, str, dict]], params: int | None,
-            message: str = "") -> list[dict]:
-    """`kind: "memory"` records: one per (spec changes, status, metrics) item."""
-    # An estimate for CUDA may be made on a machine without a GPU: record this machine then.
-    here = spec.device if spec.device == "cpu" or dev.cuda_available() else "cpu"
-    environment = envmod.capture(torch.device(here))
-    out = []
-    for changes, status, metrics in items:
-        s = {**spec.to_dict(), **changes, "analysis": analysis}
-        out.append(make_record(KIND, s, status, environment, params=params,
-                               metrics=to_jsonable(metrics) if status == "ok" else None,
-                               message=message if status == "ok" else metrics.get("message", "")))
-    return out
+def setup(record: dict) -> str:
+    """What a record's tables are about: the model and its shape, batch, attention, device."""
+    s = record["spec"]
+    return (f"{s.get('model') or s.get('size')} (d={s.get('d_model')} L={s.get('num_layers')} "
+            f"H={s.get('num_heads')} ff={s.get('d_ff')}), batch {s.get('batch_size')}, "
+            f"{s.get('attention')} attention, {s.get('device')}")
 
 
-def plot_contexts(rows: list[PhaseRow], saved: dict[tuple[str, int], SavedReport],
-                  estimates: dict[tuple[str, int, str], MemoryEstimate], baseline_mib: float,
-                  path: Path) -> Path:
-    """PNG: step peaks vs context (measured solid, estimate dashed) and saved bytes vs context."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Every analysis' tables and findings, in the order the command runs them. A file that
+    holds runs of several setups (model, batch, attention, device) gets each setup's tables,
+    titled with it, so that runs of different models never share a table."""
+    setups = list(dict.fromkeys(setup(r) for r in records))
+    if len(setups) == 1:
+        return _sections(records)
+    tables: dict[str, pd.DataFrame] = {}
+    findings: list[str] = []
+    for name in setups:
+        more, notes = _sections([r for r in records if setup(r) == name])
+        tables.update({f"{name}: {title}": df for title, df in more.items()})
+        findings += [f"{name}: {note}" for note in notes]
+    return tables, findings
 
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    label = two_numbers(rows).attrs.get("label", "peak MiB")
-    for key in dict.fromkeys((r.precision, r.mode) for r in rows):
-        ok = [r for r in rows if (r.precision, r.mode) == key and r.status == "ok"]
-        line, = left.plot([r.context for r in ok], [r.peak() for r in ok], "o-",
-                          label=f"{key[0]} {key[1]}")
-        est = sorted((t, e) for (p, t, m), e in estimates.items() if (p, m) == key)
-        if est:
-            left.plot([t for t, _ in est], [baseline_mib + e.total_bytes / MIB for _, e in est],
-                      "--", color=line.get_color(), label=f"{key[0]} {key[1]} (estimate)")
-    left.set_xlabel("context length T")
-    left.set_ylabel(label)
-    left.set_title("peak memory of one step")
-    left.legend(fontsize=8)
-    for precision in dict.fromkeys(p for p, _ in saved):
-        pts = sorted((t, r.total() / MIB) for (p, t), r in saved.items() if p == precision)
-        right.plot([t for t, _ in pts], [v for _, v in pts], "o-", label=f"{precision} measured")
-    right.set_xlabel("context length T")
-    right.set_ylabel("MiB")
-    right.set_title("activations saved for backward")
-    right.legend(fontsize=8)
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.grid(True, alpha=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+
+def _sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    tables: dict[str, pd.DataFrame] = {}
+    findings: list[str] = []
+    rows = readback.phase_rows(records)
+    if rows:
+        estimates = readback.phase_estimates(records)
+        more, notes = phases_section(rows, estimates, readback.baseline(records))
+        tables.update(more)
+        findings += notes
+    for part in (saved_section(readback.saved(records)),
+                 estimate_section(readback.estimates(records)),
+                 checkpoint_section(readback.checkpoint_rows(records))):
+        tables.update(part[0])
+        findings += part[1]
+    # Job-level failures (a child that died, timed out or failed before its first row).
+    findings += [f"{r['spec'].get('analysis')} job ({r['spec'].get('precision')}, contexts "
+                 f"{', '.join(map(str, r['spec'].get('contexts', [])))}): {r['status']} "
+                 f"({' '.join(str(r.get('message', '')).split())})"
+                 for r in records if readback.is_job_record(r)]
+    return tables, findings
+
+
+def build_report(records: list[dict]) -> Report:
+    """A Report of memory records (others are ignored): `frame` has one numeric row per record;
+    `tables` are the analyses' tables (peaks per step and phase, saved tensors, estimates,
+    checkpointing), `findings` their sentences."""
+    records = [r for r in records if r["kind"] == KIND]
+    tables, findings = sections(records)
+    device = next((r.get("env", {}).get("device_name") for r in records
+                   if r.get("env", {}).get("device_name")), "")
+    return Report(kind=KIND, frame=records_frame(records), tables=tables, findings=findings,
+                  records=records, title=f"lmperf memory on {device}" if device else "lmperf memory",
+                  display=_display)
+
+
+def summary_line(record: dict) -> str:
+    """One line for a finished record: its main figure, or why it did not run."""
+    spec, m = record["spec"], record.get("metrics") or {}
+    where = f"context {readback.context_of(record)} {spec.get('mode', '')}".rstrip()
+    if record["status"] != "ok":
+        return f"{where}: {record['status']}: {record.get('message', '')}"
+    analysis = spec.get("analysis")
+    if analysis == "phases":
+        return f"{where}: peak {_phase_peaks(record)['peak_mib']:,.0f} MiB"
+    if analysis == "saved":
+        return f"{where}: {m['saved']['activation_bytes'] / MIB:,.1f} MiB saved for backward"
+    if analysis == "checkpoint":
+        return (f"{where}, groups of {spec.get('checkpoint_group')}: saved "
+                f"{(m.get('saved_bytes') or 0) / MIB:,.1f} MiB")
+    return where
