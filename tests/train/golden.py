@@ -12,9 +12,7 @@ from pathlib import Path
 
 import torch
 
-from lmperf.train.config import TrainConfig
-from lmperf.train.data import load_corpus, prepare_corpus
-from lmperf.train.loop import train_all
+from lmperf.train.api import train
 
 GOLDEN_PATH = Path(__file__).parent / "data" / "golden_losses.json"
 GOLDEN_THREADS = 1  # fp32 sums can split differently with another thread count
@@ -23,7 +21,7 @@ GOLDEN_REGIMES: tuple[str, ...] = ("fp32", "bf16-mixed", "bf16-true", "fp16-mixe
 # 20 steps of the tiny preset on 4 x 32-byte windows of the bundled corpus: ~2 s for all six
 # regimes on the CPU (fp16 math is emulated there, hence the small batch).
 GOLDEN_CONFIG: dict = {"size": "tiny", "context": 32, "batch": 4, "steps": 20, "lr": 3e-3,
-                       "warmup_steps": 5, "eval_interval": 10, "eval_batches": 2, "seed": 1234}
+                       "lr_warmup": 5, "eval_interval": 10, "eval_batches": 2, "seed": 1234}
 
 # Relative tolerances per regime, and why:
 # - fp32: the same machine reproduces it bitwise (test_determinism checks that); 1e-4 leaves room
@@ -35,28 +33,17 @@ TOLERANCE: dict[str, float] = {"fp32": 1e-4, "bf16-mixed": 3e-2, "bf16-true": 3e
                                "fp16-mixed": 1e-2, "fp16-mixed-noscale": 1e-2, "fp16-true": 1e-2}
 
 
-def golden_config(regimes: tuple[str, ...] = GOLDEN_REGIMES) -> TrainConfig:
-    """The golden run's configuration."""
-    c = dict(GOLDEN_CONFIG)
-    return TrainConfig.from_size(c.pop("size"), regimes, device="cpu", **c)
-
-
 def compute_curves(regimes: tuple[str, ...] = GOLDEN_REGIMES) -> dict:
-    """{regime: {outcome, outcome_step, losses, val_losses}} from a fresh CPU run on one thread
-    (non-finite losses as the strings 'nan' / 'inf', as in the records)."""
-    cfg = golden_config(regimes)
-    ids, source, name = load_corpus()
-    corpus = prepare_corpus(ids, source, name, cfg.context, cfg.vocab_size)
+    """{regime: {outcome, outcome_step, losses, val_losses}} from a fresh CPU run on one thread,
+    in this process, through the Python API (non-finite losses as the strings 'nan' / 'inf',
+    as in the records)."""
+    c = dict(GOLDEN_CONFIG)
+    records = train(c.pop("size"), precision=list(regimes), device="cpu", threads=GOLDEN_THREADS,
+                    inline=True, **c).records
     curves = {}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(GOLDEN_THREADS)
-    try:
-        records = train_all(cfg, corpus, torch.device("cpu"))
-    finally:
-        torch.set_num_threads(threads)
     for record in records:
         m = record["metrics"]
-        curves[record["spec"]["regime"]] = {
+        curves[record["spec"]["precision"]] = {
             "outcome": m["outcome"], "outcome_step": m["outcome_step"],
             "losses": [e["loss"] for e in m["log"]],
             "val_losses": [e["val_loss"] for e in m["evals"]],

@@ -1,23 +1,32 @@
-"""`lmperf train` through a local parser (the lead registers it in lmperf.cli), the summary
-table, the findings and the plot."""
+"""`lmperf train` through a local parser (the lead registers it in lmperf.cli), its Report
+(summary table, findings, plot), the deprecated flag names, --json, and an oom row in a child."""
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from lmperf.core.vocabulary import DEFAULTS
 from lmperf.errors import SpecError
 from lmperf.results.store import read_records
-from lmperf.train.cli import PLOT_NAME, add_parser, build_config, resolve_threads
-from lmperf.train.config import CPU_DEFAULTS
+from lmperf.train.api import PLOT_NAME
+from lmperf.train.cli import add_parser
+from lmperf.train.plan import plan_train
 from lmperf.train.plots import plot_records
-from lmperf.train.report import findings, render_summary, summary_table
+from lmperf.train.report import build_report, findings, summary_table
 
-SMALL = ["--size", "tiny", "--context", "16", "--batch", "2", "--steps", "6", "--warmup-steps", "2",
-         "--eval-interval", "3", "--eval-batches", "1"]
+SMALL = ["--size", "tiny", "--context", "16", "--batch", "2", "--steps", "6", "--lr-warmup", "2",
+         "--eval-interval", "3", "--eval-batches", "1", "--inline"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -37,14 +46,12 @@ def cli_run(tmp_path_factory):
     """One small run of three regimes, one of which (fp16-true) fails; shared by several tests."""
     tmp = tmp_path_factory.mktemp("cli")
     capture = pytest.MonkeyPatch()
-    import io
-    import sys
-
     out, err = io.StringIO(), io.StringIO()
     capture.setattr(sys, "stdout", out)
     capture.setattr(sys, "stderr", err)
     try:
-        code = _train([*SMALL, "--regime", "fp32", "fp16-mixed", "fp16-true", "--device", "cpu"], tmp)
+        code = _train([*SMALL, "--precision", "fp32", "fp16-mixed", "fp16-true", "--device", "cpu"],
+                      tmp)
     finally:
         capture.undo()
     return {"code": code, "out": out.getvalue(), "err": err.getvalue(), "dir": tmp,
@@ -54,15 +61,15 @@ def cli_run(tmp_path_factory):
 def test_cli_prints_table_appends_records_and_draws(cli_run):
     assert cli_run["code"] == 0
     out, err, records = cli_run["out"], cli_run["err"], cli_run["records"]
-    assert [r["spec"]["regime"] for r in records] == ["fp32", "fp16-mixed", "fp16-true"]
-    assert all(r["kind"] == "train" and r["status"] == "ok" for r in records)
-    assert len({r["run_id"] for r in records}) == 1
-    assert records[0]["spec"]["data"]["source"] == "builtin"
+    assert [r["spec"]["precision"] for r in records] == ["fp32", "fp16-mixed", "fp16-true"]
+    assert all(r["kind"] == "train" and r["status"] == "ok" and r["job_id"] for r in records)
+    assert records[0]["corpus"]["source"] == "builtin" and records[0]["spec"]["threads"] == 1
     for regime in ("fp32", "fp16-mixed", "fp16-true"):
         assert regime in out
     assert "non_finite_loss @ step 2" in out and "peak RSS MiB (CPU process)" in out
     assert "warning: fp16-mixed on the CPU" in err  # fp16 is opt-in on the CPU, with a warning
     assert "step     3/6" in err and "fp16-true: non_finite_loss @ step 2" in err
+    assert "3 regime(s): 3 ok; records appended to" in err
     png = cli_run["dir"] / "plots" / PLOT_NAME
     assert png.stat().st_size > 20_000 and str(png) in err
 
@@ -70,7 +77,7 @@ def test_cli_prints_table_appends_records_and_draws(cli_run):
 def test_summary_and_findings_from_records(cli_run):
     records = cli_run["records"]
     table = summary_table(records)
-    assert list(table["regime"]) == ["fp32", "fp16-mixed", "fp16-true"]
+    assert list(table["precision"]) == ["fp32", "fp16-mixed", "fp16-true"]
     assert list(table["steps"]) == [6, 6, 2]
     assert table.loc[1, "final scale"] == "65536" and table.loc[0, "final scale"] == "-"
     assert table.loc[2, "val loss"].endswith("(@0)")  # the last validation was before the stop
@@ -78,7 +85,54 @@ def test_summary_and_findings_from_records(cli_run):
     assert "fp16-true stopped with non_finite_loss" in notes
     assert "eps 1e-08 rounds to 0 in float16" in notes
     assert "GradScaler's scale went from 65536 to 65536; 0 of 6 steps were skipped" in notes
-    assert render_summary(records, "markdown").count("| fp") == 3
+    markdown = build_report(records).render("markdown").splitlines()
+    assert sum(line.startswith("| fp") for line in markdown) == 3
+
+
+def test_report_frame_and_tables_are_numeric(cli_run):
+    report = build_report(cli_run["records"])
+    frame = report.frame
+    assert list(frame["precision"]) == ["fp32", "fp16-mixed", "fp16-true"]
+    assert list(frame["steps_run"]) == [6, 6, 2]
+    for col in ("final_loss", "final_val_loss", "step_ms_median", "tokens_per_s", "peak_mib"):
+        assert frame[col].dtype == float, col
+    assert frame.loc[1, "final_scale"] == 65536.0 and np.isnan(frame.loc[0, "final_scale"])
+    val = report.table("validation loss per step")
+    assert list(val["step"]) == [0, 3, 6] and list(val.columns) == ["step", *frame["precision"]]
+    assert np.isnan(val.loc[2, "fp16-true"])  # stopped at step 2: never evaluated again
+
+
+@pytest.mark.parametrize("fmt", ["latex", "csv", "markdown"])
+def test_lmperf_table_renders_a_train_results_file(cli_run, fmt, capsys):
+    import pandas as pd
+
+    from lmperf.cli import main
+
+    path = cli_run["dir"] / "train.jsonl"
+    assert main(["table", str(path), "--format", fmt]) == 0
+    text = capsys.readouterr().out
+    assert text.strip()
+    if fmt == "csv":
+        frame = pd.read_csv(io.StringIO(text))
+        assert list(frame["precision"]) == ["fp32", "fp16-mixed", "fp16-true"]
+    elif fmt == "latex":
+        assert "\\begin{tabular}" in text and "fp16-mixed" in text
+    else:
+        assert text.count("| fp") >= 3
+
+
+def test_records_written_before_the_rename_still_render(cli_run):
+    """Files written before issue 10: spec 'regime' and 'warmup_steps', corpus facts in spec 'data'."""
+    old = []
+    for r in cli_run["records"]:
+        spec = {("regime" if k == "precision" else "warmup_steps" if k == "lr_warmup" else k): v
+                for k, v in r["spec"].items() if k not in ("threads", "tokens")}
+        spec["data"] = r["corpus"]
+        old.append({k: v for k, v in {**r, "spec": spec}.items() if k not in ("corpus", "job_id")})
+    report = build_report(old)
+    assert list(report.frame["precision"]) == ["fp32", "fp16-mixed", "fp16-true"]
+    assert "builtin data (288,000 train" in report.render("text")
+    assert report.render("csv").count("\n") == 4
 
 
 def test_plot_redraws_from_the_jsonl_records(cli_run, tmp_path):
@@ -89,11 +143,12 @@ def test_plot_redraws_from_the_jsonl_records(cli_run, tmp_path):
 def test_text_file_and_markdown(tmp_path, capsys):
     data = tmp_path / "story.txt"
     data.write_text("Once upon a time there was a tiny model. " * 40)
-    code = _train([*SMALL, "--regime", "bf16-mixed", "--data", str(data), "--format", "markdown",
-                   "--no-plots", "--threads", "2"], tmp_path)
+    code = _train([*SMALL, "--precision", "bf16-mixed", "--data", str(data), "--format",
+                   "markdown", "--no-plots", "--threads", "2"], tmp_path)
     out = capsys.readouterr().out
     assert code == 0 and "| bf16-mixed" in out and "text data" in out and "(2 threads)" in out
-    assert read_records(tmp_path / "train.jsonl")[0]["env"]["torch_threads"] == 2
+    record = read_records(tmp_path / "train.jsonl")[0]
+    assert record["env"]["torch_threads"] == 2 and record["spec"]["data"] == str(data)
     assert torch.get_num_threads() == 1  # restored after the run
     assert not (tmp_path / "plots").exists()
 
@@ -102,31 +157,51 @@ def test_token_file_uses_the_course_vocabulary(tmp_path, capsys):
     tokens = tmp_path / "ids.bin"
     ids = (np.arange(4000) * 37 % 9999).astype(np.uint16)
     ids.tofile(tokens)
-    code = _train([*SMALL, "--steps", "3", "--regime", "fp32", "--tokens", str(tokens), "--no-plots"],
-                  tmp_path)
+    code = _train([*SMALL, "--steps", "3", "--precision", "fp32", "--tokens", str(tokens),
+                   "--no-plots"], tmp_path)
     record = read_records(tmp_path / "train.jsonl")[0]
     assert code == 0 and record["spec"]["vocab_size"] == 10_000
-    assert record["spec"]["data"]["source"] == "tokens" and record["spec"]["data"]["max_id"] == ids.max()
+    assert record["corpus"]["source"] == "tokens" and record["corpus"]["max_id"] == ids.max()
+
+
+def test_bare_json_prints_only_the_records(tmp_path, capsys):
+    code = _train([*SMALL, "--steps", "2", "--precision", "fp32", "--no-plots", "--json"], tmp_path)
+    out = capsys.readouterr().out
+    records = json.loads(out)  # nothing but JSON on stdout
+    assert code == 0 and len(records) == 1 and records[0]["kind"] == "train"
+    assert records == read_records(tmp_path / "train.jsonl")
+
+
+def test_deprecated_names_still_work(tmp_path, capsys):
+    code = _train([*SMALL, "--steps", "2", "--regime", "fp32", "--warmup-steps", "3",
+                   "--no-plots"], tmp_path)
+    err = capsys.readouterr().err
+    assert code == 0 and "--regime is deprecated; use --precision" in err
+    assert "--warmup-steps is deprecated; use --lr-warmup" in err
+    (record,) = read_records(tmp_path / "train.jsonl")
+    assert record["spec"]["precision"] == "fp32" and record["spec"]["lr_warmup"] == 3
 
 
 def test_defaults_on_the_cpu():
-    cfg = build_config(_parse([]), "cpu")
-    assert cfg.regimes == CPU_DEFAULTS["regimes"] and cfg.size == CPU_DEFAULTS["size"]
-    assert (cfg.context, cfg.batch, cfg.steps, cfg.vocab_size) == (
-        CPU_DEFAULTS["context"], CPU_DEFAULTS["batch"], CPU_DEFAULTS["steps"], 256)
-    assert build_config(_parse([]), "cuda").regimes[-1] == "fp16-true"
-    assert resolve_threads(_parse([]), "cpu") == 1 and resolve_threads(_parse([]), "cuda") is None
-    assert resolve_threads(_parse(["--threads", "2"]), "cpu") == 2
+    cpu = DEFAULTS["train"]["cpu"]
+    specs = plan_train(device="cpu").specs
+    assert [s.precision for s in specs] == cpu["precision"]
+    s = specs[0]
+    assert (s.size, s.context, s.batch, s.steps) == (cpu["size"], cpu["context"], cpu["batch"],
+                                                     cpu["steps"])
+    assert (s.vocab_size, s.threads, s.lr_warmup) == (256, 1, 20)  # one CPU thread by default
+    assert [s.precision for s in plan_train(device="cpu", precision=["fp32", "fp32"]).specs] == [
+        "fp32"]  # a regime listed twice trains once
 
 
 @pytest.mark.parametrize("argv,match", [
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--context", "-4"], "--context must be a positive integer"),
     (["--lr", "-1"], "--lr must be a positive number"),
-    (["--regime", "fp8"], "unknown regime 'fp8'"),
+    (["--precision", "fp8"], "unknown precision 'fp8'"),
     (["--size", "huge"], "unknown size 'huge'"),
-    (["--log-every", "-1"], "--log-every"),
-    (["--threads", "0"], "--threads must be a positive integer"),
+    (["--threads", "-1"], "--threads must be a non-negative integer"),
+    (["--timeout", "0"], "--timeout must be positive"),
     (["--data", "/nonexistent/x.txt"], "no such file"),
 ])
 def test_bad_options_are_one_line_spec_errors(argv, match, tmp_path):
@@ -151,3 +226,21 @@ def test_data_and_tokens_are_exclusive(capsys):
     with pytest.raises(SystemExit) as exc:
         _parse(["--data", "a.txt", "--tokens", "b.bin"])
     assert exc.value.code == 2 and "not allowed with" in capsys.readouterr().err
+
+
+def test_a_run_that_does_not_fit_is_an_oom_row(tmp_path):
+    """The real command, each regime in its child process under a 1.5 GiB address-space cap:
+    the validation forward at step 0 needs 1 GiB for one layer's attention scores alone
+    (B=256 x 4 heads x 512 x 512 fp32), so it fails the same way on any machine, quickly."""
+    out = tmp_path / "train.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "lmperf", "train", "--size", "tiny", "--context", "512", "--batch",
+         "256", "--precision", "fp32", "--steps", "1", "--eval-batches", "1",
+         "--max-memory-gib", "1.5", "--out", str(out), "--no-plots", "--device", "cpu"],
+        capture_output=True, text=True, cwd=tmp_path, env=os.environ.copy(), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    (record,) = read_records(out)
+    assert record["status"] == "oom" and "traceback" not in record
+    assert record["message"].startswith("out of memory while evaluating at step 0")
+    assert "1 regime(s): 1 oom" in done.stderr and "oom" in done.stdout

@@ -1,4 +1,5 @@
-"""The loop: determinism, early stops with a recorded outcome, loss scaling, failures as records."""
+"""The job of one regime (run_train): determinism, early stops with a recorded outcome, loss
+scaling, failures as records."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from pathlib import Path
 import torch
 
 from lmperf.results.schema import is_record
-from lmperf.train.config import TrainConfig
-from lmperf.train.data import load_corpus, prepare_corpus
-from lmperf.train.loop import train_all
-from lmperf.train.step import nan_loss_at
+from lmperf.train.runner import run_train
+from lmperf.train.spec import TrainSpec
+from lmperf.train.state import nan_loss_at
 from tests.train.golden import compute_curves
 
 CPU = torch.device("cpu")
@@ -23,13 +23,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(regimes, faults=None, **kw):
-    base = {"context": 16, "batch": 2, "steps": 8, "warmup_steps": 2, "eval_interval": 4,
+    base = {"context": 16, "batch": 2, "steps": 8, "lr_warmup": 2, "eval_interval": 4,
             "eval_batches": 1, "seed": 5}
-    cfg = TrainConfig.from_size("tiny", tuple(regimes), **{**base, **kw})
-    ids, source, name = load_corpus()
-    corpus = prepare_corpus(ids, source, name, cfg.context, cfg.vocab_size)
     events = []
-    records = train_all(cfg, corpus, CPU, faults=faults, progress=lambda r, e: events.append((r, e)))
+    records = [run_train(TrainSpec.from_size("tiny", name, **{**base, **kw}),
+                         fault=(faults or {}).get(name, lambda step, loss: loss),
+                         progress=lambda r, e: events.append((r, e))) for name in regimes]
     return records, events
 
 
@@ -60,7 +59,8 @@ def test_records_are_self_contained_and_json_ready():
     r = records[0]
     assert is_record(r) and r["kind"] == "train" and r["status"] == "ok"
     json.dumps(r, allow_nan=False)  # what append_record requires
-    assert r["spec"]["regime"] == "fp32" and r["spec"]["data"] == {} and r["env"]["torch"]
+    assert r["spec"]["precision"] == "fp32" and r["spec"]["data"] is None and r["env"]["torch"]
+    assert r["corpus"]["source"] == "builtin" and r["corpus"]["val_tokens"] > 0
     m = r["metrics"]
     assert m["outcome"] == "completed" and m["summary"]["steps_run"] == 8 and len(m["log"]) == 8
     assert [e["step"] for e in m["evals"]] == [0, 4, 8]
@@ -145,12 +145,25 @@ def test_a_crash_is_an_error_record_and_the_rest_run(monkeypatch):
 
     real = loop.build_state
 
-    def broken(cfg, regime, device, fault):
+    def broken(spec, regime, device, fault):
         if regime.name == "fp32":
             raise RuntimeError("boom")
-        return real(cfg, regime, device, fault)
+        return real(spec, regime, device, fault)
     monkeypatch.setattr(loop, "build_state", broken)
     records, _ = _run(["fp32", "bf16-mixed"])
-    assert records[0]["status"] == "error" and "RuntimeError: boom" in records[0]["message"]
+    assert records[0]["status"] == "error"
+    assert records[0]["message"] == "RuntimeError while building the model: boom"
     assert "traceback" in records[0]
     assert records[1]["status"] == "ok" and math.isfinite(records[1]["metrics"]["summary"]["final_loss"])
+
+
+def test_out_of_memory_is_an_oom_record(monkeypatch):
+    import lmperf.train.loop as loop
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
+    monkeypatch.setattr(loop, "build_state", no_memory)
+    records, _ = _run(["fp32"])
+    assert records[0]["status"] == "oom" and "traceback" not in records[0]
+    assert records[0]["message"].startswith("out of memory while building the model: ")
+    assert records[0]["corpus"]["source"] == "builtin"  # the data was loaded by then

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from lmperf.runtime.precision import REGIMES
-from lmperf.train.report import MEMORY_TITLES, evals_frame, regime_of, status_text, steps_frame
+from lmperf.train.report import MEMORY_TITLES, evals_frame, precision_of, status_text, steps_frame
 
 # A fixed colour per regime (tab10 order), so a regime looks the same in every plot.
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
@@ -38,10 +38,10 @@ def plot_records(records: list[dict], path: str | Path, title: str | None = None
     FigureCanvasAgg(fig)
     (ax_loss, ax_val, ax_diff, ax_norm), (ax_scale, ax_time, ax_tps, ax_mem) = fig.subplots(2, 4)
     kinds = {r["metrics"].get("memory_kind") for r in runs}
-    base = next((steps_frame(r) for r in runs if regime_of(r) == "fp32"), None)
+    base = next((steps_frame(r) for r in runs if precision_of(r) == "fp32"), None)
     scaled = False
     for r in runs:
-        name = regime_of(r)
+        name = precision_of(r)
         colour = COLOURS.get(name, "k")
         steps, evals = steps_frame(r), evals_frame(r)
         ax_loss.plot(steps["step"], _finite(steps["loss"]), color=colour, lw=0.8,

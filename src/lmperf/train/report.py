@@ -1,7 +1,10 @@
-"""Train records -> the per-regime summary table, per-step frames, and findings in sentences.
+"""Train records -> the Report: a numeric summary per regime (`frame`), the validation losses
+per step (`tables`), findings in sentences, and the readable summary table it renders.
 
 Works from the records alone (as written to the JSONL file), so a table or plot can be rebuilt
 later from the file; non-finite numbers, stored as the strings 'nan' / 'inf', are read back here.
+Records written before issue 10 (spec 'regime', 'warmup_steps', corpus facts in spec 'data')
+are read too.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ import math
 import pandas as pd
 import torch
 
+from lmperf.core.report import Report
 from lmperf.measure.stats import NOISY_IQR_RATIO
-from lmperf.results.tables import render_sections
 from lmperf.runtime.precision import get_regime
-from lmperf.train.loop import FINAL_LOSS_STEPS
+from lmperf.train.loop import FINAL_LOSS_STEPS, status_text
 
 MEMORY_TITLES = {"cuda_allocator": "peak GPU MiB", "cpu_process_peak_rss": "peak RSS MiB (CPU process)"}
 
@@ -28,9 +31,18 @@ def num(value: object) -> float:
     return float(value)
 
 
-def regime_of(record: dict) -> str:
-    """The regime name of a train record."""
-    return record["spec"]["regime"]
+def precision_of(record: dict) -> str:
+    """The precision regime of a train record (spec 'regime' in records before issue 10)."""
+    spec = record["spec"]
+    return spec.get("precision") or spec.get("regime") or "?"
+
+
+def corpus_of(record: dict) -> dict:
+    """The facts of the data a record trained on (source, name, split sizes), or {}."""
+    if isinstance(record.get("corpus"), dict):
+        return record["corpus"]
+    data = record["spec"].get("data")
+    return data if isinstance(data, dict) else {}  # records before issue 10
 
 
 def steps_frame(record: dict) -> pd.DataFrame:
@@ -53,14 +65,6 @@ def evals_frame(record: dict) -> pd.DataFrame:
     return df
 
 
-def status_text(record: dict) -> str:
-    """'completed', 'non_finite_loss @ step 2', 'diverged @ step 57', or the record's status."""
-    if record["status"] != "ok":
-        return record["status"]
-    m = record["metrics"]
-    return m["outcome"] + (f" @ step {m['outcome_step']}" if m.get("outcome_step") else "")
-
-
 def _fmt(value: object, spec: str) -> str:
     return "-" if value is None else format(num(value), spec)
 
@@ -78,7 +82,7 @@ def summary_table(records: list[dict]) -> pd.DataFrame:
             val += f" (@{s.get('final_val_step')})"
         step_ms = s.get("step_ms") or {}
         rows.append({
-            "regime": regime_of(r), "status": status_text(r),
+            "precision": precision_of(r), "status": status_text(r),
             "steps": s.get("steps_run", 0),
             "train loss": _fmt(s.get("final_loss"), ".3f") if s else "-",
             "val loss": val if s else "-",
@@ -95,19 +99,23 @@ def summary_table(records: list[dict]) -> pd.DataFrame:
 def caption(records: list[dict], notes: bool = True) -> str:
     """What every row shares: model, data, batch shape, steps, optimiser, device (and, with
     `notes`, how the loss columns are computed)."""
-    spec = records[0]["spec"]
-    data = spec.get("data") or {}
-    env = records[0].get("env") or {}
-    threads = env.get("torch_threads")
+    first = next((r for r in records if corpus_of(r)), records[0])  # a failed job may lack it
+    spec, data, env = first["spec"], corpus_of(first), first.get("env") or {}
+    if data:
+        source = (f"{data.get('source', '?')} data ({data.get('train_tokens', 0):,} train / "
+                  f"{data.get('val_tokens', 0):,} val tokens)")
+        threads = env.get("torch_threads")  # what the job ran with
+    else:  # no job loaded its data (all failed): what was asked for
+        source = f"data: {spec.get('data') or spec.get('tokens') or 'bundled corpus'}"
+        threads = spec.get("threads")
     text = (f"{spec['size']} (d_model {spec['d_model']}, {spec['num_layers']} layers, "
-            f"vocab {spec['vocab_size']}), {data.get('source', '?')} data "
-            f"({data.get('train_tokens', 0):,} train / {data.get('val_tokens', 0):,} val tokens), "
+            f"vocab {spec['vocab_size']}), {source}, "
             f"B={spec['batch']} T={spec['context']}, {spec['steps']} steps, AdamW lr {spec['lr']:g}, "
             f"clip {spec['clip']:g}, seed {spec['seed']}, on {env.get('device_name', spec['device'])}"
             + (f" ({threads} thread{'s' if threads != 1 else ''})"
                if spec["device"] == "cpu" and threads else ""))
     if notes:
-        text = (f"lmperf train: {text}. Train loss: mean of the last {FINAL_LOSS_STEPS} steps; "
+        text = (f"{text}. Train loss: mean of the last {FINAL_LOSS_STEPS} steps; "
                 f"val loss: {spec['eval_batches']} fixed batches")
     return text
 
@@ -115,7 +123,7 @@ def caption(records: list[dict], notes: bool = True) -> str:
 def findings(records: list[dict]) -> list[str]:
     """Sentences computed from the records: how each regime ended, against fp32, and why."""
     notes = []
-    ok = {regime_of(r): r for r in records if r["status"] == "ok"}
+    ok = {precision_of(r): r for r in records if r["status"] == "ok"}
     base = ok.get("fp32")
     base_s = base["metrics"]["summary"] if base else None
     for name, r in ok.items():
@@ -132,7 +140,7 @@ def findings(records: list[dict]) -> list[str]:
                          f"({(v - v0) / v0:+.2%}); its median step takes {ratio:.2f}x fp32's.")
         if s.get("final_scale") is not None:
             notes.append(_scale_note(name, r))
-    noisy = [(regime_of(r), r["metrics"]["summary"]["step_ms"]) for r in ok.values()
+    noisy = [(precision_of(r), r["metrics"]["summary"]["step_ms"]) for r in ok.values()
              if (r["metrics"]["summary"].get("step_ms") or {}).get("n", 0) >= 4]
     noisy = [(n, st["iqr"] / st["median"]) for n, st in noisy
              if st["median"] > 0 and st["iqr"] / st["median"] > NOISY_IQR_RATIO]
@@ -142,10 +150,10 @@ def findings(records: list[dict]) -> list[str]:
                      "slow steps, the median does not.")
     for r in records:
         if r["status"] != "ok":
-            notes.append(f"{regime_of(r)}: {r['status']}: {r.get('message', '')}")
+            notes.append(f"{precision_of(r)}: {r['status']}: {r.get('message', '')}")
         for w in r.get("warnings") or []:
             if not w.startswith("IQR/median"):  # summarised above
-                notes.append(f"{regime_of(r)}: warning: {w}")
+                notes.append(f"{precision_of(r)}: warning: {w}")
     if any((r.get("metrics") or {}).get("memory_kind") == "cpu_process_peak_rss" for r in records):
         notes.append("Peak memory on the CPU is the whole process's peak RSS (Python and torch "
                      "included), so differences between regimes look small against it.")
@@ -170,7 +178,7 @@ def _scale_note(name: str, record: dict) -> str:
 
 def _eps_note(record: dict) -> list[str]:
     """Why a -true run hit NaN when AdamW's eps is not representable in its dtype (measured)."""
-    regime = get_regime(regime_of(record))
+    regime = get_regime(precision_of(record))
     eps = record["spec"]["eps"]
     rounded = torch.tensor(eps, dtype=regime.param_dtype).item()
     if regime.autocast_dtype is not None or regime.param_dtype == torch.float32 or rounded != 0:
@@ -181,8 +189,90 @@ def _eps_note(record: dict) -> list[str]:
             "eps (e.g. --eps 1e-4) avoids this particular failure."]
 
 
-def render_summary(records: list[dict], fmt: str = "text") -> str:
-    """The summary table under its caption, then the findings, as text or Markdown."""
-    if not records:
-        return "no train records\n"
-    return render_sections([(caption(records), summary_table(records))], findings(records), fmt)
+def summary_line(record: dict) -> str:
+    """One line for a finished regime: how it ended, its final losses and median step time."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {record.get('message', '')}"
+    s = record["metrics"]["summary"]
+    step_ms = s.get("step_ms") or {}
+    return (f"{status_text(record)}: train loss {_fmt(s.get('final_loss'), '.3f')}, val loss "
+            f"{_fmt(s.get('final_val_loss'), '.3f')}, median step "
+            f"{_fmt(step_ms.get('median'), '.1f')} ms")
+
+
+def _summary_row(record: dict) -> dict:
+    """The numeric summary of one record (units in the column names; NaN where not measured)."""
+    spec, m = record["spec"], record.get("metrics") or {}
+    s = m.get("summary") or {}
+    step_ms = s.get("step_ms") or {}
+    row = {"precision": precision_of(record), "size": spec.get("size"),
+           "context": spec.get("context"), "batch": spec.get("batch"), "steps": spec.get("steps"),
+           "status": record["status"], "outcome": m.get("outcome"),
+           "outcome_step": m.get("outcome_step"), "steps_run": s.get("steps_run", 0),
+           "params": record.get("params")}
+    for name in ("first_loss", "final_loss", "final_val_loss", "final_val_step"):
+        row[name] = num(s.get(name))
+    for stat in ("mean", "median", "std", "iqr"):
+        row[f"step_ms_{stat}"] = num(step_ms.get(stat))
+    row.update({"tokens_per_s": num(s.get("tokens_per_s")), "peak_mib": num(s.get("peak_mib")),
+                "memory_kind": m.get("memory_kind"), "skipped_steps": s.get("skipped_steps"),
+                "final_scale": num(s.get("final_scale")),
+                "device_name": (record.get("env") or {}).get("device_name"),
+                "message": record.get("message", "")})
+    return row
+
+
+def summary_frame(records: list[dict]) -> pd.DataFrame:
+    """One numeric row per record: the spec's axes, status and outcome, losses (nats/token),
+    step time (ms, first steps excluded), tokens/s, peak memory (MiB), skipped steps, scale."""
+    return pd.DataFrame([_summary_row(r) for r in records])
+
+
+def val_loss_table(records: list[dict]) -> pd.DataFrame:
+    """Validation loss (nats/token) per evaluated step (rows) and regime (columns)."""
+    columns: dict[str, pd.Series] = {}
+    for r in records:
+        evals = evals_frame(r)
+        if evals.empty:
+            continue
+        name, n = precision_of(r), 2
+        label = name
+        while label in columns:  # a file may hold several runs of one regime
+            label, n = f"{name} #{n}", n + 1
+        columns[label] = pd.Series(evals["val_loss"].to_numpy(), index=evals["step"].astype(int))
+    if not columns:
+        return pd.DataFrame()
+    table = pd.DataFrame(columns).sort_index()
+    table.index.name = "step"
+    return table.reset_index()
+
+
+def steps_table(records: list[dict]) -> pd.DataFrame:
+    """The per-step logs of every record as one long table (precision, step, lr, loss, ...);
+    not a Report table, since it would print hundreds of rows."""
+    frames = [steps_frame(r).assign(precision=precision_of(r)) for r in records]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    return table[["precision", *[c for c in table.columns if c != "precision"]]]
+
+
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    return summary_table(report.records), caption(report.records), []
+
+
+def build_report(records: list[dict]) -> Report:
+    """A Report of train records: `frame` has one numeric row per regime run, `tables` the
+    validation loss per step and regime; rendered as text, Markdown or LaTeX, the summary reads
+    as display strings under the run's caption (model, data, batch, steps, device)."""
+    records = [r for r in records if r["kind"] == "train"]
+    device = next((r.get("env", {}).get("device_name") for r in records
+                   if r.get("env", {}).get("device_name")), "")
+    tables = {}
+    if not (val := val_loss_table(records)).empty:
+        tables["validation loss per step"] = val
+    return Report(kind="train", frame=summary_frame(records), tables=tables,
+                  findings=findings(records) if records else [], records=records,
+                  title=f"lmperf train on {device}" if device else "lmperf train",
+                  display=_display)

@@ -1,0 +1,22 @@
+"""`lmperf.train(...)`: the package is callable and returns a Report (records kept in memory)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import lmperf
+from lmperf.core.report import Report
+
+
+def test_train_returns_a_report_with_one_row_per_regime(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # out=None: nothing may be written
+    report = lmperf.train(steps=5, precision=["fp32"], inline=True)
+    assert isinstance(report, Report) and report.kind == "train"
+    assert isinstance(report.frame, pd.DataFrame) and len(report.frame) == 1
+    row = report.frame.iloc[0]
+    assert (row["precision"], row["status"], row["outcome"], row["steps_run"]) == (
+        "fp32", "ok", "completed", 5)
+    assert row["final_loss"] < row["first_loss"]
+    assert list(report.table("validation loss per step")["step"]) == [0, 5]
+    assert len(report.records) == 1 and report.records[0]["spec"]["lr_warmup"] == 20
+    assert "fp32" in report.render("text") and not list(tmp_path.iterdir())
