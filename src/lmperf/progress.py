@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from lmperf.core.jobs import resolve
@@ -13,6 +14,8 @@ _STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magent
 SUMMARIES: dict[str, str] = {
     "bench": "lmperf.bench.report:summary_line",
     "attention": "lmperf.attention.report:summary_line",
+    "memory": "lmperf.memory.report:summary_line",
+    "train": "lmperf.train.report:summary_line",
 }
 
 
@@ -51,12 +54,13 @@ class RichReporter:
     def finish(self, index: int, spec, records: list[dict]) -> None:
         for record in records:
             style = _STYLE.get(record["status"], "white")
-            self.progress.console.print(f"[{style}]{record['status']:>11}[/] {spec.label()}: "
-                                        f"{summary_line(record)}", markup=True, highlight=False,
-                                        soft_wrap=True)
+            # escape(): messages hold brackets ("[enforce fail at alloc_cpu.cpp:127]")
+            self.progress.console.print(f"[{style}]{record['status']:>11}[/] "
+                                        f"{escape(spec.label())}: {escape(summary_line(record))}",
+                                        markup=True, highlight=False, soft_wrap=True)
             for w in record.get("warnings", []):
-                self.progress.console.print(f"{'':>11}   [dim]warning: {w}[/]", highlight=False,
-                                            soft_wrap=True)
+                self.progress.console.print(f"{'':>11}   [dim]warning: {escape(w)}[/]",
+                                            highlight=False, soft_wrap=True)
         self.progress.advance(self.task)
 
     def end(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
 from lmperf.errors import SpecError
 
@@ -27,3 +27,17 @@ def choice(name: str, value: str, accepted: Iterable[str]) -> str:
     if value not in accepted:
         raise SpecError(f"unknown {name} {value!r}; accepted: {', '.join(accepted)}")
     return value
+
+
+def check_fields(obj: object, *, choices: Mapping[str, Iterable[str]] | None = None,
+                 positive: Iterable[str] = (), non_negative: Iterable[str] = (),
+                 named: Callable[[str], str] = str) -> None:
+    """Check fields of a spec by name: each of `choices` (field -> accepted values), then the
+    `positive` and `non_negative` integers. `named` turns a number field into the name its
+    error message uses (e.g. a flag). Raises SpecError at the first bad field."""
+    for field, accepted in (choices or {}).items():
+        choice(field, getattr(obj, field), accepted)
+    for field in positive:
+        positive_int(named(field), getattr(obj, field))
+    for field in non_negative:
+        non_negative_int(named(field), getattr(obj, field))

@@ -14,7 +14,8 @@ import lmperf
 from lmperf.cli import main
 from lmperf.core.launch import failed_record
 from lmperf.core.report import Report
-from lmperf.memory.plan import plan_memory
+from lmperf.memory.api import memory
+from lmperf.memory.plan import plan_memory as _plan_memory
 from lmperf.memory.report import build_report
 from lmperf.memory.spec import MemorySpec
 
@@ -63,6 +64,15 @@ def test_report_from_records_equals_the_run(results):
     again = build_report(report.records)
     assert list(again.tables) == list(report.tables) and again.findings[:3] == report.findings[:3]
     pd.testing.assert_frame_equal(again.frame, report.frame)
+
+
+def plan_memory(**options):
+    """plan_memory with lmperf.memory's defaults for the keywords not given (it has none)."""
+    import inspect
+
+    keys = inspect.signature(_plan_memory).parameters
+    defaults = {k: p.default for k, p in inspect.signature(memory).parameters.items() if k in keys}
+    return _plan_memory(**{**defaults, **options})
 
 
 def test_job_spec_round_trip_and_label():

@@ -10,14 +10,7 @@ from lmperf.attention.spec import plan_sweep
 from lmperf.attention.sweep import run_sweep
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
-from lmperf.core.vocabulary import resolve_threads
-
-
-def _as_list(value: object) -> list | None:
-    """None stays None; a scalar becomes a one-element list; a list or tuple a list."""
-    if value is None:
-        return None
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+from lmperf.core.vocabulary import as_list, resolve_threads
 
 
 def attention(attention: Sequence[str] | str | None = None, *,
@@ -45,8 +38,8 @@ def attention(attention: Sequence[str] | str | None = None, *,
     from lmperf.runtime.device import resolve_device
 
     dev = resolve_device(device)
-    plan = plan_sweep(suite, dev.type, impls=_as_list(attention), seqs=_as_list(context),
-                      ds=_as_list(d), dtypes=_as_list(precision), batch=batch, heads=heads,
+    plan = plan_sweep(suite, dev.type, impls=as_list(attention), seqs=as_list(context),
+                      ds=as_list(d), dtypes=as_list(precision), batch=batch, heads=heads,
                       causal=causal, warmup=warmup, repeats=steps, seed=seed,
                       threads=resolve_threads(threads, dev.type))
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,

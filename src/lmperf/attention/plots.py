@@ -34,9 +34,6 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
         ax.set(yscale="log", xlabel="sequence length", ylabel="ms (median)",
                title=f"{title} latency")
         _seq_axis(ax, df["seq"])
-        ax.grid(True, which="both", alpha=0.3)
-    _legend(fig.axes[0])
-    fig.tight_layout()
     paths.append(_save(fig, folder / "latency_vs_seq.png"))
 
     fig = Figure(figsize=(6.5, 4.5))
@@ -50,9 +47,6 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     ax.set(yscale="log", xlabel="sequence length", ylabel="MiB",
            title="memory before backward (inputs excluded)")
     _seq_axis(ax, df["seq"])
-    ax.grid(True, which="both", alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
     paths.append(_save(fig, folder / "memory_vs_seq.png"))
 
     fig = Figure(figsize=(6.5, 4.5))
@@ -68,16 +62,16 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     ax.set(xlabel="sequence length", ylabel="x faster than naive (fwd+bwd)",
            title="speedup over naive")
     _seq_axis(ax, df["seq"])
-    ax.grid(True, which="both", alpha=0.3)
-    _legend(ax)
-    fig.tight_layout()
     paths.append(_save(fig, folder / "speedup_vs_seq.png"))
     return paths
 
 
 def _seq_axis(ax, seqs) -> None:
-    """Log-2 x axis labelled with the measured sequence lengths only (no crowded minor labels)."""
+    """Log-2 x axis labelled with the measured sequence lengths only (no crowded minor labels),
+    and a grid."""
     from matplotlib.ticker import NullFormatter
+
+    ax.grid(True, which="both", alpha=0.3)
 
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(seqs)))
@@ -91,5 +85,8 @@ def _legend(ax) -> None:
 
 
 def _save(fig, path: Path) -> Path:
+    """Legend on the first axes (if anything is labelled), tight layout, PNG at `path`."""
+    _legend(fig.axes[0])
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path

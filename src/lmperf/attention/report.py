@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.core.report import Report
+from lmperf.core.report import Report, caption_axes, status_notes
 
 KIND = "attention"
 AXES: tuple[str, ...] = ("impl", "seq", "d", "batch", "heads", "dtype", "causal", "device")
@@ -149,23 +149,15 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     """The main table for reading: constant axes in the caption, a failed row's status numbered
     and its reason in the notes."""
     df = report.frame
-    constant = [a for a in GROUP_AXES if df[a].nunique(dropna=False) == 1]
-    caption = ", ".join(f"{a} {df[a].iloc[0]}" for a in constant)
-    out = df[["impl", "seq", *[a for a in GROUP_AXES if a not in constant]]].copy()
+    varying, caption = caption_axes(df, [(a, a) for a in GROUP_AXES])
+    out = df[["impl", "seq", *[a for a, _ in varying]]].copy()
     for p, title in PASSES.items():
         out[f"{title} ms"] = df[f"{p}_ms"]
     out["before bwd MiB"] = df["before_backward_mib"]
     out["x P"] = df["x_score_matrix"]
     if df["speedup_vs_naive"].notna().any():
         out["speedup"] = df["speedup_vs_naive"]
-    notes, status = [], []
-    for s, msg in zip(df["status"], df["message"]):
-        if s == "ok":
-            status.append("ok")
-        else:
-            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
-            status.append(f"{s} [{len(notes)}]")
-    out["status"] = status
+    out["status"], notes = status_notes(df["status"], df["message"])
     return out, caption, notes
 
 

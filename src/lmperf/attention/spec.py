@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import ClassVar, Iterable, Sequence
 
 from lmperf.errors import SpecError
-from lmperf.validate import choice, non_negative_int, positive_int
+from lmperf.validate import check_fields, choice, non_negative_int, positive_int
 
 MIB = 2**20
 DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # name -> bytes per element
@@ -55,12 +55,9 @@ class AttnSpec:
         from lmperf.kernels import NAMES
 
         choice("attention implementation", self.impl, NAMES)
-        choice("dtype", self.dtype, DTYPES)
-        choice("device", self.device, DEVICES)
-        for what in ("seq", "d", "batch", "heads", "repeats"):
-            positive_int(what, getattr(self, what))
-        non_negative_int("threads", self.threads)
-        non_negative_int("warmup", self.warmup)
+        check_fields(self, choices={"dtype": DTYPES, "device": DEVICES},
+                     positive=("seq", "d", "batch", "heads", "repeats"),
+                     non_negative=("threads", "warmup"))
         if not isinstance(self.causal, bool):
             raise SpecError(f"causal must be true or false, got {self.causal!r}")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from lmperf.core.vocabulary import device_defaults, resolve_threads
+from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import get_regime, slowness_warning, unsupported_reason
+from lmperf.runtime.precision import precision_warnings
 from lmperf.workload.build import check_user_models, resolve_optimizer
 from lmperf.workload.spec import Grid, RunSpec
 
@@ -25,13 +25,6 @@ class Plan:
     device_name: str
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-def as_list(value: object) -> list | None:
-    """None stays None; a scalar becomes a one-element list; a list or tuple a list."""
-    if value is None:
-        return None
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = None,
@@ -64,10 +57,5 @@ def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = N
         check_user_models(specs)
         shapes = ", ".join(dict.fromkeys(f"{s.size} ({s.shape()})" for s in specs))
         plan.notes.append(f"model {model}: its factory receives the shape of {shapes}")
-    for name in dict.fromkeys(s.precision for s in specs):
-        regime = get_regime(name)
-        if (why := unsupported_reason(regime, dev_)):
-            plan.warnings.append(f"{name} will be recorded as unsupported: {why}")
-        elif (slow := slowness_warning(regime, dev_)):
-            plan.warnings.append(slow)
+    plan.warnings += precision_warnings((s.precision for s in specs), dev_)
     return plan

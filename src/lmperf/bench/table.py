@@ -10,6 +10,8 @@ import math
 
 import pandas as pd
 
+from lmperf.core.report import caption_axes, mean_std_columns, status_notes
+
 FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv")
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
@@ -63,12 +65,6 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _fmt_ms(mean: float | None, std: float | None) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "-"
-    return f"{mean:.2f} ± {std:.2f}"
-
-
 def _fmt(value: object, spec: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -84,20 +80,14 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     df = records_frame(records)
     if df.empty:
         return pd.DataFrame(), "no records", []
-    constant = [(col, title) for col, title in AXES
-                if df[title].nunique(dropna=False) == 1]
-    caption = ", ".join(f"{title} {df[title].iloc[0]}" for _, title in constant)
+    varying, caption = caption_axes(df, [(title, title) for _, title in AXES])
     # params from the records, not the frame: a None beside ints would turn the column to floats
     out = pd.DataFrame({"size": df["model"], "shape": df["shape"],
                         "params": [_fmt(r.get("params"), ",") for r in records],
                         "context": df["context"], "precision": df["precision"]})
-    for _, title in AXES:
-        if (_, title) not in constant:
-            out[title] = df[title]
-    for phase in PHASES:
-        if df[f"{phase}_ms_mean"].notna().any():
-            out[f"{phase} (ms)"] = [_fmt_ms(a, b) for a, b in
-                                          zip(df[f"{phase}_ms_mean"], df[f"{phase}_ms_std"])]
+    for _, title in varying:
+        out[title] = df[title]
+    mean_std_columns(out, df, PHASES)
     out["tokens/s"] = [_fmt(v, ",.0f") for v in df["tokens_per_s"]]
     out["TFLOP/s"] = [_fmt(v, ".3f") for v in df["tflops"]]
     if df["mfu"].notna().any():
@@ -106,15 +96,7 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     mem_title = "peak GPU MiB" if kinds == {"cuda_allocator"} else (
         "peak RSS MiB (CPU process)" if kinds == {"cpu_process_peak_rss"} else "peak MiB")
     out[mem_title] = [_fmt(v, ",.0f") for v in df["peak_memory_mib"]]
-    notes, status = [], []
-    for s, msg in zip(df["status"], df["message"]):
-        if s == "ok":
-            status.append("ok")
-        else:
-            # one line per note (the record keeps the full, possibly multi-line, message)
-            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
-            status.append(f"{s} [{len(notes)}]")
-    out["status"] = status
+    out["status"], notes = status_notes(df["status"], df["message"])
     return out, caption, notes
 
 

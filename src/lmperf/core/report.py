@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -75,6 +75,38 @@ class Report:
 
     def _repr_markdown_(self) -> str:  # notebooks
         return self.render("markdown")
+
+
+def caption_axes(df: pd.DataFrame, axes: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], str]:
+    """Split (column, title) axes into those that vary across the rows (kept as columns) and a
+    caption naming the ones that hold one value ("batch 4, mode forward")."""
+    constant = [(col, title) for col, title in axes if df[col].nunique(dropna=False) == 1]
+    caption = ", ".join(f"{title} {df[col].iloc[0]}" for col, title in constant)
+    return [a for a in axes if a not in constant], caption
+
+
+def mean_std_columns(out: pd.DataFrame, df: pd.DataFrame, phases: Sequence[str]) -> None:
+    """Add a "<phase> (ms)" column reading "mean ± std" to `out` for every phase whose
+    `<phase>_ms_mean` / `<phase>_ms_std` columns in `df` hold a value (text for reading only)."""
+    for phase in phases:
+        mean, std = df[f"{phase}_ms_mean"], df[f"{phase}_ms_std"]
+        if mean.notna().any():
+            out[f"{phase} (ms)"] = ["-" if m is None or m != m else f"{m:.2f} ± {s:.2f}"
+                                   for m, s in zip(mean, std)]
+
+
+def status_notes(statuses: Sequence[str], messages: Sequence[object]) -> tuple[list[str], list[str]]:
+    """(status column, notes) of a table whose failed rows carry a reason: a row that is not ok
+    reads "oom [1]" and note "[1] oom: <message on one line>" is printed under the table (the
+    record keeps the full, possibly multi-line, message)."""
+    column, notes = [], []
+    for status, message in zip(statuses, messages):
+        if status == "ok":
+            column.append("ok")
+            continue
+        notes.append(f"[{len(notes) + 1}] {status}: {' '.join(str(message).split())}")
+        column.append(f"{status} [{len(notes)}]")
+    return column, notes
 
 
 def _first(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:

@@ -73,6 +73,14 @@ def fill_defaults(command: str, device_type: str, values: dict[str, object]) -> 
     return {k: (defaults.get(k) if v is None else v) for k, v in values.items()}
 
 
+def as_list(value: object) -> list | None:
+    """The values of an option that may take several: None stays None, a scalar becomes a
+    one-element list, a list or tuple a list (the API accepts `context=64` or `[64, 128]`)."""
+    if value is None:
+        return None
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def resolve_threads(threads: int | None, device_type: str) -> int:
     """The thread policy: None -> 1 on the CPU, 0 (torch's default) on CUDA; else as given."""
     if threads is None:

@@ -9,6 +9,13 @@ from lmperf.core.command import emit, launch_kwargs, run_command
 from lmperf.core.vocabulary import LAUNCH, add_alias, add_options
 
 DEFAULT_OUT = Path("results") / "memory.jsonl"
+HELP = "where the memory goes: peaks per phase, saved activations, estimates, checkpointing, " \
+       "CUDA snapshots"
+DESCRIPTION = (
+    "Peak memory per phase (forward-only and train step) across context lengths, what autograd "
+    "saves per block, the analytic estimate (--estimate, --gib), activation checkpointing's "
+    "trade-off (--checkpoint) and CUDA snapshot summaries (--snapshot). Measurements run in a "
+    "child process per precision and analysis. CPU figures are process RSS, never GPU memory.")
 SPEC_OPTIONS = ("size", "model", "context", "batch", "precision", "attention", "device",
                 "threads", "warmup", "steps", "seed")
 
@@ -17,14 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf memory`."""
     from lmperf.workload.spec import MODES
 
-    p = sub.add_parser(
-        "memory", help="where the memory goes: peaks per phase, saved activations, estimates, "
-                       "checkpointing, CUDA snapshots",
-        description="Peak memory per phase (forward-only and train step) across context lengths, "
-                    "what autograd saves per block, the analytic estimate (--estimate, --gib), "
-                    "activation checkpointing's trade-off (--checkpoint) and CUDA snapshot "
-                    "summaries (--snapshot). Measurements run in a child process per precision "
-                    "and analysis. CPU figures are process RSS, never GPU memory.")
+    p = sub.add_parser("memory", help=HELP, description=DESCRIPTION)
     # One model per run: --context and --precision take lists (rows and columns of the tables).
     add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH,
                 lists=("context", "precision"),

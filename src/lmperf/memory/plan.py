@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from lmperf.core.vocabulary import device_defaults, resolve_threads
+from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.memory.spec import MemorySpec
 from lmperf.validate import non_negative_int, positive_int
@@ -35,13 +35,6 @@ class MemoryPlan:
     jobs: list[MemorySpec] = field(default_factory=list)
 
 
-def as_list(value: object) -> list | None:
-    """None stays None; a scalar becomes a one-element list; a list or tuple a list."""
-    if value is None:
-        return None
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
 def _device(name: str, estimate: bool) -> torch.device:
     from lmperf.runtime.device import resolve_device
 
@@ -50,15 +43,13 @@ def _device(name: str, estimate: bool) -> torch.device:
     return resolve_device(name)
 
 
-def plan_memory(*, size: str | None = None, model: str | None = None,
-                context: Sequence[int] | int | None = None, batch: int = 4,
-                precision: Sequence[str] | str | None = None,
-                mode: Sequence[str] | str = DEFAULT_MODES, attention: str = "naive",
-                optimizer: str = "auto", warmup: int = 1, steps: int = 3, seed: int = 0,
-                device: str = "auto", threads: int | None = None, model_context: int = 0,
-                estimate: bool = False, gib: float | None = None,
-                checkpoint: Sequence[int] | int | None = None, top: int = 10) -> MemoryPlan:
-    """Check the request and build its jobs (keywords as `lmperf.memory`'s).
+def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] | int | None,
+                batch: int, precision: Sequence[str] | str | None, mode: Sequence[str] | str,
+                attention: str, optimizer: str, warmup: int, steps: int, seed: int, device: str,
+                threads: int | None, model_context: int, estimate: bool, gib: float | None,
+                checkpoint: Sequence[int] | int | None, top: int) -> MemoryPlan:
+    """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
+    the only ones).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS["memory"]). Raises
     SpecError, or ModelLoadError for a user model that cannot be built or has the wrong shape.

@@ -13,7 +13,7 @@ from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.profile.spec import ProfileSpec
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import get_regime, slowness_warning, unsupported_reason
+from lmperf.runtime.precision import precision_warnings
 from lmperf.workload.build import check_user_models, resolve_optimizer
 from lmperf.workload.spec import RunSpec
 
@@ -80,9 +80,5 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
         check_user_models([run])
         plan.notes.append(f"model {model}: its factory receives the shape of {run.size} "
                           f"({run.shape()})")
-    regime = get_regime(run.precision)
-    if (why := unsupported_reason(regime, dev_)):
-        plan.warnings.append(f"{run.precision} will be recorded as unsupported: {why}")
-    elif (slow := slowness_warning(regime, dev_)):
-        plan.warnings.append(slow)
+    plan.warnings += precision_warnings([run.precision], dev_)
     return plan

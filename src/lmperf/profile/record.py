@@ -11,7 +11,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from lmperf.core.report import Report
+from lmperf.core.report import Report, caption_axes, mean_std_columns, status_notes
 from lmperf.errors import LmperfError
 from lmperf.results.schema import make_record, to_jsonable
 
@@ -190,39 +190,23 @@ def _row(record: dict) -> dict:
     return row
 
 
-def _ms(mean: float, std: float) -> str:
-    return "-" if mean is None or math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
-
-
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     """The frame for reading: the run, 'mean ± std' per phase, profiler overhead, status."""
     df = report.frame
-    constant = [(col, title) for col, title in CAPTION_FIELDS if df[col].nunique(dropna=False) == 1]
-    caption = ", ".join(f"{title} {df[col].iloc[0]}" for col, title in constant)
+    varying, caption = caption_axes(df, CAPTION_FIELDS)
     out = pd.DataFrame({"size": df["model"], "context": df["context"], "batch": df["batch"],
                         "precision": df["precision"], "mode": df["mode"],
                         "attention": df["attention"], "backend": df["backend"]})
     if any((r.get("spec") or {}).get("model") for r in report.records):
         out.insert(1, "shape", df["shape"])  # a user's model: the shape its factory received
-    for col, title in CAPTION_FIELDS:
-        if (col, title) not in constant:
-            out[title] = df[col]
-    for phase in PHASES:
-        if df[f"{phase}_ms_mean"].notna().any():
-            out[f"{phase} (ms)"] = [_ms(a, b) for a, b in
-                                    zip(df[f"{phase}_ms_mean"], df[f"{phase}_ms_std"])]
+    for col, title in varying:
+        out[title] = df[col]
+    mean_std_columns(out, df, PHASES)
     if df["step_profiled_ms_mean"].notna().any():
         out["profiler overhead"] = [
             "-" if math.isnan(p) or math.isnan(b) else f"{p / b - 1:+.1%}"
             for p, b in zip(df["step_profiled_ms_mean"], df["step_ms_mean"])]
-    notes, status = [], []
-    for s, msg in zip(df["status"], df["message"]):
-        if s == "ok":
-            status.append("ok")
-        else:
-            notes.append(f"[{len(notes) + 1}] {s}: {' '.join(str(msg).split())}")
-            status.append(f"{s} [{len(notes)}]")
-    out["status"] = status
+    out["status"], notes = status_notes(df["status"], df["message"])
     return out, caption, notes
 
 

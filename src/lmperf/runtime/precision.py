@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import ContextManager, Iterator
+from typing import ContextManager, Iterable, Iterator
 
 import torch
 
@@ -103,3 +103,16 @@ def slowness_warning(regime: Regime, device: torch.device) -> str | None:
         return (f"{regime.name} on the CPU: most CPUs have no fast fp16 matmul, so expect it to be "
                 "far slower than fp32 (tens of times on this project's test machine)")
     return None
+
+
+def precision_warnings(names: Iterable[str], device: torch.device) -> list[str]:
+    """What to tell the user before a run about each distinct regime in `names` on `device`:
+    that it will be recorded as unsupported (and why), or that it is known to be slow here."""
+    warnings = []
+    for name in dict.fromkeys(names):
+        regime = get_regime(name)
+        if (why := unsupported_reason(regime, device)):
+            warnings.append(f"{name} will be recorded as unsupported: {why}")
+        elif (slow := slowness_warning(regime, device)):
+            warnings.append(slow)
+    return warnings

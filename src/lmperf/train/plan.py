@@ -16,7 +16,7 @@ from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.model.presets import VOCAB_SIZE
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import get_regime, slowness_warning, unsupported_reason
+from lmperf.runtime.precision import precision_warnings
 from lmperf.train.data import BYTE_VOCAB
 from lmperf.train.runner import load_data
 from lmperf.train.spec import TrainSpec
@@ -71,10 +71,5 @@ def plan_train(*, size: str | None = None, precision: Sequence[str] | str | None
     plan.notes.append(f"training {len(specs)} regime(s) x {s.steps} steps of {s.size} "
                       f"(B={s.batch}, T={s.context}, vocab {s.vocab_size}) on "
                       f"{dev.device_name(dev_)}; data: {source} ({len(corpus.ids):,} tokens)")
-    for spec in specs:
-        regime = get_regime(spec.precision)
-        if (why := unsupported_reason(regime, dev_)):
-            plan.warnings.append(f"{spec.precision} will be recorded as unsupported: {why}")
-        elif (slow := slowness_warning(regime, dev_)):
-            plan.warnings.append(slow)
+    plan.warnings += precision_warnings((s.precision for s in specs), dev_)
     return plan

@@ -11,7 +11,7 @@ from lmperf.errors import SpecError
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import PRESETS, ModelConfig
 from lmperf.runtime.precision import REGIMES
-from lmperf.validate import choice, non_negative_int, positive_int
+from lmperf.validate import check_fields, choice
 
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
@@ -80,14 +80,11 @@ class TrainSpec:
     diverge_bad_grads: int = 25
 
     def __post_init__(self) -> None:
-        choice("precision", self.precision, REGIMES)
-        choice("attention", self.attention, ATTENTION)
-        choice("device", self.device, DEVICES)
-        for name in ("d_model", "num_layers", "num_heads", "d_ff", "vocab_size", "context",
-                     "batch", "steps", "eval_interval", "eval_batches", "diverge_bad_grads"):
-            positive_int(f"--{name.replace('_', '-')}", getattr(self, name))
-        for name in ("lr_warmup", "seed", "threads"):
-            non_negative_int(f"--{name.replace('_', '-')}", getattr(self, name))
+        check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION, "device": DEVICES},
+                     positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
+                               "context", "batch", "steps", "eval_interval", "eval_batches",
+                               "diverge_bad_grads"),
+                     non_negative=("lr_warmup", "seed", "threads"), named=_flag)
         for name, value in (("--lr", self.lr), ("--eps", self.eps),
                             ("diverge_factor", self.diverge_factor)):
             if not _real(value) or not value > 0:
@@ -145,6 +142,11 @@ class TrainSpec:
         """Short human-readable name for progress lines."""
         return (f"train {self.size} ctx={self.context} b={self.batch} {self.precision} "
                 f"{self.steps} steps")
+
+
+def _flag(field: str) -> str:
+    """The CLI flag of a field, for error messages ("lr_warmup" -> "--lr-warmup")."""
+    return f"--{field.replace('_', '-')}"
 
 
 def _real(value: object) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
-from lmperf.validate import choice, non_negative_int, positive_int
+from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
 from lmperf.model.presets import PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
@@ -69,16 +69,11 @@ class RunSpec:
     clip: float = 1.0
 
     def __post_init__(self) -> None:
-        choice("precision", self.precision, REGIMES)
-        choice("mode", self.mode, MODES)
-        choice("attention", self.attention, ATTENTION)
-        choice("optimizer", self.optimizer, OPTIMIZERS)
-        choice("device", self.device, DEVICES)
-        for what in ("d_model", "num_layers", "num_heads", "d_ff", "context_length",
-                     "batch_size", "steps", "vocab_size"):
-            positive_int(what, getattr(self, what))
-        non_negative_int("warmup", self.warmup)
-        non_negative_int("threads", self.threads)
+        check_fields(self, choices={"precision": REGIMES, "mode": MODES, "attention": ATTENTION,
+                                    "optimizer": OPTIMIZERS, "device": DEVICES},
+                     positive=("d_model", "num_layers", "num_heads", "d_ff", "context_length",
+                               "batch_size", "steps", "vocab_size"),
+                     non_negative=("warmup", "threads"))
         if isinstance(self.clip, bool) or not isinstance(self.clip, (int, float)) or self.clip < 0:
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
         if self.model_context_length == 0:
