@@ -12,7 +12,6 @@ import pandas as pd
 
 from lmperf.core.report import caption_axes, mean_std_columns, status_notes
 
-FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv")
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
     ("batch_size", "batch"), ("mode", "mode"), ("attention", "attention"),
@@ -98,23 +97,3 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     out[mem_title] = [_fmt(v, ",.0f") for v in df["peak_memory_mib"]]
     out["status"], notes = status_notes(df["status"], df["message"])
     return out, caption, notes
-
-
-def render(records: list[dict], fmt: str) -> str:
-    """The table as text in `fmt` ('text', 'markdown', 'latex' or 'csv')."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; accepted: {', '.join(FORMATS)}")
-    if fmt == "csv":
-        return records_frame(records).to_csv(index=False)
-    table, caption, notes = display_frame(records)
-    if table.empty:
-        return "no records\n"
-    if fmt == "markdown":
-        body = table.to_markdown(index=False)
-        return "\n".join(filter(None, [body, f"\n{caption}" if caption else "", *notes])) + "\n"
-    if fmt == "latex":
-        latex = table.to_latex(index=False, escape=True, caption=caption or None)
-        latex = latex.replace("±", r"$\pm$")
-        return latex + "".join(f"% {n}\n" for n in notes)
-    body = table.to_string(index=False)
-    return "\n".join(filter(None, [body, caption, *notes])) + "\n"
