@@ -8,6 +8,7 @@ on the CPU.
 from __future__ import annotations
 
 import contextlib
+import re
 import resource
 import timeit
 import torch
@@ -45,10 +46,24 @@ def nvtx_range(name: str) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
 
+def cuda_index(device: torch.device) -> int:
+    """The CUDA device index of `device`: its own, else the current device's.
+
+    Some torch.cuda functions resolve an index-less `torch.device("cuda")` themselves
+    (`_get_device_index(device, optional=True)`: synchronize, the memory statistics,
+    get_device_properties), but `set_per_process_memory_fraction` does not and raises
+    ValueError for it (torch/cuda/memory.py, torch 2.4 to 2.13). Every call here passes this
+    index, so all of them address the same device.
+    """
+    if device.type != "cuda":
+        raise ValueError(f"cuda_index needs a CUDA device, got {device}")
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for all queued work on the device (a no-op on the CPU, where ops are synchronous)."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.synchronize(cuda_index(device))
 
 
 class PhaseClock:
@@ -71,7 +86,7 @@ class PhaseClock:
     def _mark(self):
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(torch.cuda.current_stream(cuda_index(self.device)))  # the run's device
             synchronize(self.device)
             return ev
         return timeit.default_timer()
@@ -95,17 +110,29 @@ class PhaseClock:
         self.total_ms = self._ms(self._marks[0], self._marks[-1])
 
 
+# Out-of-memory messages that do not come as torch.OutOfMemoryError (a RuntimeError each):
+# - "DefaultCPUAllocator: can't allocate memory" (the CPU allocator, e.g. under RLIMIT_AS);
+# - "CUDA out of memory" (the caching allocator's text, kept for torch builds and wrappers that
+#   re-raise it as a plain RuntimeError);
+# - "CUDA error: out of memory": a CUDA API call that failed with cudaErrorMemoryAllocation
+#   outside the caching allocator (context creation, cudaMalloc in a library, a stream or event);
+#   torch >= 2.8 raises it as torch.AcceleratorError, older ones as RuntimeError (HIP: "HIP error");
+# - cuBLAS / cuSOLVER / cuDNN handles and workspaces that failed to allocate
+#   ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`").
+_OOM_TEXT = re.compile(r"can't allocate memory|CUDA out of memory|(?:CUDA|HIP) error: out of memory"
+                       r"|CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED"
+                       r"|CUDNN_STATUS_ALLOC_FAILED")
+
+
 def is_oom(exc: BaseException) -> bool:
-    """True when `exc` is an out-of-memory error of the CUDA caching allocator or the CPU."""
+    """True when `exc` is an out-of-memory error of the CPU, the CUDA caching allocator, the CUDA
+    runtime or a CUDA library (cuBLAS, cuSOLVER, cuDNN)."""
     if isinstance(exc, MemoryError):
         return True
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
     if oom_type and isinstance(exc, oom_type):
         return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and (
-        "can't allocate memory" in text or "CUDA out of memory" in text
-    )
+    return isinstance(exc, RuntimeError) and _OOM_TEXT.search(str(exc)) is not None
 
 
 def free_memory(device: torch.device) -> None:
@@ -132,7 +159,7 @@ class PeakMemory:
     def reset(self) -> None:
         """Start a new peak window."""
         if self.cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
+            torch.cuda.reset_peak_memory_stats(cuda_index(self.device))
             return
         try:
             with open("/proc/self/clear_refs", "w") as f:
@@ -143,9 +170,10 @@ class PeakMemory:
     def read(self) -> dict[str, float | None]:
         """Peak since the last reset, in MiB: {'allocated': ..., 'reserved': ...} or {'rss': ...}."""
         if self.cuda:
+            index = cuda_index(self.device)
             return {
-                "allocated": torch.cuda.max_memory_allocated(self.device) / MIB,
-                "reserved": torch.cuda.max_memory_reserved(self.device) / MIB,
+                "allocated": torch.cuda.max_memory_allocated(index) / MIB,
+                "reserved": torch.cuda.max_memory_reserved(index) / MIB,
             }
         return {"rss": _proc_status_kib("VmHWM") * 1024 / MIB if _has_proc() else None}
 
@@ -169,7 +197,7 @@ def _proc_status_kib(field: str) -> float:
 def device_name(device: torch.device) -> str:
     """Marketing name of the GPU, or the CPU model name."""
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
+        return torch.cuda.get_device_name(cuda_index(device))
     return cpu_model()
 
 
@@ -193,11 +221,26 @@ def cuda_versions() -> dict[str, str | None]:
     return {"cuda": torch.version.cuda, "cudnn": str(cudnn) if cudnn else None}
 
 
+def cuda_capability(device: torch.device) -> tuple[int, int] | None:
+    """(major, minor) compute capability of a CUDA device; None for any other device."""
+    if device.type != "cuda":
+        return None
+    return tuple(torch.cuda.get_device_capability(cuda_index(device)))  # type: ignore[return-value]
+
+
 def bf16_supported(device: torch.device) -> bool:
-    """Whether bf16 math is supported natively (CUDA: compute capability >= 8.0)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return True
+    """Whether `device` does bf16 math natively: on CUDA, compute capability >= 8.0 (Ampere) of
+    this very device; ROCm builds support bf16 on every device torch runs on; CPUs do.
+
+    Not `torch.cuda.is_bf16_supported()`: by default it counts emulation (a pre-Ampere GPU that
+    can merely hold a bf16 tensor answers True) and it asks about the current device, not this one.
+    """
+    if device.type != "cuda":
+        return True
+    if torch.version.hip:
+        return True
+    major, _ = cuda_capability(device)  # type: ignore[misc]
+    return major >= 8
 
 
 def fused_adamw_supported(device: torch.device) -> bool:
@@ -257,10 +300,11 @@ def cap_memory(device: torch.device, gib: float) -> str:
     Returns a description of the cap that was set.
     """
     if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-        fraction = min(1.0, gib * GIB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
-        return f"CUDA allocator capped at {gib:g} GiB ({fraction:.1%} of the device)"
+        index = cuda_index(device)  # set_per_process_memory_fraction refuses an index-less device
+        total = torch.cuda.get_device_properties(index).total_memory
+        fraction = float(min(1.0, gib * GIB / total))
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+        return f"CUDA allocator capped at {gib:g} GiB ({fraction:.1%} of cuda:{index})"
     limit = int(gib * GIB)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return f"process address space capped at {gib:g} GiB (RLIMIT_AS)"
@@ -397,7 +441,7 @@ def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:
     the CPU."""
     if device.type != "cuda":
         return None
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
+    l2 = getattr(torch.cuda.get_device_properties(cuda_index(device)), "L2_cache_size", 0) or 0
     return torch.empty(max(L2_FLUSH_MIN_BYTES, 2 * l2) // 4, dtype=torch.int32, device=device)
 
 
@@ -412,19 +456,20 @@ def time_cuda_calls(fn, device: torch.device, warmup: int, repeats: int,
     if device.type != "cuda":
         raise ValueError("time_cuda_calls needs a CUDA device; time CPU calls with PhaseClock")
     flush = l2_flush_buffer(device)
+    stream = torch.cuda.current_stream(cuda_index(device))  # the events time the run's device
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize(device)
+    synchronize(device)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(repeats)]
     for start, end in events:
         for t in grad_to_none:
             t.grad = None
         flush.zero_()
-        start.record()
+        start.record(stream)
         fn()
-        end.record()
-    torch.cuda.synchronize(device)
+        end.record(stream)
+    synchronize(device)
     return [start.elapsed_time(end) for start, end in events]
 
 
@@ -434,4 +479,4 @@ def memory_allocated(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
     synchronize(device)
-    return torch.cuda.memory_allocated(device)
+    return torch.cuda.memory_allocated(cuda_index(device))

@@ -12,6 +12,7 @@ import torch
 
 import lmperf
 from lmperf.runtime import device as dev
+from lmperf.runtime.peaks import is_mig
 
 
 def git_commit() -> str | None:
@@ -31,7 +32,8 @@ def git_commit() -> str | None:
 
 
 def capture(device: torch.device) -> dict:
-    """Versions, device, CPU, threads, TF32 settings and a UTC timestamp, as a JSON-ready dict."""
+    """Versions, device, CPU, threads, TF32 settings and a UTC timestamp, as a JSON-ready dict;
+    on CUDA also the compute capability ("8.0") and whether the device is a MIG slice."""
     return {
         "lmperf": lmperf.__version__,
         "git_commit": git_commit(),
@@ -40,6 +42,7 @@ def capture(device: torch.device) -> dict:
         **dev.cuda_versions(),
         "device": device.type,
         "device_name": dev.device_name(device),
+        **_cuda_fields(device),
         "cpu_model": dev.cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -48,6 +51,15 @@ def capture(device: torch.device) -> dict:
         "hostname": platform.node(),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _cuda_fields(device: torch.device) -> dict:
+    """compute_capability and mig of a CUDA device (what decides bf16 support and the peak)."""
+    capability = dev.cuda_capability(device)
+    if capability is None:
+        return {}
+    return {"compute_capability": f"{capability[0]}.{capability[1]}",
+            "mig": is_mig(dev.device_name(device))}
 
 
 def _load_average() -> float | None:

@@ -1,11 +1,15 @@
 """Peak dense FLOP/s per (device, dtype), each with its source; used for MFU.
 
 A device that is not in the table gets no peak (MFU is then null): an unknown device never
-borrows another device's peak. Figures are dense (no 2:4 sparsity), in TFLOP/s.
+borrows another device's peak. Nor does a MIG slice: CUDA names a MIG device after its GPU plus
+the slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", see NVIDIA's MIG user guide, "MIG Device
+Names"), and a slice has a fraction of the GPU's SMs, so it matches only an entry whose key names
+MIG itself. Figures are dense (no 2:4 sparsity), in TFLOP/s.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -41,9 +45,27 @@ PEAKS: list[tuple[str, dict[str, Peak]]] = [
 ]
 
 
-def lookup_peak(device_name: str, math_dtype: str) -> Peak | None:
-    """The peak for `device_name` doing matmuls in `math_dtype` ('fp32', 'tf32', 'bf16', 'fp16')."""
-    for key, table in PEAKS:
-        if key in device_name:
-            return table.get(math_dtype)
+_MIG = re.compile(r"\bMIG\b")
+
+
+def is_mig(device_name: str) -> bool:
+    """Whether a CUDA device name is a MIG slice's ("... MIG 1g.5gb", "... MIG 4c.7g.40gb")."""
+    return _MIG.search(device_name) is not None
+
+
+def peak_key(device_name: str) -> str | None:
+    """The key of the PEAKS entry that `device_name` uses, or None when it has none. A MIG
+    slice uses only an entry whose key says MIG (there are none yet: a slice gets no peak)."""
+    mig = is_mig(device_name)
+    for key, _ in PEAKS:
+        if key in device_name and is_mig(key) == mig:
+            return key
     return None
+
+
+def lookup_peak(device_name: str, math_dtype: str) -> Peak | None:
+    """The peak for `device_name` doing matmuls in `math_dtype` ('fp32', 'tf32', 'bf16', 'fp16');
+    None for an unknown device, a variant whose peak differs from its family's, a MIG slice, or
+    a dtype the entry lacks."""
+    key = peak_key(device_name)
+    return None if key is None else dict(PEAKS)[key].get(math_dtype)
