@@ -1,0 +1,115 @@
+"""Is NEW faster than BASE? The ratio of medians of raw timing samples, its bootstrap confidence
+interval, and a verdict that needs both significance and a minimum effect.
+
+Method (chosen after reading pyperf `compare_to`, asv `compare` and torch.utils.benchmark):
+- The estimate is median(NEW) / median(BASE): medians, because a neighbour's burst of load
+  gives timing samples a long right tail that moves a mean but hardly a median; a ratio, so
+  that phases of 5 ms and 500 ms read on one scale.
+- Its confidence interval is a percentile bootstrap: both sample sets are resampled with
+  replacement, independently, `resamples` times, and the interval is the central `level`
+  quantile range of the resampled ratios. It assumes nothing about the shape of the
+  distribution (pyperf's Student t-test assumes normal samples; timing samples are skewed),
+  and it gives an interval, which a rank test (asv's Mann-Whitney U) does not. The generator is
+  seeded, so the same samples always give the same interval.
+- A change is reported only when the interval excludes 1 AND the ratio is beyond a minimum
+  effect (`min_effect`, 5% by default), as asv requires both a significant difference and a
+  factor, and pyperf `--min-speed`. The interval comes from the samples of ONE process per side,
+  so it cannot see the run-to-run variation of a shared machine (load, frequency, memory
+  placement): the minimum effect is what keeps two runs of the same code from being called
+  different. Measured on the 2-core development machine, see docs/benchmarks.md.
+The rule is symmetric in log space: 'slower' needs ratio > 1 + e, 'faster' ratio < 1 / (1 + e).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+LEVEL = 0.95          # two-sided confidence level of the interval
+MIN_EFFECT = 0.05     # smallest change reported, as a fraction (5%)
+RESAMPLES = 2000      # bootstrap resamples per comparison
+MIN_SAMPLES = 3       # fewer samples on a side: no interval, no verdict
+
+SLOWER, FASTER, SAME, TOO_FEW = "slower", "faster", "no significant change", "too few samples"
+VERDICTS: tuple[str, ...] = (SLOWER, FASTER, SAME, TOO_FEW)
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """One phase compared: medians (ms), sample counts, NEW/BASE ratio with its CI, verdict."""
+
+    base_median: float
+    new_median: float
+    base_n: int
+    new_n: int
+    ratio: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+
+    @property
+    def change_pct(self) -> float:
+        """(ratio - 1) in percent: +100 is twice as slow, -50 twice as fast."""
+        return (self.ratio - 1.0) * 100.0
+
+
+def seed_for(label: str, seed: int = 0) -> list[int]:
+    """A generator seed for one comparison: `seed` and a checksum of its label, so that a row's
+    interval does not depend on which other rows were compared in the same call."""
+    return [int(seed), zlib.crc32(label.encode("utf-8"))]
+
+
+def median_ratio_ci(base: Sequence[float], new: Sequence[float], *, level: float = LEVEL,
+                    resamples: int = RESAMPLES, seed: int | Sequence[int] = 0
+                    ) -> tuple[float, float, float]:
+    """(ratio, low, high): median(new) / median(base) and its percentile-bootstrap interval at
+    confidence `level`. Raises ValueError for empty samples or a non-positive base median."""
+    b = np.asarray(base, dtype=float)
+    n = np.asarray(new, dtype=float)
+    if b.size == 0 or n.size == 0:
+        raise ValueError("both sides need at least one sample")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    base_median = float(np.median(b))
+    if base_median <= 0:
+        raise ValueError(f"the base median must be positive, got {base_median}")
+    ratio = float(np.median(n)) / base_median
+    rng = np.random.default_rng(seed)
+    # (resamples, n_side) index draws -> one median per resample and side
+    boot_b = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)
+    boot_n = np.median(n[rng.integers(0, n.size, size=(resamples, n.size))], axis=1)
+    ratios = boot_n / np.maximum(boot_b, np.finfo(float).tiny)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return ratio, float(low), float(high)
+
+
+def verdict(ratio: float, low: float, high: float, min_effect: float = MIN_EFFECT) -> str:
+    """'slower' when the interval lies above 1 and ratio > 1 + min_effect, 'faster' when it lies
+    below 1 and ratio < 1 / (1 + min_effect), else 'no significant change'."""
+    if any(math.isnan(x) for x in (ratio, low, high)):
+        return TOO_FEW
+    if low > 1.0 and ratio > 1.0 + min_effect:
+        return SLOWER
+    if high < 1.0 and ratio < 1.0 / (1.0 + min_effect):
+        return FASTER
+    return SAME
+
+
+def compare_samples(base: Sequence[float], new: Sequence[float], *, level: float = LEVEL,
+                    min_effect: float = MIN_EFFECT, resamples: int = RESAMPLES,
+                    seed: int | Sequence[int] = 0) -> RatioEstimate:
+    """Compare two sets of raw timing samples (ms). With fewer than MIN_SAMPLES on a side the
+    ratio of medians is still given, without an interval, and the verdict is 'too few samples'."""
+    base_median, new_median = float(np.median(base)), float(np.median(new))
+    if min(len(base), len(new)) < MIN_SAMPLES:
+        ratio = new_median / base_median if base_median > 0 else math.nan
+        return RatioEstimate(base_median, new_median, len(base), len(new), ratio,
+                             math.nan, math.nan, TOO_FEW)
+    ratio, low, high = median_ratio_ci(base, new, level=level, resamples=resamples, seed=seed)
+    return RatioEstimate(base_median, new_median, len(base), len(new), ratio, low, high,
+                         verdict(ratio, low, high, min_effect))
