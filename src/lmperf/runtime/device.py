@@ -221,6 +221,13 @@ def cuda_versions() -> dict[str, str | None]:
     return {"cuda": torch.version.cuda, "cudnn": str(cudnn) if cudnn else None}
 
 
+def device_memory_gib(device: torch.device) -> float | None:
+    """Total memory of a CUDA device in GiB (2**30 bytes); None for any other device."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(cuda_index(device)).total_memory / GIB
+
+
 def cuda_capability(device: torch.device) -> tuple[int, int] | None:
     """(major, minor) compute capability of a CUDA device; None for any other device."""
     if device.type != "cuda":
