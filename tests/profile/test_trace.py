@@ -1,22 +1,13 @@
-"""Parsing and attribution of torch.profiler Chrome traces: a real CPU trace and a CUDA fixture.
+"""Parsing and attribution of torch.profiler Chrome traces: a real CPU trace and a real CUDA trace.
 
 The CPU trace is generated here (tiny model, one unrecorded warm-up step, 3 measured train
-steps). The CUDA fixture `data/trace_cuda_min.json` is synthetic (no GPU here), written in the
-format Kineto's ChromeTraceLogger writes (libkineto/src/output_json.cpp, CuptiActivity.cpp).
-The parser relies only on these fields of it:
-- `ph` == "X" (complete events; M, i, s, f events are skipped), `cat`, `name`, `ts`, `dur` (us),
-  `pid`, `tid`;
-- `cat` values user_annotation / gpu_user_annotation / cpu_op / cuda_runtime / cuda_driver /
-  kernel / gpu_memcpy / gpu_memset;
-- `args.correlation` on runtime calls and device activities (the launch link), and
-  `args.device` / `args.stream` on device activities.
-The fixture holds: main-thread ranges ProfilerStep#3 > step > forward (> "computing softmax",
-> loss) / backward / optimizer (> Optimizer.step#AdamW.step); a cudaLaunchKernel in forward on
-the main thread; a cudaLaunchKernel from the autograd engine thread (tid 4250) in backward whose
-kernel runs after the host has left the backward range; a cudaMemcpyAsync + gpu_memcpy in loss; a
-fill kernel whose correlation id (999) has no launch; a device-side cuda_sync event; ac2g and
-fwdbwd flow events; gpu_user_annotation copies of the ranges; and Kineto's trailing events
-("Trace" span, "Iteration Start", "Record Window End" with empty-string pid/tid).
+steps). The CUDA trace `data/v100_ddp_sgd_5steps.json.gz` is a real Kineto export from
+Holistic Trace Analysis's test data (see data/README.md): a V100, DDP with SGD, 5
+`ProfilerStep`s, backward's kernels launched from autograd's thread (tid 1262), phase ranges
+named "## forward ##" / "## backward ##" / "## optimizer ##", `gpu_user_annotation` copies,
+memcpys and memsets. Expectations on it are computed here from the raw JSON (exact decimals),
+independently of the parser. Variants of it (a launch removed, annotations renamed or
+stripped) are written to a temporary directory where a behaviour needs them.
 """
 
 from __future__ import annotations
@@ -27,19 +18,24 @@ import gzip
 import json
 import shutil
 import tempfile
+from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
+from lmperf.profile import views
 from lmperf.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
-from lmperf.profile.trace import UNATTRIBUTED, TraceFormatError, load_trace
+from lmperf.profile.trace import UNATTRIBUTED, Trace, TraceFormatError, load_trace
 
 DATA = Path(__file__).parent / "data"
-CUDA_MIN = DATA / "trace_cuda_min.json"
+REAL_CUDA = DATA / "v100_ddp_sgd_5steps.json.gz"
 STEPS, LAYERS = 3, 2
-MAIN_TID, AUTOGRAD_TID = 4242, 4250
+MAIN_TID, AUTOGRAD_TID = 1102, 1262  # of the real CUDA trace
+REAL_PHASES = {"## forward ##": "forward", "## backward ##": "backward", "## optimizer ##": "optimizer"}
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,9 +78,23 @@ def cpu():
     return load_trace(cpu_trace_file())
 
 
+@functools.lru_cache(maxsize=None)
+def real_trace() -> Trace:
+    """The real CUDA trace, parsed once per session (tests only read it)."""
+    return load_trace(REAL_CUDA)
+
+
+@functools.lru_cache(maxsize=None)
+def real_events() -> tuple[dict, ...]:
+    """The real trace's events with exact decimal times (the parser's float64 rounds epoch
+    timestamps to 0.25 us)."""
+    with gzip.open(REAL_CUDA, "rt", encoding="utf-8") as f:
+        return tuple(json.load(f, parse_float=Decimal)["traceEvents"])
+
+
 @pytest.fixture(scope="module")
 def cuda():
-    return load_trace(CUDA_MIN)
+    return real_trace()
 
 
 def _host(trace, name):
@@ -247,62 +257,185 @@ def test_not_a_trace_is_a_clear_error(tmp_path):
         load_trace(bad)
 
 
-# --- the synthetic CUDA fixture ----------------------------------------------------------------
 
 
-def test_cuda_fixture_metadata(cuda):
-    assert cuda.device_type == "cuda" and cuda.device == "cuda"
-    assert cuda.n_steps == 1 and cuda.profiler_steps == [3]
-    # kernels, the memcpy and the orphan; the cuda_sync device event is not a kernel
-    assert sorted(cuda.kernels["kind"]) == ["kernel"] * 5 + ["memcpy"]
-    assert (cuda.kernels["device"] == 0).all() and (cuda.kernels["stream"] == 7).all()
-    assert set(cuda.launches["name"]) == {"cudaLaunchKernel", "cudaMemcpyAsync", "cudaDeviceSynchronize"}
+# --- the real CUDA trace (V100, DDP + SGD, 5 steps) -----------------------------------------------
+# Independent expectations: launches found by correlation id in the raw JSON, steps and phases
+# by the ProfilerStep# and "## phase ##" windows holding the launch, unions by a sort-and-sweep
+# over exact decimal times.
 
 
-def test_cuda_backward_kernel_from_autograd_thread_lands_in_backward(cuda):
-    k = cuda.kernels.set_index("name")
-    gemm = k.loc["ampere_sgemm_64x64_nn"]
-    bwd = _host(cuda, "backward").iloc[0]
-    assert bwd["tid"] == MAIN_TID and gemm["launch_tid"] == AUTOGRAD_TID
-    assert gemm["start_us"] > bwd["end_us"]  # it ran on the device while the host was in optimizer
-    assert gemm["phase"] == "backward" and gemm["in_step"] and gemm["step"] == 0
-    assert k.loc["ampere_sgemm_128x64_tn", "phase"] == "forward"
-    adam = k[k.index.str.contains("FusedAdamMathFunctor")]
-    assert (adam["phase"] == "optimizer").all()
+def _windows(events, pick) -> list[tuple[Decimal, Decimal, str]]:
+    return sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                  if e.get("cat") == "user_annotation" and pick(e["name"]))
 
 
-def test_cuda_autograd_thread_ops_in_backward_with_self_times(cuda):
-    ops = cuda.ops[cuda.ops["tid"] == AUTOGRAD_TID].set_index("name")
-    assert (ops["phase"] == "backward").all()
-    assert ops.loc["autograd::engine::evaluate_function: MmBackward0", "self_us"] == pytest.approx(4.0)
-    assert ops.loc["MmBackward0", "self_us"] == pytest.approx(26.0)
-    assert ops.loc["aten::mm", "self_us"] == pytest.approx(60.0)
-    assert ops["depth"].tolist() == [0, 1, 2]
+@functools.lru_cache(maxsize=None)
+def expected_attribution() -> dict[int, tuple[int, str, object, Decimal, Decimal]]:
+    """correlation -> (step index, phase, launching tid, device start, device end) of every
+    device activity of the real trace, from the raw JSON."""
+    events = real_events()
+    steps = _windows(events, lambda n: n.startswith("ProfilerStep#"))
+    phases = _windows(events, lambda n: n in REAL_PHASES)
+    launch = {e["args"]["correlation"]: e for e in events
+              if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    out = {}
+    for e in events:
+        if e.get("cat") not in DEVICE_CATS:
+            continue
+        at = launch[e["args"]["correlation"]]["ts"]
+        in_steps = [i for i, (s, t, _) in enumerate(steps) if s <= at < t]
+        in_phases = [REAL_PHASES[n] for s, t, n in phases if s <= at < t]
+        assert len(in_steps) == 1 and len(in_phases) == 1, e  # the trace is as we believe
+        out[e["args"]["correlation"]] = (in_steps[0], in_phases[0],
+                                         launch[e["args"]["correlation"]]["tid"],
+                                         e["ts"], e["ts"] + e["dur"])
+    return out
 
 
-def test_cuda_memcpy_attributed_through_its_launch(cuda):
-    m = cuda.kernels[cuda.kernels["kind"] == "memcpy"].iloc[0]
-    assert m["name"].startswith("Memcpy HtoD") and m["launch_name"] == "cudaMemcpyAsync"
-    assert (m["phase"], m["phase_range"], m["step"]) == ("forward", "loss", 0)
+def _union_ms(intervals) -> float:
+    total, end = Decimal(0), None
+    for s, t in sorted(intervals):
+        if end is None or s > end:
+            total += t - s
+            end = t
+        elif t > end:
+            total += t - end
+            end = t
+    return float(total) / 1e3
 
 
-def test_cuda_kernel_without_launch_is_unattributed(cuda):
-    orphan = cuda.kernels[cuda.kernels["correlation"] == 999]
-    assert len(orphan) == 1 and cuda.unattributed_kernels == 1
-    o = orphan.iloc[0]
-    # it ran inside the host's backward window, but time on the device proves nothing
-    assert o["phase"] == UNATTRIBUTED and o["phase_range"] == UNATTRIBUTED
-    assert not o["in_step"] and o["step"] == -1 and pd.isna(o["launch_us"])
+def test_real_trace_metadata(cuda):
+    assert cuda.device_type == "cuda" and cuda.n_steps == 5
+    assert cuda.profiler_steps == [101, 102, 103, 104, 105]
+    assert Counter(cuda.kernels["kind"]) == {"kernel": 4350, "memcpy": 1600, "memset": 145}
+    assert set(cuda.kernels["device"]) == {0} and set(cuda.kernels["stream"]) == {7}
+    assert cuda.unattributed_kernels == 0
 
 
-def test_cuda_softmax_kernel_in_attention_subrange(cuda):
+def test_every_device_activity_in_exactly_one_step_through_its_launch(cuda):
+    expected = expected_attribution()
     k = cuda.kernels
-    assert k.loc[k["attention"] == SOFTMAX, "name"].str.contains("exp_kernel_cuda").all()
-    assert (k["attention"] == SOFTMAX).sum() == 1
+    assert len(k) == len(expected) == 4350 + 1600 + 145 and k["correlation"].is_unique
+    got = dict(zip(k["correlation"].astype(int), k["step"]))
+    assert got == {c: v[0] for c, v in expected.items()}
+    assert (k["step"] >= 0).all() and k["in_step"].all()  # ProfilerStep# windows are the steps
+    per_step = k.groupby(["step", "kind"]).size().unstack()
+    assert (per_step["kernel"] == 870).all() and (per_step["memcpy"] == 320).all()
+    assert (per_step["memset"] == 29).all()
+    memcpy = k[k["kind"] == "memcpy"]
+    assert set(memcpy["launch_name"]) == {"cudaMemcpyAsync"}
+    assert set(k.loc[k["kind"] == "memset", "launch_name"]) == {"cudaMemsetAsync"}
 
 
-def test_cuda_device_ranges_are_placed_on_the_device_timeline(cuda):
-    dev = cuda.ranges[cuda.ranges["on_device"]].set_index("name")
-    assert (dev["step"] == 0).all()
-    assert dev.loc["backward", "phase"] == "backward" and dev.loc["loss", "phase"] == "forward"
-    assert pd.isna(dev.loc["step", "phase"])  # a step holds phases but is in none
+def test_phases_from_the_trace_annotations(cuda):
+    """"## forward ##" etc. are phases; before, only lmperf's exact names were."""
+    expected = expected_attribution()
+    got = dict(zip(cuda.kernels["correlation"].astype(int), cuda.kernels["phase"]))
+    assert got == {c: v[1] for c, v in expected.items()}
+    assert cuda.phase_sources["forward"][0] == "## forward ##"
+    assert set(cuda.ops["phase"].dropna()) == {"forward", "backward", "optimizer"}
+
+
+def test_backward_launches_from_autograd_thread_are_attributed(cuda):
+    expected = expected_attribution()
+    from_autograd = {c for c, v in expected.items() if v[2] == AUTOGRAD_TID}
+    assert len(from_autograd) == 3720  # most of backward's device work
+    k = cuda.kernels
+    mine = k[k["launch_tid"] == AUTOGRAD_TID]
+    assert set(mine["correlation"].astype(int)) == from_autograd
+    assert (mine["phase"] == "backward").all() and (mine["step"] >= 0).all()
+    # the main thread sits in "## backward ##" while autograd's thread launches: by time, any thread
+    bwd = _host(cuda, "## backward ##")
+    assert set(bwd["tid"]) == {MAIN_TID}
+    ops = cuda.ops[cuda.ops["tid"] == AUTOGRAD_TID]
+    assert (ops["phase"] == "backward").all()
+    nodes = ops[ops["name"].str.startswith("autograd::engine::evaluate_function")]
+    assert len(nodes) > 0 and (nodes["self_us"] < nodes["dur_us"]).all()
+    for _, g in cuda.ops.groupby("tid"):  # self times partition each thread's top-level ops
+        assert g["self_us"].sum() == pytest.approx(g.loc[g["depth"] == 0, "dur_us"].sum(), rel=1e-9)
+
+
+def test_step_and_phase_busy_time_is_the_union_of_activity_intervals(cuda):
+    expected = expected_attribution()
+    dev = views.device_phase_times(cuda).set_index(["step", "phase"])
+    assert len(dev) == 5 * 4  # step, forward, backward, optimizer per step
+    for step in range(5):
+        for phase in ("step", "forward", "backward", "optimizer"):
+            iv = [(v[3], v[4]) for v in expected.values()
+                  if v[0] == step and phase in ("step", v[1])]
+            row = dev.loc[(step, phase)]
+            assert row["activities"] == len(iv)
+            assert row["busy_ms"] == pytest.approx(_union_ms(iv), abs=1e-6)
+            first, last = min(s for s, _ in iv), max(t for _, t in iv)
+            # float64 holds epoch starts to 0.25 us; lengths (busy, kernel) are exact
+            assert row["span_ms"] == pytest.approx(float(last - first) / 1e3, abs=5e-4)
+            assert row["kernel_ms"] == pytest.approx(float(sum(t - s for s, t in iv)) / 1e3, abs=1e-6)
+            assert row["busy_ms"] <= row["span_ms"]
+
+
+def test_device_phase_walls_come_from_kernels_not_gpu_user_annotation(cuda):
+    """Kineto's device copy of "## backward ##" holds only the main thread's few launches (one
+    stream, ~28 us); backward's device time is tens of ms of kernels from autograd's thread."""
+    walls = views.phase_wall_times(cuda, timeline="device")
+    wide = walls.pivot(index="step", columns="phase", values="ms")
+    assert wide.index.tolist() == list(range(5))
+    assert {"step", "forward", "backward", "optimizer"} <= set(wide.columns)
+    expected = expected_attribution()
+    for step in range(5):
+        bwd = [(v[3], v[4]) for v in expected.values() if v[0] == step and v[1] == "backward"]
+        span = float(max(t for _, t in bwd) - min(s for s, _ in bwd)) / 1e3
+        assert wide.loc[step, "backward"] == pytest.approx(span, abs=5e-4)
+    r = cuda.ranges
+    copies = r[r["on_device"]]
+    assert "## forward ##" not in set(copies["name"])  # no kernel's innermost range is it
+    kineto_bwd = copies[copies["name"] == "## backward ##"]
+    assert len(kineto_bwd) == 5 and (kineto_bwd["dur_us"] < 100).all()
+    assert (wide["backward"] > 100 * kineto_bwd["dur_us"].max() / 1e3).all()
+    # a device copy is placed by its host range (same External id), not by device time
+    assert sorted(copies["step"]) == sorted(list(range(5)) * 3)
+    phase_of = dict(zip(copies["name"], copies["phase"]))
+    assert phase_of == {"DistributedDataParallel.forward": "forward",
+                        "## backward ##": "backward", "Optimizer.step#SGD.step": "optimizer"}
+
+
+def _variant(tmp_path, edit, name: str) -> Trace:
+    """The real trace with `edit(doc)` applied, written as plain JSON and parsed."""
+    with gzip.open(REAL_CUDA, "rt", encoding="utf-8") as f:
+        doc = json.load(f)
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return load_trace(path)
+
+
+def test_implicit_phases_and_a_missing_launch(tmp_path, cuda):
+    """Without "## phase ##" ranges: DDP.forward, autograd's nodes and thread, Optimizer.*#
+    still give phases; a device activity whose launch is gone is unattributed, in no step."""
+    k = cuda.kernels
+    orphan = int(k.loc[(k["phase"] == "backward") & (k["launch_tid"] == AUTOGRAD_TID),
+                       "correlation"].iloc[0])
+
+    def edit(doc):
+        doc["traceEvents"] = [
+            e for e in doc["traceEvents"]
+            if not (e.get("cat") == "user_annotation" and e.get("name") in REAL_PHASES)
+            and not (e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == orphan)]
+
+    t = _variant(tmp_path, edit, "implicit.json")
+    k = t.kernels.set_index("correlation")
+    o = k.loc[orphan]
+    assert o["phase"] == UNATTRIBUTED and o["step"] == -1 and not o["in_step"]
+    assert pd.isna(o["launch_us"]) and t.unattributed_kernels == 1
+    expected = {c: v[1] for c, v in expected_attribution().items() if c != orphan}
+    got = k.drop(index=orphan)["phase"]
+    same = sum(got[c] == p for c, p in expected.items())
+    # Only what the main thread runs in "## backward ##" before autograd starts has no marker:
+    # the loss (aten::cross_entropy_loss: 5 kernels) and backward's seed (aten::ones_like).
+    missing = got[got.isna()]
+    assert same == len(expected) - len(missing) and len(missing) == 30
+    assert set(k.loc[missing.index, "launch_tid"]) == {MAIN_TID}
+    assert t.phase_sources["backward"] == ["autograd::engine::evaluate_function: *",
+                                           "ops on autograd's threads (pt_autograd_*)"]
+    dev = views.device_phase_times(t).set_index(["step", "phase"])
+    assert dev["activities"].xs("step", level="phase").sum() == len(cuda.kernels) - 1

@@ -10,7 +10,7 @@ import pytest
 from lmperf.profile import views
 from lmperf.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
 from lmperf.profile.trace import load_trace
-from tests.profile.test_trace import CUDA_MIN, LAYERS, STEPS, cpu_trace_file
+from tests.profile.test_trace import LAYERS, STEPS, _variant, cpu_trace_file, real_trace
 
 PHASES = ["forward", "loss", "backward", "optimizer", "step"]
 
@@ -27,15 +27,16 @@ def cpu():
 
 @pytest.fixture(scope="module")
 def cuda():
-    return load_trace(CUDA_MIN)
+    return real_trace()  # V100, DDP + SGD, 5 steps (see data/README.md)
 
 
 @pytest.mark.parametrize("phase", PHASES)
 def test_shares_sum_to_one_per_phase(cpu, cuda, phase):
     for trace in (cpu, cuda):
         table = views.phase_table(trace, phase, top=None)
-        if trace is cuda and phase == "loss":
-            assert table["name"].str.startswith("Memcpy").all()
+        if trace is cuda and phase == "loss":  # the DDP program has no loss range
+            assert table.empty and views.phase_total_ms(trace, phase) == 0
+            continue
         assert table["share"].sum() == pytest.approx(1.0)
         assert table["total_ms"].sum() == pytest.approx(views.phase_total_ms(trace, phase))
 
@@ -82,20 +83,30 @@ def test_category_rollup_and_matmul_share(cpu, cuda):
             share = views.matmul_share(trace, toy_classify, phase)
             assert share == pytest.approx(rollup.set_index("category")["share"].get("matmul", 0.0))
             assert 0.0 < share < 1.0
-    # the CUDA fixture, by hand: step = 50 + 10 + 4 + 80 + 40 us, of which gemms 50 + 80
-    assert views.matmul_share(cuda, toy_classify, "step") == pytest.approx(130 / 184)
-    assert views.matmul_share(cuda, toy_classify, "forward") == pytest.approx(50 / 64)
+    # the real CUDA trace: device time of names the toy classifier calls matmul, by launch
+    k = cuda.kernels
+    for phase, mask in (("step", k["in_step"]), ("backward", k["phase"] == "backward")):
+        mm = k[mask & k["name"].map(toy_classify).eq("matmul")]["dur_us"].sum()
+        assert views.matmul_share(cuda, toy_classify, phase) == pytest.approx(
+            mm / k[mask]["dur_us"].sum())
 
 
 def test_cuda_tables_count_kernels_by_launch(cuda):
-    bwd = views.phase_table(cuda, "backward")
-    assert bwd["name"].tolist() == ["ampere_sgemm_64x64_nn"] and bwd["share"].tolist() == [1.0]
+    k = cuda.kernels
+    bwd = views.phase_table(cuda, "backward", top=None)
+    assert bwd["total_ms"].sum() == pytest.approx(k.loc[k["phase"] == "backward", "dur_us"].sum() / 1e3)
+    assert bwd.attrs["kind"] == "kernels"
+    top = bwd.iloc[0]  # per step: calls and time over the 5 steps
+    same = k[(k["phase"] == "backward") & (k["name"] == top["name"])]
+    assert top["calls_per_step"] == len(same) / 5
+    assert top["ms_per_step"] == pytest.approx(same["dur_us"].sum() / 1e3 / 5)
     step = views.phase_table(cuda, "step", top=None)
-    assert not step["name"].str.contains("FillFunctor").any()  # the unattributed kernel
-    assert step["total_ms"].sum() == pytest.approx(0.184)
-    # the CPU view of the same trace is still available
-    ops = views.phase_table(cuda, "backward", kind="ops")
-    assert ops.set_index("name").loc["aten::mm", "total_ms"] == pytest.approx(0.060)
+    assert step["total_ms"].sum() == pytest.approx(k["dur_us"].sum() / 1e3)  # all attributed
+    # the CPU view of the same trace is still available, autograd's thread included
+    ops = views.phase_table(cuda, "backward", kind="ops", top=None)
+    o = cuda.ops[cuda.ops["phase"] == "backward"]
+    assert ops["total_ms"].sum() == pytest.approx(o["self_us"].sum() / 1e3)
+    assert ops["name"].str.startswith("autograd::engine::evaluate_function").any()
 
 
 def test_phase_wall_times_per_step(cpu):
@@ -114,10 +125,19 @@ def test_phase_wall_times_per_step(cpu):
 
 
 def test_phase_wall_times_device_timeline(cuda):
-    host = views.phase_wall_times(cuda).set_index("phase")["ms"]
-    dev = views.phase_wall_times(cuda, timeline="device").set_index("phase")["ms"]
-    assert host["backward"] == pytest.approx(0.290)
-    assert dev["backward"] == pytest.approx(0.080, abs=1e-5)  # first to last backward kernel
+    host = views.phase_wall_times(cuda).set_index(["step", "phase"])["ms"]
+    dev = views.phase_wall_times(cuda, timeline="device").set_index(["step", "phase"])["ms"]
+    r = cuda.ranges
+    first_bwd = r[(r["name"] == "## backward ##") & ~r["on_device"]].sort_values("start_us").iloc[0]
+    assert host[(0, "backward")] == pytest.approx(first_bwd["dur_us"] / 1e3)  # "## backward ##"
+    assert host[(0, "step")] == pytest.approx(  # no `step` range: the ProfilerStep#
+        r.loc[r["name"] == "ProfilerStep#101", "dur_us"].iloc[0] / 1e3)
+    k = cuda.kernels
+    k = k[(k["step"] == 0) & (k["phase"] == "backward")]
+    # first to last backward activity on the device (float64: epoch starts to 0.25 us)
+    assert dev[(0, "backward")] == pytest.approx((k["end_us"].max() - k["start_us"].min()) / 1e3,
+                                                 abs=5e-4)
+    assert dev[(0, "backward")] > host[(0, "backward")]  # the device lags the host
     with pytest.raises(ValueError, match="timeline"):
         views.phase_wall_times(cuda, timeline="gpu")
 
@@ -158,9 +178,25 @@ def test_attention_breakdown_empty_without_subranges(cpu):
     assert views.attention_breakdown(plain, {"softmax": 1.0}).empty
 
 
-def test_attention_breakdown_cuda_uses_kernel_time(cuda):
-    b = views.attention_breakdown(cuda).set_index("range")
-    assert b.loc[SOFTMAX, "ms_per_step"] == pytest.approx(0.010)  # the exp kernel, not the range
+def test_attention_breakdown_cuda_uses_kernel_time(tmp_path, cuda):
+    """A "computing softmax" range around the first kernel launch of each forward: the
+    breakdown is that kernel's device time, not the (short) host range."""
+    k = cuda.kernels
+    first = k[k["phase"] == "forward"].sort_values("launch_us").groupby("step").head(1)
+    wanted = set(first["correlation"].astype(int))
+
+    def edit(doc):
+        launches = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
+                    and e["args"].get("correlation") in wanted]
+        doc["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": SOFTMAX,
+                                "pid": e["pid"], "tid": e["tid"], "ts": e["ts"], "dur": e["dur"]}
+                               for e in launches]
+
+    t = _variant(tmp_path, edit, "softmax.json")
+    b = views.attention_breakdown(t).set_index("range")
+    assert b.attrs["kind"] == "kernels"
+    assert b.loc[SOFTMAX, "ms_per_step"] == pytest.approx(first["dur_us"].sum() / 1e3 / 5)
+    assert b.loc[SOFTMAX, "calls_per_step"] == 1
     assert b.loc[SOFTMAX, "share"] == 1.0 and b.loc[SCORES, "calls_per_step"] == 0
 
 

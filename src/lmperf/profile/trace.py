@@ -17,10 +17,26 @@ tid are empty strings, the "Trace" span, flow events `s`/`f`, python_function ev
 Attribution is by time on ANY thread: the backward pass runs its ops (and, on CUDA, launches
 its kernels) on autograd engine threads while the main thread sits inside the `backward` range.
 The phase ranges follow each other on the main thread and do not overlap in time, so the
-innermost range whose [start, end) holds an event's start is the phase the event belongs to.
-A kernel is placed by its launch (the CPU-side runtime call), never by the time it ran on the
-device, which lags the CPU by up to a whole phase. Lookups are sorted arrays + searchsorted;
-self times are one sorted sweep: parsing is linear in the events, not events x ranges.
+innermost range whose [start, end) holds an event's start is the phase the event belongs to
+(which names mark a phase, in lmperf's traces and in any other torch.profiler export:
+`phase_names`). A kernel is placed by its launch (the CPU-side runtime call), never by the
+time it ran on the device, which lags the CPU by up to a whole phase.
+
+`gpu_user_annotation` ranges are kept for display only. Kineto attaches a device activity to
+the user range whose id was on top of the launching thread's CUPTI external-correlation stack
+(kind CUSTOM1: PyTorch pushes it for `USER_SCOPE` record functions only; CUPTI keeps one stack
+per thread) and stretches that range from the first to the last such activity per stream
+(libkineto `CuptiActivityProfiler::handleGpuActivity`, `GpuUserEventMap::insertOrExtendEvent`).
+So device ranges do not nest like host ones: a kernel counts only for its innermost range, a
+`forward` holding attention sub-ranges gets the kernels launched between them only, no kernel's
+innermost range is `step`, and kernels launched from autograd's thread (no range open there)
+are in no device range at all. Device time per step and phase is built from the kernels
+themselves (`views.device_phase_times`); a device range gets the step and phase of the host
+range it copies (same "External id").
+
+Lookups are sorted arrays + searchsorted (`intervals`); self times are one sorted sweep: parsing
+is linear in the events, not events x ranges. Timestamps are float64 microseconds: traces that
+write absolute epoch times (~1.7e15 us) keep starts to 0.25 us, durations exactly.
 """
 
 from __future__ import annotations
@@ -36,28 +52,33 @@ import numpy as np
 import pandas as pd
 
 from lmperf.errors import TraceFormatError
-from lmperf.profile.annotate import ATTENTION_RANGES, BACKWARD, FORWARD, LOSS, OPTIMIZER, STEP, WARMUP
+from lmperf.profile import phase_names
+from lmperf.profile.annotate import ATTENTION_RANGES, FORWARD, LOSS, STEP, WARMUP
+from lmperf.profile.intervals import containing, first_containing, innermost, merged
+from lmperf.profile.phase_names import EXPLICIT_LABELS, IMPLICIT_PRIORITY
 
 # Innermost-range labels an op or kernel can get; `phase` folds `loss` into `forward`, as
 # steps.py nests the loss range inside the forward range.
-PHASE_LABELS: tuple[str, ...] = (FORWARD, LOSS, BACKWARD, OPTIMIZER)
+PHASE_LABELS: tuple[str, ...] = EXPLICIT_LABELS
 UNATTRIBUTED = "unattributed"  # a device activity whose launch is not in the trace
 
 _RANGE_CATS = ("user_annotation", "gpu_user_annotation")
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 _DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_END_SLACK_US = 0.005
 
 
 @dataclass
 class Trace:
     """A parsed trace: one DataFrame per kind of event, times in microseconds.
 
-    ranges: record_function ranges. Columns name, pid, tid, start_us, end_us, dur_us,
-        on_device (True for `gpu_user_annotation` copies on a device stream), step (0-based
-        index of the measured step holding the range start, -1 outside), phase (the phase
-        range holding all of it, loss read as forward; missing for step ranges).
+    ranges: record_function ranges. Columns name, pid, tid, start_us, end_us, dur_us, cat,
+        on_device (True for `gpu_user_annotation` copies on a device stream, display only),
+        external_id ("External id": a device copy shares its host range's), label (the phase a
+        host range's name marks, see `phase_names`), step (0-based index of the measured step
+        holding the range start, -1 outside; a device copy: its host range's), phase (the phase
+        range holding all of it, loss read as forward; missing for step ranges; a device copy:
+        its host range's).
     ops: CPU ops (`cpu_op`). Columns name, pid, tid, start_us, end_us, dur_us, self_us
         (dur minus direct cpu_op children on the same thread), depth, phase, phase_range
         (innermost of forward/loss/backward/optimizer), in_step (inside a measured `step`
@@ -73,6 +94,8 @@ class Trace:
         `ProfilerStep#N` ranges when the model was not annotated).
     device_type: "cuda" when the trace holds device activities, else "cpu".
     profiler_steps: the N of each `ProfilerStep#N` range, in order.
+    phase_sources: phase -> the names of the ranges and events that marked it (explicit ranges
+        first), e.g. {"backward": ["## backward ##", "autograd::engine::evaluate_function: *"]}.
     """
 
     path: str
@@ -83,6 +106,7 @@ class Trace:
     n_steps: int
     device_type: str
     profiler_steps: list[int] = field(default_factory=list)
+    phase_sources: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -136,53 +160,6 @@ def _arg(events: list[dict], key: str) -> list:
     return [(e.get("args") or {}).get(key) for e in events]
 
 
-# ---------------------------------------------------------------------------------------------
-# Interval lookups: sorted arrays + searchsorted, O((n + m) log m) per range name.
-
-
-def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint [start, end) intervals covering the same points as the given ones."""
-    if len(starts) == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), bool)
-    new[1:] = s[1:] >= reach[:-1]  # a new group starts past everything before it
-    return s[new], np.maximum.reduceat(e, np.flatnonzero(new))
-
-
-def _containing(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Index into (sorted, disjoint) intervals of the one holding each ts, -1 where none."""
-    if len(starts) == 0:
-        return np.full(len(ts), -1)
-    i = np.searchsorted(starts, ts, side="right") - 1
-    hit = (i >= 0) & (ts < ends[np.clip(i, 0, None)])
-    return np.where(hit, i, -1)
-
-
-def _innermost(ts: np.ndarray, ranges: pd.DataFrame, names: Iterable[str],
-               until: np.ndarray | None = None) -> np.ndarray:
-    """For each ts, the name of the innermost range (latest start) among `names` holding it.
-
-    With `until` (interval ends), the whole interval [ts, until] must lie in the range, up to
-    _END_SLACK_US: Kineto widens device copies of ranges by a nanosecond at each end.
-    """
-    best_start = np.full(len(ts), -np.inf)
-    label = np.full(len(ts), None, dtype=object)
-    for name in names:
-        sel = ranges[ranges["name"] == name]
-        s, e = _merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
-        i = _containing(ts, s, e)
-        if until is not None and len(s):
-            i = np.where(until <= e[np.clip(i, 0, None)] + _END_SLACK_US, i, -1)
-        start = np.where(i >= 0, s[np.clip(i, 0, None)] if len(s) else -np.inf, -np.inf)
-        better = start > best_start
-        label[better] = name
-        best_start = np.maximum(best_start, start)
-    return label
-
-
 @dataclass(frozen=True)
 class _Steps:
     """The measured steps of one timeline (host ranges, or their device copies).
@@ -202,17 +179,17 @@ class _Steps:
     @classmethod
     def of(cls, ranges: pd.DataFrame) -> "_Steps":
         prof = ranges[ranges["name"].str.match(_PROFILER_STEP)]
-        ps, pe = _merged(prof["start_us"].to_numpy(), prof["end_us"].to_numpy())
+        ps, pe = merged(prof["start_us"].to_numpy(), prof["end_us"].to_numpy())
         steps = ranges[ranges["name"] == STEP]
         if not len(steps):
             return cls(ps, pe, ps, pe)
         warm = ranges[ranges["name"] == WARMUP]
-        ws, we = _merged(warm["start_us"].to_numpy(), warm["end_us"].to_numpy())
-        steps = steps[_containing(steps["start_us"].to_numpy(), ws, we) < 0]
-        s, e = _merged(steps["start_us"].to_numpy(), steps["end_us"].to_numpy())
+        ws, we = merged(warm["start_us"].to_numpy(), warm["end_us"].to_numpy())
+        steps = steps[containing(steps["start_us"].to_numpy(), ws, we) < 0]
+        s, e = merged(steps["start_us"].to_numpy(), steps["end_us"].to_numpy())
         if not len(ps):
             return cls(s, e, s, e)
-        j = _containing(s, ps, pe)
+        j = containing(s, ps, pe)
         jj = np.clip(j, 0, None)
         widen = (j >= 0) & (np.bincount(j[j >= 0], minlength=len(ps))[jj] == 1)
         win_s = np.where(widen, np.minimum(s, ps[jj]), s)
@@ -224,28 +201,36 @@ class _Steps:
 
     def index(self, ts: np.ndarray) -> np.ndarray:
         """0-based measured step of each ts, -1 outside every step window."""
-        return _containing(ts, self.win_starts, self.win_ends)
+        return containing(ts, self.win_starts, self.win_ends)
 
     def inside(self, ts: np.ndarray) -> np.ndarray:
         """Whether each ts lies inside a measured step range itself."""
-        return _containing(ts, self.starts, self.ends) >= 0
+        return containing(ts, self.starts, self.ends) >= 0
 
 
 @dataclass(frozen=True)
 class _Attribution:
-    """The host-side ranges that events are placed in, by time (any thread)."""
+    """The host-side ranges and markers that events are placed in, by time (any thread)."""
 
-    host: pd.DataFrame  # CPU-thread user annotations
+    host: pd.DataFrame  # CPU-thread user annotations, with their explicit `label`
+    marks: pd.DataFrame  # implicit markers (phase_names.markers)
     steps: _Steps
 
+    def phase_range(self, ts: np.ndarray, until: np.ndarray | None = None) -> np.ndarray:
+        """The innermost explicit phase range holding each ts (or [ts, until]); where none,
+        the implicit marker of highest priority; None where neither."""
+        explicit = innermost(ts, self.host, EXPLICIT_LABELS, column="label", until=until)
+        implicit = first_containing(ts, self.marks, IMPLICIT_PRIORITY, until=until)
+        return np.where(pd.isna(explicit), implicit, explicit)
+
     def label(self, ts: np.ndarray) -> dict[str, np.ndarray]:
-        phase_range = _innermost(ts, self.host, PHASE_LABELS)
+        phase_range = self.phase_range(ts)
         return {
             "phase": np.where(phase_range == LOSS, FORWARD, phase_range),
             "phase_range": phase_range,
             "in_step": self.steps.inside(ts),
             "step": self.steps.index(ts),
-            "attention": _innermost(ts, self.host, ATTENTION_RANGES),
+            "attention": innermost(ts, self.host, ATTENTION_RANGES),
         }
 
 
@@ -256,8 +241,43 @@ class _Attribution:
 def _ranges(groups: dict[str, list[dict]]) -> pd.DataFrame:
     evs = [e for cat in _RANGE_CATS for e in groups.get(cat, [])]
     df = _base_frame(evs)
-    df["on_device"] = [e["cat"] == "gpu_user_annotation" for e in evs]
+    df["cat"] = [e["cat"] for e in evs]
+    df["on_device"] = df["cat"] == "gpu_user_annotation"
+    df["external_id"] = pd.array(_arg(evs, "External id"), dtype="Int64")
+    df["label"] = [None if dev else phase_names.explicit_phase(n)
+                   for n, dev in zip(df["name"], df["on_device"])]
     return df.sort_values("start_us", kind="stable").reset_index(drop=True)
+
+
+def _marker_events(groups: dict[str, list[dict]], autograd: set[tuple]) -> pd.DataFrame:
+    """cpu_op / python_function events that may be implicit phase markers, with their cat."""
+    evs = [e for cat in ("cpu_op", "python_function") for e in groups.get(cat, [])
+           if phase_names.is_marker_candidate(e, autograd)]
+    df = _base_frame(evs)
+    df["cat"] = [e["cat"] for e in evs]
+    return df
+
+
+def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
+    """Add step and phase to every range: host ranges by time among host ranges; a device copy
+    takes its host range's (matched by External id), as device time says nothing of the step."""
+    ts, end = ranges["start_us"].to_numpy(), ranges["end_us"].to_numpy()
+    step = attr.steps.index(ts)
+    # A range's phase is the innermost phase range that holds all of it (a step holds phases
+    # but is in none).
+    phase = attr.phase_range(ts, until=end)
+    phase = np.where(phase == LOSS, FORWARD, phase)
+    on_dev = ranges["on_device"].to_numpy()
+    if on_dev.any():
+        twin = pd.DataFrame({"step": step, "phase": phase, "id": ranges["external_id"]})[~on_dev]
+        twin = twin.dropna(subset=["id"]).drop_duplicates("id").set_index("id")
+        ids = ranges["external_id"]
+        dev_step = ids.map(twin["step"]).fillna(-1).astype(int).to_numpy()
+        dev_phase = ids.map(twin["phase"]).astype(object).to_numpy()
+        step = np.where(on_dev, dev_step, step)
+        phase = np.where(on_dev, dev_phase, phase)
+    ranges["step"] = step
+    ranges["phase"] = [None if pd.isna(p) else p for p in phase]
 
 
 def _self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -345,25 +365,15 @@ def load_trace(path: str | Path) -> Trace:
     Raises TraceFormatError when the file is unreadable or has no `traceEvents` list.
     """
     path = Path(path)
-    groups = _split(_read_events(path))
+    events = _read_events(path)
+    groups = _split(events)
     ranges = _ranges(groups)
     host = ranges[~ranges["on_device"]]
-    dev = ranges[ranges["on_device"]]
+    autograd = phase_names.autograd_threads(events)
+    marks = phase_names.markers(host, _marker_events(groups, autograd), autograd)
     steps = _Steps.of(host)
-    attr = _Attribution(host, steps)
-
-    # Ranges get their step and phase too; device copies are placed among device copies
-    # (device time lags host time, so host steps would misplace them).
-    ts = ranges["start_us"].to_numpy()
-    on_dev = ranges["on_device"].to_numpy()
-    ranges["step"] = np.where(on_dev, _Steps.of(dev).index(ts), steps.index(ts))
-    # A range's phase is the innermost phase range that holds all of it (a step holds phases
-    # but is in none); device copies are compared with device copies.
-    end = ranges["end_us"].to_numpy()
-    host_phase = _innermost(ts, host, PHASE_LABELS, until=end)
-    dev_phase = _innermost(ts, dev, PHASE_LABELS, until=end)
-    phase = np.where(on_dev, dev_phase, host_phase)
-    ranges["phase"] = np.where(phase == LOSS, FORWARD, phase)
+    attr = _Attribution(host, marks, steps)
+    _place_ranges(ranges, attr)
 
     launches = _launches(groups)
     kernels = _kernels(groups, launches, attr)
@@ -377,4 +387,5 @@ def load_trace(path: str | Path) -> Trace:
         n_steps=len(steps),
         device_type="cuda" if len(kernels) else "cpu",
         profiler_steps=profiler_steps,
+        phase_sources=phase_names.sources(host, marks),
     )
