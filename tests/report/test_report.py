@@ -198,3 +198,33 @@ def test_unknown_format_is_a_spec_error(results, tmp_path):
 
     with pytest.raises(SpecError, match="html, markdown"):
         report(results["bench"], out=tmp_path / "x", format="pdf")
+
+
+def test_only_failed_runs_and_an_unknown_kind(results, tmp_path):
+    """A file whose bench runs all failed still gets its section (plots say why they are
+    missing); a kind no question knows gets a generic section instead of an error."""
+    import json
+
+    from lmperf.results.store import read_records
+
+    failed = [r for r in read_records(results["bench"]) if r["status"] != "ok"]
+    other = dict(read_records(results["attention"])[0], kind="mystery")
+    f = tmp_path / "odd.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in failed + [other]))
+    out = tmp_path / "odd.html"
+    _run("report", str(f), "-o", str(out))
+    page = out.read_text(encoding="utf-8")
+    assert not _parse(page).errors
+    assert "no ok run to draw" in page and 'id="kind-mystery"' in page
+    assert "<img" not in page
+
+
+def test_run_labels_name_what_differs():
+    from lmperf.report.sections import run_labels
+
+    specs = [{"size": "tiny", "context_length": 16, "precision": "fp32", "d_model": 64, "seed": 0},
+             {"size": "mini", "context_length": 16, "precision": "fp32", "d_model": 128, "seed": 1},
+             {"size": "mini", "context_length": 16, "precision": "fp32", "d_model": 128, "seed": 1}]
+    labels = run_labels([{"spec": s} for s in specs])
+    assert labels == ["tiny ctx=16 fp32 seed=0", "mini ctx=16 fp32 seed=1 #1",
+                      "mini ctx=16 fp32 seed=1 #2"]

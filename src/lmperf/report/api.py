@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.errors import LmperfError, SpecError
+from lmperf.report.sections import Section, build_section
 
 FORMATS: tuple[str, ...] = ("html", "markdown")
 DEFAULT_OUT: dict[str, Path] = {"html": Path("results") / "report.html",
@@ -38,11 +39,10 @@ def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[tuple[str, dict
     return records, inputs
 
 
-def build_sections(records: list[dict]) -> list:
+def build_sections(records: list[dict]) -> list[Section]:
     """One `sections.Section` per kind of record (in order of first appearance), plots drawn."""
     from lmperf.core.kinds import build_reports
     from lmperf.report.plots import plots_for
-    from lmperf.report.sections import build_section
 
     sections = []
     for rep in build_reports(records):

@@ -57,7 +57,8 @@ def bench_latency(frame: pd.DataFrame) -> bytes | None:
         ax.set_xticks(contexts, [str(c) for c in contexts])
         ax.minorticks_off()
         _time_axis(ax, rows["step_ms_mean"], rows["step_ms_mean"] + rows["step_ms_std"].fillna(0))
-        ax.set(xlabel="context length T", ylabel="step time, ms (mean ± std)", title=f"mode {mode}")
+        ax.set(xlabel="context length T", ylabel="step time, ms (mean ± std)",
+               title=f"mode {mode}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     return png(fig)
@@ -138,7 +139,8 @@ def profile_shares(records: list[dict]) -> bytes | None:
     ax.set_yticks(ys, [label for label, _ in bars], fontsize=8)
     ax.set_xlim(0, max(1.0, max(left)))
     ax.xaxis.set_major_formatter("{x:.0%}")
-    ax.set(xlabel="share of the phase's operator self time", title="where the time goes, by category")
+    ax.set(xlabel="share of the phase's operator self time",
+           title="where the time goes, by category")
     ax.grid(True, axis="x", alpha=0.3)
     fig.legend(fontsize=8, ncols=min(len(categories), 6), loc="outside lower center")
     return png(fig)

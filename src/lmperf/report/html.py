@@ -12,11 +12,13 @@ from lmperf.report.sections import STATUSES, Plot, Section, Table
 # No network and no script, whatever a record holds: images only as data: URIs, inline styles.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 FAILED = ("oom", "error", "unsupported")  # status words that mark a row as failed
+WIDE_PX = 800  # a figure wider than this takes a row of its own
+WRAP_CHARS = 16  # a text cell longer than this may wrap (a shape, a path); shorter ones never do
 
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2430;
        margin: 0; background: #f6f7f9; }
-header, main { max-width: 1180px; margin: 0 auto; padding: 0 24px; }
+header, main { max-width: 1320px; margin: 0 auto; padding: 0 24px; }
 header { padding-top: 20px; }
 h1 { font-size: 26px; margin: 8px 0 4px; }
 h2 { font-size: 21px; margin: 0 0 6px; border-bottom: 2px solid #d8dde5; padding-bottom: 4px; }
@@ -30,10 +32,11 @@ nav a { margin-right: 14px; }
 a { color: #1f5fbf; text-decoration: none; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 12.5px; margin: 4px 0; }
-th, td { border: 1px solid #dde2ea; padding: 3px 8px; text-align: left; vertical-align: top;
-         white-space: nowrap; }
-th { background: #eef1f5; font-weight: 600; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #dde2ea; padding: 3px 7px; text-align: left; vertical-align: top; }
+td { white-space: nowrap; }
+td.wrap { white-space: normal; min-width: 7em; }
+th { background: #eef1f5; font-weight: 600; white-space: normal; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:nth-child(even) td { background: #fafbfc; }
 td.bad, tr:nth-child(even) td.bad { background: #fde8e8; color: #8a1c1c; font-weight: 600; }
 td.text { white-space: pre-wrap; min-width: 320px; max-width: 760px; }
@@ -42,11 +45,13 @@ td.text div { max-height: 14em; overflow-y: auto; }
          margin-right: 4px; background: #e3f1e6; color: #1f6b33; }
 .badge.bad { background: #fde8e8; color: #8a1c1c; }
 ul.findings li { margin: 3px 0; }
-figure { margin: 10px 0 16px; }
-figure img { max-width: 100%; height: auto; border: 1px solid #e4e8ee; }
+.plots { display: flex; flex-wrap: wrap; gap: 14px 18px; align-items: flex-start; }
+.plots figure { margin: 0; flex: 0 1 auto; max-width: calc(50% - 9px); }
+.plots figure.wide, .plots p.missing { max-width: 100%; flex-basis: 100%; }
+figure img { max-width: 100%; height: auto; border: 1px solid #e4e8ee; display: block; }
 figcaption { color: #556070; font-size: 13px; }
 .missing { color: #8a5a00; background: #fff6e0; padding: 4px 8px; border-radius: 4px; }
-footer { max-width: 1180px; margin: 0 auto 30px; padding: 0 24px; color: #7a8494; font-size: 12px; }
+footer { max-width: 1320px; margin: 0 auto 30px; padding: 0 24px; color: #7a8494; font-size: 12px; }
 """
 
 
@@ -77,6 +82,8 @@ def table_html(table: Table, text_columns: tuple[str, ...] = ()) -> str:
                 cells.append(f'<td class="text"><div>{_e(text)}</div></td>')
             elif col in table.numeric:
                 cells.append(f'<td class="num">{_e(text)}</td>')
+            elif len(text) > WRAP_CHARS:
+                cells.append(f'<td class="wrap">{_e(text)}</td>')
             else:
                 cells.append(f"<td>{_e(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -97,7 +104,10 @@ def plot_html(plot: Plot) -> str:
         return (f'<p class="missing"><strong>{_e(plot.title)}</strong>: '
                 f"{_e(plot.note or 'not drawn')}</p>")
     data = base64.b64encode(plot.png).decode("ascii")
-    return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(plot.title)}">'
+    # Two narrow figures share a row; a wide one (more than 800 px, width from the PNG's IHDR
+    # chunk at bytes 16..20) gets the row to itself.
+    wide = ' class="wide"' if int.from_bytes(plot.png[16:20], "big") > WIDE_PX else ""
+    return (f'<figure{wide}><img src="data:image/png;base64,{data}" alt="{_e(plot.title)}">'
             f"<figcaption>{_e(plot.title)}</figcaption></figure>")
 
 
@@ -112,7 +122,8 @@ def section_html(section: Section, question: str) -> str:
     environment."""
     out = [f'<section id="{anchor(section.kind)}">',
            f"<h2>{_e(section.kind)}: {_e(question)}</h2>",
-           f'<p class="counts">{sum(section.counts.values())} record(s) {badges(section.counts)}</p>']
+           f'<p class="counts">{sum(section.counts.values())} record(s) '
+           f"{badges(section.counts)}</p>"]
     out += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
     if section.tables:
         main = section.tables[0]
@@ -123,11 +134,11 @@ def section_html(section: Section, question: str) -> str:
                    + "</ul>")
     if section.plots:
         out.append("<h3>plots</h3>")
-        out += [plot_html(p) for p in section.plots]
-    if not section.failures.frame.empty:
-        out += [f"<h3>{_e(section.failures.title)}</h3>", table_html(section.failures, ("reason",))]
-    if not section.warnings.frame.empty:
-        out += [f"<h3>{_e(section.warnings.title)}</h3>", table_html(section.warnings, ("warning",))]
+        figures = "\n".join(plot_html(p) for p in section.plots)
+        out.append(f'<div class="plots">{figures}</div>')
+    for extra, text_column in ((section.failures, "reason"), (section.warnings, "warning")):
+        if not extra.frame.empty:
+            out += [f"<h3>{_e(extra.title)}</h3>", table_html(extra, (text_column,))]
     for table in section.tables[1:]:
         out += [f"<h3>{_e(table.title)}</h3>", table_html(table)]
     out += [f"<h3>{_e(section.environment.title)}</h3>", table_html(section.environment)]

@@ -17,15 +17,22 @@ def md(text: object) -> str:
     return " ".join(escape(str(text), quote=False).replace("|", "\\|").split())
 
 
+def _code(text: str) -> str:
+    """A code span (nothing inside is rendered, so no escaping but of the backtick itself)."""
+    return "`" + " ".join(text.replace("`", "'").split()) + "`"
+
+
 def table_md(table: Table) -> str:
     """A Table as a Markdown pipe table with its caption and notes under it."""
     if table.frame.empty:
         return ""
     df = pd.DataFrame({md(c): [md(v) for v in table.frame[c]] for c in table.frame.columns})
-    parts = [df.to_markdown(index=False, disable_numparse=True)]
+    align = ["right" if c in table.numeric else "left" for c in table.frame.columns]
+    parts = [df.to_markdown(index=False, disable_numparse=True, colalign=align)]
     tail = ([f"*{md(table.caption)}*"] if table.caption else []) + [md(n) for n in table.notes]
     if table.hidden_rows:
-        tail.append(f"{table.hidden_rows} more row(s) not shown: `lmperf table FILE` prints them all.")
+        tail.append(f"{table.hidden_rows} more row(s) not shown: `lmperf table FILE` prints "
+                    "them all.")
     if tail:
         parts.append("\n\n".join(tail))
     return "\n\n".join(parts)
@@ -34,7 +41,8 @@ def table_md(table: Table) -> str:
 def section_md(section: Section, question: str, stem: str, folder: Path) -> str:
     """One kind's section; writes its plots as PNG files into `folder`."""
     counts = ", ".join(f"{n} {s}" for s, n in section.counts.items() if n)
-    out = [f"## {md(section.kind)}: {md(question)}", f"{sum(section.counts.values())} record(s): {counts}"]
+    out = [f"## {md(section.kind)}: {md(question)}",
+           f"{sum(section.counts.values())} record(s): {counts}"]
     out += [f"> {md(n)}" for n in section.notes]
     if section.tables:
         out += [f"### {md(section.tables[0].title)}", table_md(section.tables[0])]
@@ -68,7 +76,7 @@ def page_md(path: Path, title: str, sections: list[Section], questions: dict[str
             f"{total} record(s) from {len(inputs)} results file(s); written {md(generated)} by "
             f"lmperf {md(version)}. Every number below was measured in the runs it names.",
             summary.to_markdown(index=False),
-            "\n".join(f"- `{name}`: " + ", ".join(f"{n} {md(k)}" for k, n in kinds.items())
+            "\n".join(f"- {_code(name)}: " + ", ".join(f"{n} {md(k)}" for k, n in kinds.items())
                       for name, kinds in inputs)]
     body = [section_md(s, questions.get(s.kind, s.title), path.stem, path.parent) for s in sections]
     path.write_text("\n\n".join(head + body) + "\n", encoding="utf-8")

@@ -64,7 +64,8 @@ def _attention(report: Report) -> list[Plot]:
               "memory_vs_seq": "attention memory before backward vs sequence length",
               "speedup_vs_seq": "speedup over naive attention"}
     with tempfile.TemporaryDirectory() as tmp:
-        return [Plot(titles.get(p.stem, p.stem), p.read_bytes()) for p in write_plots(report.records, tmp)]
+        paths = write_plots(report.records, tmp)
+        return [Plot(titles.get(p.stem, p.stem), p.read_bytes()) for p in paths]
 
 
 def _numeric_rows(rows: list[dict]):
@@ -74,8 +75,9 @@ def _numeric_rows(rows: list[dict]):
     df = pd.DataFrame(rows)
     for col in df.columns:
         values = df[col].tolist()
-        if df[col].dtype == object and any(v in _NON_FINITE for v in values if isinstance(v, str)) \
-                and all(isinstance(v, (int, float)) or v in _NON_FINITE or v is None for v in values):
+        marked = any(isinstance(v, str) and v in _NON_FINITE for v in values)
+        numbers = all(v is None or isinstance(v, (int, float)) or v in _NON_FINITE for v in values)
+        if marked and numbers:  # a column of numbers with "inf" in it; text columns stay text
             df[col] = [_NON_FINITE.get(v, v) if isinstance(v, str) else v for v in values]
     return df
 
@@ -113,9 +115,9 @@ def _amp(report: Report) -> list[Plot]:
                 module.plot(result, path)
                 plots.append(Plot(title, path.read_bytes()))
             except Exception as exc:  # the record lacks what the plot needs: say so, go on
-                plots.append(Plot(title, None, f"needs the experiment's own run (`lmperf amp {name} "
-                                               f"--plots DIR`): redrawing from the record failed "
-                                               f"({type(exc).__name__}: {exc})"))
+                plots.append(Plot(title, None, f"needs the experiment's own run (lmperf amp "
+                                               f"{name} --plots DIR): redrawing it from the "
+                                               f"record failed ({type(exc).__name__}: {exc})"))
     return plots
 
 

@@ -5,6 +5,7 @@ lay it out, and the plots are drawn by `lmperf.report.plots`."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -13,6 +14,7 @@ import pandas as pd
 from lmperf.core.report import Report, _readable
 
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
+NUMBER_LIKE = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?%?( ± [\d.,]+(e[-+]?\d+)?)?( / [\d.,]+)?|-")
 MAX_ROWS = 60  # rows of a secondary table shown on the page; the rest is in the records
 
 # Spec fields that name a run, in the order a label reads, with their short prefix ("" = bare).
@@ -103,9 +105,13 @@ def readable_table(title: str, df: pd.DataFrame, caption: str = "", notes: list[
     hidden = 0
     if max_rows is not None and len(df) > max_rows:
         hidden, df = len(df) - max_rows, df.head(max_rows)
-    numeric = frozenset(str(c) for c in df.columns if pd.api.types.is_numeric_dtype(df[c])
-                        and not pd.api.types.is_bool_dtype(df[c]))
     shown = _readable(df).astype(str) if not df.empty else df
+    # Right-aligned and never wrapped: numbers, and the display's number-like strings
+    # ("3.26 ± 0.74", "1,411,392", "+40.7%", "-").
+    types = pd.api.types
+    numeric = frozenset(str(c) for c in df.columns
+                        if (types.is_numeric_dtype(df[c]) and not types.is_bool_dtype(df[c]))
+                        or (len(df) and all(NUMBER_LIKE.fullmatch(v) for v in shown[c])))
     shown.columns = [str(c) for c in shown.columns]
     return Table(title, shown.reset_index(drop=True), caption, list(notes or []), numeric, hidden)
 
@@ -122,7 +128,8 @@ def failures_table(records: list[dict], labels: list[str]) -> Table:
         if tail:
             reason += "\nlog tail:\n" + str(tail)
         rows.append({"run": label, "status": r["status"], "reason": reason})
-    return Table("runs that did not finish", pd.DataFrame(rows, columns=["run", "status", "reason"]))
+    frame = pd.DataFrame(rows, columns=["run", "status", "reason"])
+    return Table("runs that did not finish", frame)
 
 
 def warnings_table(records: list[dict], labels: list[str]) -> Table:
