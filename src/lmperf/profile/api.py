@@ -1,5 +1,5 @@
-"""`lmperf.profile(...)`: one run under torch.profiler (or Nsight Systems), tables per phase; a
-Report."""
+"""`lmperf.profile(...)`: one run under torch.profiler (or Nsight Systems), or an existing trace,
+tables per phase; a Report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
+from lmperf.errors import SpecError
 from lmperf.profile.plan import plan_profile
 from lmperf.profile.record import build_report
 
@@ -20,7 +21,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             trace: str | Path | None = None, out: str | Path | None = None,
             inline: bool = False, timeout: float | None = None,
             max_memory_gib: float | None = None, resume: bool = False,
-            progress: bool = False) -> Report:
+            progress: bool = False, from_trace: str | Path | None = None) -> Report:
     """Profile one run of the reference LM (or `model`, "package.module:factory"): `warmup`
     untimed steps, `steps` timed steps without the profiler, then `steps` profiled steps; the
     trace is parsed once into per-phase tables (top operators or kernels, categories, matmul
@@ -32,7 +33,27 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     results/traces/<run>.json. An out-of-memory run is an 'oom' row of the Report, a crash or
     timeout an 'error' row. Raises SpecError / ModelLoadError before anything runs for bad input,
     SweepInterrupted on Ctrl-C.
+
+    `from_trace` (a torch.profiler Chrome trace, .json or .json.gz, from any program) analyses
+    that file instead of running anything: the same tables, steps from its ProfilerStep#N,
+    phases from its annotations (`profile.from_trace`); only `top` applies, no record is
+    written. Raises TraceFormatError for a missing or corrupt file, SpecError when a run
+    option is given with it.
     """
+    if from_trace is not None:
+        given = {name: value for name, value in dict(
+            size=size, model=model, context=context, precision=precision, threads=threads,
+            trace=trace, out=out, timeout=timeout, max_memory_gib=max_memory_gib).items()
+            if value is not None}
+        given |= {name: True for name, on in (("inline", inline), ("resume", resume)) if on}
+        if backend != "torch":
+            given["backend"] = backend
+        if given:
+            raise SpecError(f"from_trace analyses an existing trace; it takes no run options "
+                            f"(got {', '.join(sorted(given))})")
+        from lmperf.profile.from_trace import analyse_trace
+
+        return analyse_trace(from_trace, top=top)
     plan = plan_profile(size=size, model=model, context=context, batch=batch,
                         precision=precision, mode=mode, attention=attention, warmup=warmup,
                         steps=steps, seed=seed, optimizer=optimizer, device=device,

@@ -173,3 +173,50 @@ def classify(name: str) -> str:
         if pattern.search(key):
             return category
     return "other"
+
+
+
+_LAMBDA = re.compile(r"::\{lambda\([^()]*\)#\d+\}|::operator\(\)\(\) const|\{lambda\([^()]*\)#\d+\}")
+_NOISE = ("(anonymous namespace)::", "at::native::", "at::detail::", "at::cuda::", "at::",
+          "c10::", "binary_internal::")
+
+
+def short_name(name: str, depth: int = 2, width: int = 100) -> str:
+    """A demangled kernel name shortened for reading: no leading `void`, no argument list, no
+    `(anonymous namespace)::` / `at::native::` qualifiers or lambda frames, template arguments
+    nested deeper than `depth` and parameter lists inside them written as `…`, at most `width`
+    characters. Names without templates or arguments (`volta_sgemm_128x64_nn`, `aten::mm`) come
+    back unchanged."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    for noise in _NOISE:
+        text = text.replace(noise, "")
+    text = _LAMBDA.sub("", text)
+    out: list[str] = []
+    level = paren = 0
+    for i, ch in enumerate(text):
+        if ch == "(" and level == 0 and paren == 0 and i > 0:
+            break  # the kernel's own argument list
+        if ch in "()" and level > 0:  # a function type or cast inside the template arguments
+            if ch == "(" and paren == 0 and level <= depth:
+                out.append("(…)")
+            paren += 1 if ch == "(" else -1
+            continue
+        if paren > 0:
+            continue
+        if ch == "<":
+            level += 1
+            if level == depth + 1:
+                out.append("<…>")
+            if level > depth:
+                continue
+        elif ch == ">":
+            level -= 1
+            if level >= depth:
+                continue
+        elif level > depth:
+            continue
+        out.append(ch)
+    text = "".join(out).strip()
+    return text if len(text) <= width else text[:width - 1] + "…"

@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmperf.core.command import err, launch_kwargs, run_command
+from lmperf.core.command import emit, err, launch_kwargs, run_command
 from lmperf.core.vocabulary import LAUNCH, add_options, device_defaults
+from lmperf.errors import SpecError
 
 DEFAULT_OUT = Path("results") / "profile.jsonl"
 SPEC_OPTIONS = ("size", "model", "context", "batch", "precision", "attention", "device",
                 "threads", "warmup", "steps", "seed")
+RUN_DESTS = SPEC_OPTIONS + ("mode", "optimizer", "model_context", "backend", "trace", "out") + LAUNCH
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,13 +48,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", type=Path, metavar="FILE",
                    help="where to write the trace (default: results/traces/<run>.json)")
     p.add_argument("--csv", type=Path, metavar="DIR", help="also write every table as CSV into DIR")
-    p.set_defaults(func=cmd_profile)
+    p.add_argument("--from-trace", type=Path, metavar="FILE",
+                   help="analyse an existing torch.profiler trace (.json or .json.gz, from any "
+                        "program, CPU-only or GPU) instead of running: the same tables, steps from "
+                        "its ProfilerStep#N, phases from its annotations; takes --top, --format, "
+                        "--csv only and writes no record")
+    # The run options' defaults, to refuse them next to --from-trace (they would be ignored).
+    p.set_defaults(func=cmd_profile, run_defaults={name: p.get_default(name) for name in RUN_DESTS})
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    """`lmperf profile`: plan, run the job, print the tables and findings, append the record."""
+    """`lmperf profile`: plan, run the job, print the tables and findings, append the record
+    (or, with --from-trace, analyse that trace and print its tables)."""
     from lmperf.profile.api import profile
     from lmperf.profile.record import write_csv
+
+    if args.from_trace is not None:
+        return _from_trace(args)
 
     def produce():
         kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
@@ -68,3 +80,24 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return report
 
     return run_command(args, produce, noun="profile")
+
+
+def _from_trace(args: argparse.Namespace) -> int:
+    """`lmperf profile --from-trace FILE`: the tables of an existing trace; no run, no record."""
+    from lmperf.profile.api import profile
+    from lmperf.profile.record import write_csv
+
+    given = ["--" + name.replace("_", "-") for name, default in args.run_defaults.items()
+             if getattr(args, name) != default]
+    if given:
+        raise SpecError(f"--from-trace analyses an existing trace; {', '.join(given)} "
+                        "appl(ies) to a run")
+    if args.json:
+        raise SpecError("--json prints records and --from-trace writes none; use --format csv "
+                        "or --csv DIR for its tables")
+    report = profile(from_trace=args.from_trace, top=args.top)
+    emit(report, args)
+    if args.csv and report.tables:
+        write_csv({"time per step (ms)": report.frame, **report.tables}, args.csv)
+        err(f"CSV tables in {args.csv}")
+    return 0

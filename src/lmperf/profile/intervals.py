@@ -88,3 +88,41 @@ def first_containing(ts: np.ndarray, ranges: pd.DataFrame, labels: Iterable[str]
         free = (i >= 0) & np.equal(label, None)
         label[free] = name
     return label
+
+
+def self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Self time (dur minus direct children on the same thread) and nesting depth of each op.
+
+    One sweep over ops sorted by (tid, start, -dur): a stack holds the open ancestors; an op
+    whose start is at or past the top's end closes the top. Children are charged to the parent.
+    """
+    n = len(ops)
+    self_us = ops["dur_us"].to_numpy().copy()
+    depth = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return self_us, depth
+    tid_codes = pd.factorize(ops["tid"])[0]  # tids may be ints or strings
+    order = np.lexsort((-ops["dur_us"].to_numpy(), ops["start_us"].to_numpy(), tid_codes))
+    tids = tid_codes[order].tolist()
+    starts = ops["start_us"].to_numpy()[order].tolist()
+    ends = ops["end_us"].to_numpy()[order].tolist()
+    durs = ops["dur_us"].to_numpy()[order].tolist()
+    idx = order.tolist()
+    child_sum = [0.0] * n  # per sorted position
+    stack: list[int] = []  # sorted positions of open ops
+    prev_tid = None
+    depth_sorted = [0] * n
+    for k in range(n):
+        if tids[k] != prev_tid:
+            stack.clear()
+            prev_tid = tids[k]
+        st = starts[k]
+        while stack and st >= ends[stack[-1]]:
+            stack.pop()
+        if stack:
+            child_sum[stack[-1]] += durs[k]
+        depth_sorted[k] = len(stack)
+        stack.append(k)
+    self_us[idx] = np.asarray(durs) - np.asarray(child_sum)
+    depth[idx] = depth_sorted
+    return self_us, depth

@@ -25,7 +25,7 @@ from lmperf.profile.annotate import SCORES, SOFTMAX
 from lmperf.profile.capture import Capture, capture
 from lmperf.profile.classify import classify
 from lmperf.profile.flops import attention_flops
-from lmperf.profile.gemm import describe_gemm
+from lmperf.profile.from_trace import kernel_table
 from lmperf.profile.record import PHASE_TIMES, SIDE_BY_SIDE
 from lmperf.profile.trace import load_trace
 
@@ -117,9 +117,8 @@ def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
     phases = PHASES[spec.mode] + ("step",)
     tables = {}
     for phase in phases:
-        df = views.phase_table(trace, phase, top=top, classify=classify)
-        if trace.device == "cuda":
-            df["gemm"] = [describe_gemm(n) or "" for n in df["name"]]
+        df = (kernel_table(trace, phase, top) if trace.device == "cuda" else
+              views.phase_table(trace, phase, top=top, classify=classify))
         tables[phase] = df
         result.tables.append((f"top {unit}: {phase}", df))
     rollup = pd.concat(

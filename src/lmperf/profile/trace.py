@@ -54,7 +54,7 @@ import pandas as pd
 from lmperf.errors import TraceFormatError
 from lmperf.profile import phase_names
 from lmperf.profile.annotate import ATTENTION_RANGES, FORWARD, LOSS, STEP, WARMUP
-from lmperf.profile.intervals import containing, first_containing, innermost, merged
+from lmperf.profile.intervals import containing, first_containing, innermost, merged, self_times
 from lmperf.profile.phase_names import EXPLICIT_LABELS, IMPLICIT_PRIORITY
 
 # Innermost-range labels an op or kernel can get; `phase` folds `loss` into `forward`, as
@@ -96,6 +96,7 @@ class Trace:
     profiler_steps: the N of each `ProfilerStep#N` range, in order.
     phase_sources: phase -> the names of the ranges and events that marked it (explicit ranges
         first), e.g. {"backward": ["## backward ##", "autograd::engine::evaluate_function: *"]}.
+    device_names: the GPUs the trace's `deviceProperties` names (the machine that recorded it).
     """
 
     path: str
@@ -107,6 +108,7 @@ class Trace:
     device_type: str
     profiler_steps: list[int] = field(default_factory=list)
     phase_sources: dict[str, list[str]] = field(default_factory=dict)
+    device_names: list[str] = field(default_factory=list)
 
     @property
     def device(self) -> str:
@@ -119,17 +121,20 @@ class Trace:
         return int((self.kernels["phase"] == UNATTRIBUTED).sum()) if len(self.kernels) else 0
 
 
-def _read_events(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
+def _read_doc(path: Path) -> tuple[list, dict]:
+    """The trace's events and its other top-level fields (deviceProperties, ...)."""
     try:
+        with open(path, "rb") as f:  # gzip by its magic bytes, whatever the file is called
+            opener = gzip.open if f.read(2) == b"\x1f\x8b" else open
         with opener(path, "rt", encoding="utf-8") as f:
             doc = json.load(f)
-    except (OSError, ValueError) as exc:  # ValueError covers JSONDecodeError and bad gzip
+    except (OSError, ValueError, EOFError) as exc:  # JSONDecodeError, bad or truncated gzip
         raise TraceFormatError(f"cannot read trace {path}: {exc}") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise TraceFormatError(f"{path} is not a Chrome trace: no 'traceEvents' list")
-    return events
+    return events, ({k: v for k, v in doc.items() if k != "traceEvents"}
+                    if isinstance(doc, dict) else {})
 
 
 def _split(events: list[dict]) -> dict[str, list[dict]]:
@@ -147,7 +152,7 @@ def _base_frame(events: Iterable[dict]) -> pd.DataFrame:
     start = np.fromiter((float(e["ts"]) for e in events), float, len(events))
     dur = np.fromiter((float(e.get("dur", 0.0)) for e in events), float, len(events))
     return pd.DataFrame({
-        "name": [e.get("name", "") for e in events],
+        "name": pd.Series([str(e.get("name", "")) for e in events], dtype=object),
         "pid": [e.get("pid") for e in events],
         "tid": [e.get("tid") for e in events],
         "start_us": start,
@@ -280,47 +285,9 @@ def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
     ranges["phase"] = [None if pd.isna(p) else p for p in phase]
 
 
-def _self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Self time (dur minus direct children on the same thread) and nesting depth of each op.
-
-    One sweep over ops sorted by (tid, start, -dur): a stack holds the open ancestors; an op
-    whose start is at or past the top's end closes the top. Children are charged to the parent.
-    """
-    n = len(ops)
-    self_us = ops["dur_us"].to_numpy().copy()
-    depth = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return self_us, depth
-    tid_codes = pd.factorize(ops["tid"])[0]  # tids may be ints or strings
-    order = np.lexsort((-ops["dur_us"].to_numpy(), ops["start_us"].to_numpy(), tid_codes))
-    tids = tid_codes[order].tolist()
-    starts = ops["start_us"].to_numpy()[order].tolist()
-    ends = ops["end_us"].to_numpy()[order].tolist()
-    durs = ops["dur_us"].to_numpy()[order].tolist()
-    idx = order.tolist()
-    child_sum = [0.0] * n  # per sorted position
-    stack: list[int] = []  # sorted positions of open ops
-    prev_tid = None
-    depth_sorted = [0] * n
-    for k in range(n):
-        if tids[k] != prev_tid:
-            stack.clear()
-            prev_tid = tids[k]
-        st = starts[k]
-        while stack and st >= ends[stack[-1]]:
-            stack.pop()
-        if stack:
-            child_sum[stack[-1]] += durs[k]
-        depth_sorted[k] = len(stack)
-        stack.append(k)
-    self_us[idx] = np.asarray(durs) - np.asarray(child_sum)
-    depth[idx] = depth_sorted
-    return self_us, depth
-
-
 def _ops(groups: dict[str, list[dict]], attr: _Attribution) -> pd.DataFrame:
     ops = _base_frame(groups.get("cpu_op", []))
-    ops["self_us"], ops["depth"] = _self_times(ops)
+    ops["self_us"], ops["depth"] = self_times(ops)
     for col, values in attr.label(ops["start_us"].to_numpy()).items():
         ops[col] = values
     return ops
@@ -362,10 +329,19 @@ def _kernels(groups: dict[str, list[dict]], launches: pd.DataFrame, attr: _Attri
 def load_trace(path: str | Path) -> Trace:
     """Parse a Chrome trace JSON (optionally .gz) written by `prof.export_chrome_trace`.
 
-    Raises TraceFormatError when the file is unreadable or has no `traceEvents` list.
+    Raises TraceFormatError when the file is missing, unreadable, has no `traceEvents` list,
+    or holds events that are not Chrome trace events (no numeric ts, not objects, ...).
     """
     path = Path(path)
-    events = _read_events(path)
+    events, meta = _read_doc(path)
+    try:
+        return _parse(path, events, meta)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed event
+        raise TraceFormatError(f"{path} is not a torch.profiler trace: {type(exc).__name__}: "
+                               f"{exc}") from None
+
+
+def _parse(path: Path, events: list, meta: dict) -> Trace:
     groups = _split(events)
     ranges = _ranges(groups)
     host = ranges[~ranges["on_device"]]
@@ -378,6 +354,7 @@ def load_trace(path: str | Path) -> Trace:
     launches = _launches(groups)
     kernels = _kernels(groups, launches, attr)
     profiler_steps = [int(m.group(1)) for n in host["name"] if (m := _PROFILER_STEP.match(n))]
+    devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
     return Trace(
         path=str(path),
         ranges=ranges,
@@ -388,4 +365,5 @@ def load_trace(path: str | Path) -> Trace:
         device_type="cuda" if len(kernels) else "cpu",
         profiler_steps=profiler_steps,
         phase_sources=phase_names.sources(host, marks),
+        device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
     )
