@@ -34,7 +34,7 @@ a { color: #1f5fbf; text-decoration: none; }
 table { border-collapse: collapse; font-size: 12.5px; margin: 4px 0; }
 th, td { border: 1px solid #dde2ea; padding: 3px 7px; text-align: left; vertical-align: top; }
 td { white-space: nowrap; }
-td.wrap { white-space: normal; min-width: 7em; }
+td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 7em; }
 th { background: #eef1f5; font-weight: 600; white-space: normal; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:nth-child(even) td { background: #fafbfc; }

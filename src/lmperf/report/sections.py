@@ -74,11 +74,12 @@ class Section:
 
 def run_labels(records: list[dict]) -> list[str]:
     """A short name per record ("tiny ctx=16 fp32 forward"): the key fields it has, plus every
-    other spec field whose value differs between the records; numbered if two still coincide."""
+    other spec field whose value differs between the records that have it (a field that older
+    records lack does not count); numbered if two names still coincide."""
     specs = [r.get("spec") or {} for r in records]
     keys = list(dict.fromkeys(k for s in specs for k in s))
     varying = [k for k in keys if k not in DERIVED
-               and len({repr(s.get(k)) for s in specs}) > 1]
+               and len({repr(s[k]) for s in specs if k in s}) > 1]
     labels = []
     for spec in specs:
         parts = []
@@ -88,7 +89,7 @@ def run_labels(records: list[dict]) -> list[str]:
             if spec.get(name) not in (None, ""):
                 parts.append(f"{prefix}{spec[name]}")
         key_names = {name for name, _ in KEY_FIELDS}
-        parts += [f"{k}={spec.get(k)}" for k in varying if k not in key_names]
+        parts += [f"{k}={spec[k]}" for k in varying if k not in key_names and k in spec]
         labels.append(" ".join(parts) or "run")
     seen: dict[str, int] = {}
     out = []
