@@ -58,6 +58,7 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     from lmperf.core.launch import cpu_threads
     from lmperf.doctor.registry import CHECKS, NAMES
     from lmperf.results import store
+    from lmperf.runtime import device as dev
     from lmperf.runtime import env as envmod
 
     wanted = _wanted(checks, NAMES)
@@ -67,9 +68,12 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     with tempfile.TemporaryDirectory(prefix="lmperf-doctor-") as tmp:
         scopes = plan_scopes(device, Path(tmp))
         selected = [c for c in CHECKS if c.name in wanted]
+        cuda = scopes["cuda"]
+        rng_devices = [dev.cuda_index(cuda.device)] if isinstance(cuda, Context) else []
         # One CPU thread, as every lmperf command (core.vocabulary's policy): the doctor checks
-        # the configuration the commands run in.
-        with cpu_threads(1):
+        # the configuration the commands run in. The checks seed torch (the workload does):
+        # the caller's random streams are restored afterwards.
+        with cpu_threads(1), torch.random.fork_rng(devices=rng_devices):
             rows = run_checks(selected, scopes, report_row)
     main = scopes["any"]
     env_device = main.device if isinstance(main, Context) else torch.device("cpu")

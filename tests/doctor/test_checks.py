@@ -1,0 +1,267 @@
+"""The doctor's machinery and its CPU checks, one at a time (each runs for real, in a second or
+two); the full doctor runs once, through the CLI, in test_cli.py."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from lmperf.doctor import capjob, environment, numerics, precision, timing, tracing
+from lmperf.doctor.api import plan_scopes
+from lmperf.doctor.checks import Check, Context, fail, ok, run_checks, skip
+from lmperf.errors import SpecError
+from lmperf.runtime import device as dev
+from lmperf.workload.build import Prepared
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Context:
+    return Context(CPU, tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _torch_state():
+    rng, threads = torch.random.get_rng_state(), torch.get_num_threads()
+    yield
+    torch.random.set_rng_state(rng)
+    torch.set_num_threads(threads)
+
+
+# --- the machinery ------------------------------------------------------------------------------------
+
+def test_a_raising_check_is_a_fail_row_with_its_traceback(ctx):
+    def broken(c):
+        raise KeyError("no such thing")
+
+    rows = run_checks([Check("broken", "cpu", broken), Check("fine", "cpu", lambda c: ok("x"))],
+                      {"cpu": ctx})
+    assert [r.outcome.status for r in rows] == ["fail", "ok"]
+    assert rows[0].outcome.result == "KeyError: 'no such thing'"
+    assert "KeyError" in rows[0].as_dict()["traceback"]
+
+
+def test_a_scope_without_context_skips_with_its_reason(ctx):
+    called = []
+    rows = run_checks([Check("gpu thing", "cuda", lambda c: called.append(1) or ok("x"))],
+                      {"cpu": ctx, "cuda": "no CUDA device: a CPU build"})
+    assert rows[0].outcome.status == "skip" and rows[0].outcome.why == "no CUDA device: a CPU build"
+    assert not called
+
+
+def test_background_parts_start_first_and_their_result_reaches_the_check(ctx):
+    order = []
+
+    def start(c):
+        order.append("started")
+        return lambda: 41 + 1
+
+    def run(c):
+        order.append("checked")
+        return ok(str(c.background["bg"].result()))
+
+    rows = run_checks([Check("first", "cpu", lambda c: order.append("first") or ok("")),
+                       Check("bg", "cpu", run, start)], {"cpu": ctx})
+    assert order == ["started", "first", "checked"] and rows[1].outcome.result == "42"
+
+
+def test_a_failing_background_start_is_the_checks_failure(ctx):
+    def start(c):
+        raise OSError("cannot spawn")
+
+    rows = run_checks([Check("bg", "cpu", lambda c: ok(str(c.background["bg"].result())), start)],
+                      {"cpu": ctx})
+    assert rows[0].outcome.status == "fail" and "cannot spawn" in rows[0].outcome.result
+
+
+def test_unknown_status_is_a_bug():
+    with pytest.raises(ValueError):
+        run_checks([Check("odd", "cpu", lambda c: ok("x").__class__("maybe"))],
+                   {"cpu": Context(CPU, Path("."))})
+
+
+def test_plan_on_this_cpu_skips_cuda_with_the_reason(tmp_path):
+    scopes = plan_scopes("auto", tmp_path)
+    assert isinstance(scopes["cpu"], Context) and isinstance(scopes["any"], Context)
+    assert scopes["any"].device == CPU
+    assert scopes["cuda"].startswith("no CUDA device: ")
+
+
+def test_plan_device_cpu_on_a_gpu_machine_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(dev, "cuda_available", lambda: True)
+    assert plan_scopes("cpu", tmp_path)["cuda"] == "--device cpu: CUDA's paths were not asked for"
+
+
+@pytest.mark.parametrize("device", ["cuda", "gpu"])
+def test_plan_refuses_cuda_without_a_gpu_and_unknown_devices(tmp_path, device):
+    with pytest.raises(SpecError):
+        plan_scopes(device, tmp_path)
+
+
+# --- the CPU checks, each for real ----------------------------------------------------------------------
+
+def test_phase_clock_on_the_cpu(ctx):
+    out = timing.check_phase_clock(ctx)
+    assert out.status == "ok", out
+    assert set(out.values["laps_ms"]) == {"forward", "backward", "optimizer"}
+    assert out.values["host_ms"] >= out.values["total_ms"]
+
+
+def _three_phases(state, obs):
+    obs.start()
+    for phase in ("forward", "backward", "optimizer"):
+        sum(range(20_000))  # a few hundred microseconds of work per phase
+        obs.lap(phase)
+
+
+def test_phase_clock_fails_when_the_phases_do_not_sum(ctx, monkeypatch):
+    class Skewed(dev.PhaseClock):
+        def lap(self, phase):
+            super().lap(phase)
+            self.total_ms += 5.0  # a clock whose step is not its phases
+
+    monkeypatch.setattr(timing, "tiny_step", lambda device: Prepared(None, _three_phases, 0))
+    assert timing.check_phase_clock(ctx).status == "ok"
+    monkeypatch.setattr(dev, "PhaseClock", Skewed)
+    out = timing.check_phase_clock(ctx)
+    assert out.status == "fail" and "sum" in out.why
+
+
+def test_cpu_peaks(ctx):
+    out = timing.check_cpu_peaks(ctx)
+    if not dev.PeakMemory(CPU).resettable:
+        assert out.status == "fail"
+        return
+    assert out.status == "ok", out
+    assert out.values["during_mib"] - out.values["before_mib"] >= 100
+
+
+def test_autocast_on_the_cpu(ctx):
+    out = precision.check_autocast(ctx)
+    assert out.status == "ok", out
+    assert out.values["probed"] == len(precision.CPU_EXPECTED)
+
+
+def test_autocast_fails_on_a_wrong_expectation(ctx, monkeypatch):
+    monkeypatch.setattr(precision, "CPU_EXPECTED",
+                        {("softmax", "low"): "runs in fp32 (upcast)"})  # CUDA's rule, not the CPU's
+    out = precision.check_autocast(ctx)
+    assert out.status == "fail" and "softmax(low) under bf16: keeps input dtype" in out.result
+
+
+def test_the_cuda_expectations_come_from_the_documented_lists():
+    expected = precision.cuda_expected()
+    assert expected[("matmul", "fp32")] == "casts to low"
+    assert expected[("softmax", "low")] == "runs in fp32 (upcast)"
+
+
+def test_scaler_disabled(ctx):
+    out = precision.check_scaler_disabled(ctx)
+    assert out.status == "ok", out
+
+
+def test_flash_torch_against_sdpa(ctx):
+    out = numerics.check_flash_torch(ctx)
+    assert out.status == "ok", out
+    assert out.values["fp32"]["max_abs_err"] < 1e-4
+
+
+def test_a_wrong_kernel_fails_the_comparison():
+    def off(q, k, v, causal):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=not causal)
+
+    out = numerics.judged("wrong", {"fp32": numerics.compare_with_sdpa(off, CPU, torch.float32)})
+    assert out.status == "fail"
+
+
+def test_attribution_counts_stray_events():
+    events = pd.DataFrame({"phase": ["forward", "backward", "optimizer", "unattributed", None]})
+    out = tracing.attribution(events, "kernels")
+    assert out.status == "fail" and out.values["stray"] == 2
+    assert tracing.attribution(events.iloc[:3], "kernels").status == "ok"
+    assert tracing.attribution(events.iloc[:0], "kernels").status == "fail"
+
+
+def test_versions(ctx):
+    out = environment.check_versions(ctx)
+    assert out.status == "ok" and torch.__version__ in out.result
+    assert out.values["env"]["device"] == "cpu"
+
+
+def test_peak_table_on_the_cpu(ctx):
+    out = environment.check_peak_table(ctx)
+    assert out.status == "ok" and "no entry for a CPU" in out.result
+
+
+@pytest.mark.parametrize("name, status, fragment", [
+    ("NVIDIA H100 80GB HBM3", "ok", "'H100': bf16 989.4"),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "skip", "MIG slice"),
+    ("NVIDIA GeForce RTX 4090", "skip", "matches no entry"),
+    ("NVIDIA H100 NVL", "ok", "listed without figures"),
+])
+def test_peak_table_for_gpu_names(tmp_path, monkeypatch, name, status, fragment):
+    monkeypatch.setattr(dev, "device_name", lambda device: name)
+    out = environment.check_peak_table(Context(torch.device("cuda"), tmp_path))
+    assert out.status == status and fragment in out.result + out.why
+
+
+def test_nsys_missing_is_a_skip(ctx, monkeypatch):
+    monkeypatch.setenv("PATH", str(ctx.workdir))
+    out = tracing.check_nsys(ctx)
+    assert out.status == "skip" and "not on PATH" in out.why
+
+
+@pytest.mark.parametrize("code, status", [(0, "ok"), (3, "fail")])
+def test_nsys_present_runs_its_version(ctx, monkeypatch, code, status):
+    fake = ctx.workdir / "nsys"
+    fake.write_text(f"#!/bin/sh\necho 'NVIDIA Nsight Systems version 2025.1.1'\nexit {code}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(ctx.workdir))
+    out = tracing.check_nsys(ctx)
+    assert out.status == status
+    if status == "ok":
+        assert "2025.1.1" in out.result
+
+
+@pytest.mark.parametrize("record, status", [
+    ({"status": "oom", "message": "out of memory while allocating 4 GiB: ...",
+      "memory_cap": "process address space capped at 1.5 GiB (RLIMIT_AS)"}, "ok"),
+    ({"status": "error", "message": "the child process died with SIGKILL"}, "fail"),
+    ({"status": "ok", "message": "", "memory_cap": "..."}, "fail"),
+])
+def test_cap_check_reads_the_childs_record(ctx, record, status):
+    done: Future = Future()
+    done.set_result([record])
+    ctx.background["cap"] = done
+    out = capjob.check_cap(ctx, "cap")
+    assert out.status == status, out
+
+
+def test_alloc_job_inline_is_ok_when_it_fits():
+    record = capjob.run_alloc(capjob.AllocSpec(device="cpu", gib=0.01))
+    assert record["status"] == "ok" and record["kind"] == "doctor"
+    assert capjob.AllocSpec.from_dict(capjob.AllocSpec("cpu", 1.0).to_dict()) == capjob.AllocSpec("cpu", 1.0)
+
+
+def test_the_fused_scaler_check_runs_its_logic_on_the_cpu(ctx):
+    # The CUDA check is device-agnostic: on the CPU, GradScaler("cpu") and fused AdamW (torch
+    # >= 2.4) take the same path, so its steps, the skipped inf step and the halving are real.
+    out = precision.check_scaler_fused(ctx)
+    assert out.status == "ok", out
+    assert out.values["scale"][2] == out.values["scale"][1] / 2
+
+
+def test_scaler_fused_skips_without_fused_adamw(tmp_path, monkeypatch):
+    monkeypatch.setattr(dev, "fused_adamw_supported", lambda device: False)
+    out = precision.check_scaler_fused(Context(torch.device("cuda"), tmp_path))
+    assert out.status == "skip"
+
+
+def test_outcome_helpers():
+    assert ok("r", "w", x=1).values == {"x": 1}
+    assert fail("r", "w").status == "fail" and skip("w").result == "-"
