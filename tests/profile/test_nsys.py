@@ -16,6 +16,7 @@ machine (no nsys, no GPU): replace the fixtures with real exports when a GPU wit
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -160,13 +161,17 @@ def test_nsys_not_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 # --- run_nsys with a stand-in nsys -----------------------------------------------------------------
 
 FAKE_NSYS = r'''#!{python}
-"""Stand-in for nsys: `profile` writes <output>.nsys-rep, `stats` prints a fixture as nsys does."""
+"""Stand-in for nsys: `profile` writes <output>.nsys-rep; `stats --help-reports` lists the
+reports this version has (and exits {help_exit}, as some versions do); `stats` exports the report
+to <report>.sqlite as nsys does (refusing a stale one without --force-export=true) and prints a
+fixture of the requested report, or fails for a report this version does not have."""
 import json, os, sys
 from pathlib import Path
 log = Path({log!r})
 with log.open("a") as f:
     f.write(json.dumps({{"argv": sys.argv[1:], "env": os.environ.get("NSYS_NVTX_PROFILER_REGISTER_ONLY")}}) + "\n")
 args = sys.argv[1:]
+reports = {reports!r}
 if args[0] == "profile":
     if {fail!r}:
         sys.exit("failed to start the collection")
@@ -174,7 +179,20 @@ if args[0] == "profile":
     if {write!r}:
         Path(out + ".nsys-rep").write_text("report")
     sys.exit(0)
+if args[:2] == ["stats", "--help-reports"]:
+    print("The following built-in reports are available:\n")
+    for r in reports:
+        print("  " + r + "[:base|:mangled] -- a report")
+    sys.exit({help_exit!r})
 report = next(a.split("=", 1)[1] for a in args if a.startswith("--report="))
+if report not in reports:
+    sys.exit("ERROR: Report '" + report + "' could not be found.")
+rep = Path(args[-1])
+sqlite = rep.with_suffix(".sqlite")
+if "--force-export=true" in args or not sqlite.exists():
+    sqlite.write_text("exported")
+elif sqlite.stat().st_mtime_ns < rep.stat().st_mtime_ns:
+    sys.exit("ERROR: " + str(sqlite) + " File is older than input file " + str(rep))
 filt = [a.split("=", 1)[1] for a in args if a.startswith("--filter-nvtx=")]
 if filt and filt[0] == "loss":
     sys.exit(0)  # a range without kernels: nsys prints no table and exits 0
@@ -182,15 +200,19 @@ print("Processing [run1.sqlite] with [/opt/reports/" + report + ".py]... ")
 print()
 print(Path({data!r}, "nsys_" + report + ".csv").read_text(), end="")
 '''
+NEW_REPORTS = ("cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_trace", "nvtx_sum", "nvtx_kern_sum")
+OLD_REPORTS = ("cudaapisum", "gpukernsum", "gputrace", "nvtxppsum")  # Nsight Systems 2020.x-2021.x
 
 
-def _fake_nsys(tmp_path: Path, fail: bool = False, write: bool = True) -> tuple[str, Path]:
-    home = tmp_path / f"fake-{fail}-{write}"
+def _fake_nsys(tmp_path: Path, fail: bool = False, write: bool = True,
+               reports: tuple[str, ...] = NEW_REPORTS, help_exit: int = 0,
+               data: Path = DATA) -> tuple[str, Path]:
+    home = tmp_path / f"fake-{fail}-{write}-{reports[1]}-{help_exit}"
     log = home / "calls.jsonl"
     exe = home / "bin" / "nsys"
     exe.parent.mkdir(parents=True)
     exe.write_text(FAKE_NSYS.format(python=sys.executable, log=str(log), fail=fail, write=write,
-                                    data=str(DATA)))
+                                    data=str(data), reports=list(reports), help_exit=help_exit))
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return str(exe), log
 
@@ -207,8 +229,16 @@ def test_run_nsys_plumbing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert run.kernels["forward"]["share"].sum() == pytest.approx(1.0)
     assert "forward" in set(run.ranges["range"])
     calls = log.read_text().splitlines()
-    assert len(calls) == len(run.commands) == 1 + 6 + 1
+    assert len(calls) == len(run.commands) == 1 + 1 + 6 + 1  # profile, help-reports, 6 + 1 stats
     assert '"env": "0"' in calls[0]  # the capture range needs unregistered NVTX strings
+    argvs = [json.loads(c)["argv"] for c in calls]
+    assert argvs[1] == ["stats", "--help-reports"]
+    stats = argvs[2:]
+    assert all(a[0] == "stats" for a in stats)
+    # the first export refreshes the SQLite file; the others reuse it
+    assert [("--force-export=true" in a) for a in stats] == [True] + [False] * 6
+    assert [a for a in stats[0] if a.startswith("--report=")] == ["--report=cuda_gpu_kern_sum"]
+    assert [a for a in stats[-1] if a.startswith("--report=")] == ["--report=nvtx_sum"]
 
 
 def test_run_nsys_empty_range_and_failures(tmp_path: Path) -> None:
@@ -223,3 +253,146 @@ def test_run_nsys_empty_range_and_failures(tmp_path: Path) -> None:
     silent, _ = _fake_nsys(tmp_path, write=False)
     with pytest.raises(LmperfError, match="wrote no report"):
         ns.run_nsys(["python", "child.py"], tmp_path / "run3", nsys=silent)
+
+
+# --- the profiled child: phases end on the device inside their NVTX range (finding 3) -----------
+
+def test_nsys_child_synchronises_inside_each_phase_range(tmp_path, monkeypatch):
+    """--filter-nvtx keeps a range's kernels by its CPU start and end: each phase range must
+    drain the device before it closes (and when it opens, for loss inside forward). On the CPU
+    the sync is a no-op, so the order of range and sync calls is what is checked."""
+    import contextlib
+    import json
+
+    import torch
+
+    from lmperf.profile import capture, nsys_child
+    from lmperf.runtime import device as dev
+    from lmperf.workload.spec import RunSpec
+
+    log: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def recording(name):
+        log.append(("push", name))
+        yield
+        log.append(("pop", name))
+
+    monkeypatch.setattr(capture, "annotate", recording)  # what prepare_annotated installs
+    monkeypatch.setattr(dev, "synchronize", lambda device: log.append(("sync", "")))
+    spec = tmp_path / "spec.json"
+    run = RunSpec.from_size("tiny", context_length=16, batch_size=1, warmup=0, steps=2)
+    spec.write_text(json.dumps(run.to_dict()))
+    threads = torch.get_num_threads()
+    try:
+        assert nsys_child.main([str(spec)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    for phase in ("forward", "loss", "backward", "optimizer", "step"):
+        pushes = [i for i, e in enumerate(log) if e == ("push", phase)]
+        pops = [i for i, e in enumerate(log) if e == ("pop", phase)]
+        assert len(pushes) == len(pops) == 2, phase
+        for i, j in zip(pushes, pops):
+            assert log[i + 1] == ("sync", ""), (phase, log[i:j + 1])
+            assert log[j - 1] == ("sync", ""), (phase, log[i:j + 1])
+
+
+def test_synced_annotate_leaves_other_ranges_alone():
+    import contextlib
+
+    from lmperf.profile.nsys_child import SYNCED_RANGES, synced_annotate
+
+    log = []
+
+    @contextlib.contextmanager
+    def rng(name):
+        log.append(f"+{name}")
+        yield
+        log.append(f"-{name}")
+
+    ann = synced_annotate("dev", annotate=rng, sync=lambda d: log.append(f"sync {d}"))
+    with ann("forward"):
+        with ann("computing scores"):
+            log.append("work")
+    assert log == ["+forward", "sync dev", "+computing scores", "work", "-computing scores",
+                   "sync dev", "-forward"]
+    assert set(SYNCED_RANGES) == {"step", "forward", "loss", "backward", "optimizer"}
+
+
+def test_stats_command_force_export_flag() -> None:
+    report = Path("/tmp/run1.nsys-rep")
+    argv = ns.build_stats_command("nsys", report, force_export=True, nvtx_filter="forward")
+    assert "--force-export=true" in argv and argv[-1] == str(report)
+    assert argv.index("--force-export=true") < len(argv) - 1  # an option, before the file
+    assert "--force-export=true" not in ns.build_stats_command("nsys", report)
+
+
+def test_report_names_and_pick() -> None:
+    text = ("The following built-in reports are available:\n\n"
+            "  cuda_gpu_kern_sum[:nvtx-name][:base|:mangled] -- CUDA GPU Kernel Summary\n"
+            "  nvtx_sum -- NVTX Range Summary\n")
+    names = ns.report_names(text)
+    assert {"cuda_gpu_kern_sum", "nvtx_sum"} <= names
+    assert ns.pick_report(names, ns.KERN_SUM_NAMES) == "cuda_gpu_kern_sum"
+    old = ns.report_names("gpukernsum[:base|:mangled] -- CUDA GPU Kernel Summary\nnvtxppsum -- x")
+    assert ns.pick_report(old, ns.KERN_SUM_NAMES) == "gpukernsum"
+    assert ns.pick_report(old, ns.NVTX_SUM_NAMES) == "nvtxppsum"
+    assert ns.pick_report(set(), ns.NVTX_SUM_NAMES) == "nvtx_sum"  # unreadable: the newest
+    # several names on one line (some versions print them so)
+    assert ns.pick_report(ns.report_names("gpukernsum cudaapisum nvtxsum"), ns.NVTX_SUM_NAMES) == "nvtxsum"
+
+
+def _old_format(text: str, label: str) -> str:
+    """A 2022+ report CSV rewritten as Nsight 2020.x-2021.x printed it: `Time(%)`, unit-less
+    Average/Minimum/Maximum, no Med/StdDev/Style columns (gpukernsum.py / nvtxppsum.py)."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    keep = {"Time (%)": "Time(%)", "Total Time (ns)": "Total Time (ns)", "Instances": "Instances",
+            "Avg (ns)": "Average", "Min (ns)": "Minimum", "Max (ns)": "Maximum", label: label}
+    at = [rows[0].index(k) for k in keep]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(list(keep.values()))
+    for row in rows[1:]:
+        writer.writerow([row[i] for i in at])
+    return out.getvalue()
+
+
+def test_run_nsys_with_old_report_names(tmp_path: Path) -> None:
+    """An Nsight Systems that only has gpukernsum / nvtxppsum (and exits 1 after listing its
+    reports, as some versions do): run_nsys asks for those and parses their older CSV."""
+    data = tmp_path / "old-data"
+    data.mkdir()
+    (data / "nsys_gpukernsum.csv").write_text(_old_format(KERN_CSV, "Name"))
+    (data / "nsys_nvtxppsum.csv").write_text(_old_format(NVTX_CSV, "Range"))
+    exe, log = _fake_nsys(tmp_path, reports=OLD_REPORTS, help_exit=1, data=data)
+    run = ns.run_nsys(["python", "child.py"], tmp_path / "run1", nsys=exe)
+    stats = [json.loads(c)["argv"] for c in log.read_text().splitlines()][2:]
+    assert {a for s in stats for a in s if a.startswith("--report=")} == {
+        "--report=gpukernsum", "--report=nvtxppsum"}
+    new = ns.parse_kern_sum_csv(KERN_CSV)
+    got = run.kernels["all"]
+    assert got["name"].tolist() == new["name"].tolist() and got["calls"].tolist() == new["calls"].tolist()
+    assert got["med_us"].isna().all()  # the old report has no median
+    assert run.kernels["forward"]["share"].sum() == pytest.approx(1.0)
+    assert run.ranges.set_index("range").loc["forward", "instances"] == 10
+    assert run.ranges["style"].isna().all()
+
+
+def test_rerun_with_a_stale_sqlite_beside_the_report(tmp_path: Path) -> None:
+    """Profiling again to the same output leaves the first run's .sqlite older than the new
+    .nsys-rep; without --force-export nsys stats stops on it."""
+    exe, _ = _fake_nsys(tmp_path)
+    ns.run_nsys(["python", "child.py"], tmp_path / "run1", nsys=exe)
+    sqlite = tmp_path / "run1.sqlite"
+    assert sqlite.exists()
+    os.utime(sqlite, ns=(1, 1))  # older than any report written after it
+    run = ns.run_nsys(["python", "child.py"], tmp_path / "run1", nsys=exe)
+    assert run.kernels["all"]["calls"].iloc[0] == 241
+    stale = [a for a in run.commands if "--force-export=true" not in a and a[1] == "stats"
+             and a[-1].endswith(".nsys-rep")]
+    with pytest.raises(LmperfError, match="older than input file"):  # what the flag prevents
+        os.utime(sqlite, ns=(1, 1))
+        ns._run(stale[0], None, None)

@@ -25,8 +25,20 @@ column names from the report scripts shipped in `<nsys>/host-linux-x64/reports/`
   pop), not GPU time.
 `--filter-nvtx=<range>[@<domain>][/<index>]` restricts a report to the events inside a range; with
 no index every instance of the range counts (so a `forward` filter over N measured steps sums N
-forward passes). A filter naming a range that does not exist prints no table and exits 0; the
-parsers then return an empty DataFrame.
+forward passes). It filters "using only the start and end times of the matching ranges" (the
+option's text in Nsight's recipe definitions; `--filter-projected-nvtx` is the GPU-projected
+variant recipes have and `nsys stats` has not): NVTX ranges are CPU push-to-pop times, so a
+kernel still running when the CPU pops `forward` falls out of `forward`. The child therefore
+synchronises the device inside each phase range (`nsys_child.synced_annotate`), which makes the
+range's time window hold all of its kernels. A filter naming a range that does not exist prints
+no table and exits 0; the parsers then return an empty DataFrame.
+
+Report names changed in Nsight Systems 2022.x (`gpukernsum` -> `cuda_gpu_kern_sum`, `nvtxppsum`
+/ `nvtxsum` -> `nvtx_sum`): `run_nsys` asks `nsys stats --help-reports` which ones the installed
+version has. `nsys stats` exports the report to SQLite beside it and reuses that file on later
+calls; a `.sqlite` older than a re-profiled `.nsys-rep` makes it stop ("File is older than input
+file"), so the first stats call passes `--force-export=true` (the later ones reuse the fresh
+export instead of re-exporting each time).
 """
 
 from __future__ import annotations
@@ -49,6 +61,9 @@ from lmperf.profile.annotate import BACKWARD, FORWARD, LOSS, OPTIMIZER, STEP
 
 MEASURED_RANGE = "measured"
 KERN_SUM, NVTX_SUM = "cuda_gpu_kern_sum", "nvtx_sum"
+# Each report's names, newest first (Nsight Systems 2022.x and later, then 2020.x-2021.x).
+KERN_SUM_NAMES: tuple[str, ...] = (KERN_SUM, "gpukernsum")
+NVTX_SUM_NAMES: tuple[str, ...] = (NVTX_SUM, "nvtxsum", "nvtxppsum")
 NVTX_ENV = "NSYS_NVTX_PROFILER_REGISTER_ONLY"
 NO_NSYS = "nsys is not on PATH; use --backend torch"
 
@@ -105,13 +120,47 @@ def nvtx_filter(range_name: str, domain: str | None = None, index: int | None = 
 
 
 def build_stats_command(nsys: str, report_path: Path, report: str = KERN_SUM,
-                        nvtx_filter: str | None = None) -> list[str]:
+                        nvtx_filter: str | None = None, force_export: bool = False) -> list[str]:
     """`nsys stats` argv printing the report named `report` of the file `report_path` as CSV on
-    stdout, optionally restricted to an NVTX range (a value built by the function `nvtx_filter`)."""
+    stdout, optionally restricted to an NVTX range (a value built by the function `nvtx_filter`);
+    `force_export` re-exports the report's SQLite file even if one exists (`--force-export=true`)."""
     argv = [nsys, "stats", f"--report={report}", "--format=csv", "--output=-"]
+    if force_export:
+        argv.append("--force-export=true")
     if nvtx_filter:
         argv.append(f"--filter-nvtx={nvtx_filter}")
     return argv + [str(report_path)]
+
+
+def build_help_reports_command(nsys: str) -> list[str]:
+    """`nsys stats --help-reports` argv: lists the reports the installed version has."""
+    return [nsys, "stats", "--help-reports"]
+
+
+_WORD = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def report_names(help_text: str) -> set[str]:
+    """The lower-case words of `nsys stats --help-reports` output, among them every report name
+    ("  cuda_gpu_kern_sum[:nvtx-name][:base|:mangled] -- CUDA GPU Kernel Summary", one per line
+    or several on a line, depending on the version): only membership of known names is asked."""
+    return set(_WORD.findall(help_text))
+
+
+def _help_reports(argv: list[str], timeout_s: float | None) -> str:
+    """stdout + stderr of `nsys stats --help-reports`, whatever its exit status (some versions
+    list the reports and exit 1); empty when it cannot run."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout + proc.stderr
+
+
+def pick_report(available: set[str], names: Sequence[str]) -> str:
+    """The first of `names` (newest first) the installed nsys has; the newest when the list of
+    available reports could not be read."""
+    return next((n for n in names if n in available), names[0])
 
 
 def _table_rows(text: str) -> list[list[str]] | None:
@@ -236,8 +285,9 @@ def run_nsys(child_argv: list[str], output: Path,
              filters: Sequence[str] = (STEP, FORWARD, LOSS, BACKWARD, OPTIMIZER),
              nsys: str | None = None, timeout_s: float | None = None) -> NsysRun:
     """Profile `child_argv` under `nsys profile` (capture = `MEASURED_RANGE`), then export the
-    kernel summary of the whole capture and of each NVTX range in `filters`, and the NVTX range
-    summary. Raises LmperfError when nsys is missing, fails, or writes no report."""
+    kernel summary of the whole capture (re-exporting the report's SQLite file) and of each
+    NVTX range in `filters`, and the NVTX range summary, under the report names the installed
+    nsys has. Raises LmperfError when nsys is missing, fails, or writes no report."""
     nsys = nsys or nsys_path()
     if nsys is None:
         raise LmperfError(NO_NSYS)
@@ -251,12 +301,17 @@ def run_nsys(child_argv: list[str], output: Path,
         raise LmperfError(
             f"nsys wrote no report at {report}: the child never opened the NVTX range "
             f"{MEASURED_RANGE!r}, or NVTX is unavailable in its torch build")
+    commands.append(build_help_reports_command(nsys))
+    available = report_names(_help_reports(commands[-1], timeout_s))
+    kern_sum, nvtx_sum = pick_report(available, KERN_SUM_NAMES), pick_report(available, NVTX_SUM_NAMES)
     kernels: dict[str, pd.DataFrame] = {}
     for name in ("all", *filters):
-        argv = build_stats_command(nsys, report, KERN_SUM, None if name == "all" else nvtx_filter(name))
+        argv = build_stats_command(nsys, report, kern_sum,
+                                   None if name == "all" else nvtx_filter(name),
+                                   force_export=name == "all")  # the first export refreshes
         commands.append(argv)
         kernels[name] = parse_kern_sum_csv(_run(argv, None, timeout_s))
-    argv = build_stats_command(nsys, report, NVTX_SUM)
+    argv = build_stats_command(nsys, report, nvtx_sum)
     commands.append(argv)
     ranges = parse_nvtx_sum_csv(_run(argv, None, timeout_s))
     return NsysRun(report=report, kernels=kernels, ranges=ranges, commands=commands)

@@ -1,9 +1,11 @@
 """`lmperf profile --backend nsys`: the spec under Nsight Systems, tables from nsys's own reports.
 
 The child (`lmperf.profile.nsys_child`) runs warm-up steps, then the measured steps inside the
-NVTX range that nsys's capture range keys on; `nsys stats` then exports the kernel summary of
+NVTX range that nsys's capture range keys on, synchronising the device inside each phase range
+so that a phase's kernels end within its range; `nsys stats` then exports the kernel summary of
 each NVTX range (step, forward, loss, backward, optimizer). nsys sums over every measured step,
-so calls and times are divided by the step count here.
+so calls and times are divided by the step count here. With the syncs inside the ranges, the
+NVTX range table's durations include the phase's device work.
 """
 
 from __future__ import annotations
