@@ -16,6 +16,7 @@ SUMMARIES: dict[str, str] = {
     "attention": "lmperf.attention.report:summary_line",
     "memory": "lmperf.memory.report:summary_line",
     "train": "lmperf.train.report:summary_line",
+    "dist": "lmperf.dist.report:summary_line",
 }
 
 

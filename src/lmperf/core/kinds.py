@@ -14,6 +14,7 @@ REPORT_BUILDERS: dict[str, str] = {
     "train": "lmperf.train.report:build_report",
     "attention": "lmperf.attention.report:build_report",
     "amp": "lmperf.amp.report:build_report",
+    "dist": "lmperf.dist.report:build_report",
     "doctor": "lmperf.doctor.report:build_report",
 }
 

@@ -59,6 +59,17 @@ DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
                  "precision": ["fp32", "bf16-mixed", "bf16-true", "fp16-mixed",
                                "fp16-mixed-noscale", "fp16-true"]},
     },
+    # `lmperf dist` with no arguments ends inside two minutes on a 2-core CPU (gloo, one thread
+    # per rank); on CUDA "local" means every local GPU count from 2 up (comm) and all of them
+    # (train, beside the single-GPU baseline).
+    "dist": {
+        "cpu": {"comm_world_size": [2, 4], "train_world_size": [1, 2],
+                "sizes": ["1KiB", "16KiB", "256KiB", "1MiB", "4MiB", "16MiB"],
+                "size": "tiny", "context": 64, "batch": 4, "warmup": 2, "steps": 5},
+        "cuda": {"comm_world_size": ["local"], "train_world_size": ["local"],
+                 "sizes": ["1MB", "4MB", "16MB", "64MB", "256MB", "1GB"],
+                 "size": "xl", "context": 128, "batch": 4, "warmup": 3, "steps": 10},
+    },
 }
 
 
