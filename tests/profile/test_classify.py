@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.profile.classify import CATEGORIES, RULES, classify, normalize
+from lmperf.profile.classify import CATEGORIES, RULES, classify, normalize, short_name
 
 SEED_COPY = (
     "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast"
@@ -80,6 +80,13 @@ CUDA_CASES = [
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float, "
      "float const*, float const*, float const*, float*, float*, float*)", "normalization"),
     ("triton_per_fused_native_layer_norm_0", "normalization"),
+    # cuDNN batch norm, as the real V100 trace (data/v100_ddp_sgd_5steps.json.gz) names it
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>(cudnnTensorStruct, "
+     "float const*, cudnnTensorStruct, float*, float const*, float const*, float, float, float*, "
+     "float*, float*, float*, float, float)", "normalization"),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float, float, "
+     "float, cudnnTensorStruct, float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, "
+     "float*, float const*, float*, float*, float const*, float const*, float)", "normalization"),
     # reductions (NormTwoOps is grad-norm, not normalization)
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, "
      "float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float>, "
@@ -160,3 +167,29 @@ def test_normalize_autograd_nodes() -> None:
 def test_unknown_is_other() -> None:
     assert classify("indexSelectLargeIndex") == "other"
     assert classify("") == "other"
+
+
+@pytest.mark.parametrize("name, short", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+     "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, Array<char*, 3> >"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, "
+     "float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps"
+     "<float, float, float, float>, unsigned int, float, 4>)",
+     "reduce_kernel<512, 1, ReduceOp<float, MeanOps<…>, unsigned int, float, 4> >"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+     "launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::"
+     "ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::"
+     "{lambda(float)#1}, at::detail::Array<char*, 2> >(int, float, at::detail::Array<char*, 2>)",
+     "vectorized_elementwise_kernel<4, launch_clamp_scalar(…), Array<char*, 2> >"),
+    ("volta_sgemm_128x64_nn", "volta_sgemm_128x64_nn"),
+    ("aten::mm", "aten::mm"),
+])
+def test_short_name(name: str, short: str) -> None:
+    assert short_name(name) == short
+
+
+def test_short_name_width() -> None:
+    long = "void k<" + ", ".join(f"int{i}" for i in range(60)) + ">(int)"
+    out = short_name(long, width=40)
+    assert len(out) == 40 and out.endswith("…") and out.startswith("k<int0, int1")

@@ -53,7 +53,8 @@ The rules, in order (why the order matters is given after each):
  7. attention_softmax  any remaining name with "softmax" (`cunn_SoftMaxForward`,
                    `softmax_warp_forward`, `aten::_softmax`, `aten::_softmax_backward_data`).
  8. normalization  layer/RMS/group/batch/instance norm in any spelling (`vectorized_layer_norm_kernel`,
-                   `aten::native_layer_norm`, `aten::_fused_rms_norm`, `RMSNorm`) and the LayerNorm
+                   `aten::native_layer_norm`, `aten::_fused_rms_norm`, `RMSNorm`, cuDNN's batch norm
+                   `cudnn::bn_fw_tr_1C11_kernel_NCHW` / `bn_bw_1C11_kernel_new`) and the LayerNorm
                    backward helpers (`GammaBetaBackwardCUDAKernel`, `RowwiseMomentsCUDAKernel`,
                    `ComputeInternalGradientsCUDAKernel`, ...). The reference LM's RMSNorm is written
                    as pow/mean/rsqrt/mul, so on that model its time shows as elementwise and
@@ -124,7 +125,7 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
             "addmv", "dot", "vdot", "scaled_mm", "addmm_activation", "int_mm"))),
     ("attention_softmax", re.compile(r"(?i:softmax)")),
     ("normalization", re.compile(
-        r"(?i:(?:layer|rms|group|batch|instance)_?norm)|RowwiseMoments|GammaBetaBackward|"
+        r"(?i:(?:layer|rms|group|batch|instance)_?norm)|(?:^|::)bn_(?:fw|bw)_|RowwiseMoments|GammaBetaBackward|"
         r"ComputeInternalGradients|ComputeGradientFusedParams|ComputeFusedParams|"
         r"Compute1dBackwardFusedParams|cuApplyLayerNorm|cuApplyRMSNorm|cuComputePartGradGammaBeta|"
         r"cuComputeGradGammaBeta|cuComputeGradInput")),

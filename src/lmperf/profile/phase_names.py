@@ -90,13 +90,18 @@ def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = f
     for df in (ranges, events):
         if df.empty:
             continue
-        label = [implicit_phase(n, c, (p, t) in autograd)
-                 for n, c, p, t in zip(df["name"], df["cat"], df["pid"], df["tid"])]
-        keep = np.array([lab is not None for lab in label], dtype=bool)
+        # Vectorised where it is cheap: cpu_op / python_function rows come pre-filtered by
+        # is_marker_candidate (tens of thousands on a real trace), so their cat is their label.
+        on_thread = np.array([(p, t) in autograd for p, t in zip(df["pid"], df["tid"])], bool)
+        if df is events:
+            label = np.where(df["cat"].to_numpy() == "cpu_op", BACKWARD, FORWARD).astype(object)
+        else:
+            label = np.array([implicit_phase(n, c, a) for n, c, a in
+                              zip(df["name"], df["cat"], on_thread)], dtype=object)
+        keep = ~pd.isna(label)
         part = df.loc[keep, ["name", "start_us", "end_us"]].copy()
-        part["label"] = [lab for lab in label if lab is not None]
-        part["autograd_thread"] = [(p, t) in autograd for p, t in
-                                   zip(df.loc[keep, "pid"], df.loc[keep, "tid"])]
+        part["label"] = label[keep]
+        part["autograd_thread"] = on_thread[keep]
         parts.append(part)
     if not parts:
         return pd.DataFrame(columns=["name", "start_us", "end_us", "label", "autograd_thread"])
@@ -108,8 +113,9 @@ def sources(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     explicit = ranges.dropna(subset=["label"]) if "label" in ranges else ranges.iloc[:0]
     for frame in (explicit, marks):
-        for name, label, thread in zip(frame["name"], frame["label"], frame.get(
-                "autograd_thread", pd.Series(False, index=frame.index))):
+        frame = frame.assign(autograd_thread=frame.get("autograd_thread", False))
+        frame = frame.drop_duplicates(["name", "label", "autograd_thread"])
+        for name, label, thread in zip(frame["name"], frame["label"], frame["autograd_thread"]):
             name = AUTOGRAD_THREAD_SOURCE if thread and not name.startswith(_AUTOGRAD) else next(
                 (v for k, v in _SOURCE.items() if name.startswith(k)), name)
             names = out.setdefault(label, [])
