@@ -10,15 +10,17 @@ with the CLI's keyword names and defaults (except `out=None`: records stay in me
     lmperf.amp("accumulate").frame
     lmperf.train(steps=20).frame
     lmperf.attention(attention=["naive", "sdpa"], context=[256]).frame
+    lmperf.report(["results/bench.jsonl", "results/memory.jsonl"], out="report.html")
 
 Each name is the question's package, made callable (see `lmperf._callable`).
 """
 
 __version__ = "0.1.0"
 
-from lmperf import amp, attention, bench, memory, profile, train  # noqa: E402  (callable packages)
+from lmperf import amp, attention, bench, memory, profile, report, train  # noqa: E402  (callable)
 
-__all__ = ["Report", "amp", "attention", "bench", "memory", "profile", "train", "__version__"]
+__all__ = ["Report", "amp", "attention", "bench", "memory", "profile", "report", "train",
+           "__version__"]
 
 
 def __getattr__(name: str) -> object:

@@ -24,7 +24,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["bench", "--size", "huge"], "unknown size 'huge'; accepted: tiny, mini"),
+    (["bench", "--size", "huge"], "unknown size 'huge' in the 2026 edition; accepted: tiny, mini"),
     (["bench", "--precision", "fp8"], "unknown precision 'fp8'; accepted: fp32"),
     (["bench", "--mode", "inference"], "unknown mode 'inference'; accepted: forward"),
     (["bench", "--attention", "flash"], "unknown attention 'flash'; accepted: naive, sdpa"),

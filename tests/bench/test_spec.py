@@ -35,7 +35,7 @@ def test_bad_fields_are_rejected_with_what_is_accepted(field, value, fragment):
 
 
 def test_unknown_size_lists_the_presets():
-    with pytest.raises(SpecError, match="unknown size 'huge'; accepted: tiny, mini"):
+    with pytest.raises(SpecError, match="unknown size 'huge' in the 2026 edition; accepted: tiny, mini"):
         RunSpec.from_size("huge")
 
 

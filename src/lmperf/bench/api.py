@@ -10,6 +10,7 @@ from lmperf.bench.report import build_report
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
+from lmperf.model.presets import DEFAULT_COURSE
 
 
 def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
@@ -18,7 +19,8 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
           mode: Sequence[str] | str = "train-step", attention: Sequence[str] | str = "naive",
           warmup: Sequence[int] | int = 5, steps: int = 10, seed: int = 0,
           optimizer: str = "auto", device: str = "auto", threads: int | None = None,
-          model_context: int = 0, clip: float = 1.0, out: str | Path | None = None,
+          model_context: int = 0, clip: float = 1.0, course: str = DEFAULT_COURSE,
+          out: str | Path | None = None,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
           progress: bool = False) -> Report:
@@ -34,7 +36,7 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     plan = plan_bench(size=size, model=model, context=context, batch=batch, precision=precision,
                       mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
                       optimizer=optimizer, device=device, threads=threads,
-                      model_context=model_context, clip=clip)
+                      model_context=model_context, clip=clip, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if progress:

@@ -9,8 +9,8 @@ from lmperf.core.command import launch_kwargs, run_command
 from lmperf.core.vocabulary import LAUNCH, add_options
 
 DEFAULT_OUT = Path("results") / "bench.jsonl"
-SPEC_OPTIONS = ("size", "model", "context", "batch", "precision", "attention", "device",
-                "threads", "warmup", "steps", "seed")
+SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention",
+                "device", "threads", "warmup", "steps", "seed")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,8 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_options(p, SPEC_OPTIONS + ("out", "format") + LAUNCH,
                 lists=("size", "context", "batch", "precision", "attention", "warmup"),
                 defaults={"warmup": 5, "steps": 10, "out": DEFAULT_OUT},
-                helps={"size": "default: tiny mini on CPU; the course's five sizes on CUDA",
-                       "context": "default: 128 on CPU; 128 256 512 1024 on CUDA",
+                helps={"size": "default: tiny mini on CPU; the --course edition's table on CUDA",
+                       "context": "default: 128 on CPU; on CUDA 512 (2026) or 128 256 512 1024 "
+                                  "(2025)",
                        "precision": "default: fp32 bf16-mixed on CPU; fp32 on CUDA"})
     p.add_argument("--mode", metavar="MODE", nargs="+", default=["train-step"],
                    help=f"what a step does: {', '.join(MODES)}; several values sweep "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
+from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import precision_warnings
 from lmperf.workload.build import check_user_models, resolve_optimizer
@@ -33,20 +34,22 @@ def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = N
                mode: Sequence[str] | str = "train-step",
                attention: Sequence[str] | str = "naive", warmup: Sequence[int] | int = 5,
                steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
-               threads: int | None = None, model_context: int = 0, clip: float = 1.0) -> Plan:
+               threads: int | None = None, model_context: int = 0, clip: float = 1.0,
+               course: str = DEFAULT_COURSE) -> Plan:
     """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
-    Values left None take the device's defaults (core.vocabulary.DEFAULTS). With `model` and no
-    `size`, one shape runs: the first default size. Raises SpecError, or ModelLoadError for a
+    Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
+    `course` edition's sweep). Size names mean the shapes of the `course` edition. With `model`
+    and no `size`, one shape runs: the first default size. Raises SpecError, or ModelLoadError for a
     user model that cannot be built or returns the wrong shape.
     """
     dev_ = dev.resolve_device(device)
-    defaults = device_defaults("bench", dev_.type)
+    defaults = device_defaults("bench", dev_.type, course)
     sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
     fixed = dict(model_context_length=model_context,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
                  device=dev_.type, model=model, threads=resolve_threads(threads, dev_.type),
-                 clip=clip)
+                 clip=clip, course=course)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=as_list(precision) or defaults["precision"],
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),

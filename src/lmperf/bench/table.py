@@ -16,6 +16,7 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
     ("batch_size", "batch"), ("mode", "mode"), ("attention", "attention"),
     ("warmup", "warmup"), ("optimizer", "optimizer"), ("threads", "threads"), ("device", "device"),
+    ("course", "course"),
 )
 
 
@@ -47,6 +48,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "precision": spec.get("precision"), "mode": spec.get("mode"),
             "attention": spec.get("attention"), "warmup": spec.get("warmup"),
             "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
+            "course": spec.get("course", "2025"),  # records before editions were 2025's
             "device": spec.get("device"), "status": r["status"], "message": r.get("message", ""),
         }
         for phase in PHASES:

@@ -114,12 +114,16 @@ def _first(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def _fmt_float(value: float) -> str:
+    """DIGITS significant digits; large numbers in full with thousands separators (13,312 rather
+    than 1.331e+04), tiny ones in scientific notation."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return "-" if math.isnan(value) else str(value)
+    if abs(value) >= 10**DIGITS:
+        return f"{value:,.0f}"
     return f"{value:.{DIGITS}g}"
 
 
-def _readable(df: pd.DataFrame) -> pd.DataFrame:
+def readable(df: pd.DataFrame) -> pd.DataFrame:
     """Floats to DIGITS significant digits (as strings) for text, Markdown and LaTeX."""
     out = df.copy()
     for col in out.columns:
@@ -137,7 +141,7 @@ def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
     for title, df, caption, notes in sections:
         if df.empty:
             continue
-        shown = _readable(df)
+        shown = readable(df)
         if fmt == "markdown":
             body = shown.to_markdown(index=False)
             head = f"#### {title}\n\n" if title else ""

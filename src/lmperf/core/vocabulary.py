@@ -34,21 +34,21 @@ from typing import Callable, Sequence
 # cores). On CUDA the host threads are left as torch sets them. The count is in every record.
 CPU_THREADS = 1
 
-COURSE_SIZES = ["small", "medium", "large", "xl", "2.7B"]
-
 # command -> device type -> option -> default (None elsewhere means "the device's default").
+# On CUDA the defaults of bench, profile and memory follow an edition of the course: see
+# COURSE_DEFAULTS, which override these.
 DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
     "bench": {
         "cpu": {"size": ["tiny", "mini"], "context": [128], "precision": ["fp32", "bf16-mixed"]},
-        "cuda": {"size": COURSE_SIZES, "context": [128, 256, 512, 1024], "precision": ["fp32"]},
+        "cuda": {"precision": ["fp32"]},
     },
     "profile": {
         "cpu": {"size": "mini", "context": 128, "precision": "fp32"},
-        "cuda": {"size": "small", "context": 128, "precision": "fp32"},
+        "cuda": {"precision": "fp32"},
     },
     "memory": {
         "cpu": {"size": "mini", "context": [128, 256, 512], "precision": ["fp32"]},
-        "cuda": {"size": "small", "context": [128, 256, 512, 1024], "precision": ["fp32"]},
+        "cuda": {"precision": ["fp32"]},
     },
     # Sized so that `lmperf train` with no arguments ends well inside two minutes on a 2-core
     # CPU with a loss still falling; on a GPU fp16 is fast, so the fp16 regimes join.
@@ -72,15 +72,41 @@ DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
     },
 }
 
+# course edition -> command -> the CUDA defaults that edition's questions ask for.
+# 2025: benchmarking_script's table (small..2.7B x contexts 128..1024), nsys_profile on small,
+#       memory on small across contexts.
+# 2026: the table at context 512 (the 2026 sizes, optimizer step included: train-step),
+#       nsys_profile on small above context 128, memory_profiling on xl at contexts 128 and 2048.
+COURSE_DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
+    "2025": {
+        "bench": {"size": ["small", "medium", "large", "xl", "2.7B"],
+                  "context": [128, 256, 512, 1024]},
+        "profile": {"size": "small", "context": 128},
+        "memory": {"size": "small", "context": [128, 256, 512, 1024]},
+    },
+    "2026": {
+        "bench": {"size": ["small", "medium", "large", "xl", "10B"], "context": [512]},
+        "profile": {"size": "small", "context": 256},
+        "memory": {"size": "xl", "context": [128, 2048]},
+    },
+}
 
-def device_defaults(command: str, device_type: str) -> dict[str, object]:
-    """The defaults of `command` on a device type ('cpu' or 'cuda')."""
-    return dict(DEFAULTS.get(command, {}).get(device_type, {}))
+
+def device_defaults(command: str, device_type: str, course: str | None = None) -> dict[str, object]:
+    """The defaults of `command` on a device type ('cpu' or 'cuda'); on CUDA the edition
+    `course` (default: the current one) decides the course-shaped sweeps."""
+    from lmperf.model.presets import DEFAULT_COURSE
+
+    defaults = dict(DEFAULTS.get(command, {}).get(device_type, {}))
+    if device_type == "cuda":
+        defaults.update(COURSE_DEFAULTS.get(course or DEFAULT_COURSE, {}).get(command, {}))
+    return defaults
 
 
-def fill_defaults(command: str, device_type: str, values: dict[str, object]) -> dict[str, object]:
+def fill_defaults(command: str, device_type: str, values: dict[str, object],
+                  course: str | None = None) -> dict[str, object]:
     """`values` with every None replaced by the device's default for `command` (if it has one)."""
-    defaults = device_defaults(command, device_type)
+    defaults = device_defaults(command, device_type, course)
     return {k: (defaults.get(k) if v is None else v) for k, v in values.items()}
 
 
@@ -137,8 +163,18 @@ def _attention() -> Sequence[str]:
     return list(NAMES)
 
 
+def _courses() -> Sequence[str]:
+    from lmperf.model.presets import COURSES
+
+    return list(COURSES)
+
+
 OPTIONS: dict[str, Option] = {o.dest: o for o in [
-    Option("--size", "model size preset", metavar="SIZE", choices=_sizes),
+    Option("--size", "model size preset (its shape depends on --course)", metavar="SIZE",
+           choices=_sizes),
+    Option("--course", "the edition of CS336 whose size table and CUDA default sweeps apply "
+                       "(2026: xl = d 2560 / 32 layers, 10B, leaderboard; 2025: xl = d 1600 / "
+                       "48 layers, 2.7B)", choices=_courses, strict=True, default="2026"),
     Option("--model", "your own model: a factory taking lmperf.model.ModelConfig and returning an "
                       "nn.Module mapping token ids (B, T) to logits (B, T, vocab); without --size "
                       "it runs one shape", metavar="PKG.MOD:FACTORY"),

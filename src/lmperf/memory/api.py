@@ -13,6 +13,7 @@ from typing import Sequence
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
+from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.memory.plan import DEFAULT_MODES, estimate_records, plan_memory
 from lmperf.memory.report import build_report
 
@@ -25,7 +26,8 @@ def memory(size: str | None = None, *, model: str | None = None,
            device: str = "auto", threads: int | None = None, model_context: int = 0,
            estimate: bool = False, gib: float | None = None,
            checkpoint: Sequence[int] | int | None = None, snapshot: str | Path | None = None,
-           top: int = 10, plots: str | Path | None = None, out: str | Path | None = None,
+           top: int = 10, course: str = DEFAULT_COURSE, plots: str | Path | None = None,
+           out: str | Path | None = None,
            inline: bool = False, timeout: float | None = None,
            max_memory_gib: float | None = None, resume: bool = False,
            progress: bool = False) -> Report:
@@ -49,7 +51,7 @@ def memory(size: str | None = None, *, model: str | None = None,
                        precision=precision, mode=mode, attention=attention, optimizer=optimizer,
                        warmup=warmup, steps=steps, seed=seed, device=device, threads=threads,
                        model_context=model_context, estimate=estimate, gib=gib,
-                       checkpoint=checkpoint, top=top)
+                       checkpoint=checkpoint, top=top, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if not plan.jobs:  # the estimate: nothing allocated, nothing to launch

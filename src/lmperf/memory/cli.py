@@ -16,7 +16,7 @@ DESCRIPTION = (
     "saves per block, the analytic estimate (--estimate, --gib), activation checkpointing's "
     "trade-off (--checkpoint) and CUDA snapshot summaries (--snapshot). Measurements run in a "
     "child process per precision and analysis. CPU figures are process RSS, never GPU memory.")
-SPEC_OPTIONS = ("size", "model", "context", "batch", "precision", "attention", "device",
+SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention", "device",
                 "threads", "warmup", "steps", "seed")
 
 

@@ -16,6 +16,7 @@ from lmperf.memory.spec import MemorySpec
 from lmperf.results.schema import make_record, to_jsonable
 from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
+from lmperf.runtime.precision import get_regime
 from lmperf.workload.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -117,9 +118,27 @@ def _saved(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]:
             "activation_bytes": rep.total(), "weight_copy_bytes": rep.total("weight copy"),
             "residual_bytes": rep.residual_bytes, "measured_on": rep.device,
             "per_group": rep.group_bytes(), "groups": rep.by_group().to_dict("records"),
-            "square_bytes": _square_bytes(rep, t), "top": rep.top(spec.top).to_dict("records")}}))
+            "square_bytes": _square_bytes(rep, t), "top": rep.top(spec.top).to_dict("records"),
+            "block": _one_block(rep, run, spec.top)}}))
     run = spec.run
     return items, param_count(run.model_config()) if run.model is None else None
+
+
+def _one_block(rep: SavedReport, run: RunSpec, top: int) -> dict | None:
+    """The first Transformer block: its largest saved activations and its gradient bytes (its
+    parameter count times the regime's parameter dtype: gradients take the parameters' dtype).
+    None for a model without named blocks."""
+    blocks = rep.block_bytes()
+    if not blocks:
+        return None
+    name = next(iter(blocks))
+    d, f = run.d_model, run.d_ff
+    params = 4 * d * d + 3 * d * f + 2 * d if run.model is None else None  # q,k,v,o + SwiGLU + 2 norms
+    dtype = get_regime(run.precision).param_dtype
+    return {"name": name, "activation_bytes": blocks[name],
+            "top": rep.top(top, group=name).to_dict("records"), "params": params,
+            "grad_dtype": str(dtype).replace("torch.", ""),
+            "grad_bytes": None if params is None else params * dtype.itemsize}
 
 
 def _square_bytes(rep: SavedReport, t: int) -> int:

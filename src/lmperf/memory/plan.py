@@ -47,7 +47,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
                 batch: int, precision: Sequence[str] | str | None, mode: Sequence[str] | str,
                 attention: str, optimizer: str, warmup: int, steps: int, seed: int, device: str,
                 threads: int | None, model_context: int, estimate: bool, gib: float | None,
-                checkpoint: Sequence[int] | int | None, top: int) -> MemoryPlan:
+                checkpoint: Sequence[int] | int | None, top: int, course: str) -> MemoryPlan:
     """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
     the only ones).
 
@@ -58,7 +58,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
 
     estimate = estimate or gib is not None  # --gib asks a question only the estimate answers
     dev_ = _device(device, estimate)
-    defaults = device_defaults("memory", dev_.type)
+    defaults = device_defaults("memory", dev_.type, course)
     contexts = as_list(context) or list(defaults["context"])
     for t in contexts:
         positive_int("--context", t)
@@ -75,7 +75,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
     if model and (estimate or checkpoint):
         raise SpecError("--estimate and --checkpoint know the reference LM only, not --model")
     base = RunSpec.from_size(
-        size or defaults["size"], context_length=contexts[-1],
+        size or defaults["size"], course, context_length=contexts[-1],
         model_context_length=model_context, batch_size=batch, precision=precisions[0],
         mode="train-step", attention=attention,
         optimizer="fused" if estimate else resolve_optimizer(optimizer, dev_),

@@ -112,6 +112,7 @@ class SavedSummary:
     top: list[dict]
     square_bytes: int | None  # T x T activations (absent in older records)
     estimate: MemoryEstimate | None
+    block: dict | None = None  # the first block: top ops, gradient bytes (absent in older records)
 
     def block_bytes(self) -> dict[str, int]:
         """Activation bytes of each Transformer block (groups named `<list>.<index>`)."""
@@ -131,7 +132,7 @@ def saved(records: list[dict]) -> dict[tuple[str, int], SavedSummary]:
             r["spec"]["precision"], t, s["activation_bytes"], s.get("weight_copy_bytes", 0),
             s.get("residual_bytes", 0), s.get("measured_on", ""), s.get("per_group") or {},
             s.get("groups") or [], s.get("top") or [], s.get("square_bytes"),
-            estimate_for(r, "train-step"))
+            estimate_for(r, "train-step"), s.get("block"))
     return out
 
 

@@ -116,12 +116,15 @@ class SavedReport:
                      "x residual": total / self.residual_bytes if self.residual_bytes else None})
         return pd.DataFrame(rows)
 
-    def top(self, n: int = 10) -> pd.DataFrame:
-        """The `n` largest counted activation storages with their share of all activations."""
+    def top(self, n: int = 10, group: str | None = None) -> pd.DataFrame:
+        """The `n` largest counted activation storages (of one `group`, e.g. "layers.0", or of
+        all) with their share of all activations."""
         df = self.frame()
         if df.empty:
             return df
         df = df[(df["kind"] == "activation") & (df["bytes"] > 0)]
+        if group is not None:
+            df = df[df["group"] == group]
         df = df.sort_values("bytes", ascending=False, kind="stable").head(n)
         total = self.total() or 1
         return pd.DataFrame({"group": df["group"], "module": df["module"], "op": df["op"],

@@ -95,9 +95,20 @@ def saved_section(reports: dict[tuple[str, int], SavedSummary]) -> tuple[Tables,
     groups = (pd.DataFrame(rep.groups) if rep.groups else
               pd.DataFrame([{"group": g, "activations MiB": b / MIB}
                             for g, b in rep.per_group.items()]))
-    return {"saved for backward (activations + autocast weight copies)": pd.DataFrame(rows),
-            f"saved for backward per group: {precision}, context {t}": groups,
-            f"largest saved activations: {precision}, context {t}": pd.DataFrame(rep.top)}, notes
+    tables = {"saved for backward (activations + autocast weight copies)": pd.DataFrame(rows),
+              f"saved for backward per group: {precision}, context {t}": groups,
+              f"largest saved activations: {precision}, context {t}": pd.DataFrame(rep.top)}
+    for (p, ctx), r in reports.items():  # one block at every context: the course's question
+        if r.block and r.block.get("top"):
+            b = r.block
+            tables[f"one block ({b['name']}): largest saved activations, {p}, context {ctx}"] = (
+                pd.DataFrame(b["top"]))
+            if b.get("grad_bytes") is not None:
+                notes.append(f"block {b['name']} at context {ctx} ({p}): saves "
+                             f"{b['activation_bytes'] / MIB:,.1f} MiB of activations; its "
+                             f"{b['params']:,} parameters have {b['grad_bytes'] / MIB:,.1f} MiB of "
+                             f"gradients ({b['grad_dtype']})")
+    return tables, notes
 
 
 def estimate_section(ests: list[tuple[MemoryEstimate, float | None]]) -> tuple[Tables, list[str]]:

@@ -9,27 +9,55 @@ VOCAB_SIZE = 10_000  # the course's BPE vocabulary
 
 @dataclass(frozen=True)
 class Preset:
-    """A model shape: width, feed-forward width, depth and heads."""
+    """A model shape: width, feed-forward width, depth and heads (and a vocabulary when the
+    preset has its own; None: the course's 10k BPE vocabulary)."""
 
     d_model: int
     d_ff: int
     num_layers: int
     num_heads: int
+    vocab_size: int | None = None
 
 
-# The course's sizes (CS336 Assignment 2, Table 1) plus CPU-sized ones for quick runs here.
-PRESETS: dict[str, Preset] = {
+# Sizes for quick runs on a CPU, the same in every edition.
+_CPU_SIZES: dict[str, Preset] = {
     "tiny": Preset(d_model=64, d_ff=256, num_layers=2, num_heads=4),
     "mini": Preset(d_model=128, d_ff=512, num_layers=4, num_heads=4),
     "micro": Preset(d_model=256, d_ff=1024, num_layers=4, num_heads=4),
+}
+_SMALL_TO_LARGE: dict[str, Preset] = {
     "small": Preset(d_model=768, d_ff=3072, num_layers=12, num_heads=12),
     "medium": Preset(d_model=1024, d_ff=4096, num_layers=24, num_heads=16),
     "large": Preset(d_model=1280, d_ff=5120, num_layers=36, num_heads=20),
-    "xl": Preset(d_model=1600, d_ff=6400, num_layers=48, num_heads=25),
-    "2.7B": Preset(d_model=2560, d_ff=10240, num_layers=32, num_heads=32),
-    "10B": Preset(d_model=4608, d_ff=12288, num_layers=50, num_heads=36),
 }
-COURSE_SIZES: tuple[str, ...] = ("small", "medium", "large", "xl", "2.7B")
+_SHAPE_2P7B = Preset(d_model=2560, d_ff=10240, num_layers=32, num_heads=32)
+_SHAPE_10B = Preset(d_model=4608, d_ff=12288, num_layers=50, num_heads=36)
+
+# What the size names mean in each edition of CS336 Assignment 2 (the handout's table of model
+# sizes). 2025: small..2.7B (xl = 1600 wide, 48 layers); 2026 (course release 26.1.1): xl is
+# 2025's 2.7B shape, 2.7B is gone, 10B is in the table, and the leaderboard's model is a preset
+# (Qwen-like vocabulary of 151,936; the leaderboard runs it at context 32,768, batch 2, bf16).
+EDITIONS: dict[str, dict[str, Preset]] = {
+    "2025": {**_CPU_SIZES, **_SMALL_TO_LARGE,
+             "xl": Preset(d_model=1600, d_ff=6400, num_layers=48, num_heads=25),
+             "2.7B": _SHAPE_2P7B, "10B": _SHAPE_10B},
+    "2026": {**_CPU_SIZES, **_SMALL_TO_LARGE, "xl": _SHAPE_2P7B, "10B": _SHAPE_10B,
+             "leaderboard": Preset(d_model=4096, d_ff=11008, num_layers=34, num_heads=32,
+                                   vocab_size=151_936)},
+}
+# The edition a size name means when none is given: the current one. Records written before
+# editions existed were 2025's (`RunSpec.from_dict` reads a missing `course` as "2025").
+DEFAULT_COURSE = "2026"
+COURSES: tuple[str, ...] = tuple(EDITIONS)
+# The sizes of each edition's benchmarking table, in its order.
+COURSE_TABLE: dict[str, tuple[str, ...]] = {
+    "2025": ("small", "medium", "large", "xl", "2.7B"),
+    "2026": ("small", "medium", "large", "xl", "10B"),
+}
+
+# Every name any edition knows (for help texts); a name's shape depends on the edition.
+PRESETS: dict[str, Preset] = {**EDITIONS["2025"], **EDITIONS[DEFAULT_COURSE]}
+COURSE_SIZES: tuple[str, ...] = COURSE_TABLE["2025"]  # kept for older imports: 2025's table
 
 
 @dataclass(frozen=True)
@@ -58,9 +86,15 @@ class ModelConfig:
         return asdict(self)
 
 
-def resolve_preset(name: str) -> Preset:
-    """Look a preset up by name; raises ValueError listing the accepted names."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown size {name!r}; accepted: {', '.join(PRESETS)}") from None
+def resolve_preset(name: str, course: str = DEFAULT_COURSE) -> Preset:
+    """Look a size up in an edition of the course; raises ValueError naming the accepted names
+    (and the edition that has `name`, if another one does)."""
+    if course not in EDITIONS:
+        raise ValueError(f"unknown course edition {course!r}; accepted: {', '.join(COURSES)}")
+    sizes = EDITIONS[course]
+    if name in sizes:
+        return sizes[name]
+    elsewhere = [c for c, table in EDITIONS.items() if name in table]
+    hint = f" (it is a size of the {elsewhere[0]} edition: --course {elsewhere[0]})" if elsewhere else ""
+    raise ValueError(f"unknown size {name!r} in the {course} edition{hint}; accepted: "
+                     f"{', '.join(sizes)}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 # One cell format for every renderer: the HTML page shows the same digits as `lmperf table`.
-from lmperf.core.report import Report, _readable
+from lmperf.core.report import Report, readable
 
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 NUMBER_LIKE = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?%?( ± [\d.,]+(e[-+]?\d+)?)?( / [\d.,]+)?|-")
@@ -106,7 +106,7 @@ def readable_table(title: str, df: pd.DataFrame, caption: str = "", notes: list[
     hidden = 0
     if max_rows is not None and len(df) > max_rows:
         hidden, df = len(df) - max_rows, df.head(max_rows)
-    shown = _readable(df).astype(str) if not df.empty else df
+    shown = readable(df).astype(str) if not df.empty else df
     # Right-aligned and never wrapped: numbers, and the display's number-like strings
     # ("3.26 ± 0.74", "1,411,392", "+40.7%", "-").
     types = pd.api.types

@@ -9,6 +9,7 @@ from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
 from lmperf.errors import ResultsFileError
+from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.train.plan import plan_train
 from lmperf.train.report import build_report
 
@@ -21,7 +22,8 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
           eval_interval: int = 50, eval_batches: int = 8, seed: int = 0,
           data: str | Path | None = None, tokens: str | Path | None = None,
           vocab_size: int | None = None, attention: str = "naive", device: str = "auto",
-          threads: int | None = None, plots: str | Path | None = None,
+          threads: int | None = None, course: str = DEFAULT_COURSE,
+          plots: str | Path | None = None,
           out: str | Path | None = None, inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
           progress: bool = False) -> Report:
@@ -39,7 +41,7 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
                       lr=lr, lr_warmup=lr_warmup, clip=clip, eps=eps,
                       eval_interval=eval_interval, eval_batches=eval_batches, seed=seed,
                       data=data, tokens=tokens, vocab_size=vocab_size, attention=attention,
-                      device=device, threads=threads)
+                      device=device, threads=threads, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if plots is not None:

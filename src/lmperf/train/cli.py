@@ -10,7 +10,7 @@ from lmperf.core.vocabulary import LAUNCH, add_alias, add_options
 
 DEFAULT_OUT = Path("results") / "train.jsonl"
 DEFAULT_PLOTS = Path("results") / "train-plots"
-SPEC_OPTIONS = ("size", "context", "batch", "precision", "attention", "device", "threads",
+SPEC_OPTIONS = ("size", "course", "context", "batch", "precision", "attention", "device", "threads",
                 "steps", "seed")
 TRAIN_OPTIONS = ("lr", "lr_warmup", "clip", "eps", "eval_interval", "eval_batches", "data",
                  "tokens", "vocab_size")

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
-from lmperf.model.presets import VOCAB_SIZE
+from lmperf.model.presets import DEFAULT_COURSE, VOCAB_SIZE
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import precision_warnings
 from lmperf.train.data import BYTE_VOCAB
@@ -37,7 +37,7 @@ def plan_train(*, size: str | None = None, precision: Sequence[str] | str | None
                eval_interval: int = 50, eval_batches: int = 8, seed: int = 0,
                data: str | Path | None = None, tokens: str | Path | None = None,
                vocab_size: int | None = None, attention: str = "naive", device: str = "auto",
-               threads: int | None = None) -> Plan:
+               threads: int | None = None, course: str = DEFAULT_COURSE) -> Plan:
     """Build and check the jobs of `lmperf train` (keywords as its flags).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS["train"]); the
@@ -60,7 +60,7 @@ def plan_train(*, size: str | None = None, precision: Sequence[str] | str | None
                   data=None if data is None else str(data),
                   tokens=None if tokens is None else str(tokens), device=dev_.type,
                   attention=attention, threads=resolve_threads(threads, dev_.type))
-    specs = [TrainSpec.from_size(pick(size, "size"), name, **shared)
+    specs = [TrainSpec.from_size(pick(size, "size"), name, course, **shared)
              for name in dict.fromkeys(names)]
     # The job loads its data itself; checking it here as well makes a bad file one line
     # before anything runs rather than one error row per regime.

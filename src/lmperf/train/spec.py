@@ -9,9 +9,9 @@ from typing import ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.model.attention import ATTENTION
-from lmperf.model.presets import PRESETS, ModelConfig
+from lmperf.model.presets import COURSES, DEFAULT_COURSE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
-from lmperf.validate import check_fields, choice
+from lmperf.validate import check_fields
 
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
@@ -45,6 +45,7 @@ class TrainSpec:
             first-step loss (worse than where it started from random weights) ...
         diverge_bad_grads: ... or when the gradient norm is non-finite this many steps in a row
             (with loss scaling: the scaler skipped every one and could not find a finite scale).
+        course: the edition of CS336 whose size table gave the shape ('2025' or '2026').
     """
 
     kind: ClassVar[str] = "train"
@@ -78,9 +79,11 @@ class TrainSpec:
     threads: int = 0
     diverge_factor: float = 2.0
     diverge_bad_grads: int = 25
+    course: str = DEFAULT_COURSE
 
     def __post_init__(self) -> None:
-        check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION, "device": DEVICES},
+        check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION, "device": DEVICES,
+                                    "course": COURSES},
                      positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
                                "context", "batch", "steps", "eval_interval", "eval_batches",
                                "diverge_bad_grads"),
@@ -102,12 +105,17 @@ class TrainSpec:
             raise SpecError("give either --data (a text file) or --tokens (a token file), not both")
 
     @classmethod
-    def from_size(cls, size: str, precision: str, **overrides: object) -> "TrainSpec":
-        """A spec with the shape of preset `size`; SpecError for an unknown size."""
-        choice("size", size, PRESETS)
-        p = PRESETS[size]
+    def from_size(cls, size: str, precision: str, course: str = DEFAULT_COURSE,
+                  **overrides: object) -> "TrainSpec":
+        """A spec with the shape of `size` in the `course` edition's table (the vocabulary comes
+        from the data, not the preset); SpecError for an unknown size."""
+        try:
+            p = resolve_preset(size, course)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
         return cls(precision=precision, size=size, d_model=p.d_model, num_layers=p.num_layers,
-                   num_heads=p.num_heads, d_ff=p.d_ff, **overrides)  # type: ignore[arg-type]
+                   num_heads=p.num_heads, d_ff=p.d_ff, course=course,
+                   **overrides)  # type: ignore[arg-type]
 
     def model_config(self) -> ModelConfig:
         """The reference LM's configuration (its context length is the training context)."""
@@ -136,7 +144,7 @@ class TrainSpec:
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise SpecError(f"unknown TrainSpec field(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
+        return cls(**{"course": "2025", **data})  # before editions, sizes were 2025's
 
     def label(self) -> str:
         """Short human-readable name for progress lines."""
