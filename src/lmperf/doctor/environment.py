@@ -35,7 +35,8 @@ def check_versions(ctx: Context) -> Outcome:
     commit = captured.get("git_commit")
     result = (f"torch {torch.__version__} ({cuda}), lmperf {lmperf.__version__}, "
               f"Python {captured['python']}, Triton {triton or 'not installed'}"
-              + (f", git {commit[:12]}" if commit else ""))
+              + (f", git {commit[:12]}{'-dirty' if commit.endswith('-dirty') else ''}"
+                 if commit else ""))
     if missing:
         return fail(result, f"env capture lacks {', '.join(missing)}")
     return ok(result, f"every record's env: {len(captured)} fields, JSON-ready",
