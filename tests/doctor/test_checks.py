@@ -265,3 +265,13 @@ def test_scaler_fused_skips_without_fused_adamw(tmp_path, monkeypatch):
 def test_outcome_helpers():
     assert ok("r", "w", x=1).values == {"x": 1}
     assert fail("r", "w").status == "fail" and skip("w").result == "-"
+
+
+def test_cuda_device_row_for_a_mig_slice(tmp_path, monkeypatch):
+    for name, value in {"device_name": "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+                        "cuda_capability": (8, 0), "device_memory_gib": 4.75,
+                        "bf16_supported": True, "fused_adamw_supported": True}.items():
+        monkeypatch.setattr(dev, name, lambda device, v=value: v)
+    out = environment.check_cuda_device(Context(torch.device("cuda"), tmp_path))
+    assert out.status == "ok" and "sm_80" in out.result and "a MIG slice" in out.result
+    assert out.values["mig"] is True

@@ -54,11 +54,13 @@ def check_cuda_device(ctx: Context) -> Outcome:
     total = dev.device_memory_gib(device)
     bf16 = dev.bf16_supported(device)
     fused = dev.fused_adamw_supported(device)
-    result = (f"{name}: sm_{major}{minor}, {total:.1f} GiB, bf16 {'native' if bf16 else 'not native'}"
-              f", fused AdamW {'yes' if fused else 'no'}" + (", a MIG slice" if is_mig(name) else ""))
+    mig = is_mig(name)
+    result = (f"{name}: sm_{major}{minor}, {total:.1f} GiB, bf16 "
+              f"{'native' if bf16 else 'not native'}, fused AdamW {'yes' if fused else 'no'}"
+              + (", a MIG slice" if mig else ""))
     return passed(fused, result, "fused AdamW must run on CUDA (bf16 regimes are unsupported "
                                  "below sm_80)", name=name, capability=f"{major}.{minor}",
-                  memory_gib=total, bf16_native=bf16, mig=is_mig(name))
+                  memory_gib=total, bf16_native=bf16, mig=mig)
 
 
 def check_peak_table(ctx: Context) -> Outcome:
