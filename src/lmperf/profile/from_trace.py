@@ -66,13 +66,13 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
     if phases:
         notes.append("Phases from: " + "; ".join(
             f"{p}: " + ", ".join(repr(n) for n in trace.phase_sources.get(p, []))
-            for p in ("forward", "backward", "optimizer") if trace.phase_sources.get(p)) + ".")
+            for p in PHASE_LABELS if trace.phase_sources.get(p)) + ".")
     else:
         notes.append("No phase annotations (forward/backward/optimizer ranges, autograd nodes, "
                      "Optimizer.step#, module forwards): per-step totals only.")
     tables: dict[str, pd.DataFrame] = {}
     per_step = step_table(trace)
-    tables[PHASE_TABLE] = phase_table(trace, phases)
+    tables[PHASE_TABLE] = phase_times(trace, phases)
     for phase in phases + [STEP]:
         if gpu:
             tables[f"top kernels: {phase}"] = kernel_table(trace, phase, top)
@@ -138,7 +138,7 @@ def step_table(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def phase_table(trace: Trace, phases: list[str]) -> pd.DataFrame:
+def phase_times(trace: Trace, phases: list[str]) -> pd.DataFrame:
     """Per phase (and the whole step), means over the steps in ms: cpu_range_ms (the host
     ranges named after the phase; NaN where the trace has none), cpu_ops_ms (self time of the
     operators in the phase, every thread), and on a GPU trace gpu_span_ms, gpu_busy_ms,
