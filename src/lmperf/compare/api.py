@@ -12,6 +12,8 @@ from lmperf.core.report import Report
 from lmperf.errors import SpecError
 from lmperf.measure.compare import LEVEL, MIN_EFFECT, RESAMPLES
 
+MAX_LOAD = 1.0  # load per CPU above which a CPU timing is not trusted (see compare.records)
+
 Source = str | Path | Sequence[dict]
 
 
@@ -28,7 +30,9 @@ def _load(source: Source) -> tuple[list[dict], str]:
     return records, "the records given"
 
 
-def _check(level: float, min_effect: float, resamples: int) -> None:
+def _check(level: float, min_effect: float, resamples: int, max_load: float | None) -> None:
+    if max_load is not None and not max_load > 0:
+        raise SpecError(f"--max-load must be positive, got {max_load:g}")
     if not 0.5 <= level < 1.0:
         raise SpecError(f"--confidence must be in [0.5, 1), got {level:g}")
     if min_effect < 0:
@@ -40,8 +44,8 @@ def _check(level: float, min_effect: float, resamples: int) -> None:
 def compare(base: Source, new: Source | None = None, *,
             by: Sequence[str] | None = None, ignore: Sequence[str] = (),
             kind: str | None = None, confidence: float = LEVEL,
-            min_effect: float = MIN_EFFECT * 100, resamples: int = RESAMPLES,
-            seed: int = 0) -> Report:
+            min_effect: float = MIN_EFFECT * 100, max_load: float | None = MAX_LOAD,
+            resamples: int = RESAMPLES, seed: int = 0) -> Report:
     """Compare NEW with BASE, phase by phase.
 
     Args:
@@ -52,14 +56,16 @@ def compare(base: Source, new: Source | None = None, *,
         kind: only records of this kind.
         confidence: level of the bootstrap intervals (0.95).
         min_effect: smallest change, in percent, reported as slower or faster (5).
+        max_load: a change seen when a CPU run of either side started with a 1-minute load
+            average above this many per CPU is 'inconclusive' instead (1.0; None: never).
         resamples, seed: of the bootstrap (seeded: the same inputs give the same report).
 
     Returns a Report whose frame has one row per matched spec x timed phase: medians, the ratio
-    NEW/BASE, its interval and a verdict ('slower', 'faster', 'no significant change', 'too few
-    samples'). Specs found on one side only, or not ok, are in its 'not compared' table. Raises
+    NEW/BASE, its interval and a verdict ('slower', 'faster', 'no significant change',
+    'inconclusive', 'too few samples'). Specs found on one side only, or not ok, are in its 'not compared' table. Raises
     SpecError for bad input, ResultsFileError for an unreadable file.
     """
-    _check(confidence, min_effect, resamples)
+    _check(confidence, min_effect, resamples, max_load)
     base_records, base_name = _load(base)
     new_records, new_name = _load(new) if new is not None else (base_records, base_name)
     if kind is not None:
@@ -85,4 +91,5 @@ def compare(base: Source, new: Source | None = None, *,
     check_fields(base_records + new_records, ignore, "--ignore")
     matches, unmatched = match(base_records, new_records, drop, labels)
     return build_report(matches, unmatched, labels=labels, level=confidence,
-                        min_effect=min_effect / 100, resamples=resamples, seed=seed)
+                        min_effect=min_effect / 100, resamples=resamples, seed=seed,
+                        max_load=max_load)

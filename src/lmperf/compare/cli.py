@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-effect", type=float, default=MIN_EFFECT * 100, metavar="PCT",
                    help="smallest change in percent called slower or faster, on top of the "
                         f"interval excluding 1 (default: {MIN_EFFECT * 100:g})")
+    p.add_argument("--max-load", type=float, default=1.0, metavar="L",
+                   help="a change seen when a CPU run started with a 1-minute load average above "
+                        "L per CPU is 'inconclusive', not slower/faster; 'inf' turns this off "
+                        "(default: 1.0)")
     p.add_argument("--fail-above", type=float, default=None, metavar="PCT",
                    help=f"exit with code {EXIT_SLOWER} when a phase is 'slower' by more than PCT "
                         "percent (for CI jobs)")
@@ -59,6 +63,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     new = args.files[1] if len(args.files) == 2 else None
     report = compare(args.files[0], new, by=args.by, ignore=args.ignore, kind=args.kind,
                      confidence=args.confidence, min_effect=args.min_effect,
+                     max_load=None if args.max_load == float("inf") else args.max_load,
                      resamples=args.resamples, seed=args.seed)
     emit(report, args)
     if args.fail_above is None:
@@ -69,6 +74,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         err(f"slower: {row['phase']} of {spec_label(row, columns) or row['kind']}: "
             f"{row['change_pct']:+.1f}% (ratio {row['ratio']:.3f} "
             f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}])")
+    unsure = report.frame[report.frame["verdict"] == "inconclusive"] if len(report.frame) else []
+    if len(unsure):
+        err(f"warning: {len(unsure)} phase(s) inconclusive (machine loaded): not counted by "
+            "--fail-above")
     if len(bad):
         err(f"--fail-above {args.fail_above:g}: {len(bad)} phase(s) slower by more than "
             f"{args.fail_above:g}%; exit code {EXIT_SLOWER}")

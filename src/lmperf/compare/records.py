@@ -91,3 +91,17 @@ def load_average(record: dict) -> float | None:
     """The 1-minute load average captured with the record, if any."""
     value = (record.get("env") or {}).get("load_average_1m")
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def load_per_cpu(record: dict) -> float | None:
+    """The 1-minute load average per CPU when a CPU run started (None on CUDA, where the timings
+    are GPU time, or when the record has no load or CPU count). Above 1 the machine had more
+    runnable threads than cores (the run's own included): a CPU timing then measures the
+    neighbours too. Measured on a 2-core machine: runs that started above 1.5 per CPU were all
+    1.2-3.3x slower than the same spec on a quiet machine."""
+    env = record.get("env") or {}
+    device = env.get("device") or (record.get("spec") or {}).get("device")
+    load, cpus = load_average(record), env.get("cpu_count")
+    if device != "cpu" or load is None or not isinstance(cpus, int) or cpus <= 0:
+        return None
+    return load / cpus

@@ -11,11 +11,11 @@ import pandas as pd
 from lmperf.compare import records as rec
 from lmperf.compare.match import Match, Unmatched
 from lmperf.core.report import Report, caption_axes
-from lmperf.measure.compare import (FASTER, SAME, SLOWER, TOO_FEW, RatioEstimate,
+from lmperf.measure.compare import (FASTER, INCONCLUSIVE, SAME, SLOWER, TOO_FEW, RatioEstimate,
                                     compare_samples, seed_for)
 
 STAT_COLUMNS = ("phase", "base_n", "new_n", "base_median_ms", "new_median_ms", "ratio", "ci_low",
-                "ci_high", "change_pct", "verdict")
+                "ci_high", "change_pct", "verdict", "base_load_per_cpu", "new_load_per_cpu")
 # Spec fields that follow from the others shown (a preset's shape follows from its size): left
 # out of the displayed table when they add nothing, kept in the frame.
 DERIVED = ("d_model", "num_layers", "num_heads", "d_ff", "model_context_length")
@@ -26,18 +26,28 @@ def _scalar(value: object) -> object:
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
+def _max_load(records: list[dict]) -> float:
+    values = [x for r in records if (x := rec.load_per_cpu(r)) is not None]
+    return max(values) if values else math.nan
+
+
 def phase_rows(matches: list[Match], *, level: float, min_effect: float, resamples: int,
-               seed: int) -> tuple[list[dict], list[tuple[Match, str]]]:
+               seed: int, max_load: float | None) -> tuple[list[dict], list[tuple[Match, str]]]:
     """(one row per matched spec x phase with samples on both sides, (match, reason) of specs
-    or phases that could not be compared)."""
+    or phases that could not be compared). A 'slower' or 'faster' verdict becomes
+    'inconclusive' when a run of either side started with more than `max_load` load per CPU."""
     rows, skipped = [], []
     for m in matches:
-        base_phases: dict[str, list[float]] = {}
-        new_phases: dict[str, list[float]] = {}
+        loads = _max_load(m.base), _max_load(m.new)
+        loaded = max_load is not None and any(x > max_load for x in loads if x == x)
+        # phase -> one group of samples per ok record (several runs of a spec are pooled,
+        # and resampled run by run: see lmperf.measure.compare)
+        base_phases: dict[str, list[list[float]]] = {}
+        new_phases: dict[str, list[list[float]]] = {}
         for side, pooled in ((m.base, base_phases), (m.new, new_phases)):
-            for r in side:  # several ok records of one spec: their samples are pooled
+            for r in side:
                 for phase, xs in rec.timed_phases(r).items():
-                    pooled.setdefault(phase, []).extend(xs)
+                    pooled.setdefault(phase, []).append(xs)
         if not base_phases and not new_phases:
             skipped.append((m, f"{m.kind} records carry no raw timing samples"))
             continue
@@ -50,8 +60,11 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
             est = compare_samples(base_phases[phase], new_phases[phase], level=level,
                                   min_effect=min_effect, resamples=resamples,
                                   seed=seed_for(label, seed))
-            rows.append({"kind": m.kind, **{k: _scalar(v) for k, v in m.spec.items()},
-                         **_stat_row(phase, est)})
+            row = _stat_row(phase, est)
+            if loaded and est.verdict in (SLOWER, FASTER):
+                row["verdict"] = INCONCLUSIVE
+            row["base_load_per_cpu"], row["new_load_per_cpu"] = loads
+            rows.append({"kind": m.kind, **{k: _scalar(v) for k, v in m.spec.items()}, **row})
     return rows, skipped
 
 
@@ -139,6 +152,9 @@ def make_display(level: float):
             for r, lo, hi in zip(df["ratio"], df["ci_low"], df["ci_high"])]
         out["change"] = [_fmt(x, "+.1f") + ("%" if x == x else "") for x in df["change_pct"]]
         out["verdict"] = df["verdict"]
+        if (df["verdict"] == INCONCLUSIVE).any():
+            out["load/CPU"] = [f"{_fmt(b, '.2f')} / {_fmt(n, '.2f')}"
+                               for b, n in zip(df["base_load_per_cpu"], df["new_load_per_cpu"])]
         return out, "; ".join(p for p in (caption, "medians of the raw samples") if p), []
 
     return display
@@ -146,7 +162,8 @@ def make_display(level: float):
 
 def counts_sentence(verdicts: Sequence[str]) -> str:
     """'2 slower, 1 faster, 29 no significant change' (only the verdicts present)."""
-    parts = [f"{sum(v == name for v in verdicts)} {name}" for name in (SLOWER, FASTER, SAME, TOO_FEW)]
+    parts = [f"{sum(v == name for v in verdicts)} {name}"
+             for name in (SLOWER, FASTER, SAME, INCONCLUSIVE, TOO_FEW)]
     return ", ".join(p for p in parts if not p.startswith("0 "))
 
 
@@ -161,6 +178,13 @@ def not_compared_frame(unmatched: list[Unmatched], skipped: list[tuple[Match, st
                           "reason": reason} for side, kind, spec, reason in rows])
 
 
+def _short(value: object) -> str:
+    """Environment values for a sentence: a git commit by its first 10 characters."""
+    text = str(value)
+    head, dirty = (text[:-6], "-dirty") if text.endswith("-dirty") else (text, "")
+    return (head[:10] + dirty) if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else text
+
+
 def _env_findings(matches: list[Match], labels: tuple[str, str]) -> list[str]:
     """Warnings for environment fields that differ between the sides, and where the code
     versions and the machine's load stood."""
@@ -171,8 +195,8 @@ def _env_findings(matches: list[Match], labels: tuple[str, str]) -> list[str]:
             b = [rec.env_values(r, fields) for r in m.base]
             n = [rec.env_values(r, fields) for r in m.new]
             for f in fields:
-                bv = {str(e[f]) for e in b if f in e}
-                nv = {str(e[f]) for e in n if f in e}
+                bv = {_short(e[f]) for e in b if f in e}
+                nv = {_short(e[f]) for e in n if f in e}
                 if bv and nv and bv != nv:
                     seen = differ.setdefault(f, (set(), set()))
                     seen[0].update(bv)
@@ -193,14 +217,14 @@ def _env_findings(matches: list[Match], labels: tuple[str, str]) -> list[str]:
 
 def build_report(matches: list[Match], unmatched: list[Unmatched], *,
                  labels: tuple[str, str] = ("BASE", "NEW"), level: float, min_effect: float,
-                 resamples: int, seed: int) -> Report:
+                 resamples: int, seed: int, max_load: float | None = 1.0) -> Report:
     """The comparison Report. frame: one row per matched spec x phase (kind, the spec fields
     that identify it, then phase, base_n, new_n, base_median_ms, new_median_ms, ratio = NEW/BASE,
     ci_low, ci_high, change_pct, verdict); tables: 'throughput and memory' (tokens/s, peak MiB
     per matched spec), 'not compared' (what was not, and why); records: the rows of all three
     as dicts with a 'table' field (for --json)."""
     rows, skipped = phase_rows(matches, level=level, min_effect=min_effect,
-                               resamples=resamples, seed=seed)
+                               resamples=resamples, seed=seed, max_load=max_load)
     frame = pd.DataFrame(rows)
     all_specs = pd.DataFrame([{k: _scalar(v) for k, v in s.items()}
                               for s in [m.spec for m in matches] + [u.spec for u in unmatched]])
@@ -208,9 +232,8 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
     tables = {}
     if (throughput := pd.DataFrame(throughput_rows(matches))).shape[0]:
         cols = spec_columns(throughput)
-        keep = [c for c in cols if c == "kind" and throughput[c].nunique() > 1 or c in vary]
-        tables["throughput and memory"] = throughput[keep + [c for c in throughput.columns
-                                                             if c not in cols]]
+        tables["throughput and memory"] = throughput[_varying(throughput, cols)
+                                                     + [c for c in throughput.columns if c not in cols]]
     if unmatched or skipped:
         tables["not compared"] = not_compared_frame(unmatched, skipped, vary)
     findings = [f"NEW/BASE is the ratio of the medians of the raw samples of each phase "
@@ -221,6 +244,12 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
         n_specs = len(frame[spec_columns(frame)].astype(str).drop_duplicates())
         findings.append(f"{len(rows)} phase(s) of {n_specs} matched spec(s): "
                         f"{counts_sentence(frame['verdict'].tolist())}")
+    if rows and (frame["verdict"] == INCONCLUSIVE).any():
+        findings.append(f"warning: {(frame['verdict'] == INCONCLUSIVE).sum()} phase(s) changed "
+                        f"but are 'inconclusive': a run of one side started with a load above "
+                        f"{max_load:g} per CPU, and other processes slow CPU timings down by up "
+                        "to several times; re-run on a quiet machine, or interleave BASE and NEW "
+                        "runs and give several runs per side")
     if unmatched or skipped:
         findings.append(f"{len(unmatched) + len(skipped)} spec(s) or phase(s) not compared "
                         "(see 'not compared')")

@@ -35,7 +35,8 @@ RESAMPLES = 2000      # bootstrap resamples per comparison
 MIN_SAMPLES = 3       # fewer samples on a side: no interval, no verdict
 
 SLOWER, FASTER, SAME, TOO_FEW = "slower", "faster", "no significant change", "too few samples"
-VERDICTS: tuple[str, ...] = (SLOWER, FASTER, SAME, TOO_FEW)
+INCONCLUSIVE = "inconclusive"  # a change was seen, but the machine was too loaded to trust it
+VERDICTS: tuple[str, ...] = (SLOWER, FASTER, SAME, INCONCLUSIVE, TOO_FEW)
 
 
 @dataclass(frozen=True)
@@ -63,25 +64,58 @@ def seed_for(label: str, seed: int = 0) -> list[int]:
     return [int(seed), zlib.crc32(label.encode("utf-8"))]
 
 
-def median_ratio_ci(base: Sequence[float], new: Sequence[float], *, level: float = LEVEL,
-                    resamples: int = RESAMPLES, seed: int | Sequence[int] = 0
-                    ) -> tuple[float, float, float]:
-    """(ratio, low, high): median(new) / median(base) and its percentile-bootstrap interval at
-    confidence `level`. Raises ValueError for empty samples or a non-positive base median."""
-    b = np.asarray(base, dtype=float)
-    n = np.asarray(new, dtype=float)
-    if b.size == 0 or n.size == 0:
+Groups = Sequence[Sequence[float]]
+
+
+def _bootstrap_medians(groups: Groups, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples,) medians of bootstrap resamples of one side.
+
+    One group: resample its samples with replacement. Several groups (separate runs of one spec,
+    or rounds): resample the groups, then the samples inside each drawn group (a two-level
+    bootstrap), so that the run-to-run variation a shared machine adds is inside the interval.
+    """
+    sizes = np.array([len(g) for g in groups])
+    padded = np.full((len(groups), sizes.max()), np.nan)  # (groups, longest group), NaN-padded
+    for i, g in enumerate(groups):
+        padded[i, : len(g)] = g
+    if len(groups) == 1:
+        picks = np.zeros((resamples, 1), dtype=int)
+    else:
+        picks = rng.integers(0, len(groups), size=(resamples, len(groups)))
+    # (resamples, groups drawn, longest group): a uniform index below each drawn group's size
+    idx = (rng.random((*picks.shape, sizes.max())) * sizes[picks][..., None]).astype(int)
+    values = padded[picks[..., None], idx]
+    # a drawn group contributes as many samples as it has
+    values[np.arange(sizes.max()) >= sizes[picks][..., None]] = np.nan
+    return np.nanmedian(values.reshape(resamples, -1), axis=1)
+
+
+def _as_groups(samples: Sequence[float] | Groups) -> list[list[float]]:
+    """A flat list of samples as one group; a list of lists as it is (empty groups dropped)."""
+    if len(samples) and isinstance(samples[0], (list, tuple, np.ndarray)):
+        return [[float(x) for x in g] for g in samples if len(g)]
+    return [[float(x) for x in samples]] if len(samples) else []
+
+
+def median_ratio_ci(base: Sequence[float] | Groups, new: Sequence[float] | Groups, *,
+                    level: float = LEVEL, resamples: int = RESAMPLES,
+                    seed: int | Sequence[int] = 0) -> tuple[float, float, float]:
+    """(ratio, low, high): median(new) / median(base) over all samples, and its percentile-
+    bootstrap interval at confidence `level`. Each side is a list of samples, or a list of
+    groups of samples (runs, rounds) resampled at both levels. Raises ValueError for an empty
+    side or a non-positive base median."""
+    b, n = _as_groups(base), _as_groups(new)
+    if not b or not n:
         raise ValueError("both sides need at least one sample")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    base_median = float(np.median(b))
+    base_median = float(np.median(np.concatenate(b)))
     if base_median <= 0:
         raise ValueError(f"the base median must be positive, got {base_median}")
-    ratio = float(np.median(n)) / base_median
+    ratio = float(np.median(np.concatenate(n))) / base_median
     rng = np.random.default_rng(seed)
-    # (resamples, n_side) index draws -> one median per resample and side
-    boot_b = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)
-    boot_n = np.median(n[rng.integers(0, n.size, size=(resamples, n.size))], axis=1)
+    boot_b = _bootstrap_medians(b, resamples, rng)
+    boot_n = _bootstrap_medians(n, resamples, rng)
     ratios = boot_n / np.maximum(boot_b, np.finfo(float).tiny)
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
@@ -100,16 +134,21 @@ def verdict(ratio: float, low: float, high: float, min_effect: float = MIN_EFFEC
     return SAME
 
 
-def compare_samples(base: Sequence[float], new: Sequence[float], *, level: float = LEVEL,
-                    min_effect: float = MIN_EFFECT, resamples: int = RESAMPLES,
-                    seed: int | Sequence[int] = 0) -> RatioEstimate:
-    """Compare two sets of raw timing samples (ms). With fewer than MIN_SAMPLES on a side the
-    ratio of medians is still given, without an interval, and the verdict is 'too few samples'."""
-    base_median, new_median = float(np.median(base)), float(np.median(new))
-    if min(len(base), len(new)) < MIN_SAMPLES:
+def compare_samples(base: Sequence[float] | Groups, new: Sequence[float] | Groups, *,
+                    level: float = LEVEL, min_effect: float = MIN_EFFECT,
+                    resamples: int = RESAMPLES, seed: int | Sequence[int] = 0) -> RatioEstimate:
+    """Compare two sets of raw timing samples (ms), each flat or grouped by run (see
+    `median_ratio_ci`). With fewer than MIN_SAMPLES on a side the ratio of medians is still
+    given, without an interval, and the verdict is 'too few samples'."""
+    b, n = _as_groups(base), _as_groups(new)
+    flat_b, flat_n = [x for g in b for x in g], [x for g in n for x in g]
+    if not flat_b or not flat_n:
+        raise ValueError("both sides need at least one sample")
+    base_median, new_median = float(np.median(flat_b)), float(np.median(flat_n))
+    if min(len(flat_b), len(flat_n)) < MIN_SAMPLES:
         ratio = new_median / base_median if base_median > 0 else math.nan
-        return RatioEstimate(base_median, new_median, len(base), len(new), ratio,
+        return RatioEstimate(base_median, new_median, len(flat_b), len(flat_n), ratio,
                              math.nan, math.nan, TOO_FEW)
-    ratio, low, high = median_ratio_ci(base, new, level=level, resamples=resamples, seed=seed)
-    return RatioEstimate(base_median, new_median, len(base), len(new), ratio, low, high,
+    ratio, low, high = median_ratio_ci(b, n, level=level, resamples=resamples, seed=seed)
+    return RatioEstimate(base_median, new_median, len(flat_b), len(flat_n), ratio, low, high,
                          verdict(ratio, low, high, min_effect))
