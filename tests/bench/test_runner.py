@@ -57,12 +57,20 @@ def test_each_mode_measures_its_phases(mode, phases):
     assert rec["env"]["device"] == "cpu" and rec["env"]["torch"] == torch.__version__
 
 
-def test_sdpa_flops_add_the_analytic_attention_term_on_cpu():
+def test_sdpa_flops_are_counted_on_the_meta_device_and_equal_the_analytic_count():
     rec = run_spec(RunSpec.from_size("tiny", attention="sdpa", mode="forward", **TINY))
     m = rec["metrics"]
     assert rec["status"] == "ok"
-    assert "analytic attention" in m["flops_source"]
-    assert m["flops_per_step"] == m["flops_per_step_analytic"]
+    assert m["flops_source"] == "torch.utils.flop_counter on the meta device"
+    assert m["flops_per_step"] == m["flops_per_step_analytic"]  # SDPA's math path on meta
+
+
+def test_flops_fall_back_to_a_real_step_for_a_model_that_cannot_run_on_meta():
+    rec = run_spec(RunSpec.from_size("tiny", model="tests.fixtures.models:data_dependent",
+                                     mode="forward", **TINY))
+    assert rec["status"] == "ok", rec["message"]
+    assert rec["metrics"]["flops_source"].startswith("torch.utils.flop_counter on a real step (")
+    assert rec["metrics"]["flops_per_step"] == 0  # a bigram table lookup has no matmul
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true", "fp16-mixed", "fp16-mixed-noscale"])

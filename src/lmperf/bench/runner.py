@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from lmperf.core.outcome import Stage, failure
+from lmperf.core.outcome import Stage, failure, first_line
 from lmperf.measure.flops import BACKWARD_MODES, analytic_flops, attention_flops_counted, count_flops
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.results.schema import make_record
@@ -19,7 +19,7 @@ from lmperf.runtime.peaks import lookup_peak
 from lmperf.runtime.precision import (
     Regime, compute_dtype, get_regime, matmul_precision, slowness_warning, unsupported_reason,
 )
-from lmperf.workload.build import check_user_model, prepare
+from lmperf.workload.build import check_user_model, meta_flops, prepare
 from lmperf.workload.probe import PhaseProbe
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
@@ -83,8 +83,14 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
     stage.now = "checking the model's output"
     check_user_model(spec, state)
 
-    stage.now = "counting FLOPs (one untimed step)"
-    counted, per_op = count_flops(lambda: step(state, NO_OBSERVER))
+    stage.now = "counting FLOPs (on the meta device)"
+    try:
+        counted, per_op = meta_flops(spec)
+        counted_on = "the meta device"
+    except Exception as exc:  # e.g. a user model that cannot run on meta: count a real step
+        stage.now = "counting FLOPs (one untimed step)"
+        counted, per_op = count_flops(lambda: step(state, NO_OBSERVER))
+        counted_on = f"a real step ({type(exc).__name__} on the meta device: {first_line(exc)})"
 
     stage.now = "recording peak memory (one untimed step)"
     probe = PhaseProbe(dev.PeakMemory(device))
@@ -95,7 +101,8 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
         metrics[f"{name}_ms"] = summarize(samples[name]) if name in samples else None
     if (w := spread_warning({n: metrics[f"{n}_ms"] for n in samples})):
         warnings.append(w)
-    metrics.update(_throughput(spec, device, regime, metrics["step_ms"]["median"], counted, per_op))
+    metrics.update(_throughput(spec, device, regime, metrics["step_ms"]["median"], counted, per_op,
+                               counted_on))
     metrics["memory"] = probe.result()
     if not probe.memory.resettable:
         warnings.append("peak RSS could not be reset per phase here; memory peaks are cumulative")
@@ -103,17 +110,18 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
 
 
 def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: float, counted: int,
-                per_op: dict[str, int]) -> dict:
+                per_op: dict[str, int], counted_on: str) -> dict:
     """Tokens/s, FLOPs per step (counted, with the analytic check), TFLOP/s and MFU."""
     tokens = spec.batch_size * spec.context_length
     step_s = step_ms / 1e3
     analytic = None
-    flops, source = counted, "torch.utils.flop_counter"
+    flops, source = counted, f"torch.utils.flop_counter on {counted_on}"
     if spec.model is None:
         est = analytic_flops(spec.d_model, spec.num_layers, spec.d_ff, spec.vocab_size,
                              spec.batch_size, spec.context_length, spec.mode)
         analytic = est.total
-        if spec.attention == "sdpa" and attention_flops_counted(per_op) == 0:
+        on_meta = counted_on == "the meta device"  # SDPA runs its math path there: counted
+        if spec.attention == "sdpa" and not on_meta and attention_flops_counted(per_op) == 0:
             # The fused SDPA kernel on this device has no FLOP formula in the counter.
             flops += est.attention
             source = "torch.utils.flop_counter + analytic attention (SDPA kernel not counted here)"

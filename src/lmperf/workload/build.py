@@ -3,6 +3,7 @@ the GradScaler, as a StepState; and the checks of a user's model that run before
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -13,7 +14,7 @@ from lmperf.model.custom import build_model, check_logits, count_params, inspect
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import Regime, autocast, grad_scaler
 from lmperf.workload.spec import RunSpec
-from lmperf.workload.steps import STEPS, Observer, StepState
+from lmperf.workload.steps import NO_OBSERVER, STEPS, Observer, StepState
 
 OPTIMIZER_FLAGS: dict[str, dict] = {"fused": {"fused": True}, "foreach": {"foreach": True},
                                     "loop": {"foreach": False}}
@@ -52,6 +53,27 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     state = StepState(model, inputs, targets, lambda: autocast(regime, device),
                       grad_scaler(regime, device), optimizer, clip=spec.clip_norm())
     return Prepared(state, STEPS[spec.mode], count_params(model))
+
+
+def meta_flops(spec: RunSpec) -> tuple[int, dict[str, int]]:
+    """FLOPs of one step of `spec` counted on the meta device: the model and batch have shapes
+    but no data, so no arithmetic runs (a `small` step costs tenths of a second instead of
+    seconds). Forward and backward are counted (the optimizer's elementwise work has no FLOP
+    formula in the counter either way); autocast is left out (FLOPs do not depend on dtype).
+    On meta, SDPA takes its math path, whose matmuls the counter sees. Raises whatever the
+    model raises on meta (a user model may not run there): the caller then counts a real step.
+    """
+    from lmperf.measure.flops import count_flops
+
+    meta = torch.device("meta")
+    with meta:
+        model = build_model(spec.model_config(), spec.model)
+    shape = (spec.batch_size, spec.context_length)
+    tokens = torch.zeros(shape, dtype=torch.long, device=meta)
+    state = StepState(model, tokens, tokens, contextlib.nullcontext,
+                      torch.amp.GradScaler("cpu", enabled=False))
+    step = STEPS["forward" if spec.mode == "forward" else "forward-backward"]
+    return count_flops(lambda: step(state, NO_OBSERVER))
 
 
 def check_user_model(spec: RunSpec, state: StepState) -> None:
