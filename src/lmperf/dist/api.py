@@ -16,7 +16,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          sizes: Sequence[str | int] | str | int | None = None, dtype: str = "fp32",
          iters: int = 20, strategy: Sequence[str] | str | None = None, size: str | None = None,
          context: int | None = None, batch: int | None = None, warmup: int | None = None,
-         steps: int | None = None, profile_steps: int = 2, lr: float = 1e-3,
+         steps: int | None = None, profile_steps: int = 2, vocab_size: int | None = None, lr: float = 1e-3,
          bucket_mb: float = 1.0, compute_dtype: str = "fp32", compress: str = "none",
          seed: int = 0, device: str = "auto", threads: int | None = None,
          course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
@@ -26,8 +26,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
 
     comm: every collective x size (bytes or '1KiB'-style) at each world size, `iters` timed
     iterations after `warmup` (default 5). train: every strategy at each world size (strategy
-    'single' at world size 1) on the reference LM preset `size`, `batch` sequences of `context`
-    tokens per rank. Each (command, world size) is one torchrun launch; a rank that crashes,
+    'single' at world size 1) on the reference LM preset `size` (`vocab_size` overrides its
+    vocabulary), `batch` sequences of `context` tokens per rank. Each (command, world size) is one torchrun launch; a rank that crashes,
     hangs past `timeout` seconds or runs out of memory is a row naming the rank. None takes the
     device's default (core.vocabulary.DEFAULTS["dist"]). `out`: a JSONL file appended to (None:
     records stay in memory); `plots`: a folder for the PNGs. 'estimate' runs nothing: see
@@ -46,7 +46,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                      iters=iters, strategy=strategy, size=size, context=context, batch=batch,
                      warmup=warmup, steps=steps, profile_steps=profile_steps, lr=lr,
                      bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
-                     seed=seed, device=device, threads=threads, timeout=timeout, course=course)
+                     seed=seed, device=device, threads=threads, timeout=timeout, course=course,
+                     vocab_size=vocab_size)
     if plots is not None:
         _make_folder(Path(plots))
     out = Path(out) if out is not None else None

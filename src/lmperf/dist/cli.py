@@ -12,7 +12,7 @@ DEFAULT_OUT = Path("results") / "dist.jsonl"
 DEFAULT_PLOTS = Path("results") / "dist-plots"
 SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
 COMM = ("collective", "sizes", "dtype", "iters")
-TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress")
+TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
 ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "bandwidth", "gpu_gib",
             "tflops", "comm_dtype")
 
@@ -71,6 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="steps under torch.profiler for communication / overlap / bytes (0: none) "
                         "(default: 2)")
     g.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
+    g.add_argument("--vocab-size", type=int, metavar="V",
+                   help="override the preset's vocabulary (default: the preset's, 10000)")
     g.add_argument("--bucket-mb", type=float, default=1.0, metavar="MIB",
                    help="bucket size of bucketed, torch-ddp, zero1, torch-zero1 (default: 1)")
     g.add_argument("--compute-dtype", default="fp32", choices=DTYPES,

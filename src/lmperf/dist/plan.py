@@ -81,7 +81,7 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               lr: float = 1e-3, bucket_mb: float = 1.0, compute_dtype: str = "fp32",
               compress: str = "none", seed: int = 0, device: str = "auto",
               threads: int | None = None, timeout: float | None = None,
-              course: str | None = None) -> DistPlan:
+              course: str | None = None, vocab_size: int | None = None) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
     'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
     from lmperf.dist.spec import DEFAULT_TIMEOUT_S
@@ -107,13 +107,13 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
     if what in ("all", "train"):
         plan.jobs += _train_jobs(plan, world_size, strategy, size, context, batch, warmup, steps,
                                  profile_steps, lr, bucket_mb, compute_dtype, compress, seed,
-                                 defaults, dev_.type, common, course)
+                                 defaults, dev_.type, common, course, vocab_size)
     return plan
 
 
 def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warmup, steps,
                 profile_steps, lr, bucket_mb, compute_dtype, compress, seed, defaults,
-                device_type, common, course) -> list[TrainJob]:
+                device_type, common, course, vocab_size) -> list[TrainJob]:
     from lmperf.dist.engines import compression_unsupported
     from lmperf.workload.spec import RunSpec
 
@@ -121,7 +121,8 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
     from lmperf.model.presets import DEFAULT_COURSE
 
     shape = RunSpec.from_size(size or defaults["size"], course or DEFAULT_COURSE,
-                              context_length=context or defaults["context"])
+                              context_length=context or defaults["context"],
+                              **({"vocab_size": vocab_size} if vocab_size else {}))
     fixed = dict(size=shape.size, d_model=shape.d_model, num_layers=shape.num_layers,
                  num_heads=shape.num_heads, d_ff=shape.d_ff, vocab_size=shape.vocab_size,
                  context_length=shape.context_length, batch_size=batch or defaults["batch"],

@@ -21,28 +21,31 @@ def _figure(width: float, height: float, panels: int):
 
 
 def plot_train(records: list[dict], path: str | Path) -> Path | None:
-    """Step time split into compute and exposed communication, and communication split into
-    hidden and exposed, one bar per (strategy, world size); None if there is nothing to draw."""
+    """Left: step time split into its phases (timed steps); right: communication per step split
+    into hidden behind compute and exposed (profiled steps: a separate pass, so the two panels
+    need not add up). One bar per (strategy, world size); None if there is nothing to draw."""
     df = train_frame(records)
     df = df[df["status"] == "ok"] if not df.empty else df
     if df.empty:
         return None
-    labels = [f"{s}\nn={n}" for s, n in zip(df["strategy"], df["world_size"])]
-    x = range(len(df))
-    fig, (ax_step, ax_comm) = _figure(max(8, 1.1 * len(df)), 4.5, 2)
-    exposed = df["exposed_ms"].fillna(0)
-    ax_step.bar(x, df["step_ms"] - exposed.clip(upper=df["step_ms"]), label="rest of the step",
-                color="#1f77b4")
-    ax_step.bar(x, exposed.clip(upper=df["step_ms"]), bottom=df["step_ms"] - exposed.clip(upper=df["step_ms"]),
-                label="exposed communication", color="#d62728")
-    ax_step.set_title("step time (median, slowest rank)")
+    labels = [f"{s} n={n}" for s, n in zip(df["strategy"], df["world_size"])]
+    x = list(range(len(df)))
+    fig, (ax_step, ax_comm) = _figure(max(10, 1.3 * len(df)), 5, 2)
+    bottom = df["forward_ms"] * 0
+    for phase, colour in (("forward", "#1f77b4"), ("backward", "#ff7f0e"), ("sync", "#d62728"),
+                          ("optimizer", "#2ca02c")):
+        values = df[f"{phase}_ms"].fillna(0)
+        ax_step.bar(x, values, bottom=bottom, label=phase, color=colour)
+        bottom = bottom + values
+    ax_step.set_title("step time by phase (median of the slowest rank per step)")
     ax_step.set_ylabel("ms")
-    ax_comm.bar(x, df["overlap_ms"].fillna(0), label="hidden behind compute", color="#2ca02c")
-    ax_comm.bar(x, exposed, bottom=df["overlap_ms"].fillna(0), label="exposed", color="#d62728")
+    hidden, exposed = df["overlap_ms"].fillna(0), df["exposed_ms"].fillna(0)
+    ax_comm.bar(x, hidden, label="hidden behind compute", color="#2ca02c")
+    ax_comm.bar(x, exposed, bottom=hidden, label="exposed", color="#d62728")
     ax_comm.set_title("communication per step (profiled steps)")
     ax_comm.set_ylabel("ms")
     for ax in (ax_step, ax_comm):
-        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set_xticks(x, labels, fontsize=8, rotation=35, ha="right")
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     shape = df.iloc[0]
