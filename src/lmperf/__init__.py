@@ -11,15 +11,18 @@ with the CLI's keyword names and defaults (except `out=None`: records stay in me
     lmperf.train(steps=20).frame
     lmperf.attention(attention=["naive", "sdpa"], context=[256]).frame
     lmperf.report(["results/bench.jsonl", "results/memory.jsonl"], out="report.html")
+    lmperf.doctor()                       # does every path lmperf relies on work here?
 
 Each name is the question's package, made callable (see `lmperf._callable`).
 """
 
 __version__ = "0.1.0"
 
-from lmperf import amp, attention, bench, memory, profile, report, train  # noqa: E402  (callable)
+from lmperf import (  # noqa: E402  (callable packages)
+    amp, attention, bench, doctor, memory, profile, report, train,
+)
 
-__all__ = ["Report", "amp", "attention", "bench", "memory", "profile", "report", "train",
+__all__ = ["Report", "amp", "attention", "bench", "doctor", "memory", "profile", "report", "train",
            "__version__"]
 
 

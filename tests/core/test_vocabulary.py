@@ -27,7 +27,7 @@ def test_device_dependent_defaults_stay_none_until_resolved():
     assert args.size is None and args.context is None and args.precision is None
     assert voc.fill_defaults("bench", "cpu", {"size": None, "batch": 8}) == {
         "size": ["tiny", "mini"], "batch": 8}
-    assert voc.device_defaults("bench", "cuda")["context"] == [128, 256, 512, 1024]
+    assert voc.device_defaults("bench", "cuda", "2025")["context"] == [128, 256, 512, 1024]
 
 
 def test_json_flag_is_bare_or_a_file():
