@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
@@ -21,7 +22,8 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             trace: str | Path | None = None, out: str | Path | None = None,
             inline: bool = False, timeout: float | None = None,
             max_memory_gib: float | None = None, resume: bool = False,
-            progress: bool = False, from_trace: str | Path | None = None) -> Report:
+            progress: bool = False, from_trace: str | Path | None = None,
+            course: str = DEFAULT_COURSE) -> Report:
     """Profile one run of the reference LM (or `model`, "package.module:factory"): `warmup`
     untimed steps, `steps` timed steps without the profiler, then `steps` profiled steps; the
     trace is parsed once into per-phase tables (top operators or kernels, categories, matmul
@@ -58,7 +60,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
                         precision=precision, mode=mode, attention=attention, warmup=warmup,
                         steps=steps, seed=seed, optimizer=optimizer, device=device,
                         threads=threads, model_context=model_context, backend=backend, top=top,
-                        trace=trace)
+                        trace=trace, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     spec = plan.spec

@@ -11,7 +11,7 @@ from lmperf.core.vocabulary import LAUNCH, add_options, device_defaults
 from lmperf.errors import SpecError
 
 DEFAULT_OUT = Path("results") / "profile.jsonl"
-SPEC_OPTIONS = ("size", "model", "context", "batch", "precision", "attention", "device",
+SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention", "device",
                 "threads", "warmup", "steps", "seed")
 RUN_DESTS = SPEC_OPTIONS + ("mode", "optimizer", "model_context", "backend", "trace", "out") + LAUNCH
 

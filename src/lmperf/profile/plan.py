@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
+from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.profile.spec import ProfileSpec
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import precision_warnings
@@ -49,7 +50,8 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
                  mode: str = "train-step", attention: str = "naive", warmup: int = 2,
                  steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
                  threads: int | None = None, model_context: int = 0, backend: str = "torch",
-                 top: int = 10, trace: str | Path | None = None) -> ProfilePlan:
+                 top: int = 10, trace: str | Path | None = None,
+                 course: str = DEFAULT_COURSE) -> ProfilePlan:
     """The checked ProfileSpec of `lmperf profile` (keywords as its flags).
 
     None takes the device's default (core.vocabulary.DEFAULTS["profile"]); with `model` and no
@@ -57,12 +59,12 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
     results/traces/<run>.json. Raises SpecError or ModelLoadError.
     """
     dev_ = dev.resolve_device(device)
-    defaults = device_defaults("profile", dev_.type)
+    defaults = device_defaults("profile", dev_.type, course)
     values = {name: _one(name, v) for name, v in
               dict(size=size, context=context, batch=batch, precision=precision, mode=mode,
                    attention=attention, warmup=warmup).items()}
     run = RunSpec.from_size(
-        values["size"] or defaults["size"], context_length=values["context"] or defaults["context"],
+        values["size"] or defaults["size"], course, context_length=values["context"] or defaults["context"],
         model_context_length=model_context, batch_size=values["batch"],
         precision=values["precision"] or defaults["precision"], mode=values["mode"],
         attention=values["attention"], optimizer=resolve_optimizer(optimizer, dev_),
