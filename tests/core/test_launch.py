@@ -4,10 +4,12 @@ child; a job whose child dies is one error row made by the parent."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+import pytest
 from typing import ClassVar
 
 from lmperf.core.jobs import class_path, job_id, resolve
-from lmperf.core.launch import ChildProcess, describe_exit, run_inline
+from lmperf.core.launch import ChildProcess, WarmChild, describe_exit, run_inline
 from lmperf.core.outcome import Stage, failure, first_line
 from lmperf.results.schema import make_record
 
@@ -36,27 +38,50 @@ class EchoSpec:
 
 def run_echo(spec: EchoSpec) -> list[dict]:
     import os
+    import time
 
     import torch
 
     if spec.die:
         os.abort()
+    if spec.count < 0:  # a job that never ends
+        time.sleep(600)
     return [make_record("echo", {**spec.to_dict(), "i": i}, "ok", {},
-                        metrics={"threads": torch.get_num_threads()}) for i in range(spec.count)]
+                        metrics={"threads": torch.get_num_threads(), "cwd": os.getcwd(),
+                                 "marker": os.environ.get("LMPERF_TEST_MARKER")})
+            for i in range(spec.count)]
 
 
-def test_inline_and_child_give_the_same_records_tagged_with_the_job():
+@pytest.mark.parametrize("launcher", [ChildProcess, WarmChild])
+def test_inline_and_child_give_the_same_records_tagged_with_the_job(launcher, tmp_path,
+                                                                      monkeypatch):
+    # The parent's working directory and environment at the time of the job apply, also for a
+    # warm child whose server was started earlier, elsewhere.
+    WarmChild(EchoSpec(count=1)).run()  # the server is running before the change
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LMPERF_TEST_MARKER", "now")
     spec = EchoSpec(count=3)
-    inline, child = run_inline(spec), ChildProcess(spec).run()
+    inline, child = run_inline(spec), launcher(spec).run()
     assert [r["spec"]["i"] for r in child] == [0, 1, 2]
     assert {r["job_id"] for r in inline + child} == {job_id(spec)}
-    assert [r["metrics"] for r in inline] == [r["metrics"] for r in child] == [{"threads": 1}] * 3
+    expected = {"threads": 1, "cwd": str(tmp_path), "marker": "now"}
+    assert [r["metrics"] for r in inline] == [r["metrics"] for r in child] == [expected] * 3
 
 
-def test_a_child_that_dies_is_one_error_row_made_by_the_parent():
-    (record,) = ChildProcess(EchoSpec(die=True)).run()
+@pytest.mark.parametrize("launcher", [ChildProcess, WarmChild])
+def test_a_child_that_dies_is_one_error_row_made_by_the_parent(launcher):
+    (record,) = launcher(EchoSpec(die=True)).run()
     assert record["status"] == "error" and "SIGABRT" in record["message"]
     assert record["job_id"] == job_id(EchoSpec(die=True)) and record["env"]["torch"]
+
+
+def test_a_warm_child_past_its_timeout_is_killed():
+    import time
+
+    start = time.monotonic()
+    (record,) = WarmChild(EchoSpec(count=-1), timeout_s=1.0).run()
+    assert record["status"] == "error" and "timed out after 1 s" in record["message"]
+    assert time.monotonic() - start < 30
 
 
 def test_job_identity_and_class_path_round_trip():

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from lmperf.core.jobs import JobSpec, job_id
-from lmperf.core.launch import ChildProcess, run_inline
+from lmperf.core.launch import ChildProcess, WarmChild, run_inline, warm_start_available
 from lmperf.results import store
 from lmperf.results.store import spec_key
 
@@ -61,6 +61,8 @@ class SweepOptions:
 
     Attributes:
         isolate: one child process per job (default); False runs inline, for debugging.
+        warm: fork each child from a warm server that has imported torch (default where the
+            platform has one); False starts a fresh interpreter per job.
         timeout_s: kill a child that runs longer than this (None: no limit).
         max_memory_gib: cap each child's memory (CPU: address space; CUDA: allocator fraction).
         resume: skip jobs that already have an 'ok' row in the output file.
@@ -68,6 +70,7 @@ class SweepOptions:
     """
 
     isolate: bool = True
+    warm: bool = field(default_factory=warm_start_available)
     timeout_s: float | None = None
     max_memory_gib: float | None = None
     resume: bool = False
@@ -119,7 +122,8 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
             if first is not None:
                 new = [{**first, "job_id": job_id(spec)}]
             elif options.isolate:
-                new = ChildProcess(spec, options.timeout_s, options.max_memory_gib).run()
+                launcher = WarmChild if options.warm else ChildProcess
+                new = launcher(spec, options.timeout_s, options.max_memory_gib).run()
             else:
                 new = run_inline(spec)
             for record in new:
