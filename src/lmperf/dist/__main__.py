@@ -41,7 +41,8 @@ def run_rank(argv: list[str]) -> int:
                      warmup=args.warmup, steps=args.steps, profile_steps=args.profile_steps,
                      lr=args.lr, bucket_mb=args.bucket_mb, compute_dtype=args.compute_dtype,
                      compress=args.compress, seed=args.seed, device=args.device,
-                     threads=args.threads, timeout=args.timeout)
+                     threads=args.threads, timeout=args.timeout,
+                     max_memory_gib=args.max_memory_gib, vocab_size=args.vocab_size)
     jobs = drop_done(plan.jobs, args.out) if args.resume else plan.jobs
     records: list[dict] = []
 

@@ -20,7 +20,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          bucket_mb: float = 1.0, compute_dtype: str = "fp32", compress: str = "none",
          seed: int = 0, device: str = "auto", threads: int | None = None,
          course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
-         timeout: float | None = None, resume: bool = False, progress: bool = False,
+         timeout: float | None = None, max_memory_gib: float | None = None,
+         resume: bool = False, progress: bool = False,
          **estimate_options: object) -> Report:
     """Run `what`: 'comm' (collectives), 'train' (strategies), 'all' (both) or 'estimate'.
 
@@ -47,7 +48,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                      warmup=warmup, steps=steps, profile_steps=profile_steps, lr=lr,
                      bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
                      seed=seed, device=device, threads=threads, timeout=timeout, course=course,
-                     vocab_size=vocab_size)
+                     vocab_size=vocab_size, max_memory_gib=max_memory_gib)
     if plots is not None:
         _make_folder(Path(plots))
     out = Path(out) if out is not None else None

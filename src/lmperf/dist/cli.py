@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="print the analytic estimate (memory per rank, communication per step, "
                         "fits in --gpu-gib?, largest N before communication-bound); runs nothing")
-    add_options(p, SHARED + ("out", "format", "plots", "timeout", "resume"),
+    add_options(p, SHARED + ("out", "format", "plots", "timeout", "max_memory_gib", "resume"),
                 defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
                 helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
                                "--estimate: the preset to estimate (default: xl)",
@@ -112,5 +112,6 @@ def cmd_dist(args: argparse.Namespace) -> int:
     kwargs = {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
     return run_command(args, lambda: dist(args.what, world_size=args.world_size, **kwargs,
                                           plots=None if args.no_plots else args.plots,
-                                          out=args.out, timeout=args.timeout, resume=args.resume,
+                                          out=args.out, timeout=args.timeout,
+                                          max_memory_gib=args.max_memory_gib, resume=args.resume,
                                           progress=True), noun="item")

@@ -206,21 +206,40 @@ def _collect(job: object, items: list[str], folder: Path, code: int,
     return Attempt(records, failed, items[done + 1:])
 
 
+# What a rank's error says when it failed because of another rank (it lost its peer, or waited
+# in a collective until the collective's own timeout).
+_PEER_LOST = ("connection closed by peer", "connection reset", "remote worker crash",
+              "broken pipe", "socket closed", "timed out", "timeout")
+
+
 def _diagnose(job: object, item: str, folder: Path, code: int, timed_out: dict | None,
               states: dict[int, dict]) -> tuple[str, str, int | None]:
-    """(status, message, rank) of the failure of `item`."""
-    fails = sorted(folder.glob("rank_*.fail.json"))
-    if fails:  # a rank raised: its own account is the best one
-        info = json.loads(fails[0].read_text(encoding="utf-8"))
+    """(status, message, rank) of the failure of `item`: the rank that failed first, not the
+    ranks that failed because it did (a peer's collective then fails with "connection closed by
+    peer", and torchrun stops everyone else with SIGTERM)."""
+    fails = {}
+    for path in folder.glob("rank_*.fail.json"):
+        info = json.loads(path.read_text(encoding="utf-8"))
+        fails[info["rank"]] = info
+    own = sorted(r for r, f in fails.items()
+                 if not any(p in f["message"].lower() for p in _PEER_LOST))
+    if own:  # a rank raised on its own: its account is the best one
+        info = fails[own[0]]
         return info["status"], f"rank {info['rank']}: {info['message']}", info["rank"]
     if timed_out is not None:
         return "error", _hang_message(job, item, states), _laggard(states)
-    rank, exit_text = _root_cause(_tail(folder / "agent.log", 200))
-    if rank is None:
-        rank = _laggard(states)
+    exits = _exit_codes(_tail(folder / "agent.log", 400))
+    died = sorted(r for r, c in exits.items() if r not in fails and c != -signal.SIGTERM)
+    if not died and fails and states:  # every failure was a consequence: blame who stopped first
+        lag = _laggard(states)
+        waited = ", ".join(map(str, sorted(fails)))
+        return "error", (f"rank {lag} stopped at '{states[lag]['stage']}' (hung) while rank(s) "
+                         f"{waited} failed waiting for it in a collective: "
+                         f"{fails[min(fails)]['message']}"), lag
+    rank = died[0] if died else _laggard(states)
     where = states.get(rank, {}).get("stage", "starting") if rank is not None else "starting"
     who = f"rank {rank}" if rank is not None else "a rank"
-    what = exit_text or f"torchrun exited with code {code}"
+    what = _exit_text(exits[rank]) if rank in exits else f"torchrun exited with code {code}"
     return "error", f"{who} died ({what}) while {where}; the other ranks were stopped", rank
 
 
@@ -248,22 +267,23 @@ def _hang_message(job: object, item: str, states: dict[int, dict]) -> str:
             "every process was killed")
 
 
-_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*", re.S)
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
-def _root_cause(lines: list[str]) -> tuple[int | None, str]:
-    """(rank, 'exit code -11 (SIGSEGV)') from torchrun's failure summary, if it printed one."""
-    match = _ROOT.search("\n".join(lines))
-    if not match:
-        return None, ""
-    code = int(match.group(2))
+def _exit_codes(lines: list[str]) -> dict[int, int]:
+    """rank -> exit code, from torchrun's failure summary (every rank it lists)."""
+    return {int(r): int(c) for r, c in _FAILURE.findall("\n".join(lines))}
+
+
+def _exit_text(code: int) -> str:
+    """'exit code -11 (SIGSEGV)'."""
     text = f"exit code {code}"
     if code < 0:
         try:
             text += f" ({signal.Signals(-code).name})"
         except ValueError:
             pass
-    return int(match.group(1)), text
+    return text
 
 
 def _failed_record(job: object, item: str, status: str, message: str, rank: int | None,

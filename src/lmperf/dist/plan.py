@@ -81,7 +81,8 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               lr: float = 1e-3, bucket_mb: float = 1.0, compute_dtype: str = "fp32",
               compress: str = "none", seed: int = 0, device: str = "auto",
               threads: int | None = None, timeout: float | None = None,
-              course: str | None = None, vocab_size: int | None = None) -> DistPlan:
+              course: str | None = None, vocab_size: int | None = None,
+              max_memory_gib: float | None = None) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
     'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
     from lmperf.dist.spec import DEFAULT_TIMEOUT_S
@@ -91,8 +92,11 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
     dev_ = _device(device)
     defaults = device_defaults("dist", dev_.type)
     backend = "nccl" if dev_.type == "cuda" else "gloo"
+    if max_memory_gib is not None and not max_memory_gib > 0:
+        raise SpecError(f"--max-memory-gib must be positive, got {max_memory_gib!r}")
     common = dict(backend=backend, device=dev_.type, threads=resolve_threads(threads, dev_.type),
-                  timeout_s=float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S)
+                  timeout_s=float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S,
+                  max_memory_gib=float(max_memory_gib or 0.0))
     plan = DistPlan()
     if what in ("all", "comm"):
         names = as_list(collective) or list(COLLECTIVES)

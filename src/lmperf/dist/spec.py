@@ -30,7 +30,7 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, never waited on
 
 # Fields that say how a job is launched, not what it measures: not part of a record's identity.
-_LAUNCH_FIELDS = ("timeout_s",)
+_LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
 
 
 def _check_common(job: object) -> None:
@@ -82,6 +82,8 @@ class CommJob(_Job):
         backend: 'gloo' (CPU) or 'nccl' (CUDA); device: where the tensors live.
         threads: torch intra-op threads per rank (0: torch's default).
         timeout_s: a launch option: an item running longer is killed (an error row).
+        max_memory_gib: a launch option: each rank's memory cap (lmperf.runtime.device's
+            cap_memory), so that a rank that does not fit fails as an 'oom' row (0: none).
     """
 
     kind: ClassVar[str] = "dist"
@@ -99,6 +101,7 @@ class CommJob(_Job):
     device: str = "cpu"
     threads: int = 1
     timeout_s: float = DEFAULT_TIMEOUT_S
+    max_memory_gib: float = 0.0
 
     def __post_init__(self) -> None:
         _check_common(self)
@@ -150,7 +153,7 @@ class TrainJob(_Job):
         bucket_mb: bucket size of 'bucketed', 'torch-ddp', 'zero1' and 'torch-zero1' (MiB).
         compute_dtype: the compute (and communication) dtype of 'fsdp' and 'fsdp2'.
         compress: torch-ddp's gradient compression hook.
-        backend, device, threads, timeout_s: as in CommJob.
+        backend, device, threads, timeout_s, max_memory_gib: as in CommJob.
     """
 
     kind: ClassVar[str] = "dist"
@@ -180,6 +183,7 @@ class TrainJob(_Job):
     device: str = "cpu"
     threads: int = 1
     timeout_s: float = DEFAULT_TIMEOUT_S
+    max_memory_gib: float = 0.0
     attention: str = "naive"
     course: str = "2026"
 
