@@ -77,6 +77,36 @@ def test_other_tile_sizes(block_q, block_k):
     _check_against_reference(*_inputs((1, 100, 16)), True, block_q=block_q, block_k=block_k)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
+                         ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_gpu_tile_choices_match_float64(d, dtype, monkeypatch):
+    # On CUDA each kernel takes its own tiles from gpu_config (e.g. fp32 d = 128: dK/dV 16 x 32
+    # beside a 32 x 64 forward and dQ); run exactly those through the interpreter, on 100 queries
+    # over 100 and over 70 keys, so that every tile is ragged somewhere.
+    launch, used = ft._launch_config, set()
+
+    def with_gpu_tiles(q, kernel, block_q, block_k):
+        tiles = ft.gpu_config(kernel, q.dtype, q.shape[-1])
+        used.add((kernel, tiles.block_q, tiles.block_k))
+        return launch(q, kernel, tiles.block_q, tiles.block_k)
+
+    monkeypatch.setattr(ft, "_launch_config", with_gpu_tiles)
+    for n_k, is_causal in ((100, True), (70, False)):
+        _check_against_reference(*_inputs((1, 1, 100, d), n_k=n_k, dtype=dtype), is_causal)
+    assert {kernel for kernel, _, _ in used} == set(ft.KERNELS)
+
+
+def test_every_kernel_has_a_valid_gpu_config():
+    for kernel in ft.KERNELS:
+        for dtype in ft.SUPPORTED_DTYPES:
+            for d in (1, 16, 64, 65, 128):
+                c = ft.gpu_config(kernel, dtype, d)
+                for block in (c.block_q, c.block_k):
+                    assert block >= ft.MIN_BLOCK and block & (block - 1) == 0, (kernel, dtype, d)
+                assert c.num_warps in (1, 2, 4, 8, 16) and c.num_stages >= 1
+
+
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_head_dim_not_power_of_two_and_unequal_lengths(is_causal):
     # d = 20 is padded to 32 inside the kernel; 37 queries over 70 keys (causal: top-left aligned).

@@ -19,8 +19,9 @@ Algorithm (Dao, 2023), per (batch, head) slice with queries Q (Nq, d) and keys/v
 
 Ragged sequence lengths (not multiples of the tiles) and head dims that are not a power of two are
 handled by masked loads and stores: the head dim is padded to BLOCK_D = next power of two >= 16
-inside the kernel (zeros contribute nothing to Q K^T or P V); d above 128 is refused, since the
-tiles would not fit the GPU's shared memory with the default tile sizes.
+inside the kernel (zeros contribute nothing to Q K^T or P V); d above 128 is refused: the CUDA
+launch table below (GPU_CONFIGS: tiles, warps and pipeline stages per kernel, dtype and d) was
+checked for shared memory and register spills up to d = 128 only.
 
 Where it runs: on CUDA, compiled by Triton; on the CPU only through Triton's interpreter
 (TRITON_INTERPRET=1 in the environment), which executes the same kernel source with numpy and is
@@ -40,6 +41,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -56,8 +58,6 @@ except ImportError:  # pragma: no cover - exercised only where triton is not ins
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
 MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
-GPU_BLOCKS = (64, 64)
-"""(BLOCK_Q, BLOCK_K) on CUDA: a common FA2 choice for d <= 128, not tuned on any GPU here."""
 INTERPRETER_BLOCKS = (32, 16)
 """(BLOCK_Q, BLOCK_K) in the interpreter: small tiles keep it fast and, being unequal, exercise the
 causal loop bound with a query tile spanning several key tiles."""
@@ -300,13 +300,70 @@ def _kernels(interpret: bool) -> dict[str, Any]:
     }
 
 
-# --- launchers ------------------------------------------------------------------------------------
+# --- launch configuration -------------------------------------------------------------------------
 
-def _launch_config(q: torch.Tensor, block_q: int | None, block_k: int | None) -> dict[str, Any]:
-    """Tile sizes and dot settings for q's device and dtype (the kernels' constexpr arguments)."""
-    interp = q.device.type != "cuda" or interpreter_enabled()
-    default_q, default_k = INTERPRETER_BLOCKS if interp else GPU_BLOCKS
-    bq, bk = block_q or default_q, block_k or default_k
+@dataclass(frozen=True)
+class TileConfig:
+    """One kernel's launch choice on CUDA: its tiles and Triton's compile options."""
+
+    block_q: int  # queries per tile (BLOCK_Q)
+    block_k: int  # keys per tile (BLOCK_K)
+    num_warps: int
+    num_stages: int  # software-pipelining depth of the loop's loads
+
+
+KERNELS = ("fwd", "dkdv", "dq")
+"""The kernels whose tiles are chosen per (dtype, d); `delta` has no loop and one fixed shape."""
+DELTA_CONFIG = TileConfig(block_q=64, block_k=0, num_warps=4, num_stages=1)
+"""The delta kernel: 64 rows per program (block_q), no key tiles, nothing to pipeline."""
+
+# Chosen by compiling for sm_80 and sm_90 without a GPU (`python -m tests.kernels.triton_report`,
+# checked by tests/kernels/test_triton_compile.py): the largest tiles that compile with no
+# local-memory stack frame (no register spill) on both targets, causal or not, keeping the earlier
+# 64 x 64 tiles wherever they already did. Not timed on a GPU: speed may favour other tiles.
+# - fp32 (IEEE dots, no tensor cores: Triton lowers them to FMAs with the operand tiles in
+#   registers): with 2 pipeline stages every tile size tried spilled (dkdv, d = 64, sm_80: from
+#   64 x 64 down to 16 x 16), so fp32 runs 1 stage, 8 warps, and tiles shrink as d grows; dK/dV
+#   holds two (BLOCK_K, d) fp32 accumulators plus K and V, hence the smallest tiles.
+# - bf16 / fp16 (tensor cores): the 64 x 64 tiles fit, except dK/dV on sm_80, which spilled
+#   (d = 64: 8 warps instead of 4 fix it; d = 128, already at 8 warps: 32 query rows per step
+#   instead of 64), and the d = 128 forward on sm_80, which spilled at 2 stages (3 fix it).
+_F32, _B16, _F16 = torch.float32, torch.bfloat16, torch.float16
+_CHOICES = {  # (kernel, head dim bucket) -> (fp32 config, 16-bit config)
+    ("fwd", 64): (TileConfig(64, 32, 8, 1), TileConfig(64, 64, 4, 2)),
+    ("fwd", 128): (TileConfig(32, 64, 8, 1), TileConfig(64, 64, 8, 3)),
+    ("dkdv", 64): (TileConfig(32, 32, 8, 1), TileConfig(64, 64, 8, 2)),
+    ("dkdv", 128): (TileConfig(16, 32, 8, 1), TileConfig(32, 64, 8, 2)),
+    ("dq", 64): (TileConfig(64, 32, 8, 1), TileConfig(64, 64, 4, 2)),
+    ("dq", 128): (TileConfig(32, 64, 8, 1), TileConfig(64, 64, 8, 2)),
+}
+GPU_CONFIGS: dict[tuple[str, torch.dtype, int], TileConfig] = {
+    (kernel, dtype, d): pair[0] if dtype == _F32 else pair[1]
+    for (kernel, d), pair in _CHOICES.items() for dtype in (_F32, _B16, _F16)
+}
+"""(kernel, dtype, d bucket: 64 for d <= 64, else 128) -> the kernel's launch on CUDA."""
+
+
+def gpu_config(kernel: str, dtype: torch.dtype, head_dim: int) -> TileConfig:
+    """The launch configuration of `kernel` ("fwd", "dkdv", "dq" or "delta") on CUDA for inputs
+    of `dtype` and head dim `head_dim` (<= 128): the GPU_CONFIGS entry for d <= 64 or d <= 128."""
+    if kernel == "delta":
+        return DELTA_CONFIG
+    return GPU_CONFIGS[kernel, dtype, 64 if head_dim <= 64 else 128]
+
+
+def _interpreting(q: torch.Tensor) -> bool:
+    """Whether q's kernels run in Triton's interpreter (any non-CUDA tensor, or the variable)."""
+    return q.device.type != "cuda" or interpreter_enabled()
+
+
+def _launch_config(q: torch.Tensor, kernel: str, block_q: int | None,
+                   block_k: int | None) -> dict[str, Any]:
+    """`kernel`'s constexpr arguments and compile options for q's device, dtype and head dim."""
+    interp = _interpreting(q)
+    tiles = None if interp else gpu_config(kernel, q.dtype, q.shape[-1])
+    bq = block_q or (tiles.block_q if tiles else INTERPRETER_BLOCKS[0])
+    bk = block_k or (tiles.block_k if tiles else INTERPRETER_BLOCKS[1])
     for name, b in (("block_q", bq), ("block_k", bk)):
         if b < MIN_BLOCK or b & (b - 1):
             raise SpecError(f"flash-triton {name} must be a power of two >= {MIN_BLOCK}, got {b}")
@@ -316,14 +373,9 @@ def _launch_config(q: torch.Tensor, block_q: int | None, block_k: int | None) ->
         "BLOCK_D": max(MIN_BLOCK, triton.next_power_of_2(q.shape[-1])),
         "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",  # ignored for 16-bit
         "UPCAST_DOT": interp and q.dtype == torch.bfloat16,  # see the module docstring
-        "interp": interp,
+        # The interpreter takes no compile options.
+        **({} if tiles is None else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}),
     }
-
-
-def _compile_options(cfg: dict[str, Any]) -> dict[str, int]:
-    if cfg["interp"]:
-        return {}
-    return {"num_warps": 8 if cfg["BLOCK_D"] >= 128 else 4, "num_stages": 2}
 
 
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
@@ -335,19 +387,16 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     Returns (o (BH, Nq, d) in q's dtype, L (BH, Nq) fp32 row logsumexp in natural-log units,
     iters (BH, n_query_tiles) int32 key tiles visited per program, or None unless `record_iters`).
     """
-    cfg = _launch_config(q, block_q, block_k)
+    cfg = _launch_config(q, "fwd", block_q, block_k)
     bh, n_q, d = q.shape
     n_k = k.shape[1]
     o = torch.empty_like(q)
     lse = torch.empty(bh, n_q, device=q.device, dtype=torch.float32)
     n_tiles = triton.cdiv(n_q, cfg["BLOCK_Q"])
     iters = torch.zeros(bh, n_tiles, device=q.device, dtype=torch.int32) if record_iters else lse
-    _kernels(cfg["interp"])["fwd"][(n_tiles, bh)](
+    _kernels(_interpreting(q))["fwd"][(n_tiles, bh)](
         q, k, v, o, lse, iters, n_q, n_k, d, LOG2E / math.sqrt(d),
-        IS_CAUSAL=is_causal, BLOCK_Q=cfg["BLOCK_Q"], BLOCK_K=cfg["BLOCK_K"],
-        BLOCK_D=cfg["BLOCK_D"], DOT_PRECISION=cfg["DOT_PRECISION"], UPCAST_DOT=cfg["UPCAST_DOT"],
-        RECORD_ITERS=record_iters, **_compile_options(cfg),
-    )
+        IS_CAUSAL=is_causal, RECORD_ITERS=record_iters, **cfg)
     return o, lse, (iters if record_iters else None)
 
 
@@ -357,25 +406,26 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward on contiguous (BH, N, d) tensors and L (BH, Nq) fp32: returns (dq, dk, dv),
     each in its input's dtype and shape, recomputing P from L tile by tile."""
-    cfg = _launch_config(q, block_q, block_k)
     bh, n_q, d = q.shape
     n_k = k.shape[1]
-    kernels = _kernels(cfg["interp"])
-    opts = _compile_options(cfg)
-    consts = {key: cfg[key] for key in ("BLOCK_Q", "BLOCK_K", "BLOCK_D", "DOT_PRECISION",
-                                        "UPCAST_DOT")}
+    kernels = _kernels(_interpreting(q))
     scale = 1.0 / math.sqrt(d)
 
     delta = torch.empty(bh, n_q, device=q.device, dtype=torch.float32)  # D = rowsum(dO * O)
-    rows_per_program = 64
-    kernels["delta"][(triton.cdiv(bh * n_q, rows_per_program),)](
-        o, do, delta, bh * n_q, d, BLOCK_ROWS=rows_per_program, BLOCK_D=cfg["BLOCK_D"], **opts)
+    rows = DELTA_CONFIG.block_q
+    opts = {} if _interpreting(q) else {"num_warps": DELTA_CONFIG.num_warps,
+                                        "num_stages": DELTA_CONFIG.num_stages}
+    kernels["delta"][(triton.cdiv(bh * n_q, rows),)](
+        o, do, delta, bh * n_q, d, BLOCK_ROWS=rows,
+        BLOCK_D=max(MIN_BLOCK, triton.next_power_of_2(d)), **opts)
 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    cfg = _launch_config(q, "dkdv", block_q, block_k)  # one program per key tile
     kernels["dkdv"][(triton.cdiv(n_k, cfg["BLOCK_K"]), bh)](
-        q, k, v, do, lse, delta, dk, dv, n_q, n_k, d, scale, IS_CAUSAL=is_causal, **consts, **opts)
+        q, k, v, do, lse, delta, dk, dv, n_q, n_k, d, scale, IS_CAUSAL=is_causal, **cfg)
+    cfg = _launch_config(q, "dq", block_q, block_k)  # one program per query tile
     kernels["dq"][(triton.cdiv(n_q, cfg["BLOCK_Q"]), bh)](
-        q, k, v, do, lse, delta, dq, n_q, n_k, d, scale, IS_CAUSAL=is_causal, **consts, **opts)
+        q, k, v, do, lse, delta, dq, n_q, n_k, d, scale, IS_CAUSAL=is_causal, **cfg)
     return dq, dk, dv
 
 
@@ -412,7 +462,8 @@ class FlashAttentionTriton(torch.autograd.Function):
     """FlashAttention-2 with Triton kernels; saves exactly q, k, v, o and L (batch[, heads], Nq).
 
     `FlashAttentionTriton.apply(q, k, v, is_causal)` is the course's call (`is_causal` may be
-    left out: False); the tile sizes default per device. Inputs are checked here (SpecError).
+    left out: False); the tiles default per device, kernel, dtype and d. Inputs are checked here
+    (SpecError).
     """
 
     @staticmethod
