@@ -153,3 +153,32 @@ def test_table_renders_every_kind_in_a_file_in_every_format(capsys, tmp_path):
         assert code == 0 and "\\begin{tabular}" in stdout
     code, stdout, _ = _run(["table", str(out), "--json"], capsys)
     assert [r["kind"] for r in json.loads(stdout)] == ["amp", "bench"]
+
+
+def test_rounds_interleave_the_grid_keep_each_round_and_pool_the_samples(capsys, tmp_path):
+    out = tmp_path / "r.jsonl"
+    argv = ["bench", "--size", "tiny", "--context", "16", "--mode", "forward", "--steps", "2",
+            "--warmup", "0", "--precision", "fp32", "bf16-mixed", "--rounds", "3", "--inline",
+            "--out", str(out)]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    rounds, pooled = records[:6], records[6:]
+    # round-robin: every spec once per round, rounds in order
+    assert [r["round"] for r in rounds] == [0, 0, 1, 1, 2, 2]
+    assert [r["spec"]["precision"] for r in rounds] == ["fp32", "bf16-mixed"] * 3
+    assert [p["rounds"] for p in pooled] == [3, 3] and all("round" not in p for p in pooled)
+    for p in pooled:
+        mine = [r for r in rounds if r["spec"] == p["spec"]]
+        step = p["metrics"]["step_ms"]
+        assert step["samples"] == [x for r in mine for x in r["metrics"]["step_ms"]["samples"]]
+        assert step["sample_round"] == [0, 0, 1, 1, 2, 2] and step["n"] == 6
+        assert step["round_medians"] == [r["metrics"]["step_ms"]["median"] for r in mine]
+    text = capsys.readouterr().out
+    assert "round spread" in text and "pooled over 3 interleaved rounds" in text
+    # lmperf table shows the pooled rows only
+    assert main(["table", str(out), "--format", "csv"]) == 0
+    import io
+
+    import pandas as pd
+
+    assert len(pd.read_csv(io.StringIO(capsys.readouterr().out))) == 2

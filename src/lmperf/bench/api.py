@@ -6,10 +6,14 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.bench.plan import plan_bench
+from lmperf.bench.rounds import base_id, pool_rounds
+from lmperf.core.jobs import job_id
 from lmperf.bench.report import build_report
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
+from lmperf.errors import SpecError
+from lmperf.results.store import append_record, read_records
 from lmperf.model.presets import DEFAULT_COURSE
 
 
@@ -20,6 +24,7 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
           warmup: Sequence[int] | int = 5, steps: int = 10, seed: int = 0,
           optimizer: str = "auto", device: str = "auto", threads: int | None = None,
           model_context: int = 0, clip: float = 1.0, course: str = DEFAULT_COURSE,
+          rounds: int = 1,
           out: str | Path | None = None,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
@@ -27,6 +32,8 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
+    `rounds` > 1 runs the whole grid that many times, round-robin, and pools each spec's
+    samples (every round's record is kept too; see lmperf.bench.rounds).
     Keywords and defaults are `lmperf bench`'s flags (None: the device's default, see
     core.vocabulary.DEFAULTS), except `out`: None keeps the records in memory (the CLI writes
     results/bench.jsonl). Failed runs (oom, error, unsupported) are rows of the Report.
@@ -44,4 +51,19 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
             err(f"note: {note}")
         for warning in plan.warnings:
             err(f"warning: {warning}")
-    return build_report(run_sweep(plan.specs, out, options))
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise SpecError(f"rounds must be a positive integer, got {rounds!r}")
+    records = run_sweep(plan.specs, out, options, rounds=rounds)
+    if rounds > 1:
+        # Every round's record is already in `out` (a resumed sweep's earlier rounds too); the
+        # pooled ones follow them, from the latest record of each (spec, round).
+        if out is not None:
+            ids = {job_id(s) for s in plan.specs}
+            latest = {(base_id(r), r["round"]): r for r in read_records(Path(out))
+                      if "round" in r and base_id(r) in ids}
+            records = list(latest.values())
+        records = pool_rounds(records)
+        if out is not None:
+            for record in records:
+                append_record(Path(out), record)
+    return build_report(records)

@@ -35,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="AdamW implementation (default: auto, the fastest this device supports)")
     p.add_argument("--model-context", type=int, default=0, metavar="T",
                    help="the model's maximum context length (default: each run's --context)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="run the whole grid R times, round-robin over the specs, and pool each "
+                        "spec's samples (drift and bursts of load hit every spec alike; the "
+                        "table shows the between-round spread) (default: 1)")
     p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
                    help="train-step: unscale and clip gradients to this norm, as `lmperf train` "
                         "does (0: no clip step) (default: 1.0)")
@@ -48,4 +52,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
     kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
     return run_command(args, lambda: bench(**kwargs, mode=args.mode, optimizer=args.optimizer,
                                            model_context=args.model_context, clip=args.clip,
+                                           rounds=args.rounds,
                                            out=args.out, progress=True, **launch_kwargs(args)))

@@ -56,6 +56,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             for stat in ("mean", "std", "median", "iqr", "n"):
                 row[f"{phase}_ms_{stat}"] = s.get(stat)
         row.update({
+            "rounds": r.get("rounds"),
+            "step_ms_round_spread": (m.get("step_ms") or {}).get("round_spread"),
             "tokens_per_s": m.get("tokens_per_s"), "flops_per_step": m.get("flops_per_step"),
             "tflops": m.get("tflops"), "mfu": m.get("mfu"), "peak_memory_mib": _peak_mib(m),
             "memory_kind": (m.get("memory") or {}).get("kind"),
@@ -89,6 +91,8 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     for _, title in varying:
         out[title] = df[title]
     mean_std_columns(out, df, PHASES)
+    if df["step_ms_round_spread"].notna().any():
+        out["round spread"] = [_fmt(v, ".1%") for v in df["step_ms_round_spread"]]
     out["tokens/s"] = [_fmt(v, ",.0f") for v in df["tokens_per_s"]]
     out["TFLOP/s"] = [_fmt(v, ".3f") for v in df["tflops"]]
     if df["mfu"].notna().any():
