@@ -15,6 +15,7 @@ import math
 import pandas as pd
 
 from lmperf.core.report import Report, caption_axes, status_notes
+from lmperf.dist.predict import prediction_table
 
 MIB = 2**20
 _SHAPE_KEYS = ("size", "context_length", "batch_size", "device", "backend", "seed", "lr")
@@ -178,6 +179,15 @@ def _comm_findings(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def _prediction_findings(df: pd.DataFrame) -> list[str]:
+    if df.empty:
+        return []
+    ratio = df["measured_over_predicted"]
+    return [f"communication per step, measured / predicted from dist comm's times per message size: "
+            f"median {ratio.median():.2f} (from {ratio.min():.2f}, {df.loc[ratio.idxmin(), 'strategy']}, "
+            f"to {ratio.max():.2f}, {df.loc[ratio.idxmax(), 'strategy']})"]
+
+
 def build_report(records: list[dict]) -> Report:
     """A Report of dist records (training and/or collectives)."""
     records = [r for r in records if r["kind"] == "dist"]
@@ -185,11 +195,14 @@ def build_report(records: list[dict]) -> Report:
     tables: dict[str, pd.DataFrame] = {}
     frame = train if not train.empty else comm
     if not train.empty and not comm.empty:
-        tables["comm"] = comm
+        tables["comm"] = comm.drop(columns=["message"]) if (comm["message"] == "").all() else comm
     if not comm.empty:
         tables["busbw (GB/s) by size"] = busbw_table(comm)
+    predicted = prediction_table(records)
+    if not predicted.empty:
+        tables["communication per step: measured vs predicted from dist comm"] = predicted
     findings = (_train_findings(train) if not train.empty else []) + \
-               (_comm_findings(comm) if not comm.empty else [])
+               (_comm_findings(comm) if not comm.empty else []) + _prediction_findings(predicted)
     notes = {w for r in records for w in r.get("warnings", [])}
     findings += sorted(notes)
     device = (records or [{}])[0].get("env", {}).get("device_name", "")
