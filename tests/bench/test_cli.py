@@ -182,3 +182,16 @@ def test_rounds_interleave_the_grid_keep_each_round_and_pool_the_samples(capsys,
     import pandas as pd
 
     assert len(pd.read_csv(io.StringIO(capsys.readouterr().out))) == 2
+
+
+def test_compile_is_a_sweep_axis_with_compile_time_apart_from_the_steps(capsys, tmp_path):
+    out = tmp_path / "c.jsonl"
+    assert main(["bench", "--size", "tiny", "--context", "16", "--mode", "forward", "--steps", "2",
+                 "--warmup", "1", "--precision", "fp32", "--compile", "off", "on",
+                 "--out", str(out)]) == 0
+    off, on = (json.loads(line) for line in out.read_text().splitlines())
+    assert (off["status"], on["status"]) == ("ok", "ok"), on.get("message")
+    assert off["spec"]["compile"] is False and on["spec"]["compile"] is True
+    assert off["metrics"]["compile_s"] is None and on["metrics"]["compile_s"] > 0
+    assert on["metrics"]["step_ms"]["n"] == 2  # the compiling step is not among the samples
+    assert "compile (s)" in capsys.readouterr().out

@@ -24,7 +24,8 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
           warmup: Sequence[int] | int = 5, steps: int = 10, seed: int = 0,
           optimizer: str = "auto", device: str = "auto", threads: int | None = None,
           model_context: int = 0, clip: float = 1.0, course: str = DEFAULT_COURSE,
-          rounds: int = 1,
+          rounds: int = 1, compile: Sequence[bool] | bool = False,
+          compile_mode: str = "default",
           out: str | Path | None = None,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
@@ -32,6 +33,8 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
+    `compile` (a sweep axis: False, True or [False, True]) runs the whole model through
+    torch.compile; the compiling first step is timed apart (metrics.compile_s).
     `rounds` > 1 runs the whole grid that many times, round-robin, and pools each spec's
     samples (every round's record is kept too; see lmperf.bench.rounds).
     Keywords and defaults are `lmperf bench`'s flags (None: the device's default, see
@@ -43,7 +46,8 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     plan = plan_bench(size=size, model=model, context=context, batch=batch, precision=precision,
                       mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
                       optimizer=optimizer, device=device, threads=threads,
-                      model_context=model_context, clip=clip, course=course)
+                      model_context=model_context, clip=clip, course=course, compile=compile,
+                      compile_mode=compile_mode)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if progress:

@@ -35,7 +35,8 @@ def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = N
                attention: Sequence[str] | str = "naive", warmup: Sequence[int] | int = 5,
                steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
                threads: int | None = None, model_context: int = 0, clip: float = 1.0,
-               course: str = DEFAULT_COURSE) -> Plan:
+               course: str = DEFAULT_COURSE, compile: Sequence[bool] | bool = False,
+               compile_mode: str = "default") -> Plan:
     """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
@@ -49,11 +50,11 @@ def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = N
     fixed = dict(model_context_length=model_context,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
                  device=dev_.type, model=model, threads=resolve_threads(threads, dev_.type),
-                 clip=clip, course=course)
+                 clip=clip, course=course, compile_mode=compile_mode)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=as_list(precision) or defaults["precision"],
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),
-                fixed=fixed)
+                compiles=as_list(compile), fixed=fixed)
     specs = list(dict.fromkeys(grid.expand()))  # a value given twice in a list runs once
     plan = Plan(specs=specs, device_name=dev.device_name(dev_))
     if model:

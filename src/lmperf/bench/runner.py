@@ -7,6 +7,8 @@ phase (the same probe as `lmperf memory`).
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from lmperf.core.outcome import Stage, failure, first_line
@@ -63,8 +65,19 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
     prepared = prepare(spec, device, regime)
     state, step, params = prepared.state, prepared.step, prepared.params
 
-    # Nothing runs the model before the warm-up steps, so that with --warmup 0 the first timed
-    # step is the first step this process runs (its outlier stays visible in the raw samples).
+    compile_s = None
+    if spec.compile:
+        # The first call of a compiled model compiles it (forward, and backward in the first
+        # backward): one untimed step, its wall time recorded apart from the timed steps.
+        stage.now = f"compiling the model (torch.compile, mode {spec.compile_mode})"
+        dev.synchronize(device)
+        start = time.perf_counter()
+        step(state, NO_OBSERVER)
+        dev.synchronize(device)
+        compile_s = time.perf_counter() - start
+
+    # Nothing else runs the model before the warm-up steps, so that with --warmup 0 the first
+    # timed step is the first step this process runs (its outlier stays in the raw samples).
     stage.now = f"warming up ({spec.warmup} steps)"
     clock = dev.PhaseClock(device)  # warm-up steps run under the same clock as timed ones
     for _ in range(spec.warmup):
@@ -96,7 +109,7 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
     probe = PhaseProbe(dev.PeakMemory(device))
     step(state, probe)
 
-    metrics: dict = {"timer": clock.kind}
+    metrics: dict = {"timer": clock.kind, "compile_s": compile_s}
     for name in ("forward", "backward", "optimizer", "step"):
         metrics[f"{name}_ms"] = summarize(samples[name]) if name in samples else None
     if (w := spread_warning({n: metrics[f"{n}_ms"] for n in samples})):

@@ -16,7 +16,7 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
     ("batch_size", "batch"), ("mode", "mode"), ("attention", "attention"),
     ("warmup", "warmup"), ("optimizer", "optimizer"), ("threads", "threads"), ("device", "device"),
-    ("course", "course"),
+    ("course", "course"), ("compile", "compile"),
 )
 
 
@@ -49,6 +49,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "attention": spec.get("attention"), "warmup": spec.get("warmup"),
             "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
             "course": spec.get("course", "2025"),  # records before editions were 2025's
+            "compile": "on" if spec.get("compile") else "off",
+            "compile_s": m.get("compile_s"),
             "device": spec.get("device"), "status": r["status"], "message": r.get("message", ""),
         }
         for phase in PHASES:
@@ -91,6 +93,8 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     for _, title in varying:
         out[title] = df[title]
     mean_std_columns(out, df, PHASES)
+    if df["compile_s"].notna().any():
+        out["compile (s)"] = [_fmt(v, ".1f") for v in df["compile_s"]]
     if df["step_ms_round_spread"].notna().any():
         out["round spread"] = [_fmt(v, ".1%") for v in df["step_ms_round_spread"]]
     out["tokens/s"] = [_fmt(v, ",.0f") for v in df["tokens_per_s"]]

@@ -42,6 +42,8 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     with device:  # build directly on the device: no host copy of a large model
         model = build_model(spec.model_config(), spec.model)
     model.to(dtype=regime.param_dtype)
+    if spec.compile:  # compiled lazily, by the first step that runs it
+        model = torch.compile(model, mode=spec.compile_mode)
     gen = dev.make_generator(device, spec.seed)
     shape = (spec.batch_size, spec.context_length)
     inputs = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)

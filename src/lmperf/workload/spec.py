@@ -10,12 +10,14 @@ from typing import ClassVar, Sequence
 from lmperf.errors import SpecError
 from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
-from lmperf.model.presets import PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
+from lmperf.model.presets import COURSES, DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
 
 MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class RunSpec:
         threads: torch's intra-op CPU threads (0: torch's default; see core.vocabulary).
         clip: max gradient norm of a train step, after unscaling (0: no unscale/clip step;
             the GradScaler's step still unscales).
+        course: the edition of CS336 whose table defined `size` ('2025' or '2026'; the same
+            name can mean different shapes: 2025's xl is 1600 wide, 2026's 2560).
+        compile: run the whole model through `torch.compile` (the first step, untimed and
+            timed apart, compiles it); compile_mode: its `mode`.
     """
 
     kind: ClassVar[str] = "bench"
@@ -67,15 +73,21 @@ class RunSpec:
     rope_theta: float = 10000.0
     threads: int = 0
     clip: float = 1.0
+    course: str = DEFAULT_COURSE
+    compile: bool = False
+    compile_mode: str = "default"
 
     def __post_init__(self) -> None:
         check_fields(self, choices={"precision": REGIMES, "mode": MODES, "attention": ATTENTION,
-                                    "optimizer": OPTIMIZERS, "device": DEVICES},
+                                    "optimizer": OPTIMIZERS, "device": DEVICES, "course": COURSES,
+                                    "compile_mode": COMPILE_MODES},
                      positive=("d_model", "num_layers", "num_heads", "d_ff", "context_length",
                                "batch_size", "steps", "vocab_size"),
                      non_negative=("warmup", "threads"))
         if isinstance(self.clip, bool) or not isinstance(self.clip, (int, float)) or self.clip < 0:
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
+        if not isinstance(self.compile, bool):
+            raise SpecError(f"compile must be true or false, got {self.compile!r}")
         if self.model_context_length == 0:
             object.__setattr__(self, "model_context_length", self.context_length)
         positive_int("model_context_length", self.model_context_length)
@@ -86,15 +98,18 @@ class RunSpec:
             raise SpecError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
 
     @classmethod
-    def from_size(cls, size: str, **overrides: object) -> "RunSpec":
-        """A spec whose shape comes from the preset `size`; other fields from `overrides`."""
+    def from_size(cls, size: str, course: str = DEFAULT_COURSE, **overrides: object) -> "RunSpec":
+        """A spec whose shape (and vocabulary, for a preset that has its own) comes from `size`
+        in the `course` edition's table; other fields from `overrides`."""
         try:
-            preset = resolve_preset(size)
+            preset = resolve_preset(size, course)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
         shape = dict(d_model=preset.d_model, num_layers=preset.num_layers,
                      num_heads=preset.num_heads, d_ff=preset.d_ff)
-        return cls(size=size, **{**shape, **overrides})
+        if preset.vocab_size is not None:
+            shape["vocab_size"] = preset.vocab_size
+        return cls(size=size, course=course, **{**shape, **overrides})
 
     def model_config(self) -> ModelConfig:
         """What the model builder (or a user's factory) receives."""
@@ -108,8 +123,10 @@ class RunSpec:
         return float(self.clip) if self.clip > 0 else None
 
     def shape(self) -> str:
-        """The model shape that was run, e.g. 'd=768 L=12 H=12 ff=3072'."""
-        return f"d={self.d_model} L={self.num_layers} H={self.num_heads} ff={self.d_ff}"
+        """The model shape that was run, e.g. 'd=768 L=12 H=12 ff=3072' (and the vocabulary
+        when it is not the course's 10k)."""
+        vocab = "" if self.vocab_size == VOCAB_SIZE else f" V={self.vocab_size}"
+        return f"d={self.d_model} L={self.num_layers} H={self.num_heads} ff={self.d_ff}{vocab}"
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `spec` of a record)."""
@@ -123,13 +140,15 @@ class RunSpec:
         unknown = set(data) - known
         if unknown:
             raise SpecError(f"unknown RunSpec field(s): {', '.join(sorted(unknown))}")
-        return cls(**data)
+        # Records written before editions existed used 2025's table.
+        return cls(**{"course": "2025", **data})
 
     def label(self) -> str:
         """Short human-readable name for progress lines."""
         name = f"{self.model} ({self.shape()})" if self.model else self.size
         return (f"{name} ctx={self.context_length} b={self.batch_size} {self.precision} "
-                f"{self.mode} {self.attention}" + (f" warmup={self.warmup}" if self.warmup != 5 else ""))
+                f"{self.mode} {self.attention}" + (f" warmup={self.warmup}" if self.warmup != 5 else "")
+                + (" compiled" if self.compile else ""))
 
     def with_(self, **changes: object) -> "RunSpec":
         """A copy with some fields changed (validated again)."""
@@ -150,16 +169,17 @@ class Grid:
     modes: Sequence[str]
     attentions: Sequence[str]
     warmups: Sequence[int] = (5,)
+    compiles: Sequence[bool] = (False,)
     fixed: dict = field(default_factory=dict)
 
     def expand(self) -> list[RunSpec]:
         """Every combination, in size-major order (the order of the course's table)."""
         return [
             RunSpec.from_size(size, context_length=ctx, batch_size=b, precision=p, mode=m,
-                              attention=a, warmup=w, **self.fixed)
-            for size, ctx, b, p, m, a, w in itertools.product(
+                              attention=a, warmup=w, compile=c, **self.fixed)
+            for size, ctx, b, p, m, a, w, c in itertools.product(
                 self.sizes, self.contexts, self.batches, self.precisions, self.modes,
-                self.attentions, self.warmups)
+                self.attentions, self.warmups, self.compiles)
         ]
 
 
