@@ -14,7 +14,7 @@ from pathlib import Path
 from lmperf import __version__
 from lmperf.errors import LmperfError
 
-COMMANDS: tuple[str, ...] = ("bench", "profile", "memory", "train", "attention", "amp", "doctor", "report", "dist")
+COMMANDS: tuple[str, ...] = ("bench", "profile", "memory", "train", "attention", "amp", "compare", "report", "doctor", "dist")
 
 
 class _Parser(argparse.ArgumentParser):
