@@ -138,9 +138,10 @@ def _train_findings(df: pd.DataFrame) -> list[str]:
     bad = ok[ok["matches_single"] != True]  # noqa: E712 (None counts as not checked)
     if bad.empty:
         worst = ok.loc[ok["max_abs_diff"].idxmax()]
+        how = (f"largest parameter difference {worst['max_abs_diff']:.2g}, {worst['strategy']}"
+               if worst["max_abs_diff"] > 0 else "bitwise: every difference is 0")
         out.append(f"all {len(ok)} strategy runs match single-process training on the global batch "
-                   f"within tolerance (largest parameter difference {worst['max_abs_diff']:.2g}, "
-                   f"{worst['strategy']})")
+                   f"within tolerance ({how})")
     else:
         out.append("NOT equal to single-process training: " + ", ".join(
             f"{r.strategy} (n={r.world_size}, max diff {r.max_abs_diff:.2g})" for r in bad.itertuples()))
