@@ -43,13 +43,13 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     Raises SpecError / ModelLoadError before anything runs for bad input, SweepInterrupted on
     Ctrl-C (finished rows are kept in `out`).
     """
+    options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
+                            resume=resume, progress=progress)
     plan = plan_bench(size=size, model=model, context=context, batch=batch, precision=precision,
                       mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
                       optimizer=optimizer, device=device, threads=threads,
                       model_context=model_context, clip=clip, course=course, compile=compile,
                       compile_mode=compile_mode)
-    options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
-                            resume=resume, progress=progress)
     if progress:
         for note in plan.notes:
             err(f"note: {note}")

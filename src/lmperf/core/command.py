@@ -26,6 +26,10 @@ def sweep_options(*, inline: bool = False, timeout: float | None = None,
             raise SpecError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
     options = SweepOptions(isolate=not inline, timeout_s=timeout, max_memory_gib=max_memory_gib,
                            resume=resume)
+    if options.isolate and options.warm:
+        from lmperf.core.launch import ForkServer
+
+        ForkServer.get()  # starts importing torch now, while the caller plans its jobs
     if progress:
         from lmperf.progress import RichReporter
 

@@ -86,22 +86,38 @@ def _normalised_key(spec_type: type, record: dict) -> str:
         return spec_key(record["kind"], record["spec"])
 
 
+def round_id(spec: JobSpec, round_: int, rounds: int) -> str:
+    """The job id of one round of a spec (the spec's own id when there is one round)."""
+    return job_id(spec) if rounds == 1 else f"{job_id(spec)}-r{round_}"
+
+
 def pending_specs(specs: Sequence[JobSpec], out: Path | None, resume: bool) -> list[JobSpec]:
     """The jobs still to run: all of them, or (resume) those without an 'ok' row in `out`."""
-    if not resume or out is None or not Path(out).exists() or not specs:
-        return list(specs)
+    return [s for s, _ in _pending([(s, 0) for s in specs], out, resume, 1)]
+
+
+def _pending(jobs: list[tuple[JobSpec, int]], out: Path | None, resume: bool,
+             rounds: int) -> list[tuple[JobSpec, int]]:
+    if not resume or out is None or not Path(out).exists() or not jobs:
+        return list(jobs)
     ok = [r for r in store.read_records(Path(out)) if r["status"] == "ok"]
     done_ids = {r.get("job_id") for r in ok}
-    types = {type(s) for s in specs}
-    done_keys = {_normalised_key(t, r) for t in types for r in ok}
-    return [s for s in specs if job_id(s) not in done_ids
+    done_keys: set[str] = set()
+    if rounds == 1:  # records of single-round jobs written before job ids: match the spec
+        types = {type(s) for s, _ in jobs}
+        done_keys = {_normalised_key(t, r) for t in types for r in ok if "round" not in r}
+    return [(s, k) for s, k in jobs if round_id(s, k, rounds) not in done_ids
             and spec_key(s.kind, s.to_dict()) not in done_keys]
 
 
 def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions | None = None, *,
-              precheck: Callable[[JobSpec], dict | None] | None = None) -> list[dict]:
+              precheck: Callable[[JobSpec], dict | None] | None = None,
+              rounds: int = 1) -> list[dict]:
     """Run `specs` and append each record to `out` (None: keep them in memory only).
 
+    `rounds` > 1 runs the whole list that many times, round-robin (spec 1, 2, ..., n, then
+    again), so that slow drift and a neighbour's burst of load hit every spec alike; each
+    record then carries its `round` (0-based) and a job id per round (see `round_id`).
     `precheck` may return a record made in the parent (e.g. 'unsupported') instead of running
     the job. Returns this sweep's records in order. Raises ResultsFileError before running
     anything if `out` cannot be written or (resume) holds a corrupt line, and SweepInterrupted
@@ -109,23 +125,26 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
     """
     options = options or SweepOptions()
     out = Path(out) if out is not None else None
-    todo = pending_specs(specs, out, options.resume)  # reads (and checks) the file first
+    jobs = [(spec, k) for k in range(rounds) for spec in specs]
+    todo = _pending(jobs, out, options.resume, rounds)  # reads (and checks) the file first
     if out is not None:
         store.ensure_writable(out)
     reporter = options.reporter
-    reporter.begin(len(todo), len(specs) - len(todo))
+    reporter.begin(len(todo), len(jobs) - len(todo))
     records: list[dict] = []
     try:
-        for i, spec in enumerate(todo):
+        for i, (spec, k) in enumerate(todo):
             reporter.start(i, spec)
             first = precheck(spec) if precheck else None
             if first is not None:
-                new = [{**first, "job_id": job_id(spec)}]
+                new = [first]
             elif options.isolate:
                 launcher = WarmChild if options.warm else ChildProcess
                 new = launcher(spec, options.timeout_s, options.max_memory_gib).run()
             else:
                 new = run_inline(spec)
+            tag = {"job_id": round_id(spec, k, rounds)} | ({"round": k} if rounds > 1 else {})
+            new = [{**record, **tag} for record in new]
             for record in new:
                 if out is not None:
                     store.append_record(out, record)

@@ -251,7 +251,18 @@ def bf16_supported(device: torch.device) -> bool:
 
 
 def fused_adamw_supported(device: torch.device) -> bool:
-    """Whether `AdamW(fused=True)` runs on this device type (CUDA, and CPU since torch 2.4)."""
+    """Whether `AdamW(fused=True)` runs on this device type (CUDA, and CPU since torch 2.4).
+
+    torch's own list of devices with fused optimizer kernels answers without running anything
+    (a probe step costs ~1.3 s of lazy imports, and would initialise CUDA in the caller); where
+    that private helper is missing, one tiny fused step is tried.
+    """
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        return device.type in _get_fused_kernels_supported_devices()
+    except (ImportError, AttributeError):
+        pass
     params = [torch.nn.Parameter(torch.zeros(2, device=device))]
     params[0].grad = torch.zeros(2, device=device)
     try:
