@@ -86,15 +86,17 @@ def test_the_gpu_tile_choices_match_float64(d, dtype, monkeypatch):
     # over 100 and over 70 keys, so that every tile is ragged somewhere.
     launch, used = ft._launch_config, set()
 
-    def with_gpu_tiles(q, kernel, block_q, block_k):
+    def with_gpu_tiles(q, kernel, block_q=None, block_k=None):
+        if kernel not in ft.KERNELS:  # delta: no tiles
+            return launch(q, kernel)
         tiles = ft.gpu_config(kernel, q.dtype, q.shape[-1])
-        used.add((kernel, tiles.block_q, tiles.block_k))
+        used.add(kernel)
         return launch(q, kernel, tiles.block_q, tiles.block_k)
 
     monkeypatch.setattr(ft, "_launch_config", with_gpu_tiles)
     for n_k, is_causal in ((100, True), (70, False)):
         _check_against_reference(*_inputs((1, 1, 100, d), n_k=n_k, dtype=dtype), is_causal)
-    assert {kernel for kernel, _, _ in used} == set(ft.KERNELS)
+    assert used == set(ft.KERNELS)
 
 
 def test_every_kernel_has_a_valid_gpu_config():

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.kernels.triton_report             # the table, as launched today
     .venv/bin/python -m tests.kernels.triton_report --baseline  # the tiles before issue 11
+    .venv/bin/python -m tests.kernels.triton_report --compare   # before -> after, one table
     .venv/bin/python -m tests.kernels.triton_report --json      # one JSON object per kernel
 
 Triton compiles a kernel for a GPUTarget it is given (`triton.compile(ASTSource(...), target=...)`)
@@ -31,7 +32,12 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from lmperf.kernels.flash_triton import TileConfig
 
 TARGETS = {"sm_80": 80, "sm_90": 90}
 SHARED_LIMIT_BYTES = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}
@@ -114,7 +120,7 @@ def cases() -> list[Case]:
     return out
 
 
-def baseline_config(kernel: str, dtype: torch.dtype, head_dim: int):
+def baseline_config(kernel: str, dtype: torch.dtype, head_dim: int) -> TileConfig:
     """The launch choice before issue 11: 64 x 64 tiles for every kernel and dtype, 8 warps for
     d > 64 and 4 otherwise, 2 stages (the delta kernel took the same warps and stages)."""
     from lmperf.kernels.flash_triton import TileConfig
@@ -135,9 +141,7 @@ def _signature(kernel: str, dtype: str) -> tuple[object, dict[str, str]]:
     for p in fn.params:
         if p.is_constexpr:
             sig[p.name] = "constexpr"
-        elif p.name in ("L", "DELTA"):
-            sig[p.name] = "*fp32"
-        elif p.name == "ITERS":  # the launcher passes L unless it records the loop counts
+        elif p.name in ("L", "DELTA", "ITERS"):  # ITERS: L is passed unless loops are counted
             sig[p.name] = "*fp32"
         elif p.name.isupper():  # Q, K, V, O, DO, DK, DV, DQ: the inputs' dtype
             sig[p.name] = f"*{dtype}"
@@ -146,18 +150,6 @@ def _signature(kernel: str, dtype: str) -> tuple[object, dict[str, str]]:
         else:  # n_q, n_k, head_dim, n_rows
             sig[p.name] = "i32"
     return fn, sig
-
-
-def _constexprs(case: Case, cfg) -> dict[str, object]:
-    block_d = max(16, 1 << (case.head_dim - 1).bit_length())
-    if case.kernel == "delta":
-        return {"BLOCK_ROWS": cfg.block_q, "BLOCK_D": block_d}
-    out = {"IS_CAUSAL": case.causal, "BLOCK_Q": cfg.block_q, "BLOCK_K": cfg.block_k,
-           "BLOCK_D": block_d, "DOT_PRECISION": "ieee" if case.dtype == "fp32" else "tf32",
-           "UPCAST_DOT": False}
-    if case.kernel == "fwd":
-        out["RECORD_ITERS"] = False
-    return out
 
 
 def _resources(cubin: bytes) -> tuple[int, int]:
@@ -192,16 +184,25 @@ def _spills(ptx: str, cc: int) -> tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def compile_case(case: Case, cfg=None, maxnreg: int | None = None) -> Row:
+def compile_case(case: Case, cfg: TileConfig | None = None, maxnreg: int | None = None) -> Row:
     """Compile `case` with TileConfig `cfg` (default: the launcher's, `gpu_config`) and measure
     what it uses; `maxnreg` caps the registers per thread (a control that must spill)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from lmperf.kernels.flash_triton import gpu_config
+    from lmperf.kernels.flash_triton import gpu_config, launch_arguments
 
-    cfg = cfg or gpu_config(case.kernel, DTYPES[case.dtype], case.head_dim)
+    dtype = DTYPES[case.dtype]
+    cfg = cfg or gpu_config(case.kernel, dtype, case.head_dim)
+    # Exactly what the launcher passes on CUDA, split into constexprs and compile options.
+    args = launch_arguments(case.kernel, dtype, case.head_dim, interpret=False, tiles=cfg)
+    options = {"num_warps": args.pop("num_warps"), "num_stages": args.pop("num_stages"),
+               "maxnreg": maxnreg}
+    if case.kernel != "delta":
+        args["IS_CAUSAL"] = case.causal
+    if case.kernel == "fwd":
+        args["RECORD_ITERS"] = False
     fn, sig = _signature(case.kernel, case.dtype)
     # Tensors from torch are 16-byte aligned and the benchmarks' n, d are multiples of 16: the
     # launcher would specialise those arguments as divisible by 16, so the compile does too.
@@ -209,10 +210,8 @@ def compile_case(case: Case, cfg=None, maxnreg: int | None = None) -> Row:
              if ty.startswith("*") or ty == "i32"}
     cc = TARGETS[case.target]
     start = time.perf_counter()
-    kernel = triton.compile(ASTSource(fn, sig, _constexprs(case, cfg), attrs),
-                            target=GPUTarget("cuda", cc, 32),
-                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
-                                     "maxnreg": maxnreg})
+    kernel = triton.compile(ASTSource(fn, sig, args, attrs), target=GPUTarget("cuda", cc, 32),
+                            options=options)
     seconds = time.perf_counter() - start
     registers, stack = _resources(kernel.asm["cubin"])
     stores, loads = _spills(kernel.asm["ptx"], cc) if stack else (0, 0)
@@ -250,12 +249,31 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def render_compare(before: list[Row], after: list[Row]) -> str:
+    """A markdown table of the same cases before -> after: launch, registers, stack, shared."""
+    def launch(r: Row) -> str:
+        tiles = f"{r.block_q} rows" if r.kernel == "delta" else f"{r.block_q}x{r.block_k}"
+        return f"{tiles} w{r.num_warps} s{r.num_stages}"
+
+    lines = ["| kernel | target | dtype | d | causal | launch | regs | stack B (spill st/ld B) "
+             "| shared KiB |", "|" + "---|" * 9]
+    for b, a in zip(before, after):
+        lines.append(
+            f"| {a.kernel} | {a.target} | {a.dtype} | {a.head_dim} | {'yes' if a.causal else 'no'}"
+            f" | {launch(b)} -> {launch(a)} | {b.registers} -> {a.registers} "
+            f"| {b.stack_bytes} ({b.spill_store_bytes}/{b.spill_load_bytes}) -> {a.stack_bytes}"
+            f" | {b.shared_bytes / 1024:.1f} -> {a.shared_bytes / 1024:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table (or JSON lines); exit 0, or 3 with the reason when nothing can compile."""
     ap = argparse.ArgumentParser(prog="python -m tests.kernels.triton_report",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", action="store_true",
                     help="the launch choice before issue 11 instead of today's")
+    ap.add_argument("--compare", action="store_true",
+                    help="before (--baseline) -> after, side by side, in one table")
     ap.add_argument("--json", action="store_true", help="one JSON object per line")
     ap.add_argument("--control", action="store_true",
                     help=f"also {CONTROL[0]} capped at {CONTROL[1]} registers, which must spill")
@@ -266,17 +284,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"skip": reason}) if args.json else f"cannot compile: {reason}")
         return 3
     start = time.perf_counter()
-    rows = compile_all(args.baseline, args.workers)
-    if args.json:
+    rows = compile_all(args.baseline and not args.compare, args.workers)
+    if args.compare:
+        print(render_compare(compile_all(True, args.workers), rows))
+    elif args.json:
         for r in rows:
             print(json.dumps(asdict(r)))
         if args.control:
             print(json.dumps({**asdict(compile_case(CONTROL[0], maxnreg=CONTROL[1])),
                               "control": True}))
     else:
+        print(render(rows))
+    if not args.json:
         import triton
 
-        print(render(rows))
         print(f"\n{len(rows)} kernels, Triton {triton.__version__}, "
               f"{time.perf_counter() - start:.1f} s wall on {os.cpu_count()} CPUs")
     return 0

@@ -357,11 +357,23 @@ def _interpreting(q: torch.Tensor) -> bool:
     return q.device.type != "cuda" or interpreter_enabled()
 
 
-def _launch_config(q: torch.Tensor, kernel: str, block_q: int | None,
-                   block_k: int | None) -> dict[str, Any]:
-    """`kernel`'s constexpr arguments and compile options for q's device, dtype and head dim."""
-    interp = _interpreting(q)
-    tiles = None if interp else gpu_config(kernel, q.dtype, q.shape[-1])
+def launch_arguments(kernel: str, dtype: torch.dtype, head_dim: int, interpret: bool,
+                     block_q: int | None = None, block_k: int | None = None,
+                     tiles: TileConfig | None = None) -> dict[str, Any]:
+    """`kernel`'s constexpr arguments and, unless `interpret`, its compile options (num_warps,
+    num_stages), for inputs of `dtype` and head dim `head_dim`.
+
+    The tiles are `block_q` / `block_k` where given, else `tiles`' (default: `gpu_config`'s on
+    CUDA, INTERPRETER_BLOCKS in the interpreter). The launchers and the compile-only check
+    (tests/kernels/triton_report.py) both build a launch here. Raises SpecError for a tile that
+    is not a power of two >= 16.
+    """
+    tiles = tiles or (None if interpret else gpu_config(kernel, dtype, head_dim))
+    # The interpreter takes no compile options.
+    opts = {} if interpret else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
+    block_d = max(MIN_BLOCK, 1 << (head_dim - 1).bit_length())  # next power of two >= 16
+    if kernel == "delta":  # no loop, no tiles to choose: rows per program only
+        return {"BLOCK_ROWS": DELTA_CONFIG.block_q, "BLOCK_D": block_d, **opts}
     bq = block_q or (tiles.block_q if tiles else INTERPRETER_BLOCKS[0])
     bk = block_k or (tiles.block_k if tiles else INTERPRETER_BLOCKS[1])
     for name, b in (("block_q", bq), ("block_k", bk)):
@@ -370,12 +382,17 @@ def _launch_config(q: torch.Tensor, kernel: str, block_q: int | None,
     return {
         "BLOCK_Q": bq,
         "BLOCK_K": bk,
-        "BLOCK_D": max(MIN_BLOCK, triton.next_power_of_2(q.shape[-1])),
-        "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",  # ignored for 16-bit
-        "UPCAST_DOT": interp and q.dtype == torch.bfloat16,  # see the module docstring
-        # The interpreter takes no compile options.
-        **({} if tiles is None else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}),
+        "BLOCK_D": block_d,
+        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",  # ignored for 16-bit
+        "UPCAST_DOT": interpret and dtype == torch.bfloat16,  # see the module docstring
+        **opts,
     }
+
+
+def _launch_config(q: torch.Tensor, kernel: str, block_q: int | None = None,
+                   block_k: int | None = None) -> dict[str, Any]:
+    """`launch_arguments` for q's device, dtype and head dim."""
+    return launch_arguments(kernel, q.dtype, q.shape[-1], _interpreting(q), block_q, block_k)
 
 
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
@@ -412,12 +429,9 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
     scale = 1.0 / math.sqrt(d)
 
     delta = torch.empty(bh, n_q, device=q.device, dtype=torch.float32)  # D = rowsum(dO * O)
-    rows = DELTA_CONFIG.block_q
-    opts = {} if _interpreting(q) else {"num_warps": DELTA_CONFIG.num_warps,
-                                        "num_stages": DELTA_CONFIG.num_stages}
-    kernels["delta"][(triton.cdiv(bh * n_q, rows),)](
-        o, do, delta, bh * n_q, d, BLOCK_ROWS=rows,
-        BLOCK_D=max(MIN_BLOCK, triton.next_power_of_2(d)), **opts)
+    cfg = _launch_config(q, "delta")
+    kernels["delta"][(triton.cdiv(bh * n_q, cfg["BLOCK_ROWS"]),)](
+        o, do, delta, bh * n_q, d, **cfg)
 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     cfg = _launch_config(q, "dkdv", block_q, block_k)  # one program per key tile
