@@ -152,7 +152,8 @@ def _shape(size, d_model, d_ff, num_layers, ffn_only, context, course):
 
     spec = RunSpec.from_size(size or "xl", course or DEFAULT_COURSE,
                              context_length=context or 1024)
-    return est.Shape(f"{spec.size} ({spec.course}: {spec.shape()}, V={spec.vocab_size})",
+    shape = spec.shape() + ("" if "V=" in spec.shape() else f" V={spec.vocab_size}")
+    return est.Shape(f"{spec.size} ({spec.course}: {shape})",
                      param_count(spec.model_config()), spec.d_model, spec.d_ff, spec.num_layers)
 
 
