@@ -19,7 +19,7 @@ def _lines(path: Path) -> list[dict]:
 
 def test_a_child_past_its_timeout_is_killed_and_is_an_error_row(tmp_path):
     (r,) = run_sweep([AttnSpec("naive", seq=64, **QUICK)], tmp_path / "a.jsonl",
-                     SweepOptions(timeout_s=0.2))  # not even torch imports in 0.2 s
+                     SweepOptions(timeout_s=0.2, warm=False))  # a cold child: not even torch imports in 0.2 s
     assert r["status"] == "error" and r["kind"] == "attention"
     assert "timed out after 0.2 s" in r["message"]
     assert r["spec"]["impl"] == "naive" and r["env"]["torch"]
