@@ -168,3 +168,13 @@ def test_bad_input_is_one_line(argv, fragment, tmp_path):
     assert code == 2
     assert fragment in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()  # nothing ran
+
+
+def test_compile_profiles_the_compiled_model_with_compile_time_apart(tmp_path):
+    import lmperf
+
+    report = lmperf.profile(size="tiny", context=16, mode="forward", steps=2, warmup=0,
+                            compile=True, inline=True, trace=tmp_path / "t.json")
+    (record,) = report.records
+    assert record["status"] == "ok" and record["spec"]["compile"] is True
+    assert record["metrics"]["timings_s"]["compile_s"] > 0

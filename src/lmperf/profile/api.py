@@ -23,7 +23,8 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             inline: bool = False, timeout: float | None = None,
             max_memory_gib: float | None = None, resume: bool = False,
             progress: bool = False, from_trace: str | Path | None = None,
-            course: str = DEFAULT_COURSE) -> Report:
+            course: str = DEFAULT_COURSE, compile: bool = False,
+            compile_mode: str = "default") -> Report:
     """Profile one run of the reference LM (or `model`, "package.module:factory"): `warmup`
     untimed steps, `steps` timed steps without the profiler, then `steps` profiled steps; the
     trace is parsed once into per-phase tables (top operators or kernels, categories, matmul
@@ -60,7 +61,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
                         precision=precision, mode=mode, attention=attention, warmup=warmup,
                         steps=steps, seed=seed, optimizer=optimizer, device=device,
                         threads=threads, model_context=model_context, backend=backend, top=top,
-                        trace=trace, course=course)
+                        trace=trace, course=course, compile=compile, compile_mode=compile_mode)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     spec = plan.spec

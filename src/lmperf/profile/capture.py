@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from lmperf.core.outcome import Stage
 from lmperf.workload.build import Prepared, check_user_model, prepare
 from lmperf.workload.spec import RunSpec
-from lmperf.workload.steps import PHASES
+from lmperf.workload.steps import NO_OBSERVER, PHASES
 from lmperf.profile.annotate import WARMUP, annotate, annotate_attention
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import Regime, get_regime, matmul_precision
@@ -44,6 +44,7 @@ class Capture:
     annotated_layers: int = 0
     capture_s: float = 0.0
     export_s: float = 0.0
+    compile_s: float | None = None  # --compile: the compiling first step
 
 
 def prepare_annotated(spec: RunSpec, device: torch.device, regime: Regime) -> tuple[Prepared, int]:
@@ -70,6 +71,14 @@ def capture(spec: RunSpec, trace_path: Path, stage: Stage | None = None) -> Capt
         state, step = prepared.state, prepared.step
         result = Capture(trace_path, prepared.params, annotated_layers=layers)
         clock = dev.PhaseClock(device)
+        if spec.compile:  # the first call compiles: one step, timed apart, before the warm-up
+            stage.now = f"compiling the model (torch.compile, mode {spec.compile_mode})"
+            dev.synchronize(device)
+            start = time.perf_counter()
+            with annotate(WARMUP):
+                step(state, NO_OBSERVER)
+            dev.synchronize(device)
+            result.compile_s = time.perf_counter() - start
         stage.now = f"warming up ({spec.warmup} steps)"
         with annotate(WARMUP):
             for _ in range(spec.warmup):

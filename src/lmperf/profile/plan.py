@@ -51,7 +51,8 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
                  steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
                  threads: int | None = None, model_context: int = 0, backend: str = "torch",
                  top: int = 10, trace: str | Path | None = None,
-                 course: str = DEFAULT_COURSE) -> ProfilePlan:
+                 course: str = DEFAULT_COURSE, compile: bool = False,
+                 compile_mode: str = "default") -> ProfilePlan:
     """The checked ProfileSpec of `lmperf profile` (keywords as its flags).
 
     None takes the device's default (core.vocabulary.DEFAULTS["profile"]); with `model` and no
@@ -69,7 +70,7 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
         precision=values["precision"] or defaults["precision"], mode=values["mode"],
         attention=values["attention"], optimizer=resolve_optimizer(optimizer, dev_),
         warmup=values["warmup"], steps=steps, seed=seed, device=dev_.type, model=model,
-        threads=resolve_threads(threads, dev_.type))
+        threads=resolve_threads(threads, dev_.type), compile=compile, compile_mode=compile_mode)
     if backend == "nsys":
         from lmperf.profile.nsys import NO_NSYS, nsys_path
 

@@ -69,7 +69,8 @@ def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10,
     _attention(result, trace, spec)
     analysis_s = time.perf_counter() - start
     steps_s = sum(cap.profiled_ms["step"]) / 1e3
-    result.timings = {"profiled_steps_s": steps_s, "capture_s": cap.capture_s,
+    result.timings = {"profiled_steps_s": steps_s, "compile_s": cap.compile_s,
+                      "capture_s": cap.capture_s,
                       "trace_export_s": cap.export_s, "trace_parse_s": parse_s,
                       "analysis_s": analysis_s}
     result.notes.append(
