@@ -20,3 +20,15 @@ def test_train_returns_a_report_with_one_row_per_regime(tmp_path, monkeypatch):
     assert list(report.table("validation loss per step")["step"]) == [0, 5]
     assert len(report.records) == 1 and report.records[0]["spec"]["lr_warmup"] == 20
     assert "fp32" in report.render("text") and not list(tmp_path.iterdir())
+
+
+def test_compile_trains_the_compiled_model_with_compile_time_apart():
+    import lmperf
+
+    report = lmperf.train(steps=3, precision=["fp32"], compile=[False, True], inline=True,
+                          eval_interval=3, eval_batches=1)
+    plain, compiled = report.records
+    assert (plain["status"], compiled["status"]) == ("ok", "ok")
+    assert plain["metrics"]["summary"]["compile_s"] is None
+    assert compiled["metrics"]["summary"]["compile_s"] > 0
+    assert list(report.frame["precision"]) == ["fp32", "fp32 (compiled)"]

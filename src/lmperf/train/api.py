@@ -23,6 +23,7 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
           data: str | Path | None = None, tokens: str | Path | None = None,
           vocab_size: int | None = None, attention: str = "naive", device: str = "auto",
           threads: int | None = None, course: str = DEFAULT_COURSE,
+          compile: Sequence[bool] | bool = False, compile_mode: str = "default",
           plots: str | Path | None = None,
           out: str | Path | None = None, inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
@@ -41,7 +42,8 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
                       lr=lr, lr_warmup=lr_warmup, clip=clip, eps=eps,
                       eval_interval=eval_interval, eval_batches=eval_batches, seed=seed,
                       data=data, tokens=tokens, vocab_size=vocab_size, attention=attention,
-                      device=device, threads=threads, course=course)
+                      device=device, threads=threads, course=course, compile=compile,
+                      compile_mode=compile_mode)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if plots is not None:

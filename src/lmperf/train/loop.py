@@ -181,6 +181,8 @@ def _summary(spec: TrainSpec, log: list[dict], evals: list[dict], state: StepSta
         "final_val_step": evals[-1]["step"] if evals else None,
         "step_ms": step_ms,
         "step_ms_skipped_first": len(times) - len(timed),
+        # --compile: the first step compiled the model (and ran once), apart from the summary
+        "compile_s": times[0] / 1e3 if spec.compile and times else None,
         "tokens_per_s": spec.batch * spec.context / (step_ms["mean"] / 1e3) if step_ms else None,
         "peak_mib": max(peaks) if peaks else None,
         "skipped_steps": sum(bool(e["skipped"]) for e in log),

@@ -37,7 +37,8 @@ def plan_train(*, size: str | None = None, precision: Sequence[str] | str | None
                eval_interval: int = 50, eval_batches: int = 8, seed: int = 0,
                data: str | Path | None = None, tokens: str | Path | None = None,
                vocab_size: int | None = None, attention: str = "naive", device: str = "auto",
-               threads: int | None = None, course: str = DEFAULT_COURSE) -> Plan:
+               threads: int | None = None, course: str = DEFAULT_COURSE,
+               compile: Sequence[bool] | bool = False, compile_mode: str = "default") -> Plan:
     """Build and check the jobs of `lmperf train` (keywords as its flags).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS["train"]); the
@@ -60,8 +61,10 @@ def plan_train(*, size: str | None = None, precision: Sequence[str] | str | None
                   data=None if data is None else str(data),
                   tokens=None if tokens is None else str(tokens), device=dev_.type,
                   attention=attention, threads=resolve_threads(threads, dev_.type))
-    specs = [TrainSpec.from_size(pick(size, "size"), name, course, **shared)
-             for name in dict.fromkeys(names)]
+    compiles = list(dict.fromkeys(compile if isinstance(compile, (list, tuple)) else [compile]))
+    specs = [TrainSpec.from_size(pick(size, "size"), name, course, compile=c,
+                                 compile_mode=compile_mode, **shared)
+             for name in dict.fromkeys(names) for c in compiles]
     # The job loads its data itself; checking it here as well makes a bad file one line
     # before anything runs rather than one error row per regime.
     corpus = load_data(specs[0])

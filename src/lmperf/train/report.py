@@ -34,7 +34,8 @@ def num(value: object) -> float:
 def precision_of(record: dict) -> str:
     """The precision regime of a train record (spec 'regime' in records before issue 10)."""
     spec = record["spec"]
-    return spec.get("precision") or spec.get("regime") or "?"
+    name = spec.get("precision") or spec.get("regime") or "?"
+    return f"{name} (compiled)" if spec.get("compile") else name
 
 
 def corpus_of(record: dict) -> dict:

@@ -46,6 +46,8 @@ class TrainSpec:
         diverge_bad_grads: ... or when the gradient norm is non-finite this many steps in a row
             (with loss scaling: the scaler skipped every one and could not find a finite scale).
         course: the edition of CS336 whose size table gave the shape ('2025' or '2026').
+        compile: train the `torch.compile`d model (its first step compiles; that step's time is
+            recorded as compile_s and left out of the time summary); compile_mode: its mode.
     """
 
     kind: ClassVar[str] = "train"
@@ -80,6 +82,8 @@ class TrainSpec:
     diverge_factor: float = 2.0
     diverge_bad_grads: int = 25
     course: str = DEFAULT_COURSE
+    compile: bool = False
+    compile_mode: str = "default"
 
     def __post_init__(self) -> None:
         check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION, "device": DEVICES,
@@ -149,7 +153,7 @@ class TrainSpec:
     def label(self) -> str:
         """Short human-readable name for progress lines."""
         return (f"train {self.size} ctx={self.context} b={self.batch} {self.precision} "
-                f"{self.steps} steps")
+                f"{self.steps} steps" + (" compiled" if self.compile else ""))
 
 
 def _flag(field: str) -> str:

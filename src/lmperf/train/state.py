@@ -45,6 +45,9 @@ def build_state(spec: TrainSpec, regime: Regime, device: torch.device,
     with torch.device("cpu"):  # built on the CPU: the same initial weights on any device
         model = build_model(spec.model_config())
     model.to(device=device, dtype=regime.param_dtype)
+    params = count_params(model)
+    if spec.compile:  # compiled lazily by the first step (and evaluation) that runs it
+        model = torch.compile(model, mode=spec.compile_mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr_at(1),
                                   betas=(spec.beta1, spec.beta2), eps=spec.eps,
                                   weight_decay=spec.weight_decay)
@@ -53,7 +56,7 @@ def build_state(spec: TrainSpec, regime: Regime, device: torch.device,
                       grad_scaler(regime, device), optimizer,
                       # inf: unscale and measure the norm every step, never clip (--clip 0)
                       clip=spec.clip if spec.clip > 0 else float("inf"), fault=fault)
-    return state, count_params(model)
+    return state, params
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
