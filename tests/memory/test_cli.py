@@ -50,8 +50,8 @@ def test_estimate_allocates_nothing_and_answers_fits(tmp_path, capsys, monkeypat
     from lmperf.workload import build
 
     monkeypatch.setattr(build, "prepare", lambda *a, **k: pytest.fail("--estimate built a model"))
-    text, _, records = run(["--size", "xl", "--context", "512", "1024", "--gib", "80"],
-                           tmp_path, capsys)
+    text, _, records = run(["--course", "2025", "--size", "xl", "--context", "512", "1024",
+                            "--gib", "80"], tmp_path, capsys)
     assert "context 512, fp32: 61.95 GiB estimated -> fits in 80 GiB: yes" in text
     assert "context 1024, fp32: 123.06 GiB estimated -> fits in 80 GiB: no" in text
     assert [r["metrics"]["fits"] for r in records] == [True, False]

@@ -14,7 +14,7 @@ from lmperf.workload.spec import RunSpec
 from lmperf.errors import SpecError
 from lmperf.memory.estimate import GIB, estimate, fits, param_count, param_tensors
 from lmperf.memory.saved import measure_saved, measure_spec
-from lmperf.model import PRESETS, ModelConfig, TransformerLM, count_params
+from lmperf.model import EDITIONS, PRESETS, ModelConfig, TransformerLM, count_params
 from lmperf.runtime.precision import autocast, get_regime
 
 TINY = ModelConfig(vocab_size=50, context_length=32, d_model=16, num_layers=2, num_heads=2, d_ff=32)
@@ -57,8 +57,8 @@ def test_gradient_and_adamw_terms_are_exact(precision, dtype, impl):
     assert forward.grad_bytes == forward.activation_bytes == forward.optimizer_bytes == 0
 
 
-def _spec(size: str, context: int, batch: int = 2, **kw) -> RunSpec:
-    return RunSpec.from_size(size, context_length=context, batch_size=batch, **kw)
+def _spec(size: str, context: int, batch: int = 2, course: str = "2025", **kw) -> RunSpec:
+    return RunSpec.from_size(size, course, context_length=context, batch_size=batch, **kw)
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,11 +90,12 @@ def test_saved_estimate_within_10_percent_on_the_cpu(size):
         assert _error(spec, report) <= 0.10, (context, precision, attention)
 
 
-@pytest.mark.parametrize("size", list(PRESETS))
-def test_saved_estimate_within_10_percent_on_meta_for_every_preset(size):
+@pytest.mark.parametrize("course, size", [("2025", s) for s in EDITIONS["2025"]]
+                         + [("2026", "xl"), ("2026", "leaderboard")])
+def test_saved_estimate_within_10_percent_on_meta_for_every_preset(course, size):
     # The meta device gives the CPU's bytes for naive fp32 (test_saved) without the memory.
     for context in (128, 1024):
-        spec = _spec(size, context, batch=4)
+        spec = _spec(size, context, batch=4, course=course)
         assert _error(spec, measure_spec(spec, torch.device("meta"))) <= 0.10
 
 
