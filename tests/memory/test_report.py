@@ -18,6 +18,7 @@ from lmperf.memory.api import memory
 from lmperf.memory.plan import plan_memory as _plan_memory
 from lmperf.memory.report import build_report
 from lmperf.memory.spec import MemorySpec
+from tests.fixtures.defaults import with_api_defaults
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +69,7 @@ def test_report_from_records_equals_the_run(results):
 
 def plan_memory(**options):
     """plan_memory with lmperf.memory's defaults for the keywords not given (it has none)."""
-    import inspect
-
-    keys = inspect.signature(_plan_memory).parameters
-    defaults = {k: p.default for k, p in inspect.signature(memory).parameters.items() if k in keys}
-    return _plan_memory(**{**defaults, **options})
+    return with_api_defaults(_plan_memory, memory, **options)
 
 
 def test_job_spec_round_trip_and_label():

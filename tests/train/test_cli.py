@@ -20,7 +20,7 @@ from lmperf.errors import SpecError
 from lmperf.results.store import read_records
 from lmperf.train.api import PLOT_NAME
 from lmperf.train.cli import add_parser
-from lmperf.train.plan import plan_train
+from tests.fixtures.defaults import with_api_defaults
 from lmperf.train.plots import plot_records
 from lmperf.train.report import build_report, findings, summary_table
 
@@ -180,6 +180,14 @@ def test_deprecated_names_still_work(tmp_path, capsys):
     assert "--warmup-steps is deprecated; use --lr-warmup" in err
     (record,) = read_records(tmp_path / "train.jsonl")
     assert record["spec"]["precision"] == "fp32" and record["spec"]["lr_warmup"] == 3
+
+
+def plan_train(**options):
+    """plan_train with lmperf.train's defaults for the keywords not given (it has none)."""
+    from lmperf.train.api import train
+    from lmperf.train.plan import plan_train as plan
+
+    return with_api_defaults(plan, train, **options)
 
 
 def test_defaults_on_the_cpu():

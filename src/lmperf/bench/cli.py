@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import launch_kwargs, run_command
-from lmperf.core.vocabulary import LAUNCH, add_options
+from lmperf.core.vocabulary import LAUNCH, add_compile, add_options, compile_values
 
 DEFAULT_OUT = Path("results") / "bench.jsonl"
 SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention",
@@ -35,14 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="AdamW implementation (default: auto, the fastest this device supports)")
     p.add_argument("--model-context", type=int, default=0, metavar="T",
                    help="the model's maximum context length (default: each run's --context)")
-    p.add_argument("--compile", nargs="+", choices=["off", "on"], default=["off"],
-                   help="torch.compile the whole model: off, on, or both (a sweep axis); the "
-                        "compiling first step is untimed and recorded apart as compile_s "
-                        "(default: off)")
-    p.add_argument("--compile-mode", default="default",
-                   choices=["default", "reduce-overhead", "max-autotune",
-                            "max-autotune-no-cudagraphs"],
-                   help="torch.compile's mode (default: default)")
+    add_compile(p, many=True)
     p.add_argument("--rounds", type=int, default=1, metavar="R",
                    help="run the whole grid R times, round-robin over the specs, and pool each "
                         "spec's samples (drift and bursts of load hit every spec alike; the "
@@ -61,6 +54,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_command(args, lambda: bench(**kwargs, mode=args.mode, optimizer=args.optimizer,
                                            model_context=args.model_context, clip=args.clip,
                                            rounds=args.rounds,
-                                           compile=[c == "on" for c in args.compile],
+                                           compile=compile_values(args),
                                            compile_mode=args.compile_mode,
                                            out=args.out, progress=True, **launch_kwargs(args)))

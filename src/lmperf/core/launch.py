@@ -74,16 +74,22 @@ class ChildProcess:
         self.max_memory_gib = max_memory_gib
         self.proc: subprocess.Popen | None = None
 
+    def _job_files(self, tmp: str) -> tuple[list[str], Path, Path]:
+        """Write the job file in `tmp`; return core.child's argv, the result and log paths."""
+        job_path, result_path, log_path = (Path(tmp) / n for n in
+                                           ("job.json", "result.json", "child.log"))
+        job = {"spec_class": class_path(self.spec), "spec": self.spec.to_dict()}
+        job_path.write_text(json.dumps(job), encoding="utf-8")
+        argv = [str(job_path), str(result_path)]
+        if self.max_memory_gib:
+            argv += ["--max-memory-gib", str(self.max_memory_gib)]
+        return argv, result_path, log_path
+
     def run(self) -> list[dict]:
         """Start the child, wait for it, and return its records (or one 'error' record)."""
         with tempfile.TemporaryDirectory(prefix="lmperf-") as tmp:
-            job_path, result_path, log_path = (Path(tmp) / n for n in
-                                               ("job.json", "result.json", "child.log"))
-            job = {"spec_class": class_path(self.spec), "spec": self.spec.to_dict()}
-            job_path.write_text(json.dumps(job), encoding="utf-8")
-            cmd = [sys.executable, "-m", "lmperf.core.child", str(job_path), str(result_path)]
-            if self.max_memory_gib:
-                cmd += ["--max-memory-gib", str(self.max_memory_gib)]
+            argv, result_path, log_path = self._job_files(tmp)
+            cmd = [sys.executable, "-m", "lmperf.core.child", *argv]
             with open(log_path, "wb") as log:
                 # A new session: Ctrl-C in the terminal reaches the parent only, which then
                 # decides what to do with the child (kill it, keep the finished rows).
@@ -216,13 +222,7 @@ class WarmChild(ChildProcess):
     def run(self) -> list[dict]:
         """Fork the child from the server, wait for it, and return its records."""
         with tempfile.TemporaryDirectory(prefix="lmperf-") as tmp:
-            job_path, result_path, log_path = (Path(tmp) / n for n in
-                                               ("job.json", "result.json", "child.log"))
-            job = {"spec_class": class_path(self.spec), "spec": self.spec.to_dict()}
-            job_path.write_text(json.dumps(job), encoding="utf-8")
-            argv = [str(job_path), str(result_path)]
-            if self.max_memory_gib:
-                argv += ["--max-memory-gib", str(self.max_memory_gib)]
+            argv, result_path, log_path = self._job_files(tmp)
             server = ForkServer.get()
             box, rid = server.submit({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
                                       "path": list(sys.path), "log": str(log_path)})

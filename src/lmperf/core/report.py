@@ -95,6 +95,16 @@ def mean_std_columns(out: pd.DataFrame, df: pd.DataFrame, phases: Sequence[str])
                                    for m, s in zip(mean, std)]
 
 
+def numbered(labels: Sequence[str]) -> list[str]:
+    """Labels made unique for reading: a label that occurs more than once gets " #1", " #2"..."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
+    return out
+
+
 def status_notes(statuses: Sequence[str], messages: Sequence[object]) -> tuple[list[str], list[str]]:
     """(status column, notes) of a table whose failed rows carry a reason: a row that is not ok
     reads "oom [1]" and note "[1] oom: <message on one line>" is printed under the table (the

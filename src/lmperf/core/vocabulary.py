@@ -255,6 +255,28 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
         add_json(parser)
 
 
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs")
+
+
+def add_compile(parser: argparse.ArgumentParser, many: bool) -> None:
+    """--compile off|on (with `many`, both: a sweep axis) and --compile-mode: run the whole model
+    through torch.compile; the compiling first step is timed apart (compile_s)."""
+    parser.add_argument("--compile", nargs="+" if many else None, choices=["off", "on"],
+                        default=["off"] if many else "off",
+                        help="torch.compile the whole model: off or on" + (
+                            ", or both (a sweep axis)" if many else "")
+                        + "; the compiling first step is timed apart as compile_s (default: off)")
+    parser.add_argument("--compile-mode", default="default", choices=list(COMPILE_MODES),
+                        help="torch.compile's mode (default: default)")
+
+
+def compile_values(args: argparse.Namespace) -> list[bool] | bool:
+    """--compile as the API's keyword: a list of booleans (or one, for a single value)."""
+    value = args.compile
+    return [v == "on" for v in value] if isinstance(value, list) else value == "on"
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     """--json [FILE]: the records as JSON on stdout (nothing else there), or into FILE."""
     parser.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import emit, err, launch_kwargs, run_command
-from lmperf.core.vocabulary import LAUNCH, add_options, device_defaults
+from lmperf.core.vocabulary import LAUNCH, add_compile, add_options, compile_values, device_defaults
 from lmperf.errors import SpecError
 
 DEFAULT_OUT = Path("results") / "profile.jsonl"
@@ -47,12 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="rows per top table (default: 10)")
     p.add_argument("--trace", type=Path, metavar="FILE",
                    help="where to write the trace (default: results/traces/<run>.json)")
-    p.add_argument("--compile", choices=["off", "on"], default="off",
-                   help="torch.compile the whole model; the compiling first step runs before the "
-                        "warm-up, timed apart (default: off)")
-    p.add_argument("--compile-mode", default="default",
-                   choices=["default", "reduce-overhead", "max-autotune",
-                            "max-autotune-no-cudagraphs"], help="torch.compile's mode")
+    add_compile(p, many=False)
     p.add_argument("--csv", type=Path, metavar="DIR", help="also write every table as CSV into DIR")
     p.add_argument("--from-trace", type=Path, metavar="FILE",
                    help="analyse an existing torch.profiler trace (.json or .json.gz, from any "
@@ -77,7 +72,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         report = profile(**kwargs, mode=args.mode, optimizer=args.optimizer,
                          model_context=args.model_context, backend=args.backend, top=args.top,
                          trace=args.trace, out=args.out, progress=True,
-                         compile=args.compile == "on", compile_mode=args.compile_mode,
+                         compile=compile_values(args), compile_mode=args.compile_mode,
                          **launch_kwargs(args))
         traces = [(r.get("metrics") or {}).get("trace_path") for r in report.records]
         for path in filter(None, traces):

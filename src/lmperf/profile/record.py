@@ -11,7 +11,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from lmperf.core.report import Report, caption_axes, mean_std_columns, status_notes
+from lmperf.core.report import Report, caption_axes, mean_std_columns, numbered, status_notes
 from lmperf.errors import LmperfError
 from lmperf.results.schema import make_record, to_jsonable
 
@@ -132,13 +132,7 @@ def _label(spec: Mapping) -> str:
 
 def _labels(records: list[dict]) -> list[str]:
     """The run label of each record, numbered when two records share one."""
-    labels = [_label(r.get("spec") or {}) for r in records]
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
-    return out
+    return numbered([_label(r.get("spec") or {}) for r in records])
 
 
 def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 # One cell format for every renderer: the HTML page shows the same digits as `lmperf table`.
-from lmperf.core.report import Report, readable
+from lmperf.core.report import Report, numbered, readable
 
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 NUMBER_LIKE = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?%?( ± [\d.,]+(e[-+]?\d+)?)?( / [\d.,]+)?|-")
@@ -91,12 +91,7 @@ def run_labels(records: list[dict]) -> list[str]:
         key_names = {name for name, _ in KEY_FIELDS}
         parts += [f"{k}={spec[k]}" for k in varying if k not in key_names and k in spec]
         labels.append(" ".join(parts) or "run")
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
-    return out
+    return numbered(labels)
 
 
 def readable_table(title: str, df: pd.DataFrame, caption: str = "", notes: list[str] | None = None,

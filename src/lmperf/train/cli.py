@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import err, launch_kwargs, run_command
-from lmperf.core.vocabulary import LAUNCH, add_alias, add_options
+from lmperf.core.vocabulary import LAUNCH, add_alias, add_compile, add_options, compile_values
 
 DEFAULT_OUT = Path("results") / "train.jsonl"
 DEFAULT_PLOTS = Path("results") / "train-plots"
@@ -60,13 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", type=int, metavar="V",
                    help="model vocabulary (default: 256 for text, 10000 for --tokens)")
     p.add_argument("--log-every", type=int, help=argparse.SUPPRESS)  # deprecated, ignored
-    p.add_argument("--compile", nargs="+", choices=["off", "on"], default=["off"],
-                   help="train the torch.compile'd model: off, on, or both (a second axis beside "
-                        "--precision); the compiling first step is recorded as compile_s "
-                        "(default: off)")
-    p.add_argument("--compile-mode", default="default",
-                   choices=["default", "reduce-overhead", "max-autotune",
-                            "max-autotune-no-cudagraphs"], help="torch.compile's mode")
+    add_compile(p, many=True)  # a second axis beside --precision
     p.set_defaults(func=cmd_train)
 
 
@@ -81,7 +75,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.log_every is not None:
         err("lmperf: warning: --log-every is deprecated and ignored: each job logs a line at its "
             "first step and at each evaluation (--eval-interval)")
-    kwargs["compile"] = [c == "on" for c in args.compile]
+    kwargs["compile"] = compile_values(args)
     kwargs["compile_mode"] = args.compile_mode
     return run_command(args, lambda: train(**kwargs, plots=None if args.no_plots else args.plots,
                                            out=args.out, progress=True, **launch_kwargs(args)),

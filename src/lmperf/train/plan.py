@@ -14,7 +14,7 @@ from typing import Sequence
 
 from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
-from lmperf.model.presets import DEFAULT_COURSE, VOCAB_SIZE
+from lmperf.model.presets import VOCAB_SIZE
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import precision_warnings
 from lmperf.train.data import BYTE_VOCAB
@@ -31,15 +31,14 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
 
-def plan_train(*, size: str | None = None, precision: Sequence[str] | str | None = None,
-               context: int | None = None, batch: int | None = None, steps: int | None = None,
-               lr: float = 3e-3, lr_warmup: int = 20, clip: float = 1.0, eps: float = 1e-8,
-               eval_interval: int = 50, eval_batches: int = 8, seed: int = 0,
-               data: str | Path | None = None, tokens: str | Path | None = None,
-               vocab_size: int | None = None, attention: str = "naive", device: str = "auto",
-               threads: int | None = None, course: str = DEFAULT_COURSE,
-               compile: Sequence[bool] | bool = False, compile_mode: str = "default") -> Plan:
-    """Build and check the jobs of `lmperf train` (keywords as its flags).
+def plan_train(*, size: str | None, precision: Sequence[str] | str | None, context: int | None,
+               batch: int | None, steps: int | None, lr: float, lr_warmup: int, clip: float,
+               eps: float, eval_interval: int, eval_batches: int, seed: int,
+               data: str | Path | None, tokens: str | Path | None, vocab_size: int | None,
+               attention: str, device: str, threads: int | None, course: str,
+               compile: Sequence[bool] | bool, compile_mode: str) -> Plan:
+    """Build and check the jobs of `lmperf train` (keywords as its flags; `lmperf.train` holds
+    the only defaults).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS["train"]); the
     vocabulary defaults to 256 (bytes) for text and the bundled corpus, 10000 (the course's

@@ -7,6 +7,7 @@ import itertools
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Sequence
 
+from lmperf.core.vocabulary import COMPILE_MODES
 from lmperf.errors import SpecError
 from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
@@ -16,8 +17,6 @@ from lmperf.runtime.precision import REGIMES
 MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
-COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",
-                                  "max-autotune-no-cudagraphs")
 
 
 @dataclass(frozen=True)
