@@ -48,7 +48,7 @@ def test_by_on_one_file(capsys):
     code, out, _ = _run(["compare", BASE, "--by", "precision", "fp32", "bf16-mixed",
                          "--format", "markdown"], capsys)
     assert code == 0
-    assert "precision=bf16-mixed vs precision=fp32" in out and "|" in out
+    assert "NEW precision=bf16-mixed vs BASE precision=fp32" in out and "|" in out
 
 
 def test_json_on_stdout_is_only_json(capsys):

@@ -37,11 +37,11 @@ def test_a_real_change_is_caught(factor, expected):
 
 def test_a_significant_change_below_the_minimum_effect_is_not_reported():
     tight = [100.0 + 0.01 * i for i in range(10)]
-    shifted = [x * 1.03 for x in tight]  # 3% slower, no overlap at all
+    shifted = [x * 1.10 for x in tight]  # 10% slower, no overlap at all
     ratio, low, high = median_ratio_ci(tight, shifted)
     assert low > 1.0
-    assert compare_samples(tight, shifted).verdict == SAME
-    assert compare_samples(tight, shifted, min_effect=0.02).verdict == SLOWER
+    assert compare_samples(tight, shifted).verdict == SAME  # the default minimum is 15%
+    assert compare_samples(tight, shifted, min_effect=0.05).verdict == SLOWER
 
 
 def test_the_interval_is_reproducible_and_depends_on_the_seed():
@@ -64,10 +64,12 @@ def test_too_few_samples_gives_a_ratio_but_no_verdict():
 
 
 def test_verdict_rule_is_symmetric_in_log_space():
-    assert verdict(1.06, 1.01, 1.10) == SLOWER
-    assert verdict(1 / 1.06, 1 / 1.10, 1 / 1.01) == FASTER
-    assert verdict(0.96, 0.90, 0.99) == SAME  # inside 1 / 1.05
-    assert verdict(1.5, 0.9, 2.0) == SAME      # interval holds 1
+    assert verdict(1.06, 1.01, 1.10, min_effect=0.05) == SLOWER
+    assert verdict(1 / 1.06, 1 / 1.10, 1 / 1.01, min_effect=0.05) == FASTER
+    assert verdict(0.96, 0.90, 0.99, min_effect=0.05) == SAME  # inside 1 / 1.05
+    assert verdict(1.5, 0.9, 2.0, min_effect=0.05) == SAME      # interval holds 1
+    assert verdict(1.1, 1.05, 1.2) == SAME                       # below the default 15%
+    assert verdict(1.2, 1.05, 1.3) == SLOWER
 
 
 def test_bad_input_raises():
@@ -77,3 +79,17 @@ def test_bad_input_raises():
         median_ratio_ci([0.0, 0.0], [1.0, 1.0])
     with pytest.raises(ValueError):
         median_ratio_ci([1.0], [1.0], level=1.5)
+
+
+def test_several_runs_are_resampled_run_by_run():
+    # BASE ran three times, the third time on a busier machine (1.4x slower); NEW once.
+    third = list(1.4 * 40.0 * np.random.default_rng(3).lognormal(0.0, 0.05, size=12))
+    runs = [BASE, OTHER, third]
+    new = list(40.0 * np.random.default_rng(2).lognormal(0.0, 0.05, size=12))
+    _, flat_low, flat_high = median_ratio_ci([x for r in runs for x in r], new)
+    ratio, low, high = median_ratio_ci(runs, new)
+    assert ratio == pytest.approx(np.median(new) / np.median(BASE + OTHER + third))
+    # pooled as one run, the slow run hardly moves the median; resampled run by run, the
+    # interval allows for a draw of mostly slow runs
+    assert low < flat_low - 0.1
+    assert compare_samples(runs, new).base_n == 36

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.compare.match import check_fields, match, select
+from lmperf.compare.records import MAX_LOAD
 from lmperf.compare.report import build_report
 from lmperf.core.report import Report
 from lmperf.errors import SpecError
 from lmperf.measure.compare import LEVEL, MIN_EFFECT, RESAMPLES
 
-MAX_LOAD = 1.0  # load per CPU above which a CPU timing is not trusted (see compare.records)
 
 Source = str | Path | Sequence[dict]
 
@@ -55,9 +55,9 @@ def compare(base: Source, new: Source | None = None, *,
         ignore: further spec fields left out of matching (e.g. "model", "steps").
         kind: only records of this kind.
         confidence: level of the bootstrap intervals (0.95).
-        min_effect: smallest change, in percent, reported as slower or faster (5).
+        min_effect: smallest change, in percent, reported as slower or faster (15).
         max_load: a change seen when a CPU run of either side started with a 1-minute load
-            average above this many per CPU is 'inconclusive' instead (1.0; None: never).
+            average above this many per CPU is 'inconclusive' instead (1.25; None: never).
         resamples, seed: of the bootstrap (seeded: the same inputs give the same report).
 
     Returns a Report whose frame has one row per matched spec x timed phase: medians, the ratio
@@ -71,7 +71,7 @@ def compare(base: Source, new: Source | None = None, *,
     if kind is not None:
         base_records = [r for r in base_records if r["kind"] == kind]
         new_records = [r for r in new_records if r["kind"] == kind]
-    labels = ("BASE", "NEW")
+    sides = (base_name, new_name)
     drop = list(ignore)
     if by is not None:
         if len(by) != 3:
@@ -79,7 +79,8 @@ def compare(base: Source, new: Source | None = None, *,
         field, a, b = (str(x) for x in by)
         base_records = select(base_records, field, a, base_name)
         new_records = select(new_records, field, b, new_name)
-        labels = (f"{field}={a}", f"{field}={b}")
+        sides = (f"{field}={a}" + (f" in {base_name}" if new is not None else ""),
+                 f"{field}={b}" + (f" in {new_name}" if new is not None else ""))
         drop.append(field)
     elif new is None:
         raise SpecError("give two results files (BASE NEW), or one with --by FIELD A B")
@@ -89,7 +90,7 @@ def compare(base: Source, new: Source | None = None, *,
             raise SpecError(f"{name} ({base_name if name == 'BASE' else new_name}) holds no "
                             f"records{what}")
     check_fields(base_records + new_records, ignore, "--ignore")
-    matches, unmatched = match(base_records, new_records, drop, labels)
-    return build_report(matches, unmatched, labels=labels, level=confidence,
+    matches, unmatched = match(base_records, new_records, drop)
+    return build_report(matches, unmatched, sides=sides, level=confidence,
                         min_effect=min_effect / 100, resamples=resamples, seed=seed,
                         max_load=max_load)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lmperf.compare.records import MAX_LOAD
 from lmperf.core.vocabulary import add_options
 from lmperf.measure.compare import LEVEL, MIN_EFFECT, RESAMPLES
 
@@ -35,10 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-effect", type=float, default=MIN_EFFECT * 100, metavar="PCT",
                    help="smallest change in percent called slower or faster, on top of the "
                         f"interval excluding 1 (default: {MIN_EFFECT * 100:g})")
-    p.add_argument("--max-load", type=float, default=1.0, metavar="L",
+    p.add_argument("--max-load", type=float, default=MAX_LOAD, metavar="L",
                    help="a change seen when a CPU run started with a 1-minute load average above "
                         "L per CPU is 'inconclusive', not slower/faster; 'inf' turns this off "
-                        "(default: 1.0)")
+                        f"(default: {MAX_LOAD:g})")
     p.add_argument("--fail-above", type=float, default=None, metavar="PCT",
                    help=f"exit with code {EXIT_SLOWER} when a phase is 'slower' by more than PCT "
                         "percent (for CI jobs)")

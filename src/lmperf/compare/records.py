@@ -24,6 +24,10 @@ ENV_FIELDS: tuple[str, ...] = (
     "float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32", "hostname",
 )
 VERSION_FIELDS: tuple[str, ...] = ("git_commit", "lmperf")
+# Load per CPU above which a CPU timing is not trusted. On the 2-core development machine
+# (2026-11) runs that started at up to 1.2 per CPU timed like a quiet machine's, while runs that
+# started above 1.5 per CPU were all 1.2-3.3x slower than the same spec on a quiet machine.
+MAX_LOAD = 1.25
 
 
 def _samples(entry: object) -> list[float] | None:
@@ -97,8 +101,7 @@ def load_per_cpu(record: dict) -> float | None:
     """The 1-minute load average per CPU when a CPU run started (None on CUDA, where the timings
     are GPU time, or when the record has no load or CPU count). Above 1 the machine had more
     runnable threads than cores (the run's own included): a CPU timing then measures the
-    neighbours too. Measured on a 2-core machine: runs that started above 1.5 per CPU were all
-    1.2-3.3x slower than the same spec on a quiet machine."""
+    neighbours too (see MAX_LOAD)."""
     env = record.get("env") or {}
     device = env.get("device") or (record.get("spec") or {}).get("device")
     load, cpus = load_average(record), env.get("cpu_count")

@@ -185,7 +185,7 @@ def _short(value: object) -> str:
     return (head[:10] + dirty) if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else text
 
 
-def _env_findings(matches: list[Match], labels: tuple[str, str]) -> list[str]:
+def _env_findings(matches: list[Match], labels: tuple[str, str] = ("BASE", "NEW")) -> list[str]:
     """Warnings for environment fields that differ between the sides, and where the code
     versions and the machine's load stood."""
     out = []
@@ -205,24 +205,27 @@ def _env_findings(matches: list[Match], labels: tuple[str, str]) -> list[str]:
             text = f"{f} {'/'.join(sorted(bv))} ({labels[0]}) vs {'/'.join(sorted(nv))} ({labels[1]})"
             out.append(f"warning: the environment differs, {text}: the ratios include that "
                        "difference" if warn else f"code: {text}")
-    loads = []
+    loads, cpus = [], set()
     for label, side in ((labels[0], "base"), (labels[1], "new")):
         values = [x for m in matches for r in getattr(m, side) if (x := rec.load_average(r)) is not None]
+        cpus |= {(r.get("env") or {}).get("cpu_count") for m in matches for r in getattr(m, side)}
         if values:
-            loads.append(f"{label} {min(values):.2f}-{max(values):.2f}")
+            span = f"{min(values):.2f}" + (f"-{max(values):.2f}" if max(values) > min(values) else "")
+            loads.append(f"{label} {span}")
     if loads:
-        out.append("1-minute load average when the runs started: " + ", ".join(loads))
+        on = f" ({'/'.join(map(str, sorted(c for c in cpus if c)))} CPUs)" if cpus - {None} else ""
+        out.append("1-minute load average when the runs started: " + ", ".join(loads) + on)
     return out
 
 
 def build_report(matches: list[Match], unmatched: list[Unmatched], *,
-                 labels: tuple[str, str] = ("BASE", "NEW"), level: float, min_effect: float,
-                 resamples: int, seed: int, max_load: float | None = 1.0) -> Report:
+                 sides: tuple[str, str] = ("BASE", "NEW"), level: float, min_effect: float,
+                 resamples: int, seed: int, max_load: float | None = rec.MAX_LOAD) -> Report:
     """The comparison Report. frame: one row per matched spec x phase (kind, the spec fields
     that identify it, then phase, base_n, new_n, base_median_ms, new_median_ms, ratio = NEW/BASE,
     ci_low, ci_high, change_pct, verdict); tables: 'throughput and memory' (tokens/s, peak MiB
     per matched spec), 'not compared' (what was not, and why); records: the rows of all three
-    as dicts with a 'table' field (for --json)."""
+    as dicts with a 'table' field (for --json). `sides` describe BASE and NEW (a file, a group)."""
     rows, skipped = phase_rows(matches, level=level, min_effect=min_effect,
                                resamples=resamples, seed=seed, max_load=max_load)
     frame = pd.DataFrame(rows)
@@ -236,10 +239,11 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
                                                      + [c for c in throughput.columns if c not in cols]]
     if unmatched or skipped:
         tables["not compared"] = not_compared_frame(unmatched, skipped, vary)
-    findings = [f"NEW/BASE is the ratio of the medians of the raw samples of each phase "
-                f"({labels[0]} is the base); the interval is a {level:.0%} percentile bootstrap "
-                f"({resamples} resamples, seed {seed}); a phase is 'slower' or 'faster' only when "
-                f"the interval excludes 1 and the change exceeds {min_effect:.0%}"]
+    findings = [f"BASE: {sides[0]}; NEW: {sides[1]}",
+                f"NEW/BASE is the ratio of the medians of the raw samples of each phase; the "
+                f"interval is a {level:.0%} percentile bootstrap ({resamples} resamples, seed "
+                f"{seed}); a phase is 'slower' or 'faster' only when the interval excludes 1 and "
+                f"the change exceeds {min_effect:.0%}"]
     if rows:
         n_specs = len(frame[spec_columns(frame)].astype(str).drop_duplicates())
         findings.append(f"{len(rows)} phase(s) of {n_specs} matched spec(s): "
@@ -256,14 +260,14 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
     pooled = sum(len(m.base) > 1 or len(m.new) > 1 for m in matches)
     if pooled:
         findings.append(f"{pooled} spec(s) have several ok records on a side: their samples "
-                        "are pooled")
-    findings += _env_findings(matches, labels)
+                        "are pooled, and resampled run by run")
+    findings += _env_findings(matches)
     records = [{"table": "phases", **r} for r in rows]
     for name, df in tables.items():
         records += [{"table": name, **r} for r in df.to_dict(orient="records")]
     return Report(kind="compare", frame=frame, tables=tables, findings=findings,
                   records=[{k: _json_safe(v) for k, v in r.items()} for r in records],
-                  title=f"lmperf compare: {labels[1]} vs {labels[0]}",
+                  title=f"lmperf compare: NEW {sides[1]} vs BASE {sides[0]}",
                   display=make_display(level) if rows else None)
 
 
