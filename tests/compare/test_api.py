@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lmperf.compare
-from lmperf.compare.records import timed_phases
+from lmperf.compare.records import timed_groups, timed_phases
 from lmperf.errors import SpecError
 from lmperf.measure.compare import FASTER, INCONCLUSIVE, SAME, SLOWER, VERDICTS
 from lmperf.results.store import read_records
@@ -208,3 +208,16 @@ def test_a_change_seen_on_a_loaded_machine_is_inconclusive():
     gpu = lmperf.compare(_loaded(read_records(BASE), 4.0, "cuda"),
                          _loaded(read_records(TWICE), 4.0, "cuda"), ignore=["model"]).frame
     assert (gpu["verdict"] == SLOWER).all() and gpu["new_load_per_cpu"].isna().all()
+
+
+def test_rounds_are_compared_once_and_resampled_round_by_round():
+    # `lmperf bench --rounds 2` over fp32 and bf16-mixed: 4 round records, then 2 pooled ones
+    rounds = DATA / "rounds.jsonl"
+    records = read_records(rounds)
+    pooled = [r for r in records if r.get("rounds")]
+    assert len(records) == 6 and len(pooled) == 2
+    assert [len(g) for g in timed_groups(pooled[0])["step"]] == [10, 10]
+    report = lmperf.compare(rounds, by=("precision", "fp32", "bf16-mixed"))
+    assert (report.frame["base_n"] == 20).all() and (report.frame["new_n"] == 20).all()
+    assert any("round by round" in f for f in report.findings)
+    assert not any("pooled, and resampled run by run" in f for f in report.findings)

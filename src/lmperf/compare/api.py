@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.compare.match import check_fields, match, select
-from lmperf.compare.records import MAX_LOAD
+from lmperf.compare.records import MAX_LOAD, latest
 from lmperf.compare.report import build_report
 from lmperf.core.report import Report
 from lmperf.errors import SpecError
@@ -22,12 +22,12 @@ def _load(source: Source) -> tuple[list[dict], str]:
     if isinstance(source, (str, Path)):
         from lmperf.results.store import read_records
 
-        return read_records(Path(source)), str(source)
+        return latest(read_records(Path(source))), str(source)
     records = list(source)
     if not all(isinstance(r, dict) and isinstance(r.get("spec"), dict) and "kind" in r
                and "status" in r for r in records):
         raise SpecError("records must be lmperf records (dicts with kind, status and spec)")
-    return records, "the records given"
+    return latest(records), "the records given"
 
 
 def _check(level: float, min_effect: float, resamples: int, max_load: float | None) -> None:

@@ -3,7 +3,8 @@ and the environment fields that make two runs incomparable when they differ.
 
 Record kinds keep their samples in different places; this module is the one that knows where:
 - bench, attention: `metrics["<phase>_ms"]["samples"]` (forward, backward, optimizer, step;
-  forward, backward, end_to_end);
+  forward, backward, end_to_end); a bench record pooled over `--rounds` has each sample's round
+  in `sample_round`, and its samples are grouped by round;
 - train: `metrics["summary"]["step_ms"]["samples"]`;
 - profile: `metrics["samples_ms"]["benchmarked"][<phase>]` (the steps timed without the
   profiler; the profiled ones are slowed by it and not compared);
@@ -30,28 +31,51 @@ VERSION_FIELDS: tuple[str, ...] = ("git_commit", "lmperf")
 MAX_LOAD = 1.25
 
 
-def _samples(entry: object) -> list[float] | None:
-    """The raw samples of a summarize() dict (or a plain list), None without any."""
+def _groups(entry: object) -> list[list[float]] | None:
+    """The raw samples of a summarize() dict (or a plain list) as groups: one per round when the
+    record pooled `--rounds` (`sample_round` beside `samples`), else one. None without any."""
+    rounds = entry.get("sample_round") if isinstance(entry, dict) else None
     if isinstance(entry, dict):
         entry = entry.get("samples")
-    if isinstance(entry, list) and entry and all(isinstance(x, (int, float)) for x in entry):
-        return [float(x) for x in entry]
-    return None
+    if not (isinstance(entry, list) and entry and all(isinstance(x, (int, float)) for x in entry)):
+        return None
+    xs = [float(x) for x in entry]
+    if isinstance(rounds, list) and len(rounds) == len(xs):
+        by_round: dict[object, list[float]] = {}
+        for r, x in zip(rounds, xs):
+            by_round.setdefault(r, []).append(x)
+        return list(by_round.values())
+    return [xs]
+
+
+def timed_groups(record: dict) -> dict[str, list[list[float]]]:
+    """Phase name -> raw samples (ms) of an ok record, grouped by round (one group unless the
+    record pooled rounds), in the record's order; {} without any."""
+    metrics = record.get("metrics") or {}
+    out: dict[str, list[list[float]]] = {}
+    for source in (metrics, metrics.get("summary") or {}):
+        for key, entry in source.items():
+            if key.endswith("_ms") and (groups := _groups(entry)) is not None:
+                out.setdefault(key[: -len("_ms")], groups)
+    benchmarked = (metrics.get("samples_ms") or {}).get("benchmarked") or {}
+    for phase, entry in benchmarked.items():
+        if (groups := _groups(entry)) is not None:
+            out.setdefault(str(phase), groups)
+    return out
 
 
 def timed_phases(record: dict) -> dict[str, list[float]]:
-    """Phase name -> raw samples (ms) of an ok record, in the record's order ({} without any)."""
-    metrics = record.get("metrics") or {}
-    out: dict[str, list[float]] = {}
-    for source in (metrics, metrics.get("summary") or {}):
-        for key, entry in source.items():
-            if key.endswith("_ms") and (xs := _samples(entry)) is not None:
-                out.setdefault(key[: -len("_ms")], xs)
-    benchmarked = (metrics.get("samples_ms") or {}).get("benchmarked") or {}
-    for phase, entry in benchmarked.items():
-        if (xs := _samples(entry)) is not None:
-            out.setdefault(str(phase), xs)
-    return out
+    """Phase name -> all raw samples (ms) of an ok record, in the record's order ({} without)."""
+    return {phase: [x for g in groups for x in g] for phase, groups in timed_groups(record).items()}
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """The records to compare: a `--rounds` sweep writes each round's record and then one pooled
+    record per spec; where the pooled one is present, its rounds are left out (their samples
+    are in it, still grouped by round)."""
+    from lmperf.bench.rounds import latest_view
+
+    return latest_view(records)
 
 
 def tokens_per_s(record: dict) -> float | None:

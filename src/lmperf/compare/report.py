@@ -40,14 +40,15 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
     for m in matches:
         loads = _max_load(m.base), _max_load(m.new)
         loaded = max_load is not None and any(x > max_load for x in loads if x == x)
-        # phase -> one group of samples per ok record (several runs of a spec are pooled,
-        # and resampled run by run: see lmperf.measure.compare)
+        # phase -> one group of samples per ok record, or per round of a record pooled over
+        # rounds (several runs of a spec are pooled, and resampled run by run: see
+        # lmperf.measure.compare)
         base_phases: dict[str, list[list[float]]] = {}
         new_phases: dict[str, list[list[float]]] = {}
         for side, pooled in ((m.base, base_phases), (m.new, new_phases)):
             for r in side:
-                for phase, xs in rec.timed_phases(r).items():
-                    pooled.setdefault(phase, []).append(xs)
+                for phase, groups in rec.timed_groups(r).items():
+                    pooled.setdefault(phase, []).extend(groups)
         if not base_phases and not new_phases:
             skipped.append((m, f"{m.kind} records carry no raw timing samples"))
             continue
@@ -261,6 +262,10 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
     if pooled:
         findings.append(f"{pooled} spec(s) have several ok records on a side: their samples "
                         "are pooled, and resampled run by run")
+    rounds = sum(any(r.get("rounds") for r in m.base + m.new) for m in matches)
+    if rounds:
+        findings.append(f"{rounds} spec(s) were measured in interleaved rounds (--rounds): "
+                        "their samples are resampled round by round")
     findings += _env_findings(matches)
     records = [{"table": "phases", **r} for r in rows]
     for name, df in tables.items():

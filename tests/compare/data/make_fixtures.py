@@ -7,6 +7,8 @@ tests.fixtures.models:twice (twice.jsonl, twice the work in every phase), interl
 precision. Recorded 2026-11-23 16:25 UTC on the 2-core development VM (Intel Xeon, torch
 2.13.0+cpu, one thread per run) at a 1-minute load average of 1.1: a quiet moment, as the
 records' env says. They are real measurements: tests assert only what these records show.
+rounds.jsonl (16:32 UTC, load 1.5) is `lmperf bench --size tiny --context 32 --precision fp32
+bf16-mixed --steps 10 --warmup 2 --rounds 2 --out tests/compare/data/rounds.jsonl`.
 """
 import sys
 from pathlib import Path
