@@ -1,4 +1,5 @@
-"""`lmperf compare` on the command line: formats, --json, --fail-above exit codes, one-line errors."""
+"""`lmperf compare` on the command line: formats, --json, --fail-above exit codes, one-line
+errors."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_csv_is_the_numeric_frame(capsys):
     code, out, _ = _run(["compare", BASE, AGAIN, "--format", "csv"], capsys)
     assert code == 0
     header = out.splitlines()[0].split(",")
-    assert {"base_median_ms", "new_median_ms", "ratio", "ci_low", "ci_high", "verdict"} <= set(header)
+    wanted = {"base_median_ms", "new_median_ms", "ratio", "ci_low", "ci_high", "verdict"}
+    assert wanted <= set(header)
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -92,3 +94,9 @@ def test_inconclusive_phases_do_not_trip_fail_above(capsys, tmp_path):
     assert code == 0 and "8 phase(s) inconclusive" in err
     code, _, _ = _run(argv + ["--max-load", "inf"], capsys)
     assert code == 1
+
+
+def test_fail_above_names_the_slower_phases(capsys):
+    code, _, err = _run(["compare", BASE, TWICE, "--ignore", "model", "--fail-above", "20"], capsys)
+    assert code == 1
+    assert "slower: forward of precision=fp32: +" in err

@@ -1,5 +1,5 @@
 """The 2x fixture model (tests.fixtures.models:twice) really does twice the reference's work in
-every phase: twice the parameters (the optimizer's work) and twice the forward and backward FLOPs."""
+every phase: twice the parameters (the optimizer's work), twice the forward and backward FLOPs."""
 
 from __future__ import annotations
 

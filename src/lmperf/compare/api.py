@@ -62,8 +62,9 @@ def compare(base: Source, new: Source | None = None, *,
 
     Returns a Report whose frame has one row per matched spec x timed phase: medians, the ratio
     NEW/BASE, its interval and a verdict ('slower', 'faster', 'no significant change',
-    'inconclusive', 'too few samples'). Specs found on one side only, or not ok, are in its 'not compared' table. Raises
-    SpecError for bad input, ResultsFileError for an unreadable file.
+    'inconclusive', 'too few samples'); see `lmperf.compare.report.build_report`. Specs found
+    on one side only, or not ok, are rows of its 'not compared' table. Raises SpecError for bad
+    input, ResultsFileError for an unreadable file.
     """
     _check(confidence, min_effect, resamples, max_load)
     base_records, base_name = _load(base)

@@ -58,7 +58,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from lmperf.errors import SpecError
 
     if len(args.files) > 2:
-        raise SpecError(f"compare takes BASE NEW or one file with --by; got {len(args.files)} files")
+        raise SpecError(f"compare takes BASE NEW, or one file with --by; got {len(args.files)} "
+                        "files")
     if args.fail_above is not None and args.fail_above < 0:
         raise SpecError(f"--fail-above must be a non-negative percentage, got {args.fail_above:g}")
     new = args.files[1] if len(args.files) == 2 else None
@@ -72,7 +73,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bad = failing(report.frame, args.fail_above)
     columns = [c for c in spec_columns(report.frame) if report.frame[c].nunique(dropna=False) > 1]
     for _, row in bad.iterrows():
-        err(f"slower: {row['phase']} of {spec_label(row, columns) or row['kind']}: "
+        err(f"slower: {row['phase']} of {spec_label(row, columns) or row['record_kind']}: "
             f"{row['change_pct']:+.1f}% (ratio {row['ratio']:.3f} "
             f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}])")
     unsure = report.frame[report.frame["verdict"] == "inconclusive"] if len(report.frame) else []

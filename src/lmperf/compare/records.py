@@ -96,8 +96,8 @@ def peak_memory(record: dict) -> tuple[float | None, str | None]:
     memory = metrics.get("memory") or {}
     phases = memory.get("phases") if isinstance(memory, dict) else None
     if isinstance(phases, dict):
-        values = [v for p in phases.values() if isinstance(p, dict)
-                  for k, v in p.items() if k in ("allocated", "rss") and isinstance(v, (int, float))]
+        values = [v for p in phases.values() if isinstance(p, dict) for k, v in p.items()
+                  if k in ("allocated", "rss") and isinstance(v, (int, float))]
         if values:
             return float(max(values)), memory.get("kind") or "peak"
     peak = (metrics.get("summary") or {}).get("peak_mib")
