@@ -164,7 +164,9 @@ def test_attention_records_and_kinds_without_samples():
     report = lmperf.compare(base, new, max_load=None)  # the load guard is tested below
     assert list(report.frame["phase"]) == ["forward", "backward", "end_to_end"]
     assert (report.frame["verdict"] == SLOWER).all()
-    assert report.table("throughput and memory")["peak_delta_mib"].iloc[0] == pytest.approx(1.0)
+    throughput = report.table("throughput and memory")
+    assert throughput["peak_delta_mib"].iloc[0] == pytest.approx(1.0)
+    assert "base_tokens_per_s" not in throughput.columns  # attention records have no tokens/s
     reasons = report.table("not compared")["reason"].tolist()
     assert reasons == ["memory records carry no raw timing samples"]
 
@@ -184,6 +186,7 @@ def test_json_rows_are_plain_json():
     rows = json.loads(lmperf.compare(BASE, TWICE, ignore=["model"]).render("json"))
     phases = [r for r in rows if r["table"] == "phases"]
     assert len(phases) == 8 and all(isinstance(r["ratio"], float) for r in phases)
+    assert all(r["kind"] == "compare" and r["record_kind"] == "bench" for r in rows)
     assert all(not (isinstance(v, float) and math.isnan(v)) for r in rows for v in r.values())
 
 

@@ -182,7 +182,8 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
     tables = {}
     if not (throughput := pd.DataFrame(throughput_rows(matches))).empty:
         ids = spec_columns(throughput)
-        rest = [c for c in throughput.columns if c not in ids]
+        # a figure no record of either side has (tokens/s of attention records) is left out
+        rest = [c for c in throughput.columns if c not in ids and throughput[c].notna().any()]
         tables["throughput and memory"] = throughput[shown_columns(throughput, ids) + rest]
     if unmatched or skipped:
         tables["not compared"] = pd.DataFrame(not_compared_rows(unmatched, skipped, varying))
