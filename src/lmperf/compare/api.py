@@ -13,7 +13,6 @@ from lmperf.core.report import Report
 from lmperf.errors import SpecError
 from lmperf.measure.compare import LEVEL, MIN_EFFECT, RESAMPLES
 
-
 Source = str | Path | Sequence[dict]
 
 
@@ -75,7 +74,7 @@ def compare(base: Source, new: Source | None = None, *,
     sides = (base_name, new_name)
     drop = list(ignore)
     if by is not None:
-        if len(by) != 3:
+        if isinstance(by, str) or len(by) != 3:
             raise SpecError(f"--by takes FIELD A B, got {' '.join(map(str, by))}")
         field, a, b = (str(x) for x in by)
         base_records = select(base_records, field, a, base_name)

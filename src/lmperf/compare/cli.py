@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lmperf.compare.records import MAX_LOAD
 from lmperf.core.vocabulary import add_options
-from lmperf.measure.compare import LEVEL, MIN_EFFECT, RESAMPLES
+from lmperf.measure.compare import INCONCLUSIVE, LEVEL, MIN_EFFECT, RESAMPLES
 
 EXIT_SLOWER = 1  # --fail-above: some phase is significantly slower by more than P%
 
@@ -65,7 +65,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     new = args.files[1] if len(args.files) == 2 else None
     report = compare(args.files[0], new, by=args.by, ignore=args.ignore, kind=args.kind,
                      confidence=args.confidence, min_effect=args.min_effect,
-                     max_load=None if args.max_load == float("inf") else args.max_load,
+                     max_load=args.max_load,
                      resamples=args.resamples, seed=args.seed)
     emit(report, args)
     if args.fail_above is None:
@@ -76,9 +76,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         err(f"slower: {row['phase']} of {spec_label(row, columns) or row['record_kind']}: "
             f"{row['change_pct']:+.1f}% (ratio {row['ratio']:.3f} "
             f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}])")
-    unsure = report.frame[report.frame["verdict"] == "inconclusive"] if len(report.frame) else []
-    if len(unsure):
-        err(f"warning: {len(unsure)} phase(s) inconclusive (machine loaded): not counted by "
+    unsure = int((report.frame["verdict"] == INCONCLUSIVE).sum()) if len(report.frame) else 0
+    if unsure:
+        err(f"warning: {unsure} phase(s) inconclusive (machine loaded): not counted by "
             "--fail-above")
     if len(bad):
         err(f"--fail-above {args.fail_above:g}: {len(bad)} phase(s) slower by more than "
