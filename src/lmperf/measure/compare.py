@@ -19,11 +19,12 @@ Method (chosen after reading pyperf `compare_to`, asv `compare` and torch.utils.
   pyperf `--min-speed`). The interval of a single run per side cannot see run-to-run variation
   (memory placement, frequency, the neighbours), which on the 2-core development machine
   reached 10-15% in a phase between two quiet runs of the same spec, with tight intervals. Over
-  168 phases of same-spec pairs there (docs/benchmarks.md), a minimum of 5% flagged 24% of
-  them, 10% flagged 10%, 15% flagged 3%, while a model doing twice the work (measured 1.25x to
-  3.0x slower per phase) was flagged in 198 of 200 phases at every one of those minimums.
-  Pooling two interleaved runs per side flagged none of 32 same-spec phases and all 64 of the
-  2x model's; pool runs before lowering `min_effect`.
+  512 phases of 16 pairs of quiet same-spec sweeps there (docs/benchmarks.md), no minimum
+  flagged 33% of them, 5% flagged 24%, 10% 9%, 15% 3.5% and 20% 1.6%, while a model doing twice
+  the work (measured 1.3x to 3.7x slower per phase) was flagged in 639 of 640 phases at every
+  one of those minimums. With `--rounds 2` on each side (two rounds per spec, resampled round by
+  round) none of 32 same-spec phases was flagged and all 64 of the 2x model's were: pool rounds
+  before lowering `min_effect`.
 The rule is symmetric in log space: 'slower' needs ratio > 1 + e, 'faster' ratio < 1 / (1 + e).
 A loaded machine is judged by the caller (lmperf.compare.report), not here: these functions see
 samples only.
