@@ -10,6 +10,7 @@ with the CLI's keyword names and defaults (except `out=None`: records stay in me
     lmperf.amp("accumulate").frame
     lmperf.train(steps=20).frame
     lmperf.attention(attention=["naive", "sdpa"], context=[256]).frame
+    lmperf.compare("base.jsonl", "new.jsonl").frame    # is it faster, really?
     lmperf.report(["results/bench.jsonl", "results/memory.jsonl"], out="report.html")
     lmperf.doctor()                       # does every path lmperf relies on work here?
     lmperf.dist("train", strategy=["naive", "overlap"])   # data parallelism under torchrun
@@ -20,11 +21,11 @@ Each name is the question's package, made callable (see `lmperf._callable`).
 __version__ = "0.1.0"
 
 from lmperf import (  # noqa: E402  (callable packages)
-    amp, attention, bench, dist, doctor, memory, profile, report, train,
+    amp, attention, bench, compare, dist, doctor, memory, profile, report, train,
 )
 
-__all__ = ["Report", "amp", "attention", "bench", "dist", "doctor", "memory", "profile", "report",
-           "train", "__version__"]
+__all__ = ["Report", "amp", "attention", "bench", "compare", "dist", "doctor", "memory",
+           "profile", "report", "train", "__version__"]
 
 
 def __getattr__(name: str) -> object:
