@@ -58,16 +58,24 @@ def innermost(ts: np.ndarray, ranges: pd.DataFrame, labels: Iterable[str], colum
     best_start = np.full(len(ts), -np.inf)
     label = np.full(len(ts), None, dtype=object)
     for name in labels:
-        sel = ranges[ranges[column] == name]
-        s, e = merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
-        i = containing(ts, s, e)
-        if until is not None and len(s):
-            i = np.where(until <= e[np.clip(i, 0, None)] + END_SLACK_US, i, -1)
+        s, i = _holding(ts, ranges, column, name, until)
         start = np.where(i >= 0, s[np.clip(i, 0, None)] if len(s) else -np.inf, -np.inf)
         better = start > best_start
         label[better] = name
         best_start = np.maximum(best_start, start)
     return label
+
+
+def _holding(ts: np.ndarray, ranges: pd.DataFrame, column: str, name: str,
+             until: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(merged range starts of label `name`, index of the range holding each ts or -1); with
+    `until`, the whole interval [ts, until] must lie in it, up to END_SLACK_US."""
+    sel = ranges[ranges[column] == name]
+    s, e = merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
+    i = containing(ts, s, e)
+    if until is not None and len(s):
+        i = np.where(until <= e[np.clip(i, 0, None)] + END_SLACK_US, i, -1)
+    return s, i
 
 
 def first_containing(ts: np.ndarray, ranges: pd.DataFrame, labels: Iterable[str],
@@ -80,11 +88,7 @@ def first_containing(ts: np.ndarray, ranges: pd.DataFrame, labels: Iterable[str]
     ts = np.asarray(ts, float)
     label = np.full(len(ts), None, dtype=object)
     for name in labels:
-        sel = ranges[ranges[column] == name]
-        s, e = merged(sel["start_us"].to_numpy(), sel["end_us"].to_numpy())
-        i = containing(ts, s, e)
-        if until is not None and len(s):
-            i = np.where(until <= e[np.clip(i, 0, None)] + END_SLACK_US, i, -1)
+        _, i = _holding(ts, ranges, column, name, until)
         free = (i >= 0) & np.equal(label, None)
         label[free] = name
     return label
