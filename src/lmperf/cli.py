@@ -8,6 +8,7 @@ subcommand (`<package>.cli.add_parser`); this module only assembles them, plus `
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -53,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_table(args: argparse.Namespace) -> int:
     """`lmperf table FILE...`: the Report of every kind of record in the files."""
-    from lmperf.core.command import emit
+    from lmperf.core.command import emit, emit_json
     from lmperf.core.kinds import build_reports
-    from lmperf.core.report import concat
+    from lmperf.core.report import Report, concat
     from lmperf.results.store import read_records
 
     records = [r for f in args.file for r in read_records(f)]
@@ -67,18 +68,28 @@ def cmd_table(args: argparse.Namespace) -> int:
     reports = build_reports(records)
     if len(reports) == 1:
         emit(reports[0], args)
-    elif args.json == "-":
-        sys.stdout.write(concat(reports, "json"))
-    else:
-        sys.stdout.write(concat(reports, args.format))
+        return 0
+    if args.json:  # every kind's records in one list, on stdout or into the file
+        emit_json(Report(kind="mixed", records=records), args.json)
+        if args.json == "-":
+            return 0
+    sys.stdout.write(concat(reports, args.format))
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `lmperf` command; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # SIGTERM (Slurm, `timeout`) and SIGHUP (a closed terminal) stop lmperf as Ctrl-C does: the
+    # running child is killed and every finished row kept, instead of leaving the child running.
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _interrupt)
     try:
+        args = build_parser().parse_args(argv)  # inside: Ctrl-C while torch imports is exit 130
         return args.func(args)
     except LmperfError as exc:
         print(f"lmperf: error: {exc}", file=sys.stderr)

@@ -41,7 +41,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
     (["bench", "--model", "tests.fixtures.models:bigram_short_context", "--context", "16"],
      "context 16 is longer than the model allows"),
     (["bench", "--device", "cuda"], "torch sees no CUDA device"),
-    (["bench", "--timeout", "0"], "--timeout must be positive"),
+    (["bench", "--timeout", "0"], "--timeout must be a positive number"),
     (["table", "does/not/exist.jsonl"], "does not exist"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, fragment, capsys, tmp_path):
@@ -195,3 +195,17 @@ def test_compile_is_a_sweep_axis_with_compile_time_apart_from_the_steps(capsys, 
     assert off["metrics"]["compile_s"] is None and on["metrics"]["compile_s"] > 0
     assert on["metrics"]["step_ms"]["n"] == 2  # the compiling step is not among the samples
     assert "compile (s)" in capsys.readouterr().out
+
+
+def test_rounds_pool_only_this_sweeps_rounds_and_resume_appends_nothing_twice(capsys, tmp_path):
+    out = tmp_path / "r.jsonl"
+    base = ["bench", "--size", "tiny", "--context", "16", "--mode", "forward", "--steps", "2",
+            "--warmup", "0", "--precision", "fp32", "--inline", "--out", str(out)]
+    assert main(base + ["--rounds", "3"]) == 0
+    assert main(base + ["--rounds", "2"]) == 0  # same file, fewer rounds, no --resume
+    pooled = [json.loads(line) for line in out.read_text().splitlines() if '"rounds"' in line]
+    assert [p["rounds"] for p in pooled] == [3, 2]
+    assert pooled[1]["metrics"]["step_ms"]["n"] == 4  # its own two rounds, not the earlier three
+    assert main(base + ["--rounds", "2", "--resume"]) == 0  # nothing left to run
+    assert sum('"rounds"' in line for line in out.read_text().splitlines()) == 2
+    assert "2 job(s) already ok in the results file, 0 to go" in capsys.readouterr().err

@@ -107,3 +107,32 @@ def test_failure_decides_oom_or_error_once():
 def test_exit_descriptions():
     assert "SIGKILL" in describe_exit(-9) and "OOM killer" in describe_exit(-9)
     assert "exited with code 3" in describe_exit(3)
+
+
+def test_a_warm_child_dies_with_its_fork_server(tmp_path):
+    """Killing the server (as happens when the command that started it is killed outright)
+    takes its running children with it (PR_SET_PDEATHSIG), so no job outlives the command."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from lmperf.core.launch import ForkServer
+
+    child = WarmChild(EchoSpec(count=-1))  # never ends by itself
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(child.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while child.pid is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child.pid is not None
+    os.kill(ForkServer.get().proc.pid, signal.SIGKILL)
+    thread.join(30)
+    assert done and done[0][0]["status"] == "error"
+    time.sleep(0.5)
+    try:  # gone, or a zombie nobody reaps (its parent, the server, is dead): not running
+        state = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z", "X"), state

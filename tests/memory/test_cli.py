@@ -128,7 +128,7 @@ def test_bare_json_is_only_the_records(tmp_path, capsys):
     (["--top", "0"], "--top must be a positive integer"),
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--warmup", "-1"], "--warmup must be a non-negative integer"),
-    (["--timeout", "0"], "--timeout must be positive"),
+    (["--timeout", "0"], "--timeout must be a positive number"),
     (["--checkpoint", "3"], "--checkpoint 3 is larger than the model's 2 blocks"),
     (["--checkpoint", "-1"], "must be non-negative integers"),
     (["--model", "tests.fixtures.models:bigram", "--estimate"], "reference LM only"),

@@ -159,7 +159,7 @@ def test_nsys_backend_builds_tables_from_nsys_reports(tmp_path, monkeypatch):
     (["profile", "--precision", "tf33"], "unknown precision 'tf33'"),
     (["profile", "--mode", "inference"], "unknown mode 'inference'"),
     (["profile", "--warmup", "-1"], "warmup must be a non-negative integer, got -1"),
-    (["profile", "--timeout", "0"], "--timeout must be positive"),
+    (["profile", "--timeout", "0"], "--timeout must be a positive number"),
     (["profile", "--model", "tests.fixtures.models:nope"], "has no callable 'nope'"),
 ])
 def test_bad_input_is_one_line(argv, fragment, tmp_path):

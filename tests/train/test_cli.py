@@ -209,7 +209,7 @@ def test_defaults_on_the_cpu():
     (["--precision", "fp8"], "unknown precision 'fp8'"),
     (["--size", "huge"], "unknown size 'huge'"),
     (["--threads", "-1"], "--threads must be a non-negative integer"),
-    (["--timeout", "0"], "--timeout must be positive"),
+    (["--timeout", "0"], "--timeout must be a positive number"),
     (["--data", "/nonexistent/x.txt"], "no such file"),
 ])
 def test_bad_options_are_one_line_spec_errors(argv, match, tmp_path):

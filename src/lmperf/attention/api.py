@@ -11,6 +11,7 @@ from lmperf.attention.sweep import run_sweep
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.vocabulary import as_list, resolve_threads
+from lmperf.results.store import ensure_folder
 
 
 def attention(attention: Sequence[str] | str | None = None, *,
@@ -44,6 +45,8 @@ def attention(attention: Sequence[str] | str | None = None, *,
                       threads=resolve_threads(threads, dev.type))
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
+    if plots is not None:
+        ensure_folder(Path(plots))  # a bad folder is one line now, not a traceback at the end
     if progress:
         for note in plan.notes:
             err(f"note: {note}")

@@ -59,15 +59,23 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
         raise SpecError(f"rounds must be a positive integer, got {rounds!r}")
     records = run_sweep(plan.specs, out, options, rounds=rounds)
     if rounds > 1:
-        # Every round's record is already in `out` (a resumed sweep's earlier rounds too); the
-        # pooled ones follow them, from the latest record of each (spec, round).
-        if out is not None:
-            ids = {job_id(s) for s in plan.specs}
-            latest = {(base_id(r), r["round"]): r for r in read_records(Path(out))
-                      if "round" in r and base_id(r) in ids}
-            records = list(latest.values())
-        records = pool_rounds(records)
-        if out is not None:
-            for record in records:
-                append_record(Path(out), record)
+        records = _pool(plan.specs, records, rounds, Path(out) if out is not None else None)
     return build_report(records)
+
+
+def _pool(specs: list, records: list[dict], rounds: int, out: Path | None) -> list[dict]:
+    """The pooled record of every spec, in spec order. A spec with a round run now is pooled
+    from the latest record of each of its rounds 0..rounds-1 (a resumed sweep's earlier rounds
+    are in `out`) and the pooled record appended; a spec whose rounds were all done already
+    (--resume) keeps the pooled record it has, nothing appended twice."""
+    ran = {base_id(r) for r in records}
+    earlier = read_records(out) if out is not None else []
+    rounds_of = {(base_id(r), r["round"]): r for r in earlier + records
+                 if "round" in r and r["round"] < rounds and base_id(r) in ran}
+    pooled = {base_id(r): r for r in pool_rounds(list(rounds_of.values()))}
+    if out is not None:
+        for record in pooled.values():
+            append_record(out, record)
+    kept = {base_id(r): r for r in earlier if r.get("rounds") == rounds}
+    ids = [job_id(s) for s in specs]
+    return [pooled.get(i) or kept[i] for i in ids if i in pooled or i in kept]

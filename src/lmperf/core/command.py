@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Callable
@@ -22,8 +23,9 @@ def sweep_options(*, inline: bool = False, timeout: float | None = None,
     from lmperf.errors import SpecError
 
     for name, value in (("timeout", timeout), ("max_memory_gib", max_memory_gib)):
-        if value is not None and value <= 0:
-            raise SpecError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+        if value is not None and not (math.isfinite(value) and value > 0):  # NaN, inf too
+            raise SpecError(f"--{name.replace('_', '-')} must be a positive number, "
+                            f"got {value:g}")
     options = SweepOptions(isolate=not inline, timeout_s=timeout, max_memory_gib=max_memory_gib,
                            resume=resume)
     if options.isolate and options.warm:

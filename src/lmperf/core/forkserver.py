@@ -25,11 +25,25 @@ import traceback
 PRELOAD: tuple[str, ...] = ("torch", "numpy", "pandas", "lmperf.core.child", "lmperf.bench.runner")
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent (the server) ends. The server ends when the
+    command that started it does (its stdin closes), even if that command was killed outright,
+    so no job outlives the command. A no-op elsewhere."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _child(request: dict) -> None:
     """In the fork: become what a fresh child process would be, run the job, exit."""
     code = 1
     try:
         os.setsid()  # its own session: Ctrl-C reaches the parent only; a kill takes the group
+        _die_with_parent()
         fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)

@@ -54,6 +54,11 @@ def memory(size: str | None = None, *, model: str | None = None,
                        checkpoint=checkpoint, top=top, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
+    if plots is not None:  # a bad folder is one line now, not a traceback at the end
+        from lmperf.memory.plots import CONTEXTS_PNG, plot_path
+        from lmperf.results.store import ensure_folder
+
+        ensure_folder(plot_path(plots, CONTEXTS_PNG).parent)
     if not plan.jobs:  # the estimate: nothing allocated, nothing to launch
         return build_report(_save(estimate_records(plan, gib), out))
     report = build_report(run_sweep(plan.jobs, out, options))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
+from lmperf.results.store import ensure_folder
 from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.profile.spec import ProfileSpec
 from lmperf.runtime import device as dev
@@ -78,6 +79,7 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
             raise SpecError(NO_NSYS)
     spec = ProfileSpec.from_run(run, backend=backend, top=top,
                                 trace=str(trace if trace is not None else default_trace(run)))
+    ensure_folder(Path(spec.trace).parent, "trace folder")  # a bad path fails before the run
     plan = ProfilePlan(spec)
     if model:
         check_user_models([run])

@@ -16,6 +16,16 @@ def spec_key(kind: str, spec: dict) -> str:
     return json.dumps({"kind": kind, "spec": spec}, sort_keys=True, separators=(",", ":"))
 
 
+def ensure_folder(path: Path, what: str = "plot folder") -> Path:
+    """Create folder `path` (and its parents) before anything runs; ResultsFileError naming
+    `what` if it cannot be (e.g. a file of that name exists). Returns the path."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsFileError(f"cannot create the {what} {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def ensure_writable(path: Path) -> None:
     """Create the parent folder and check the file can be appended to; raises ResultsFileError."""
     try:

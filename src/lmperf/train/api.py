@@ -8,8 +8,8 @@ from typing import Sequence
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
-from lmperf.errors import ResultsFileError
 from lmperf.model.presets import DEFAULT_COURSE
+from lmperf.results.store import ensure_folder
 from lmperf.train.plan import plan_train
 from lmperf.train.report import build_report
 
@@ -47,7 +47,7 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if plots is not None:
-        _make_folder(Path(plots))
+        ensure_folder(Path(plots))
     if progress:
         for line in [f"note: {n}" for n in plan.notes] + [f"warning: {w}" for w in plan.warnings]:
             err(line)
@@ -61,11 +61,3 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
         if progress:
             err(f"plots: {path}")
     return report
-
-
-def _make_folder(path: Path) -> None:
-    """Create the plot folder before anything runs; ResultsFileError if it cannot be."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultsFileError(f"cannot create the plot folder {path}: {exc.strerror or exc}") from None

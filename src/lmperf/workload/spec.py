@@ -4,6 +4,7 @@ base of profile and memory jobs), and the expansion of a sweep grid."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Sequence
 
@@ -83,7 +84,8 @@ class RunSpec:
                      positive=("d_model", "num_layers", "num_heads", "d_ff", "context_length",
                                "batch_size", "steps", "vocab_size"),
                      non_negative=("warmup", "threads"))
-        if isinstance(self.clip, bool) or not isinstance(self.clip, (int, float)) or self.clip < 0:
+        if (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float))
+                or not math.isfinite(self.clip) or self.clip < 0):
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
         if not isinstance(self.compile, bool):
             raise SpecError(f"compile must be true or false, got {self.compile!r}")
