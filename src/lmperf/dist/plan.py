@@ -170,6 +170,6 @@ def drop_done(jobs: list, out: Path | None) -> list:
 
 def _gpu_count() -> int:
     """GPUs this process may use (torch respects CUDA_VISIBLE_DEVICES)."""
-    import torch
+    from lmperf.runtime.device import cuda_device_count
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return cuda_device_count()

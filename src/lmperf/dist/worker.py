@@ -119,8 +119,9 @@ def setup(job: object, folder: Path | None) -> RankContext:
 
         cap_memory(device, job.max_memory_gib)  # type: ignore[attr-defined]
     if device.type == "cuda":  # one GPU per local rank; NCCL needs it set before the first use
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
+        from lmperf.runtime.device import use_cuda_device
+
+        device = use_cuda_device(local_rank)
     # Everything imported so far lives as long as the process: keep it out of the collector, so
     # that the gc.collect() releasing each strategy scans only what the items create (~0.4 s
     # less per collection with torch loaded).

@@ -30,6 +30,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def cuda_device_count() -> int:
+    """GPUs this process may use (torch respects CUDA_VISIBLE_DEVICES); 0 without CUDA."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def use_cuda_device(index: int) -> torch.device:
+    """Make GPU `index` this process's current device (one GPU per local rank: NCCL needs it
+    set before its first use); returns it."""
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    return device
+
+
 def cuda_available() -> bool:
     """Whether torch sees a CUDA device (for experiments that compare CPU and CUDA side by side)."""
     return torch.cuda.is_available()
