@@ -5,26 +5,17 @@ written here), what a trace without steps or GPU events says, and bad input as o
 from __future__ import annotations
 
 import gzip
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 
 import pandas as pd
 import pytest
 
 import lmperf
-from lmperf.cli import main
 from lmperf.errors import SpecError, TraceFormatError
 from lmperf.profile import views
 from lmperf.profile.from_trace import PHASE_TABLE, analyse_trace
+from tests.profile.test_cli import _run
 from tests.profile.test_trace import REAL_CUDA, STEPS, cpu_trace_file, real_trace
-
-
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
