@@ -15,23 +15,38 @@ with the CLI's keyword names and defaults (except `out=None`: records stay in me
     lmperf.doctor()                       # does every path lmperf relies on work here?
     lmperf.dist("train", strategy=["naive", "overlap"])   # data parallelism under torchrun
 
-Each name is the question's package, made callable (see `lmperf._callable`).
+The functions live in `lmperf.api` (real signatures: `help(lmperf.bench)`); the questions'
+packages in `lmperf.questions`. Both are imported on first use, so `import lmperf` is cheap.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-from lmperf import (  # noqa: E402  (callable packages)
-    amp, attention, bench, compare, dist, doctor, memory, profile, report, train,
-)
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads them lazily
+    from lmperf.api import amp, attention, bench, compare, dist, doctor, memory, profile, report, train
+    from lmperf.core.report import Report
 
 __all__ = ["Report", "amp", "attention", "bench", "compare", "dist", "doctor", "memory",
            "profile", "report", "train", "__version__"]
 
+_API = frozenset(__all__) - {"Report", "__version__"}
+
 
 def __getattr__(name: str) -> object:
-    # Report imports pandas: loaded on first use, so `import lmperf` (and `lmperf --help`) stays fast.
+    # Loaded on first use so that `import lmperf` (and `lmperf --help`) imports neither torch nor pandas.
+    if name in _API:
+        from lmperf import api
+
+        return getattr(api, name)
     if name == "Report":
         from lmperf.core.report import Report
 
         return Report
     raise AttributeError(f"module 'lmperf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,7 +1,7 @@
 """The command line: argparse tables built from the shared vocabulary -> the Python API.
 
 Library errors (bad input, unwritable files) become one line on stderr and exit code 2; an
-interrupted sweep exits 130 with every finished row kept. Each question registers its own
+interrupted sweep exits 130 with every finished row kept. Each question (`lmperf.catalog`) registers its own
 subcommand (`<package>.cli.add_parser`); this module only assembles them, plus `table`.
 """
 
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from lmperf import __version__
+from lmperf.catalog import QUESTIONS
 from lmperf.errors import LmperfError
 
-COMMANDS: tuple[str, ...] = ("bench", "profile", "memory", "train", "attention", "amp", "compare", "report", "doctor", "dist")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lmperf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"lmperf.{name}.cli").add_parser(sub)
+    for question in QUESTIONS:
+        importlib.import_module(question.cli).add_parser(sub)
     _add_table(sub)
     return parser
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmperf.amp import accumulate
+from lmperf.questions.amp import accumulate
 
 CPU = torch.device("cpu")
 

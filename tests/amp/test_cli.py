@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lmperf.amp import EXPERIMENT_NAMES
+from lmperf.questions.amp import EXPERIMENT_NAMES
 from lmperf.cli import main
 
 

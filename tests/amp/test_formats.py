@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmperf.amp import formats
+from lmperf.questions.amp import formats
 
 CPU = torch.device("cpu")
 

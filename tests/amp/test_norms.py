@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmperf.amp import norms
+from lmperf.questions.amp import norms
 
 CPU = torch.device("cpu")
 

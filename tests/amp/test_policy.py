@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmperf.amp import policy
+from lmperf.questions.amp import policy
 from lmperf.runtime import device as dev
 
 CPU = torch.device("cpu")

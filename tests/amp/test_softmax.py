@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmperf.amp import softmax
+from lmperf.questions.amp import softmax
 
 CPU = torch.device("cpu")
 ALL = (torch.float32, torch.bfloat16, torch.float16)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmperf.amp import stagnation
+from lmperf.questions.amp import stagnation
 
 CPU = torch.device("cpu")
 

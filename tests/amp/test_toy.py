@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmperf.amp import toy
+from lmperf.questions.amp import toy
 from lmperf.runtime import device as dev
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmperf.amp import trace
+from lmperf.questions.amp import trace
 from lmperf.model import VOCAB_SIZE, ModelConfig, PRESETS, TransformerLM
 from lmperf.model.transformer import RMSNorm
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmperf.amp import underflow
+from lmperf.questions.amp import underflow
 
 CPU = torch.device("cpu")
 TITLE_POP = "synthetic gradients cast after scaling by S"

@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from lmperf.attention.cli import add_parser
+from lmperf.questions.attention.cli import add_parser
 from lmperf.errors import SpecError
 
 TINY = ["--d", "16", "--warmup", "0", "--steps", "2", "--device", "cpu"]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lmperf import kernels
-from lmperf.attention.measure import make_inputs, memory_before_backward, run_spec
-from lmperf.attention.spec import AttnSpec
+from lmperf.questions.attention.measure import make_inputs, memory_before_backward, run_spec
+from lmperf.questions.attention.spec import AttnSpec
 
 QUICK = dict(warmup=0, repeats=2)
 

@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from lmperf.attention.report import build_report
-from lmperf.attention.spec import AttnSpec
+from lmperf.questions.attention.report import build_report
+from lmperf.questions.attention.spec import AttnSpec
 
 
 def _record(impl: str, seq: int, ms: float | None, status: str = "ok") -> dict:

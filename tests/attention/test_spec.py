@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.attention.spec import SUITES, AttnSpec, plan_sweep
+from lmperf.questions.attention.spec import SUITES, AttnSpec, plan_sweep
 from lmperf.errors import SpecError
 
 
@@ -66,7 +66,7 @@ def test_an_unknown_suite_or_zero_batch_is_a_spec_error():
 
 def test_the_spec_is_a_core_job_and_reads_older_or_renamed_fields():
     assert AttnSpec.kind == "attention"
-    assert AttnSpec.runner == "lmperf.attention.measure:run_spec"
+    assert AttnSpec.runner == "lmperf.questions.attention.measure:run_spec"
     # an older record has no threads; the vocabulary's names map onto the spec's fields
     assert AttnSpec.from_dict({"impl": "naive", "seq": 64, "dtype": "bf16"}).threads == 0
     assert AttnSpec.from_dict({"attention": "sdpa", "context": 32, "precision": "fp16",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmperf.attention.report import build_report
-from lmperf.attention.spec import AttnSpec
-from lmperf.attention.sweep import SweepOptions, run_sweep
+from lmperf.questions.attention.report import build_report
+from lmperf.questions.attention.spec import AttnSpec
+from lmperf.questions.attention.sweep import SweepOptions, run_sweep
 from lmperf.core.sweep import pending_specs
 
 QUICK = dict(d=16, warmup=0, repeats=2, threads=1)

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lmperf.bench.runner import run_spec
+from lmperf.questions.bench.runner import run_spec
 from lmperf.workload.spec import RunSpec
 from lmperf.measure.flops import analytic_flops
 

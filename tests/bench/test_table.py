@@ -11,8 +11,8 @@ import pytest
 from lmperf.workload.spec import RunSpec
 from lmperf.measure.stats import summarize
 from lmperf.results.schema import make_record
-from lmperf.bench.report import build_report
-from lmperf.bench.table import display_frame, records_frame
+from lmperf.questions.bench.report import build_report
+from lmperf.questions.bench.table import display_frame, records_frame
 
 FORMATS = ("text", "markdown", "latex", "csv")
 
@@ -52,7 +52,7 @@ def cuda_memory(phases: tuple[str, ...], allocated: tuple[float, ...], reserved:
 def ok_record(*, params: int = 1_234_567, fwd=FWD, bwd=BWD, opt=OPT, step=STEP,
               tokens_per_s: float = 12345.6, tflops: float = 0.0421, mfu=None, memory=None,
               **spec_overrides) -> dict:
-    """A record laid out as lmperf.bench.runner builds it for a finished run."""
+    """A record laid out as lmperf.questions.bench.runner builds it for a finished run."""
     s = spec(**spec_overrides)
     mode = s["mode"]
     metrics: dict = {"timer": "perf_counter"}

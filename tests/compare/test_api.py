@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import lmperf.compare
-from lmperf.compare.records import timed_groups, timed_phases
+import lmperf.questions.compare
+from lmperf.questions.compare.records import timed_groups, timed_phases
 from lmperf.errors import SpecError
 from lmperf.measure.compare import FASTER, INCONCLUSIVE, SAME, SLOWER, VERDICTS
 from lmperf.results.store import read_records

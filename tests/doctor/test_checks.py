@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from lmperf.doctor import capjob, environment, numerics, precision, timing, tracing
-from lmperf.doctor.api import plan_scopes
-from lmperf.doctor.checks import Check, Context, fail, ok, run_checks, skip
+from lmperf.questions.doctor import capjob, environment, numerics, precision, timing, tracing
+from lmperf.questions.doctor.api import plan_scopes
+from lmperf.questions.doctor.checks import Check, Context, fail, ok, run_checks, skip
 from lmperf.errors import SpecError
 from lmperf.runtime import device as dev
 from lmperf.workload.build import Prepared

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import lmperf
-import lmperf.doctor
+import lmperf.questions.doctor
 from lmperf.cli import main
-from lmperf.doctor import registry
-from lmperf.doctor.checks import Check, fail, ok
+from lmperf.questions.doctor import registry
+from lmperf.questions.doctor.checks import Check, fail, ok
 from lmperf.results.store import read_records
 
 QUICK = ["--check", "peak table entry", "GradScaler disabled path"]

@@ -73,7 +73,7 @@ def test_checkpoint_sweep_prints_the_tradeoff(tmp_path, capsys):
 
 
 def test_snapshot_is_delegated(tmp_path, capsys, monkeypatch):
-    import lmperf.memory.snapshot as snapshot
+    import lmperf.questions.memory.snapshot_read as snapshot
 
     calls = []
 

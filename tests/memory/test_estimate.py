@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from lmperf.workload.spec import RunSpec
 from lmperf.errors import SpecError
-from lmperf.memory.estimate import GIB, estimate, fits, param_count, param_tensors
-from lmperf.memory.saved import measure_saved, measure_spec
+from lmperf.questions.memory.estimate import GIB, estimate, fits, param_count, param_tensors
+from lmperf.questions.memory.saved import measure_saved, measure_spec
 from lmperf.model import EDITIONS, PRESETS, ModelConfig, TransformerLM, count_params
 from lmperf.runtime.precision import autocast, get_regime
 

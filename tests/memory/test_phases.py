@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lmperf.memory.phases import MEMORY_LABELS, baseline_mib, measure_phases, phase_frame, two_numbers
+from lmperf.questions.memory.phases import MEMORY_LABELS, baseline_mib, measure_phases, phase_frame, two_numbers
 from lmperf.runtime import device as dev
 from lmperf.workload.probe import PhaseProbe, release_freed_memory
 from lmperf.workload.spec import RunSpec

@@ -14,10 +14,10 @@ import lmperf
 from lmperf.cli import main
 from lmperf.core.launch import failed_record
 from lmperf.core.report import Report
-from lmperf.memory.api import memory
-from lmperf.memory.plan import plan_memory as _plan_memory
-from lmperf.memory.report import build_report
-from lmperf.memory.spec import MemorySpec
+from lmperf.questions.memory.api import memory
+from lmperf.questions.memory.plan import plan_memory as _plan_memory
+from lmperf.questions.memory.report import build_report
+from lmperf.questions.memory.spec import MemorySpec
 from tests.fixtures.defaults import with_api_defaults
 
 
@@ -113,7 +113,7 @@ def test_records_written_before_jobs_still_render(results):
 
 
 def test_progress_lines_name_the_cell_and_its_figure(results):
-    from lmperf.memory.report import summary_line
+    from lmperf.questions.memory.report import summary_line
 
     report, _ = results
     lines = [summary_line(r) for r in report.records]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lmperf.workload.spec import RunSpec
-from lmperf.memory.saved import measure_saved, measure_spec, meta_equivalent
+from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent
 from lmperf.runtime.precision import autocast, get_regime
 from tests.memory.handcount import BTC, C, F, H, L, V, B, batch, hand_count_block, tiny
 

@@ -21,9 +21,10 @@ import torch
 from lmperf.workload import build
 from lmperf.workload.spec import RunSpec
 from lmperf.errors import LmperfError, SpecError
-from lmperf.memory import snapshot as snap
-from lmperf.memory.snapshot import (
-    NO_STACK, SnapshotFormatError, load_snapshot, record_snapshot, summarize_snapshot, top_frames,
+from lmperf.questions.memory import snapshot_record as snap
+from lmperf.questions.memory.snapshot_record import record_snapshot
+from lmperf.questions.memory.snapshot_read import (
+    NO_STACK, SnapshotFormatError, load_snapshot, summarize_snapshot, top_frames,
 )
 from lmperf.runtime import device as dev
 
@@ -281,7 +282,9 @@ def fake_cuda(monkeypatch):
                                           Path(filename).write_bytes(FIXTURE.read_bytes())))
     monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer",
                         lambda fn: calls.append(("attach", fn)), raising=False)
-    monkeypatch.setattr(dev, "_oom_dump", {"path": None, "attached": False, "dumps": 0})
+    from lmperf.runtime.device import snapshot as dev_snapshot
+
+    monkeypatch.setattr(dev_snapshot, "_oom_dump", {"path": None, "attached": False, "dumps": 0})
     return calls
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from lmperf.errors import SpecError
 from lmperf.model import ATTENTION, TransformerLM, make_attention
 from lmperf.model.attention import KernelAttention, NaiveAttention
-from lmperf.profile.annotate import AnnotatedNaiveAttention, annotate_attention
+from lmperf.questions.profile.annotate import AnnotatedNaiveAttention, annotate_attention
 from tests.model.reference import ReferenceLM
 
 # The model's attention shapes are (3, 4, 16, 4): test_registry's compiled test uses the same, so

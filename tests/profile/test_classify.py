@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.profile.classify import CATEGORIES, RULES, classify, normalize, short_name
+from lmperf.questions.profile.classify import CATEGORIES, RULES, classify, normalize, short_name
 
 SEED_COPY = (
     "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast"

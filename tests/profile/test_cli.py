@@ -14,7 +14,7 @@ import pytest
 
 import lmperf
 from lmperf.cli import main
-from lmperf.profile.nsys import parse_kern_sum_csv
+from lmperf.questions.profile.backends.nsys_commands import parse_kern_sum_csv
 from tests.profile.test_nsys import DATA, _fake_nsys
 
 QUICK = ["--size", "tiny", "--context", "32", "--batch", "2", "--steps", "2", "--warmup", "1"]

@@ -12,8 +12,8 @@ import pytest
 
 import lmperf
 from lmperf.errors import SpecError, TraceFormatError
-from lmperf.profile import views
-from lmperf.profile.from_trace import PHASE_TABLE, analyse_trace
+from lmperf.questions.profile import views
+from lmperf.questions.profile.from_trace import PHASE_TABLE, analyse_trace
 from tests.profile.test_cli import _run
 from tests.profile.test_trace import REAL_CUDA, STEPS, cpu_trace_file, real_trace
 

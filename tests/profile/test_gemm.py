@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.profile.gemm import FIELDS, decode_gemm, describe_gemm
+from lmperf.questions.profile.gemm import FIELDS, decode_gemm, describe_gemm
 
 
 def test_issue_example_xmma() -> None:

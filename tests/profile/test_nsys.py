@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from lmperf.errors import LmperfError
-from lmperf.profile import nsys as ns
+from lmperf.questions.profile.backends import nsys_commands as ns
 
 DATA = Path(__file__).parent / "data"
 KERN_CSV = (DATA / "nsys_cuda_gpu_kern_sum.csv").read_text()
@@ -35,7 +35,7 @@ NVTX_CSV = (DATA / "nsys_nvtx_sum.csv").read_text()
 # --- command construction ------------------------------------------------------------------------
 
 def test_profile_command_flags_and_order(tmp_path: Path) -> None:
-    child = [sys.executable, "-m", "lmperf.bench.child", "--spec", "x.json"]
+    child = [sys.executable, "-m", "lmperf.questions.bench.child", "--spec", "x.json"]
     argv = ns.build_profile_command("/opt/nsys/bin/nsys", tmp_path / "run1", child)
     assert argv[:2] == ["/opt/nsys/bin/nsys", "profile"]
     assert argv[-len(child):] == child  # the application comes last, after every nsys option
@@ -266,7 +266,7 @@ def test_nsys_child_synchronises_inside_each_phase_range(tmp_path, monkeypatch):
 
     import torch
 
-    from lmperf.profile import capture, nsys_child
+    from lmperf.questions.profile.backends import torch_capture as capture, nsys_child
     from lmperf.runtime import device as dev
     from lmperf.workload.spec import RunSpec
 
@@ -300,7 +300,7 @@ def test_nsys_child_synchronises_inside_each_phase_range(tmp_path, monkeypatch):
 def test_synced_annotate_leaves_other_ranges_alone():
     import contextlib
 
-    from lmperf.profile.nsys_child import SYNCED_RANGES, synced_annotate
+    from lmperf.questions.profile.backends.nsys_child import SYNCED_RANGES, synced_annotate
 
     log = []
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from lmperf.core.outcome import Stage
-from lmperf.profile.annotate import ATTENTION_RANGES
-from lmperf.profile.record import PHASE_TIMES, SIDE_BY_SIDE
-from lmperf.profile.run import profile_torch
-from lmperf.profile.trace import load_trace
+from lmperf.questions.profile.annotate import ATTENTION_RANGES
+from lmperf.questions.profile.record import PHASE_TIMES, SIDE_BY_SIDE
+from lmperf.questions.profile.backends.torch_profiler import profile_torch
+from lmperf.questions.profile.trace import load_trace
 from lmperf.workload.spec import RunSpec
 
 QUICK = dict(context_length=32, batch_size=2, warmup=1, steps=3)
@@ -95,6 +95,6 @@ def test_nsys_child_runs_its_steps_without_nvtx(tmp_path):
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(RunSpec.from_size("tiny", **QUICK).to_dict()))
-    done = subprocess.run([sys.executable, "-m", "lmperf.profile.nsys_child", str(spec)],
+    done = subprocess.run([sys.executable, "-m", "lmperf.questions.profile.backends.nsys_child", str(spec)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -6,8 +6,8 @@ import pytest
 
 from lmperf.core.jobs import job_id
 from lmperf.errors import SpecError
-from lmperf.profile.plan import plan_profile
-from lmperf.profile.spec import ProfileSpec
+from lmperf.questions.profile.plan import plan_profile
+from lmperf.questions.profile.spec import ProfileSpec
 from lmperf.workload.spec import RunSpec
 
 

@@ -26,9 +26,9 @@ import pandas as pd
 import pytest
 import torch
 
-from lmperf.profile import views
-from lmperf.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
-from lmperf.profile.trace import UNATTRIBUTED, Trace, TraceFormatError, load_trace
+from lmperf.questions.profile import views
+from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
+from lmperf.questions.profile.trace import UNATTRIBUTED, Trace, TraceFormatError, load_trace
 
 DATA = Path(__file__).parent / "data"
 REAL_CUDA = DATA / "v100_ddp_sgd_5steps.json.gz"
@@ -45,7 +45,7 @@ def cpu_trace_file() -> Path:
 
     from lmperf.workload.steps import NO_OBSERVER, StepState, train_step
     from lmperf.model import TransformerLM
-    from lmperf.profile.annotate import annotate, annotate_attention
+    from lmperf.questions.profile.annotate import annotate, annotate_attention
     from lmperf.runtime.precision import autocast, get_regime, grad_scaler
 
     threads = torch.get_num_threads()

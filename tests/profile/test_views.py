@@ -7,9 +7,9 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from lmperf.profile import views
-from lmperf.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
-from lmperf.profile.trace import load_trace
+from lmperf.questions.profile import views
+from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
+from lmperf.questions.profile.trace import load_trace
 from tests.profile.test_trace import LAYERS, STEPS, _variant, cpu_trace_file, real_trace
 
 PHASES = ["forward", "loss", "backward", "optimizer", "step"]

@@ -1,1 +1,1 @@
-"""Tests of lmperf.train: data sources, the step, the loop's stop rules, determinism, golden curves, CLI."""
+"""Tests of lmperf.questions.train: data sources, the step, the loop's stop rules, determinism, golden curves, CLI."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from lmperf.train.api import train
+from lmperf.questions.train.api import train
 
 GOLDEN_PATH = Path(__file__).parent / "data" / "golden_losses.json"
 GOLDEN_THREADS = 1  # fp32 sums can split differently with another thread count

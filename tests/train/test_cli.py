@@ -18,11 +18,11 @@ import torch
 from lmperf.core.vocabulary import DEFAULTS
 from lmperf.errors import SpecError
 from lmperf.results.store import read_records
-from lmperf.train.api import PLOT_NAME
-from lmperf.train.cli import add_parser
+from lmperf.questions.train.api import PLOT_NAME
+from lmperf.questions.train.cli import add_parser
 from tests.fixtures.defaults import with_api_defaults
-from lmperf.train.plots import plot_records
-from lmperf.train.report import build_report, findings, summary_table
+from lmperf.questions.train.plots import plot_records
+from lmperf.questions.train.report import build_report, findings, summary_table
 
 SMALL = ["--size", "tiny", "--context", "16", "--batch", "2", "--steps", "6", "--lr-warmup", "2",
          "--eval-interval", "3", "--eval-batches", "1", "--inline"]
@@ -184,8 +184,8 @@ def test_deprecated_names_still_work(tmp_path, capsys):
 
 def plan_train(**options):
     """plan_train with lmperf.train's defaults for the keywords not given (it has none)."""
-    from lmperf.train.api import train
-    from lmperf.train.plan import plan_train as plan
+    from lmperf.questions.train.api import train
+    from lmperf.questions.train.plan import plan_train as plan
 
     return with_api_defaults(plan, train, **options)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.train.corpus import DEFAULT_BYTES, generate
-from lmperf.train.data import (
+from lmperf.questions.train.corpus import DEFAULT_BYTES, generate
+from lmperf.questions.train.data import (
     Batches, VAL_FRACTION, eval_windows, load_builtin, load_corpus, load_text, load_tokens,
     prepare_corpus,
 )

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from lmperf.results.schema import is_record
-from lmperf.train.runner import run_train
-from lmperf.train.spec import TrainSpec
-from lmperf.train.state import nan_loss_at
+from lmperf.questions.train.runner import run_train
+from lmperf.questions.train.spec import TrainSpec
+from lmperf.questions.train.state import nan_loss_at
 from tests.train.golden import compute_curves
 
 CPU = torch.device("cpu")
@@ -141,7 +141,7 @@ def test_unsupported_regime_is_a_record_and_the_rest_run():
 
 
 def test_a_crash_is_an_error_record_and_the_rest_run(monkeypatch):
-    import lmperf.train.loop as loop
+    import lmperf.questions.train.loop as loop
 
     real = loop.build_state
 
@@ -158,7 +158,7 @@ def test_a_crash_is_an_error_record_and_the_rest_run(monkeypatch):
 
 
 def test_out_of_memory_is_an_oom_record(monkeypatch):
-    import lmperf.train.loop as loop
+    import lmperf.questions.train.loop as loop
 
     def no_memory(*args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")

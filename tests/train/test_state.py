@@ -9,9 +9,9 @@ import torch
 from lmperf.core.vocabulary import DEFAULTS
 from lmperf.errors import SpecError
 from lmperf.runtime.precision import get_regime
-from lmperf.train.data import Batches, load_builtin
-from lmperf.train.spec import TrainSpec
-from lmperf.train.state import build_state, nan_loss_at
+from lmperf.questions.train.data import Batches, load_builtin
+from lmperf.questions.train.spec import TrainSpec
+from lmperf.questions.train.state import build_state, nan_loss_at
 from lmperf.workload.steps import NO_OBSERVER, train_step
 
 CPU = torch.device("cpu")

@@ -33,7 +33,7 @@ def sweep_options(*, inline: bool = False, timeout: float | None = None,
 
         ForkServer.get()  # starts importing torch now, while the caller plans its jobs
     if progress:
-        from lmperf.progress import RichReporter
+        from lmperf.core.progress import RichReporter
 
         options.reporter = RichReporter()
     return options

@@ -22,7 +22,8 @@ import sys
 import threading
 import traceback
 
-PRELOAD: tuple[str, ...] = ("torch", "numpy", "pandas", "lmperf.core.child", "lmperf.bench.runner")
+from lmperf.catalog import PRELOAD, WARM_UP
+from lmperf.core.jobs import resolve
 
 
 def _die_with_parent() -> None:
@@ -65,15 +66,11 @@ def _child(request: dict) -> None:
 
 
 def warm_up() -> None:
-    """Trigger torch's lazy imports (sympy, the flop counter, torch.distributed's pieces, ...:
-    ~2 s on a first model build) once, here, instead of in every child: one step of the tiny
-    model on the meta device. Meta tensors have shapes and no data, so no arithmetic runs, no
-    thread pool starts and no device is touched: forking afterwards stays safe."""
+    """Run the catalog's warm-up (`lmperf.catalog.WARM_UP`: torch's lazy imports triggered once,
+    here, instead of in every child). It touches no data, no thread pool and no device, so
+    forking afterwards stays safe."""
     try:
-        from lmperf.workload.build import meta_flops
-        from lmperf.workload.spec import RunSpec
-
-        meta_flops(RunSpec.from_size("tiny", context_length=16, batch_size=1))
+        resolve(WARM_UP)()
     except Exception:  # a warm-up that fails costs each child its lazy imports, nothing more
         pass
 

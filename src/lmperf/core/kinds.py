@@ -1,22 +1,14 @@
-"""Which question builds the Report of each record kind (by "package.module:function" name, so
-the core imports no question package until a file of that kind is read)."""
+"""Which question builds the Report of each record kind (`lmperf.catalog`: by "module:function"
+name, so the core imports no question package until a file of that kind is read)."""
 
 from __future__ import annotations
 
+from lmperf.catalog import BY_KIND
 from lmperf.core.jobs import resolve
 from lmperf.core.report import Report
 
-# kind -> function(records) -> Report
-REPORT_BUILDERS: dict[str, str] = {
-    "bench": "lmperf.bench.report:build_report",
-    "profile": "lmperf.profile.record:build_report",
-    "memory": "lmperf.memory.report:build_report",
-    "train": "lmperf.train.report:build_report",
-    "attention": "lmperf.attention.report:build_report",
-    "amp": "lmperf.amp.report:build_report",
-    "dist": "lmperf.dist.report:build_report",
-    "doctor": "lmperf.doctor.report:build_report",
-}
+# kind -> "module:function"(records) -> Report, from the one table of questions
+REPORT_BUILDERS: dict[str, str] = {kind: q.report for kind, q in BY_KIND.items() if q.report}
 
 
 def build_reports(records: list[dict]) -> list[Report]:

@@ -2,7 +2,7 @@
 
 It is the registry's "naive" kernel and the reference LM's default attention. It is a class with
 three steps (scores, softmax, combine) so that the profiling layer can subclass it and put a
-named range around each step without forking the model (`lmperf.profile.annotate`).
+named range around each step without forking the model (`lmperf.questions.profile.annotate`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ Method (chosen after reading pyperf `compare_to`, asv `compare` and torch.utils.
   round) none of 32 same-spec phases was flagged and all 64 of the 2x model's were: pool rounds
   before lowering `min_effect`.
 The rule is symmetric in log space: 'slower' needs ratio > 1 + e, 'faster' ratio < 1 / (1 + e).
-A loaded machine is judged by the caller (lmperf.compare.report), not here: these functions see
+A loaded machine is judged by the caller (lmperf.questions.compare.report), not here: these functions see
 samples only.
 """
 

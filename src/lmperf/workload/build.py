@@ -111,3 +111,11 @@ def _declared_context(config, target: str | None) -> int | None:
         model = build_model(config, target)
     value = getattr(model, "context_length", None)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def warm_up() -> None:
+    """Trigger torch's lazy imports (sympy, the flop counter, torch.distributed's pieces, ...:
+    ~2 s on a first model build) once: one step of the tiny model on the meta device. Meta
+    tensors have shapes and no data, so no arithmetic runs, no thread pool starts and no device
+    is touched (the warm fork server runs this before forking jobs)."""
+    meta_flops(RunSpec.from_size("tiny", context_length=16, batch_size=1))

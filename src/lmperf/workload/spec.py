@@ -50,7 +50,7 @@ class RunSpec:
     """
 
     kind: ClassVar[str] = "bench"
-    runner: ClassVar[str] = "lmperf.bench.runner:run_spec"
+    runner: ClassVar[str] = "lmperf.questions.bench.runner:run_spec"
 
     size: str
     d_model: int

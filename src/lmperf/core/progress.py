@@ -1,0 +1,63 @@
+"""Terminal progress of a sweep: a bar on stderr and one line per finished record."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from lmperf.catalog import BY_KIND
+from lmperf.core.jobs import resolve
+
+_STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magenta"}
+
+# kind -> "module:function" giving one line for a finished record of that kind
+SUMMARIES: dict[str, str] = {kind: q.summary for kind, q in BY_KIND.items() if q.summary}
+
+
+def summary_line(record: dict) -> str:
+    """One line for a finished record: its question's summary, or its status and message."""
+    if record["kind"] in SUMMARIES:
+        try:
+            return resolve(SUMMARIES[record["kind"]])(record)
+        except (ImportError, AttributeError):
+            pass
+    if record["status"] != "ok":
+        return f"{record['status']}: {record.get('message', '')}"
+    return "ok"
+
+
+class RichReporter:
+    """Shows a progress bar on stderr and prints a line as each record arrives."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True, soft_wrap=True)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
+                                 transient=True)
+        self.task = None
+
+    def begin(self, total: int, skipped: int) -> None:
+        if skipped:
+            self.console.print(f"resume: {skipped} job(s) already ok in the results file, "
+                               f"{total} to go", highlight=False)
+        self.progress.start()
+        self.task = self.progress.add_task("starting", total=total)
+
+    def start(self, index: int, spec) -> None:
+        self.progress.update(self.task, description=spec.label())
+
+    def finish(self, index: int, spec, records: list[dict]) -> None:
+        for record in records:
+            style = _STYLE.get(record["status"], "white")
+            # escape(): messages hold brackets ("[enforce fail at alloc_cpu.cpp:127]")
+            self.progress.console.print(f"[{style}]{record['status']:>11}[/] "
+                                        f"{escape(spec.label())}: {escape(summary_line(record))}",
+                                        markup=True, highlight=False, soft_wrap=True)
+            for w in record.get("warnings", []):
+                self.progress.console.print(f"{'':>11}   [dim]warning: {escape(w)}[/]",
+                                            highlight=False, soft_wrap=True)
+        self.progress.advance(self.task)
+
+    def end(self) -> None:
+        self.progress.stop()

@@ -1,0 +1,1 @@
+"""One package per question lmperf answers (the table of them is `lmperf.catalog`)."""

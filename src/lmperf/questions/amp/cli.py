@@ -1,0 +1,103 @@
+"""`lmperf amp ...`: the precision lab's subcommands (registered by lmperf.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lmperf.core.vocabulary import add_options
+
+DEFAULT_OUT = Path("results") / "amp.jsonl"
+DEFAULT_REPORT = Path("results") / "amp-report"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `lmperf amp` with one subcommand per experiment, plus `all`."""
+    from lmperf.questions.amp import EXPERIMENT_NAMES, get_experiment
+
+    amp = sub.add_parser("amp", help="the precision lab: formats, autocast policy, loss scaling, ...",
+                         description="Precision experiments, run on this device and this torch. "
+                                     "With no experiment, list them.")
+    amp.set_defaults(func=cmd_list)
+    experiments = amp.add_subparsers(dest="experiment", metavar="EXPERIMENT",
+                                     parser_class=type(amp))
+    for name in EXPERIMENT_NAMES:
+        module = get_experiment(name)
+        p = experiments.add_parser(name, help=module.SUMMARY, description=module.SUMMARY)
+        module.add_arguments(p)
+        _add_common(p, plots=hasattr(module, "plot"))
+        p.set_defaults(func=cmd_run)
+    p = experiments.add_parser("all", help="run every experiment; write one Markdown report with plots")
+    p.add_argument("--report", type=Path, default=DEFAULT_REPORT,
+                   help=f"folder for report.md and its PNGs (default: {DEFAULT_REPORT})")
+    _add_common(p, plots=False)
+    p.set_defaults(func=cmd_all)
+
+
+def _add_common(p: argparse.ArgumentParser, plots: bool) -> None:
+    add_options(p, ("device", "out", "format") + (("plots",) if plots else ()),
+                defaults={"out": DEFAULT_OUT})
+    if plots:  # the old flag: one PNG path
+        p.add_argument("--plot", type=Path, metavar="PNG", help=argparse.SUPPRESS)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """`lmperf amp`: one line per experiment."""
+    from lmperf.questions.amp import EXPERIMENT_NAMES, get_experiment
+
+    print("lmperf amp EXPERIMENT [options]   (lmperf amp EXPERIMENT --help for its options)\n")
+    for name in EXPERIMENT_NAMES:
+        print(f"  {name:<11} {get_experiment(name).SUMMARY}")
+    print(f"  {'all':<11} run every experiment and write one Markdown report with plots")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`lmperf amp NAME`: run one experiment, print its tables (or --json), record it."""
+    import shutil
+
+    from lmperf.questions.amp import get_experiment
+    from lmperf.questions.amp.api import amp
+    from lmperf.questions.amp.runner import option_names
+    from lmperf.core.command import err, run_command
+
+    options = {k: getattr(args, k) for k in option_names(get_experiment(args.experiment))
+               if hasattr(args, k)}
+    plots = getattr(args, "plots", None)
+    if getattr(args, "plot", None) is not None:
+        err("lmperf: warning: --plot PNG is deprecated; use --plots DIR")
+        plots = args.plot.parent
+    code = run_command(args, lambda: amp(args.experiment, device=args.device, out=args.out,
+                                         plots=plots, **options), noun="experiment")
+    png = Path(plots) / f"{args.experiment}.png" if plots is not None else None
+    if png is not None and png.exists():
+        if getattr(args, "plot", None) is not None and png != args.plot:  # the old flag named
+            shutil.move(png, args.plot)                                     # the file itself
+            png = args.plot
+        err(f"plot: {png}")
+    return code
+
+
+def cmd_all(args: argparse.Namespace) -> int:
+    """`lmperf amp all`: every experiment, one report."""
+    from lmperf.questions.amp.report import build_report, run_all
+    from lmperf.core.command import emit_json, err
+    from lmperf.results.store import append_record, ensure_writable
+    from lmperf.runtime.device import resolve_device
+
+    device = resolve_device(args.device)
+    ensure_writable(args.out)
+
+    def done(outcome) -> None:
+        append_record(args.out, outcome.record)
+        status = "ok" if outcome.result is not None else f"FAILED: {outcome.record['message']}"
+        err(f"{outcome.name:<11} {outcome.seconds:5.1f} s  {status}")
+
+    path, outcomes = run_all(device, args.report, done)
+    if args.json:
+        emit_json(build_report([o.record for o in outcomes]), args.json)
+    failed = [o.name for o in outcomes if o.result is None]
+    print(f"report: {path}" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""),
+          file=sys.stderr)
+    return 1 if failed else 0

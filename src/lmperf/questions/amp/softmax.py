@@ -1,0 +1,270 @@
+"""Naive vs stable softmax and softplus in fp32, bf16 and fp16: where exp overflows, and how not to.
+
+Naive softmax is exp(x) / sum(exp(x)); the stable one subtracts the row's max first, so the
+largest exponent is exp(0) = 1. Naive softplus is log(1 + exp(x)); the stable one is
+max(x, 0) + log1p(exp(-|x|)). Each runs entirely in one dtype and is compared with fp64 applied to
+the same logits as stored in that dtype, so the error is the computation's, not the rounding of
+the logits. The exp overflow threshold of each dtype is found by bisection over its bit patterns,
+with torch.exp on this device deciding each probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.runtime import device as dev
+
+NAME = "softmax"
+SUMMARY = "naive vs max-subtracted softmax and naive vs stable softplus; exp overflow; attention logits"
+
+DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
+DEFAULT_MAGNITUDES: tuple[float, ...] = (1.0, 10.0, 50.0, 100.0, 500.0, 1e4)
+DEFAULT_DIMS: tuple[int, ...] = (16, 64, 128, 256)
+ROW = 8  # logits per row in the magnitude sweep
+
+# Positive floats ordered by value have increasing bit patterns, so bisection over the integers of
+# the same width finds the exact largest representable x with a finite exp.
+_BITS: dict[torch.dtype, torch.dtype] = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
+                                         torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+def naive_softmax(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) / sum(exp(x)) over the last dimension, in x's dtype."""
+    e = torch.exp(x)
+    return e / e.sum(-1, keepdim=True)
+
+
+def stable_softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension with the row max subtracted first, in x's dtype."""
+    e = torch.exp(x - x.amax(-1, keepdim=True))  # every exponent <= 0: no overflow
+    return e / e.sum(-1, keepdim=True)
+
+
+def naive_softplus(x: torch.Tensor) -> torch.Tensor:
+    """log(1 + exp(x)), in x's dtype."""
+    return torch.log(1 + torch.exp(x))
+
+
+def stable_softplus(x: torch.Tensor) -> torch.Tensor:
+    """max(x, 0) + log1p(exp(-|x|)), in x's dtype: exp only ever sees non-positive arguments."""
+    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+
+
+def _from_bits(bits: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.tensor([bits], dtype=_BITS[dtype], device=device).view(dtype)
+
+
+def exp_overflow_threshold(dtype: torch.dtype, device: torch.device) -> tuple[float, float, int]:
+    """The largest x of `dtype` whose exp (computed by torch on `device`) is finite.
+
+    Returns (largest x with finite exp, the next representable x (exp is inf), probes used).
+    """
+    lo = 0  # bits of +0.0: exp(0) = 1 is finite
+    hi = torch.tensor([math.inf], dtype=dtype).view(_BITS[dtype]).item()  # bits of +inf
+    probes = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        probes += 1
+        if torch.isfinite(torch.exp(_from_bits(mid, dtype, device))).item():
+            lo = mid
+        else:
+            hi = mid
+    return _from_bits(lo, dtype, device).item(), _from_bits(hi, dtype, device).item(), probes
+
+
+def exp_overflow_table(device: torch.device) -> pd.DataFrame:
+    """Per dtype: the bisected exp overflow threshold next to log(largest finite) from finfo."""
+    rows = []
+    for dtype in (*DTYPES, torch.float64):
+        largest, nxt, probes = exp_overflow_threshold(dtype, device)
+        exp_at = lambda v: torch.exp(torch.tensor(v, dtype=dtype, device=device)).item()  # noqa: E731
+        log_max = math.log(torch.finfo(dtype).max)
+        rows.append({"dtype": dtype_name(dtype), "largest_x_exp_finite": largest,
+                     "exp_of_largest": exp_at(largest), "next_x": nxt, "exp_of_next": exp_at(nxt),
+                     "log_of_max_finite": log_max, "gap_to_log_max": log_max - largest,
+                     "probes": probes})
+    return pd.DataFrame(rows)
+
+
+def logit_rows(magnitudes: list[float], seed: int) -> torch.Tensor:
+    """(len(magnitudes), ROW) fp64 logits: each row N(0,1) scaled so its max is the magnitude."""
+    gen = dev.make_generator(torch.device("cpu"), seed)
+    z = torch.randn(len(magnitudes), ROW, generator=gen, dtype=torch.float64)
+    # Flip rows whose largest |value| is negative, so that the max logit (what overflows) is
+    # +magnitude exactly.
+    idx = z.abs().argmax(-1, keepdim=True)
+    z = z * torch.sign(z.gather(-1, idx))
+    return z / z.amax(-1, keepdim=True) * torch.tensor(magnitudes, dtype=torch.float64)[:, None]
+
+
+def _finite(t: torch.Tensor) -> bool:
+    return bool(torch.isfinite(t).all().item())
+
+
+def _max_abs_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return (y.double() - ref).abs().max().item()
+
+
+def _max_rel_error(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return _max_abs_error(y, ref) / ref.abs().max().item()
+
+
+def softmax_table(device: torch.device, magnitudes: list[float], seed: int) -> pd.DataFrame:
+    """Naive, max-subtracted and torch.softmax per logit magnitude and dtype (max abs error)."""
+    logits = logit_rows(magnitudes, seed).to(device)
+    rows = []
+    for i, magnitude in enumerate(magnitudes):
+        for dtype in DTYPES:
+            x = logits[i].to(dtype)
+            ref = torch.softmax(x.double(), -1)
+            row = {"max_logit": magnitude, "dtype": dtype_name(dtype)}
+            for name, y in (("naive", naive_softmax(x)), ("stable", stable_softmax(x)),
+                            ("torch", torch.softmax(x, -1))):
+                row[f"{name}_finite"] = _finite(y)
+                row[f"{name}_max_abs_error"] = _max_abs_error(y, ref)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def softplus_table(device: torch.device, magnitudes: list[float], seed: int) -> pd.DataFrame:
+    """Naive, stable and F.softplus per logit magnitude and dtype (max error / max |reference|)."""
+    logits = logit_rows(magnitudes, seed).to(device)
+    rows = []
+    for i, magnitude in enumerate(magnitudes):
+        for dtype in DTYPES:
+            x = logits[i].to(dtype)
+            ref = stable_softplus(x.double())
+            row = {"max_x": magnitude, "dtype": dtype_name(dtype)}
+            for name, y in (("naive", naive_softplus(x)), ("stable", stable_softplus(x)),
+                            ("F_softplus", F.softplus(x))):
+                row[f"{name}_finite"] = _finite(y)
+                row[f"{name}_max_rel_error"] = _max_rel_error(y, ref)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def attention_table(device: torch.device, dims: list[int], tokens: int, seed: int,
+                    fp16_exp_limit: float) -> pd.DataFrame:
+    """q, k ~ N(0,1) of shape (tokens, d): the logits q.k before and after 1/sqrt(d), and whether
+    softmax of them in fp16 stays finite. `fp16_exp_limit` is the bisected fp16 exp threshold."""
+    rows = []
+    for d in dims:
+        gen = dev.make_generator(torch.device("cpu"), seed + d)  # one stream per d, same every run
+        q = torch.randn(tokens, d, generator=gen).to(device)
+        k = torch.randn(tokens, d, generator=gen).to(device)
+        logits = q @ k.T  # (tokens, tokens), fp32
+        scaled = logits / math.sqrt(d)
+        rows.append({
+            "d": d, "tokens": tokens,
+            "max_abs_logit": logits.abs().max().item(),
+            "max_abs_logit_scaled": scaled.abs().max().item(),
+            "max_logit_above_fp16_exp_limit": logits.max().item() > fp16_exp_limit,
+            "naive_fp16_finite": _finite(naive_softmax(logits.half())),
+            "naive_fp16_scaled_finite": _finite(naive_softmax(scaled.half())),
+            "stable_fp16_finite": _finite(stable_softmax(logits.half())),
+        })
+    return pd.DataFrame(rows)
+
+
+def _show(values: tuple[float, ...]) -> str:
+    return " ".join(f"{v:g}" for v in values)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The experiment's options (each with a default)."""
+    parser.add_argument("--magnitudes", type=float, nargs="+", default=list(DEFAULT_MAGNITUDES),
+                        metavar="M", help=f"largest logit of each test row (default: {_show(DEFAULT_MAGNITUDES)})")
+    parser.add_argument("--dims", type=int, nargs="+", default=list(DEFAULT_DIMS), metavar="D",
+                        help=f"head dimensions of the attention-logit test (default: {_show(DEFAULT_DIMS)})")
+    parser.add_argument("--tokens", type=int, default=64,
+                        help="queries and keys in the attention-logit test (default: 64)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of logits, q and k (default: 0)")
+
+
+def run(device: torch.device, magnitudes: list[float] | None = None, dims: list[int] | None = None,
+        tokens: int = 64, seed: int = 0) -> ExperimentResult:
+    """Run the softmax experiment on `device`; raises ValueError for a bad option."""
+    magnitudes = [float(m) for m in (DEFAULT_MAGNITUDES if magnitudes is None else magnitudes)]
+    if not magnitudes or not all(math.isfinite(m) and m > 0 for m in magnitudes):
+        raise ValueError(f"--magnitudes must be one or more positive finite numbers, got {magnitudes}")
+    dims = list(DEFAULT_DIMS if dims is None else dims)
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise ValueError(f"--dims must be one or more positive integers, got {dims}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"--tokens must be a positive integer, got {tokens!r}")
+    magnitudes = sorted(magnitudes)  # "from magnitude M on" in the notes reads in this order
+    seed = int(seed)
+
+    exp_df = exp_overflow_table(device)
+    fp16_limit = exp_df.set_index("dtype").loc["float16", "largest_x_exp_finite"]
+    soft_df = softmax_table(device, magnitudes, seed)
+    plus_df = softplus_table(device, magnitudes, seed)
+    attn_df = attention_table(device, dims, tokens, seed, fp16_limit)
+    result = ExperimentResult(
+        NAME,
+        {"device": device.type, "magnitudes": magnitudes, "dims": dims, "tokens": tokens,
+         "seed": seed, "row_length": ROW},
+        [("exp overflow", exp_df), ("softmax per logit magnitude", soft_df),
+         ("softplus per input magnitude", plus_df), ("attention logits q.k", attn_df)],
+    )
+    result.notes = _notes(exp_df, soft_df, plus_df, attn_df)
+    return result
+
+
+def _first_failure(df: pd.DataFrame, key: str, col: str) -> dict[str, float | None]:
+    """Per dtype, the first value of `key` at which column `col` (a finite flag) is False."""
+    out: dict[str, float | None] = {}
+    for dtype, part in df.groupby("dtype", sort=False):
+        bad = part[~part[col]]
+        out[dtype] = None if bad.empty else bad[key].iloc[0]
+    return out
+
+
+_LABELS = {("softmax", "stable"): "Max-subtracted softmax", ("softmax", "torch"): "torch.softmax",
+           ("softplus", "stable"): "Stable softplus", ("softplus", "F_softplus"): "F.softplus"}
+
+
+def _notes(exp_df: pd.DataFrame, soft_df: pd.DataFrame, plus_df: pd.DataFrame,
+           attn_df: pd.DataFrame) -> list[str]:
+    notes = []
+    for _, r in exp_df.iterrows():
+        # decimal digits of the format + 2: enough to tell neighbouring values apart
+        digits = round(-math.log10(torch.finfo(getattr(torch, r["dtype"])).resolution)) + 2
+        notes.append(f"{r['dtype']}: exp(x) is finite up to x = {r['largest_x_exp_finite']:.{digits}g} "
+                     f"(exp = {r['exp_of_largest']:.5g}); the next value {r['next_x']:.{digits}g} gives "
+                     f"{r['exp_of_next']:g}. log(largest finite) = {r['log_of_max_finite']:.{digits}g}.")
+    for label, df, key, cols in (
+            ("softmax", soft_df, "max_logit", ("naive", "stable", "torch")),
+            ("softplus", plus_df, "max_x", ("naive", "stable", "F_softplus"))):
+        err = "max_abs_error" if label == "softmax" else "max_rel_error"
+        first = _first_failure(df, key, "naive_finite")
+        parts = [f"{dt} from {v:g}" for dt, v in first.items() if v is not None]
+        never = [dt for dt, v in first.items() if v is None]
+        text = f"Naive {label} goes non-finite in " + (", ".join(parts) if parts else "no dtype")
+        if never:
+            text += f" (finite throughout in {', '.join(never)})"
+        notes.append(text + ".")
+        for name in cols[1:]:
+            ok = df[f"{name}_finite"].all()
+            worst = df.loc[df[f"{name}_{err}"].idxmax()]
+            notes.append(f"{_LABELS[label, name]} is {'finite' if ok else 'NOT finite'} at every "
+                         f"magnitude and dtype; worst error {worst[f'{name}_{err}']:.3g} "
+                         f"({worst['dtype']}, {key} {worst[key]:g}).")
+    over = attn_df[~attn_df["naive_fp16_finite"]]
+    if over.empty:
+        notes.append("Unscaled attention logits stayed below fp16's exp limit for every d.")
+    else:
+        notes.append(f"Unscaled q.k logits overflow naive fp16 softmax for d = "
+                     f"{', '.join(str(d) for d in over['d'])} (max |q.k| up to "
+                     f"{over['max_abs_logit'].max():.3g}); after 1/sqrt(d) the largest is "
+                     f"{attn_df['max_abs_logit_scaled'].max():.3g} and naive fp16 softmax is "
+                     f"{'finite' if attn_df['naive_fp16_scaled_finite'].all() else 'still not finite'} "
+                     f"for every d; max-subtracted fp16 softmax of the unscaled logits is "
+                     f"{'finite' if attn_df['stable_fp16_finite'].all() else 'not finite'} for every d.")
+    return notes

@@ -1,0 +1,190 @@
+"""One attention configuration in this process: latency of forward, backward and both, and the
+memory in use before backward, as a record.
+
+One kind of measurement per pass: three timed passes (forward; backward of one retained graph;
+forward + backward), then one untimed pass that accounts for the memory left for backward.
+Timer: PhaseClock (perf_counter) per call on the CPU; CUDA events with an L2 flush between calls
+on CUDA (`runtime.device.time_cuda_calls`, do_bench's method).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from lmperf import kernels
+from lmperf.questions.attention.spec import MIB, AttnSpec
+from lmperf.core.outcome import Stage, failure
+from lmperf.measure.stats import spread_warning, summarize
+from lmperf.results.schema import make_record
+from lmperf.runtime import device as dev
+from lmperf.runtime import env as envmod
+
+KIND = AttnSpec.kind
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PASSES: tuple[str, ...] = ("forward", "backward", "end_to_end")
+
+
+def make_inputs(spec: AttnSpec, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Seeded q, k, v (leaves that require grad) and the output gradient, each (B, H, T, D)."""
+    gen = dev.make_generator(device, spec.seed)
+    shape = (spec.batch, spec.heads, spec.seq, spec.d)
+    dtype = TORCH_DTYPES[spec.dtype]
+    q, k, v, do = (torch.randn(shape, generator=gen, device=device, dtype=dtype) for _ in range(4))
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
+
+
+def run_spec(spec: AttnSpec) -> dict:
+    """Measure `spec` in this process and return its record (ok / oom / error / unsupported).
+
+    Never raises for a failure of the run itself: `lmperf.core.outcome.failure` turns out of
+    memory into an 'oom' record and any other exception into an 'error' record naming the stage
+    it happened in. The launcher sets the spec's CPU threads around this call.
+    """
+    device = torch.device(spec.device)
+    environment = envmod.capture(device)
+    analytic = analytic_metrics(spec)
+
+    def record(status: str, **fields: object) -> dict:
+        return make_record(KIND, spec.to_dict(), status, environment, **fields)
+
+    reason = kernels.supports(spec.impl, device, TORCH_DTYPES[spec.dtype])
+    if reason:
+        return record("unsupported", message=reason, metrics={"analytic": analytic})
+    environment["torch_threads"] = torch.get_num_threads()
+    warnings: list[str] = []
+    stage = Stage("making the inputs")
+    try:
+        metrics = _measure(spec, device, stage, warnings)
+        metrics["analytic"] = analytic
+        mem = metrics["memory"]
+        mem["x_score_matrix"] = mem["before_backward_bytes"] / spec.score_matrix_bytes()
+        return record("ok", metrics=metrics, warnings=warnings)
+    except Exception as exc:  # the run failed; the sweep goes on
+        return record(**failure(exc, stage), metrics={"analytic": analytic}, warnings=warnings)
+    finally:
+        dev.free_memory(device)
+
+
+def analytic_metrics(spec: AttnSpec) -> dict:
+    """The score/probability matrix a naive implementation materialises, next to q/k/v/o."""
+    return {"score_matrix_bytes": spec.score_matrix_bytes(),
+            "score_matrix_mib": spec.score_matrix_bytes() / MIB,
+            "qkv_each_mib": spec.qkv_bytes() / MIB,
+            "formula": "batch * heads * seq^2 * bytes per element (one matrix)"}
+
+
+def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[str]) -> dict:
+    q, k, v, do = make_inputs(spec, device)
+    kernels.check_inputs(spec.impl, q, k, v)  # once: the timed calls skip the check
+    fn = kernels.get(spec.impl, validate=False)
+    leaves = (q, k, v)
+
+    def forward() -> torch.Tensor:
+        return fn(q, k, v, spec.causal)
+
+    def end_to_end() -> None:
+        forward().backward(do)
+
+    samples: dict[str, list[float]] = {}
+    stage.now = f"timing the forward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    samples["forward"] = time_calls(forward, device, spec.warmup, spec.repeats, leaves)
+    stage.now = "running the forward whose graph the backward timing reuses"
+    o = forward()
+    stage.now = f"timing the backward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    samples["backward"] = time_calls(lambda: o.backward(do, retain_graph=True), device,
+                                     spec.warmup, spec.repeats, leaves)
+    del o
+    stage.now = f"timing forward + backward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    samples["end_to_end"] = time_calls(end_to_end, device, spec.warmup, spec.repeats, leaves)
+
+    stage.now = "accounting for the memory before backward (one untimed forward)"
+    memory = memory_before_backward(forward, device, leaves)
+
+    metrics: dict = {"timer": ("cuda_event (do_bench-style, L2 flushed between calls)"
+                               if device.type == "cuda" else "perf_counter (PhaseClock, per call)")}
+    for name in PASSES:
+        metrics[f"{name}_ms"] = summarize(samples[name])
+    if (w := spread_warning({n: metrics[f"{n}_ms"] for n in PASSES})):
+        warnings.append(w)
+    metrics["memory"] = memory
+    if spec.impl == "sdpa":
+        stage.now = "asking torch which SDPA backend runs (one untimed forward)"
+        metrics["sdpa_backend"] = kernels.sdpa_backend(q, k, v, spec.causal)
+    return metrics
+
+
+def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int,
+               grad_to_none: tuple[torch.Tensor, ...] = ()) -> list[float]:
+    """Milliseconds of each of `repeats` calls of `fn` after `warmup` untimed ones (raw samples).
+
+    The `.grad` of `grad_to_none` is reset before every call, outside the timed region, so that
+    a backward never times the accumulation into an existing gradient.
+    """
+    if device.type == "cuda":
+        return dev.time_cuda_calls(fn, device, warmup, repeats, grad_to_none)
+    clock = dev.PhaseClock(device)
+    out = []
+    for i in range(warmup + repeats):
+        for t in grad_to_none:
+            t.grad = None
+        clock.start()
+        fn()
+        clock.lap("call")
+        if i >= warmup:
+            out.append(clock.laps["call"])
+    for t in grad_to_none:
+        t.grad = None
+    return out
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    """(identity, bytes) of the storage behind `t` (a view counts its whole base, once)."""
+    try:
+        s = t.untyped_storage()
+        return s.data_ptr() or id(s), s.nbytes()
+    except (RuntimeError, NotImplementedError):  # e.g. a tensor subclass without storage
+        return id(t), t.numel() * t.element_size()
+
+
+def memory_before_backward(forward: Callable[[], torch.Tensor], device: torch.device,
+                           inputs: tuple[torch.Tensor, ...]) -> dict:
+    """Bytes that one forward leaves alive for backward, the inputs q, k, v excluded.
+
+    CPU: every tensor autograd saves (saved_tensors_hooks) plus the output, each storage counted
+    once. CUDA: `memory_allocated` after the forward minus before it, which is the same set
+    (saved tensors, the output) as the allocator sees it. Returns bytes, MiB, the method and,
+    on the CPU, one row per save.
+    """
+    if device.type == "cuda":
+        before = dev.memory_allocated(device)
+        o = forward()
+        after = dev.memory_allocated(device)
+        del o
+        nbytes = after - before
+        return {"before_backward_bytes": nbytes, "before_backward_mib": nbytes / MIB,
+                "method": "cuda memory_allocated after the forward minus before (output included)"}
+    saved: list[torch.Tensor] = []  # held until counted: a freed storage's address can be reused
+
+    def pack(t: torch.Tensor) -> int:
+        saved.append(t)
+        return len(saved) - 1
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda i: saved[i]):
+        o = forward()
+    input_keys = {_storage(t)[0] for t in inputs}
+    counted: set[int] = set()
+    rows, total = [], 0
+    for role, t in [("saved", t) for t in saved] + [("output", o)]:
+        key, nbytes = _storage(t)
+        counts = key not in input_keys and key not in counted
+        counted.add(key)
+        total += nbytes if counts else 0
+        rows.append({"role": role, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+                     "bytes": nbytes if counts else 0,
+                     "note": "input" if key in input_keys else ("" if counts else "storage already counted")})
+    del o, saved
+    return {"before_backward_bytes": total, "before_backward_mib": total / MIB,
+            "method": "saved_tensors_hooks: saved tensors + output, each storage once, inputs excluded",
+            "saves": rows}

@@ -1,0 +1,81 @@
+"""`lmperf.bench(...)`: time forward, backward and the optimizer step over a grid; a Report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from lmperf.questions.bench.plan import plan_bench
+from lmperf.questions.bench.rounds import base_id, pool_rounds
+from lmperf.core.jobs import job_id
+from lmperf.questions.bench.report import build_report
+from lmperf.core.command import err, sweep_options
+from lmperf.core.report import Report
+from lmperf.core.sweep import run_sweep
+from lmperf.errors import SpecError
+from lmperf.results.store import append_record, read_records
+from lmperf.model.presets import DEFAULT_COURSE
+
+
+def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
+          context: Sequence[int] | int | None = None, batch: Sequence[int] | int = 4,
+          precision: Sequence[str] | str | None = None,
+          mode: Sequence[str] | str = "train-step", attention: Sequence[str] | str = "naive",
+          warmup: Sequence[int] | int = 5, steps: int = 10, seed: int = 0,
+          optimizer: str = "auto", device: str = "auto", threads: int | None = None,
+          model_context: int = 0, clip: float = 1.0, course: str = DEFAULT_COURSE,
+          rounds: int = 1, compile: Sequence[bool] | bool = False,
+          compile_mode: str = "default",
+          out: str | Path | None = None,
+          inline: bool = False, timeout: float | None = None,
+          max_memory_gib: float | None = None, resume: bool = False,
+          progress: bool = False) -> Report:
+    """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
+    product of every list argument; each run in its own child process unless `inline`.
+
+    `compile` (a sweep axis: False, True or [False, True]) runs the whole model through
+    torch.compile; the compiling first step is timed apart (metrics.compile_s).
+    `rounds` > 1 runs the whole grid that many times, round-robin, and pools each spec's
+    samples (every round's record is kept too; see lmperf.questions.bench.rounds).
+    Keywords and defaults are `lmperf bench`'s flags (None: the device's default, see
+    core.vocabulary.DEFAULTS), except `out`: None keeps the records in memory (the CLI writes
+    results/bench.jsonl). Failed runs (oom, error, unsupported) are rows of the Report.
+    Raises SpecError / ModelLoadError before anything runs for bad input, SweepInterrupted on
+    Ctrl-C (finished rows are kept in `out`).
+    """
+    options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
+                            resume=resume, progress=progress)
+    plan = plan_bench(size=size, model=model, context=context, batch=batch, precision=precision,
+                      mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
+                      optimizer=optimizer, device=device, threads=threads,
+                      model_context=model_context, clip=clip, course=course, compile=compile,
+                      compile_mode=compile_mode)
+    if progress:
+        for note in plan.notes:
+            err(f"note: {note}")
+        for warning in plan.warnings:
+            err(f"warning: {warning}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise SpecError(f"rounds must be a positive integer, got {rounds!r}")
+    records = run_sweep(plan.specs, out, options, rounds=rounds)
+    if rounds > 1:
+        records = _pool(plan.specs, records, rounds, Path(out) if out is not None else None)
+    return build_report(records)
+
+
+def _pool(specs: list, records: list[dict], rounds: int, out: Path | None) -> list[dict]:
+    """The pooled record of every spec, in spec order. A spec with a round run now is pooled
+    from the latest record of each of its rounds 0..rounds-1 (a resumed sweep's earlier rounds
+    are in `out`) and the pooled record appended; a spec whose rounds were all done already
+    (--resume) keeps the pooled record it has, nothing appended twice."""
+    ran = {base_id(r) for r in records}
+    earlier = read_records(out) if out is not None else []
+    rounds_of = {(base_id(r), r["round"]): r for r in earlier + records
+                 if "round" in r and r["round"] < rounds and base_id(r) in ran}
+    pooled = {base_id(r): r for r in pool_rounds(list(rounds_of.values()))}
+    if out is not None:
+        for record in pooled.values():
+            append_record(out, record)
+    kept = {base_id(r): r for r in earlier if r.get("rounds") == rounds}
+    ids = [job_id(s) for s in specs]
+    return [pooled.get(i) or kept[i] for i in ids if i in pooled or i in kept]

@@ -1,0 +1,59 @@
+"""`lmperf bench`: the flags (from the shared vocabulary) -> `lmperf.questions.bench.api.bench` -> Report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmperf.core.command import launch_kwargs, run_command
+from lmperf.core.vocabulary import LAUNCH, add_compile, add_options, compile_values
+
+DEFAULT_OUT = Path("results") / "bench.jsonl"
+SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention",
+                "device", "threads", "warmup", "steps", "seed")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `lmperf bench`."""
+    from lmperf.workload.spec import MODES
+
+    p = sub.add_parser("bench", help="time forward, backward and optimizer steps; sweep over lists",
+                       description="Benchmark the reference LM (or your own) and append one JSON "
+                                   "record per run to a results file. Every option that takes a "
+                                   "list sweeps over the cartesian product.")
+    add_options(p, SPEC_OPTIONS + ("out", "format") + LAUNCH,
+                lists=("size", "context", "batch", "precision", "attention", "warmup"),
+                defaults={"warmup": 5, "steps": 10, "out": DEFAULT_OUT},
+                helps={"size": "default: tiny mini on CPU; the --course edition's table on CUDA",
+                       "context": "default: 128 on CPU; on CUDA 512 (2026) or 128 256 512 1024 "
+                                  "(2025)",
+                       "precision": "default: fp32 bf16-mixed on CPU; fp32 on CUDA"})
+    p.add_argument("--mode", metavar="MODE", nargs="+", default=["train-step"],
+                   help=f"what a step does: {', '.join(MODES)}; several values sweep "
+                        "(default: train-step)")
+    p.add_argument("--optimizer", default="auto", choices=["auto", "fused", "foreach", "loop"],
+                   help="AdamW implementation (default: auto, the fastest this device supports)")
+    p.add_argument("--model-context", type=int, default=0, metavar="T",
+                   help="the model's maximum context length (default: each run's --context)")
+    add_compile(p, many=True)
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="run the whole grid R times, round-robin over the specs, and pool each "
+                        "spec's samples (drift and bursts of load hit every spec alike; the "
+                        "table shows the between-round spread) (default: 1)")
+    p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
+                   help="train-step: unscale and clip gradients to this norm, as `lmperf train` "
+                        "does (0: no clip step) (default: 1.0)")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`lmperf bench`: expand the grid, check it, run the sweep, print the table."""
+    from lmperf.questions.bench.api import bench
+
+    kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
+    return run_command(args, lambda: bench(**kwargs, mode=args.mode, optimizer=args.optimizer,
+                                           model_context=args.model_context, clip=args.clip,
+                                           rounds=args.rounds,
+                                           compile=compile_values(args),
+                                           compile_mode=args.compile_mode,
+                                           out=args.out, progress=True, **launch_kwargs(args)))

@@ -1,0 +1,207 @@
+"""The Report of a comparison: the phases frame (numeric), the 'throughput and memory' and 'not
+compared' tables, findings (method, counts, load, environment), and the layout for reading."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from lmperf.questions.compare import records as rec
+from lmperf.questions.compare.match import Match, Unmatched
+from lmperf.questions.compare.rows import (STAT_COLUMNS, THROUGHPUT_COLUMNS, cell, not_compared_rows,
+                                 phase_rows, throughput_rows)
+from lmperf.core.report import Report, caption_axes
+from lmperf.measure.compare import FASTER, INCONCLUSIVE, SAME, SLOWER, TOO_FEW
+
+# Spec fields that follow from the others shown (a preset's shape follows from its size): left
+# out of the displayed table when they add nothing, kept in the frame.
+DERIVED = ("d_model", "num_layers", "num_heads", "d_ff", "model_context_length")
+
+
+def spec_columns(df: pd.DataFrame) -> list[str]:
+    """The identity columns of a comparison table (record kind and spec fields)."""
+    numbers = set(STAT_COLUMNS) | set(THROUGHPUT_COLUMNS)
+    return [c for c in df.columns if c not in numbers]
+
+
+def shown_columns(df: pd.DataFrame, columns: Sequence[str]) -> list[str]:
+    """The identity columns worth a column when reading: those that vary across the rows (a
+    derived shape field only when the others shown do not already determine it)."""
+    axes, _ = caption_axes(df, [(c, c) for c in columns])
+    varying = [c for c, _ in axes]
+    shown = [c for c in varying if c not in DERIVED]
+    for c in varying:
+        if c in DERIVED and shown:
+            if df.groupby(shown, dropna=False)[c].nunique(dropna=False).max() > 1:
+                shown.append(c)
+    return [c for c in columns if c in shown]
+
+
+def spec_label(row: pd.Series, columns: Sequence[str]) -> str:
+    """'size=tiny context_length=64' from the given columns of one row (missing ones skipped)."""
+    return " ".join(f"{c}={row[c]}" for c in columns
+                    if not (isinstance(row[c], float) and math.isnan(row[c])))
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def make_display(level: float) -> Callable[[Report], tuple[pd.DataFrame, str, list[str]]]:
+    """The phases table for reading: the identity fields that vary, the phase, the medians,
+    'ratio [low, high]', the change in percent and the verdict (plus each side's load per CPU
+    when a verdict is 'inconclusive'); fields that hold one value go to the caption."""
+
+    def display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+        df = report.frame
+        columns = spec_columns(df)
+        shown = shown_columns(df, columns)
+        _, caption = caption_axes(df, [(c, c) for c in columns if c not in shown])
+        out = df[shown].copy()
+        out["phase"] = df["phase"]
+        out["base (ms)"] = [_fmt(x, ".2f") for x in df["base_median_ms"]]
+        out["new (ms)"] = [_fmt(x, ".2f") for x in df["new_median_ms"]]
+        out[f"NEW/BASE [{level:.0%} CI]"] = [
+            f"{_fmt(r, '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
+            for r, lo, hi in zip(df["ratio"], df["ci_low"], df["ci_high"])]
+        out["change"] = [_fmt(x, "+.1f") + ("%" if x == x else "") for x in df["change_pct"]]
+        out["verdict"] = df["verdict"]
+        if (df["verdict"] == INCONCLUSIVE).any():
+            out["load/CPU"] = [f"{_fmt(b, '.2f')} / {_fmt(n, '.2f')}"
+                               for b, n in zip(df["base_load_per_cpu"], df["new_load_per_cpu"])]
+        return out, "; ".join(p for p in (caption, "medians of the raw samples") if p), []
+
+    return display
+
+
+def counts_sentence(verdicts: Sequence[str]) -> str:
+    """'2 slower, 1 faster, 29 no significant change' (only the verdicts present)."""
+    counts = [(sum(v == name for v in verdicts), name)
+              for name in (SLOWER, FASTER, SAME, INCONCLUSIVE, TOO_FEW)]
+    return ", ".join(f"{n} {name}" for n, name in counts if n)
+
+
+def _short(value: object) -> str:
+    """An environment value for a sentence: a git commit by its first 10 characters."""
+    text = str(value)
+    head, dirty = (text[:-6], "-dirty") if text.endswith("-dirty") else (text, "")
+    is_commit = len(head) == 40 and all(c in "0123456789abcdef" for c in head)
+    return head[:10] + dirty if is_commit else text
+
+
+def _env_findings(matches: list[Match]) -> list[str]:
+    """A warning per environment field that differs between the sides, the code versions when
+    they differ, and the load when the runs started."""
+    out = []
+    for fields, warn in ((rec.ENV_FIELDS, True), (rec.VERSION_FIELDS, False)):
+        differ: dict[str, tuple[set, set]] = {}
+        for m in matches:
+            for f in fields:
+                b = {_short(e[f]) for r in m.base if f in (e := rec.env_values(r, fields))}
+                n = {_short(e[f]) for r in m.new if f in (e := rec.env_values(r, fields))}
+                if b and n and b != n:
+                    seen = differ.setdefault(f, (set(), set()))
+                    seen[0].update(b)
+                    seen[1].update(n)
+        for f, (b, n) in differ.items():
+            text = f"{f} {'/'.join(sorted(b))} (BASE) vs {'/'.join(sorted(n))} (NEW)"
+            out.append(f"warning: the environment differs, {text}: the ratios include that "
+                       "difference" if warn else f"code: {text}")
+    loads, cpus = [], set()
+    for label, side in (("BASE", "base"), ("NEW", "new")):
+        records = [r for m in matches for r in getattr(m, side)]
+        values = [x for r in records if (x := rec.load_average(r)) is not None]
+        cpus |= {c for r in records if isinstance(c := (r.get("env") or {}).get("cpu_count"), int)}
+        if values:
+            top = f"-{max(values):.2f}" if max(values) > min(values) else ""
+            loads.append(f"{label} {min(values):.2f}{top}")
+    if loads:
+        on = f" ({'/'.join(map(str, sorted(cpus)))} CPUs)" if cpus else ""
+        out.append("1-minute load average when the runs started: " + ", ".join(loads) + on)
+    return out
+
+
+def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int, *,
+              sides: tuple[str, str], level: float, min_effect: float, resamples: int,
+              seed: int, max_load: float | None) -> list[str]:
+    out = [f"BASE: {sides[0]}; NEW: {sides[1]}",
+           f"NEW/BASE is the ratio of the medians of the raw samples of each phase; the interval "
+           f"is a {level:.0%} percentile bootstrap ({resamples} resamples, seed {seed}); a phase "
+           f"is 'slower' or 'faster' only when the interval excludes 1 and the change exceeds "
+           f"{min_effect:.0%}"]
+    if not frame.empty:
+        n_specs = len(frame[spec_columns(frame)].astype(str).drop_duplicates())
+        out.append(f"{len(frame)} phase(s) of {n_specs} matched spec(s): "
+                   f"{counts_sentence(frame['verdict'].tolist())}")
+        unsure = int((frame["verdict"] == INCONCLUSIVE).sum())
+        if unsure:
+            out.append(f"warning: {unsure} phase(s) changed but are 'inconclusive': a CPU run of "
+                       f"one side started with a load above {max_load:g} per CPU, and other "
+                       "processes slow CPU timings down by up to several times; re-run on a "
+                       "quiet machine, or with --rounds on both sides")
+    if not_compared:
+        out.append(f"{not_compared} spec(s) or phase(s) not compared (see 'not compared')")
+    if pooled := sum(len(m.base) > 1 or len(m.new) > 1 for m in matches):
+        out.append(f"{pooled} spec(s) have several ok records on a side: their samples are "
+                   "pooled, and resampled run by run")
+    if rounds := sum(any(r.get("rounds") for r in m.base + m.new) for m in matches):
+        out.append(f"{rounds} spec(s) were measured in interleaved rounds (--rounds): their "
+                   "samples are resampled round by round")
+    return out + _env_findings(matches)
+
+
+def _json_safe(value: object) -> object:
+    """NaN -> None and numpy scalars -> Python ones (Report.render('json') refuses NaN)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def build_report(matches: list[Match], unmatched: list[Unmatched], *,
+                 sides: tuple[str, str] = ("BASE", "NEW"), level: float, min_effect: float,
+                 resamples: int, seed: int, max_load: float | None = rec.MAX_LOAD) -> Report:
+    """The comparison Report.
+
+    frame: one row per matched spec x phase: record_kind and the spec fields that identify it,
+    then phase, base_n, new_n, base_median_ms, new_median_ms, ratio (NEW/BASE), ci_low,
+    ci_high, change_pct, verdict, base_load_per_cpu, new_load_per_cpu. tables: 'throughput and
+    memory' (tokens/s and peak MiB per matched spec) and 'not compared' (what, and why).
+    records: the rows of all three as dicts with kind 'compare' and a 'table' field (--json).
+    `sides` describe BASE and NEW (a file, a group of records).
+    """
+    rows, skipped = phase_rows(matches, level=level, min_effect=min_effect,
+                               resamples=resamples, seed=seed, max_load=max_load)
+    frame = pd.DataFrame(rows)
+    specs = pd.DataFrame([{k: cell(v) for k, v in s.items()}
+                          for s in [m.spec for m in matches] + [u.spec for u in unmatched]])
+    varying = [c for c in specs.columns if specs[c].nunique(dropna=False) > 1]
+    tables = {}
+    if not (throughput := pd.DataFrame(throughput_rows(matches))).empty:
+        ids = spec_columns(throughput)
+        # a figure no record of either side has (tokens/s of attention records) is left out
+        rest = [c for c in throughput.columns if c not in ids and throughput[c].notna().any()]
+        tables["throughput and memory"] = throughput[shown_columns(throughput, ids) + rest]
+    if unmatched or skipped:
+        tables["not compared"] = pd.DataFrame(not_compared_rows(unmatched, skipped, varying))
+    findings = _findings(frame, matches, len(unmatched) + len(skipped), sides=sides,
+                         level=level, min_effect=min_effect, resamples=resamples, seed=seed,
+                         max_load=max_load)
+    records = [{"kind": "compare", "table": "phases", **r} for r in rows]
+    for name, df in tables.items():
+        records += [{"kind": "compare", "table": name, **r} for r in df.to_dict(orient="records")]
+    return Report(kind="compare", frame=frame, tables=tables, findings=findings,
+                  records=[{k: _json_safe(v) for k, v in r.items()} for r in records],
+                  title=f"lmperf compare: NEW {sides[1]} vs BASE {sides[0]}",
+                  display=make_display(level) if rows else None)
+
+
+def failing(frame: pd.DataFrame, above_pct: float) -> pd.DataFrame:
+    """The rows of a comparison frame that fail `--fail-above above_pct`: verdict 'slower'
+    (significant and beyond the minimum effect) and more than `above_pct` percent slower."""
+    if frame.empty:
+        return frame
+    return frame[(frame["verdict"] == SLOWER) & (frame["change_pct"] > above_pct)]

@@ -1,0 +1,151 @@
+"""Attention numerics: flash-torch and flash-triton beside SDPA on small tensors.
+
+Each implementation and `F.scaled_dot_product_attention` run on the same inputs, causal and not,
+and their output and three input gradients are compared with the float64 reference the kernel
+tests use (`kernels.reference`), within that dtype's tolerance there; SDPA's own error is
+reported beside it, and so is the largest direct difference between the two. flash-triton runs
+in a child process: Triton picks its interpreter (TRITON_INTERPRET=1, the CPU's only way to run
+it) when it is first imported, so the child gets the setting its device needs whatever this
+process has imported already.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from lmperf.questions.doctor.checks import Context, Outcome, passed, skip
+
+SHAPE = (1, 2, 40, 16)
+"""(batch, heads, seq, head dim): 40 is not a multiple of the tiles, so ragged edges are used."""
+CHILD_TIMEOUT_S = 300
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+def _forward_backward(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      do: torch.Tensor, causal: bool) -> list[torch.Tensor]:
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = fn(*leaves, causal)
+    o.backward(do)
+    return [o.detach(), *(t.grad for t in leaves)]
+
+
+def compare_with_sdpa(fn: Callable, device: torch.device, dtype: torch.dtype,
+                      seed: int = 0) -> dict[str, float]:
+    """fn and SDPA against the float64 reference, over o, dq, dk, dv, causal and not.
+
+    Returns {'max_abs_err': fn's worst |error|, 'sdpa_abs_err': SDPA's, 'vs_sdpa': the worst
+    |fn - SDPA|, 'worst_excess': max(|error| - (atol + rtol |ref|)) over fn's values (<= 0:
+    within tolerance), 'atol', 'rtol'}.
+    """
+    from lmperf.kernels.reference import reference_forward_backward, tolerance
+
+    atol, rtol = tolerance(dtype)
+    gen = torch.Generator().manual_seed(seed)
+    # (B, H, T, d) each: q, k, v and the upstream gradient dO
+    q, k, v, do = (torch.randn(SHAPE, generator=gen).to(device=device, dtype=dtype)
+                   for _ in range(4))
+    out = {"max_abs_err": 0.0, "sdpa_abs_err": 0.0, "vs_sdpa": 0.0, "worst_excess": -float("inf"),
+           "atol": atol, "rtol": rtol}
+    for causal in (False, True):
+        ref = reference_forward_backward(q, k, v, do, causal)
+        mine = _forward_backward(fn, q, k, v, do, causal)
+        sdpa = _forward_backward(_sdpa, q, k, v, do, causal)
+        for a, s, r in zip(mine, sdpa, ref):
+            err = (a.double() - r).abs()
+            out["max_abs_err"] = max(out["max_abs_err"], float(err.max()))
+            out["sdpa_abs_err"] = max(out["sdpa_abs_err"], float((s.double() - r).abs().max()))
+            out["vs_sdpa"] = max(out["vs_sdpa"], float((a.double() - s.double()).abs().max()))
+            out["worst_excess"] = max(out["worst_excess"],
+                                      float((err - (atol + rtol * r.abs())).max()))
+    return out
+
+
+def judged(name: str, dtypes: dict[str, dict[str, float]]) -> Outcome:
+    """ok when every dtype's errors stayed within its tolerance of the float64 reference."""
+    parts = [f"{d} {r['max_abs_err']:.1e} (SDPA {r['sdpa_abs_err']:.1e})"
+             for d, r in dtypes.items()]
+    bounds = ", ".join(f"{d} {r['atol']:g} + {r['rtol']:g}|ref|" for d, r in dtypes.items())
+    return passed(all(r["worst_excess"] <= 0 for r in dtypes.values()),
+                  f"{name}, max |err| of o, dq, dk, dv vs fp64: " + ", ".join(parts),
+                  f"within {bounds} (the kernel tests' bound), causal and not",
+                  **{d: r for d, r in dtypes.items()})
+
+
+def dtypes_for(device: torch.device) -> dict[str, torch.dtype]:
+    """fp32 everywhere; bf16 too on a GPU with native bf16 (small and fast there)."""
+    from lmperf.runtime import device as dev
+
+    out = {"fp32": torch.float32}
+    if device.type == "cuda" and dev.bf16_supported(device):
+        out["bf16"] = torch.bfloat16
+    return out
+
+
+def check_flash_torch(ctx: Context) -> Outcome:
+    """flash-torch (FlashAttention-2 in PyTorch) against SDPA on ctx's device."""
+    from lmperf.kernels.flash_torch import flash_attention_torch
+
+    return judged("flash-torch", {name: compare_with_sdpa(flash_attention_torch, ctx.device, dt)
+                                  for name, dt in dtypes_for(ctx.device).items()})
+
+
+# --- flash-triton, in a child process ---------------------------------------------------------
+
+def start_flash_triton(ctx: Context) -> Callable[[], dict]:
+    """The background part: `python -m lmperf.questions.doctor.numerics DEVICE` with TRITON_INTERPRET set
+    for the CPU and cleared for CUDA; returns its JSON answer (or {'error': ...})."""
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    if ctx.device.type == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    cmd = [sys.executable, "-m", "lmperf.questions.doctor.numerics", ctx.device.type]
+
+    def run() -> dict:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                                  timeout=CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return {"error": f"the flash-triton child ran past {CHILD_TIMEOUT_S} s"}
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return {"error": f"the flash-triton child exited with {proc.returncode}: {tail}"}
+        return json.loads(lines[-1])
+
+    return run
+
+
+def check_flash_triton(ctx: Context, name: str) -> Outcome:
+    """flash-triton against SDPA: compiled on CUDA, through Triton's interpreter on the CPU."""
+    from lmperf.kernels.flash_triton import triton_available
+
+    if not triton_available():
+        return skip("Triton is not installed (pip install triton): --attention flash-triton is "
+                    "unavailable")
+    answer = ctx.background[name].result()
+    if "error" in answer:
+        return passed(False, answer["error"][:160], "the child must run the kernels")
+    how = "interpreter" if ctx.device.type == "cpu" else "compiled"
+    return judged(f"flash-triton ({how})", answer["dtypes"])
+
+
+def _child(device_type: str) -> dict:
+    from lmperf.kernels.flash_triton import flash_attention_triton
+
+    device = torch.device(device_type)
+    return {"dtypes": {name: compare_with_sdpa(flash_attention_triton, device, dt)
+                       for name, dt in dtypes_for(device).items()}}
+
+
+if __name__ == "__main__":  # the child: one JSON line on stdout
+    print(json.dumps(_child(sys.argv[1])))

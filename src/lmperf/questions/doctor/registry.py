@@ -1,0 +1,44 @@
+"""The doctor's checks, in the order of the table: the machine, then the CPU's paths, then
+CUDA's. A check's name says which path it exercises; its scope which device it needs."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from lmperf.questions.doctor import capjob, environment, numerics, precision, timing, tracing
+from lmperf.questions.doctor.checks import Check
+
+CHECKS: tuple[Check, ...] = (
+    Check("versions and env capture", "any", environment.check_versions),
+    Check("peak table entry", "any", environment.check_peak_table),
+    Check("nsys on PATH", "any", tracing.check_nsys),
+    # The CPU's paths.
+    Check("phase timing (host clock)", "cpu", timing.check_phase_clock),
+    Check("peak RSS per phase", "cpu", timing.check_cpu_peaks),
+    Check("memory cap -> oom row (cpu)", "cpu",
+          partial(capjob.check_cap, name="memory cap -> oom row (cpu)"), capjob.start_cap_job),
+    Check("autocast dtypes (cpu)", "cpu", precision.check_autocast),
+    Check("GradScaler disabled path", "cpu", precision.check_scaler_disabled),
+    Check("profiled step, ops by phase", "cpu", tracing.check_profile_cpu),
+    Check("flash-torch vs SDPA (cpu)", "cpu", numerics.check_flash_torch),
+    Check("flash-triton vs SDPA (interpreter)", "cpu",
+          partial(numerics.check_flash_triton, name="flash-triton vs SDPA (interpreter)"),
+          numerics.start_flash_triton),
+    # CUDA's paths.
+    Check("CUDA device", "cuda", environment.check_cuda_device),
+    Check("synchronize", "cuda", timing.check_synchronize),
+    Check("phase timing (CUDA events)", "cuda", timing.check_phase_clock),
+    Check("allocator peaks per phase", "cuda", timing.check_cuda_peaks),
+    Check("memory cap -> oom row (cuda)", "cuda",
+          partial(capjob.check_cap, name="memory cap -> oom row (cuda)"), capjob.start_cap_job),
+    Check("autocast dtypes (cuda)", "cuda", precision.check_autocast),
+    Check("GradScaler + fused AdamW", "cuda", precision.check_scaler_fused),
+    Check("profiled step, kernels by phase", "cuda", tracing.check_profile_cuda),
+    Check("memory snapshot", "cuda", tracing.check_snapshot),
+    Check("NVTX ranges", "cuda", timing.check_nvtx),
+    Check("flash-torch vs SDPA (cuda)", "cuda", numerics.check_flash_torch),
+    Check("flash-triton vs SDPA (compiled)", "cuda",
+          partial(numerics.check_flash_triton, name="flash-triton vs SDPA (compiled)"),
+          numerics.start_flash_triton),
+)
+NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)

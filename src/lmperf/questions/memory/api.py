@@ -1,0 +1,101 @@
+"""`lmperf.memory(...)`: where the memory of training goes; a Report.
+
+Measurements that allocate (peaks per phase, saved tensors, checkpointing) are jobs of the core
+launcher, each in its own child process unless `inline`; the analytic estimate and a snapshot
+summary allocate nothing and run here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from lmperf.core.command import err, sweep_options
+from lmperf.core.report import Report
+from lmperf.core.sweep import run_sweep
+from lmperf.model.presets import DEFAULT_COURSE
+from lmperf.questions.memory.plan import DEFAULT_MODES, estimate_records, plan_memory
+from lmperf.questions.memory.report import build_report
+
+
+def memory(size: str | None = None, *, model: str | None = None,
+           context: Sequence[int] | int | None = None, batch: int = 4,
+           precision: Sequence[str] | str | None = None,
+           mode: Sequence[str] | str = DEFAULT_MODES, attention: str = "naive",
+           optimizer: str = "auto", warmup: int = 1, steps: int = 3, seed: int = 0,
+           device: str = "auto", threads: int | None = None, model_context: int = 0,
+           estimate: bool = False, gib: float | None = None,
+           checkpoint: Sequence[int] | int | None = None, snapshot: str | Path | None = None,
+           top: int = 10, course: str = DEFAULT_COURSE, plots: str | Path | None = None,
+           out: str | Path | None = None,
+           inline: bool = False, timeout: float | None = None,
+           max_memory_gib: float | None = None, resume: bool = False,
+           progress: bool = False) -> Report:
+    """Measure where the memory of the reference LM (or `model`) goes, over `context` x
+    `precision`; keywords and defaults are `lmperf memory`'s flags (None: the device's
+    default, see core.vocabulary.DEFAULTS["memory"]), except `out`: None keeps the records in
+    memory (the CLI writes results/memory.jsonl).
+
+    What runs: peaks per phase for each `mode` and the saved-for-backward tensors (default);
+    the analytic estimate only (`estimate`, or `gib`: does it fit in that many GiB?); the
+    activation checkpointing trade-off over group sizes (`checkpoint`); or the summary of a
+    CUDA memory snapshot file (`snapshot`; no records). `warmup`: train steps before measuring
+    (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
+    `top`: rows of the largest saved activations; `plots`: a folder for the PNG.
+    Failed measurements (oom, error, unsupported) are rows of the Report. Raises SpecError /
+    ModelLoadError before anything runs for bad input, SweepInterrupted on Ctrl-C.
+    """
+    if snapshot is not None:
+        return snapshot_report(snapshot, plots)
+    plan = plan_memory(size=size, model=model, context=context, batch=batch,
+                       precision=precision, mode=mode, attention=attention, optimizer=optimizer,
+                       warmup=warmup, steps=steps, seed=seed, device=device, threads=threads,
+                       model_context=model_context, estimate=estimate, gib=gib,
+                       checkpoint=checkpoint, top=top, course=course)
+    options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
+                            resume=resume, progress=progress)
+    if plots is not None:  # a bad folder is one line now, not a traceback at the end
+        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_path
+        from lmperf.results.store import ensure_folder
+
+        ensure_folder(plot_path(plots, CONTEXTS_PNG).parent)
+    if not plan.jobs:  # the estimate: nothing allocated, nothing to launch
+        return build_report(_save(estimate_records(plan, gib), out))
+    report = build_report(run_sweep(plan.jobs, out, options))
+    if plots is not None:
+        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts, plot_path
+
+        path = plot_contexts(report.records, plot_path(plots, CONTEXTS_PNG))
+        if path is not None:
+            report.findings.append(f"plot: {path}")
+            if progress:
+                err(f"plot: {path}")
+    return report
+
+
+def _save(records: list[dict], out: str | Path | None) -> list[dict]:
+    """Append records made here (not by a sweep) to `out`, if given; returns them."""
+    if out is not None:
+        from lmperf.results.store import append_record, ensure_writable
+
+        ensure_writable(Path(out))
+        for record in records:
+            append_record(Path(out), record)
+    return records
+
+
+def snapshot_report(path: str | Path, plots: str | Path | None = None) -> Report:
+    """The summary of a CUDA memory snapshot pickle as a Report (no records: nothing ran);
+    with `plots`, active memory over the recorded events drawn there."""
+    from lmperf.questions.memory.plots import plot_path
+    from lmperf.questions.memory import snapshot_read as snapshot
+
+    path = Path(path)
+    png = plot_path(plots, f"{path.stem}_active_memory.png") if plots is not None else None
+    summary = snapshot.summarize_snapshot(path, png)
+    tables = dict(summary.tables)
+    title, frame = next(iter(tables.items()))
+    del tables[title]
+    findings = list(summary.notes) + ([f"plot: {summary.png}"] if summary.png else [])
+    return Report(kind="memory", frame=frame, tables=tables, findings=findings, records=[],
+                  title=title)

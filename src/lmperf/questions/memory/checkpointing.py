@@ -1,0 +1,174 @@
+"""Activation checkpointing's trade-off: saved bytes, peak memory and step time per group size.
+
+With groups of g blocks (`TransformerLM.set_checkpointing(g)`, torch.utils.checkpoint with
+use_reentrant=False), the forward keeps only each group's input, ceil(L / g) tensors of
+(B, T, C), instead of every block's activations (the head and loss save as before). Backward
+recomputes one group at a time, so g blocks' activations exist again while that group's
+gradients are computed. Peak activation memory is therefore about
+    ceil(L / g) x BTC + g x (one block's activations)          (bytes by dtype, see estimate.py)
+smallest near g = sqrt(L x block / BTC); g = L saves the least but recomputes everything at once,
+so its peak is close to no checkpointing. The price is a second forward of every block: about
+one more forward per step (~ +1/3 of a step's FLOPs).
+
+The sweep builds one model (workload.build.prepare), and for each group size: the saved bytes of
+one forward (saved.py; on the meta device when that gives the same bytes), `steps` timed train
+steps after `warmup`, then one untimed step under the shared per-phase memory probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from lmperf.core.outcome import Stage, failure
+from lmperf.errors import SpecError
+from lmperf.measure.stats import summarize
+from lmperf.questions.memory.estimate import estimate
+from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent, set_checkpointing
+from lmperf.runtime import device as dev
+from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
+from lmperf.workload.build import prepare
+from lmperf.workload.probe import PhaseProbe, release_freed_memory
+from lmperf.workload.spec import RunSpec
+from lmperf.workload.steps import NO_OBSERVER, STEPS, StepState
+
+MIB = 2**20
+
+
+@dataclass
+class CheckpointRow:
+    """One group size. Bytes are saved-for-backward activations + autocast weight copies."""
+
+    group: int  # 0: no checkpointing
+    saved_bytes: int | None  # measured during one forward (None: not measured)
+    expected_saved_bytes: int | None  # the estimator's (reference LM only)
+    recompute_bytes: int | None  # the estimator's transient: one group rebuilt in backward
+    peak_mib: float | None  # largest per-phase peak of one train step (RSS on CPU)
+    start_mib: float | None  # held when that step started (parameters, optimizer state, ...)
+    memory_kind: str
+    step_ms: dict | None  # summarize() of the timed steps
+    saved_device: str
+    status: str = "ok"
+    message: str = ""
+
+
+def check_groups(groups: list[int], num_layers: int) -> list[int]:
+    """Validate group sizes (0 = none); returns them with 0 first, duplicates dropped."""
+    for g in groups:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+            raise SpecError(f"--checkpoint group sizes must be non-negative integers, got {g!r}")
+        if g > num_layers:
+            raise SpecError(f"--checkpoint {g} is larger than the model's {num_layers} blocks "
+                            f"(use {num_layers} for one group of all blocks)")
+    return list(dict.fromkeys([0, *groups]))
+
+
+def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
+                        warmup: int = 1) -> list[CheckpointRow]:
+    """Measure every group size in `groups` (0 is added first: the baseline) for `spec`.
+
+    `spec.mode` is ignored: a checkpoint trade-off is about training (train-step). A regime the
+    device lacks gives 'unsupported' rows, a model that cannot be built 'oom' or 'error' rows,
+    and an out-of-memory step an 'oom' row for its group size. Raises SpecError for a bad group
+    size or a model without checkpointing.
+    """
+    groups = check_groups(groups, spec.num_layers)
+    spec = spec.with_(mode="train-step")
+    device = torch.device(spec.device)
+    regime = get_regime(spec.precision)
+    kind = dev.PeakMemory(device).kind
+
+    def failed(status: str, message: str, **_: object) -> list[CheckpointRow]:
+        return [CheckpointRow(g, None, None, None, None, None, kind, None, "", status, message)
+                for g in groups]
+
+    if (why := unsupported_reason(regime, device)):
+        return failed("unsupported", why)
+    on_meta = meta_equivalent(spec)
+    rows = []
+    with matmul_precision(regime):
+        try:
+            state = prepare(spec, device, regime).state
+        except Exception as exc:  # every group size fails alike
+            return failed(**failure(exc, f"building the {spec.precision} model"))
+        set_checkpointing(state.model, groups[-1])  # fail early for a model without it
+        for g in groups:
+            set_checkpointing(state.model, g)
+            if on_meta:
+                report = measure_spec(spec, torch.device("meta"), checkpoint_group=g)
+            else:
+                report = measure_saved(state.model, state.inputs, state.targets, state.autocast)
+            est = (estimate(spec.model_config(), spec.batch_size, spec.context_length, regime,
+                            spec.attention, "train-step", g, device=device.type)
+                   if spec.model is None else None)
+            row = CheckpointRow(g, report.total() + report.total("weight copy"),
+                                est.saved_bytes if est else None,
+                                est.recompute_bytes if est else None, None, None, kind, None,
+                                "meta" if on_meta else device.type)
+            stage = Stage(f"training with checkpoint groups of {g}")
+            try:
+                _time_and_probe(state, row, device, steps, warmup)
+            except Exception as exc:  # one group size ran out of memory, the others go on
+                outcome = failure(exc, stage)
+                if outcome["status"] != "oom":
+                    raise
+                state.model.zero_grad(set_to_none=True)
+                row.status, row.message = outcome["status"], outcome["message"][:300]
+            dev.free_memory(device)
+            rows.append(row)
+        set_checkpointing(state.model, 0)
+    return rows
+
+
+def _time_and_probe(state: StepState, row: CheckpointRow, device: torch.device, steps: int,
+                    warmup: int) -> None:
+    """`warmup` untimed and `steps` timed train steps, then one under the per-phase probe;
+    fills the row's step times (ms), peak and start (MiB)."""
+    clock = dev.PhaseClock(device)
+    for _ in range(warmup):
+        STEPS["train-step"](state, NO_OBSERVER)
+    times = []
+    for _ in range(steps):
+        STEPS["train-step"](state, clock)
+        times.append(clock.total_ms)
+    row.step_ms = summarize(times)
+    release_freed_memory()
+    probe = PhaseProbe(dev.PeakMemory(device))
+    STEPS["train-step"](state, probe)
+    key = "allocated" if device.type == "cuda" else "rss"
+    row.peak_mib = max(p[key] for p in probe.phases.values() if p.get(key) is not None)
+    row.start_mib = probe.start_mib.get(key)
+
+
+def tradeoff_frame(rows: list[CheckpointRow]) -> pd.DataFrame:
+    """The trade-off table: per group size, saved / peak / step time and their ratio to none."""
+    base = rows[0]
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    def mib(n: int | None) -> float | None:
+        return n / MIB if n is not None else None
+
+    out = []
+    for r in rows:
+        step = r.step_ms["median"] if r.step_ms else None
+        base_step = base.step_ms["median"] if base.step_ms else None
+        out.append({
+            "group": r.group or "none",
+            "saved MiB": mib(r.saved_bytes),
+            "expected MiB": mib(r.expected_saved_bytes),
+            "saved x": ratio(r.saved_bytes, base.saved_bytes),
+            "recompute MiB (est.)": mib(r.recompute_bytes),
+            ("peak RSS MiB (CPU process)" if r.memory_kind == "cpu_process_peak_rss"
+             else "peak allocated MiB (GPU)"): r.peak_mib,
+            "above start MiB": (r.peak_mib - r.start_mib
+                                if r.peak_mib is not None and r.start_mib is not None else None),
+            "peak x": ratio(r.peak_mib, base.peak_mib),
+            "step ms (median)": step,
+            "step x": ratio(step, base_step),
+            "status": r.status,
+        })
+    return pd.DataFrame(out)

@@ -1,0 +1,70 @@
+"""`lmperf memory`: the flags (from the shared vocabulary) -> `lmperf.questions.memory.api.memory` -> Report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmperf.core.command import emit, launch_kwargs, run_command
+from lmperf.core.vocabulary import LAUNCH, add_alias, add_options
+
+DEFAULT_OUT = Path("results") / "memory.jsonl"
+HELP = "where the memory goes: peaks per phase, saved activations, estimates, checkpointing, " \
+       "CUDA snapshots"
+DESCRIPTION = (
+    "Peak memory per phase (forward-only and train step) across context lengths, what autograd "
+    "saves per block, the analytic estimate (--estimate, --gib), activation checkpointing's "
+    "trade-off (--checkpoint) and CUDA snapshot summaries (--snapshot). Measurements run in a "
+    "child process per precision and analysis. CPU figures are process RSS, never GPU memory.")
+SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention", "device",
+                "threads", "warmup", "steps", "seed")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `lmperf memory`."""
+    from lmperf.workload.spec import MODES
+
+    p = sub.add_parser("memory", help=HELP, description=DESCRIPTION)
+    # One model per run: --context and --precision take lists (rows and columns of the tables).
+    add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH,
+                lists=("context", "precision"),
+                defaults={"warmup": 1, "steps": 3, "out": DEFAULT_OUT},
+                helps={"size": "default: mini on CPU, small on CUDA",
+                       "model": "no --estimate or --checkpoint for it",
+                       "context": "default: 128 256 512 on CPU; up to 1024 on CUDA",
+                       "precision": "one column each (default: fp32)",
+                       "warmup": "AdamW's state exists after the first train step (0: the "
+                                 "measured step creates it)",
+                       "steps": "timed steps per --checkpoint group size",
+                       "plots": "memory vs context (with --snapshot: active memory over time)"})
+    add_alias(p, "--plot", "--plots", type=Path)  # --plot PNG still names the file itself
+    p.add_argument("--mode", nargs="+", metavar="MODE", default=["forward", "train-step"],
+                   help=f"steps to measure: {', '.join(MODES)} (default: forward train-step)")
+    p.add_argument("--optimizer", default="auto", choices=["auto", "fused", "foreach", "loop"],
+                   help="AdamW implementation (default: auto)")
+    p.add_argument("--model-context", type=int, default=0, metavar="T",
+                   help="the model's maximum context length (default: the longest --context)")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the analytic estimate only (nothing is allocated; --device cuda "
+                        "estimates for a GPU from any machine)")
+    p.add_argument("--gib", type=float, metavar="N", help="will it fit in N GiB? (implies --estimate)")
+    p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
+                   help="activation checkpointing trade-off over block-group sizes (0: none)")
+    p.add_argument("--snapshot", type=Path, metavar="FILE",
+                   help="summarise a CUDA memory snapshot pickle (no browser, no GPU needed)")
+    p.add_argument("--top", type=int, default=10, help="rows of the top tables (default: 10)")
+    p.set_defaults(func=cmd_memory)
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    """`lmperf memory`: run what the flags ask for, print tables and findings, append records."""
+    from lmperf.questions.memory.api import memory, snapshot_report
+
+    if args.snapshot is not None:  # a summary of a file: nothing runs, no records
+        emit(snapshot_report(args.snapshot, args.plots), args)
+        return 0
+    kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
+    return run_command(args, lambda: memory(
+        **kwargs, mode=args.mode, optimizer=args.optimizer, model_context=args.model_context,
+        estimate=args.estimate, gib=args.gib, checkpoint=args.checkpoint, top=args.top,
+        plots=args.plots, out=args.out, progress=True, **launch_kwargs(args)))

@@ -1,0 +1,121 @@
+"""From a request (`lmperf memory`'s keywords) to checked jobs, before anything runs.
+
+Everything that can be wrong with the input is found here, so that a bad request ends with one
+line before the first child starts: unknown names, non-positive numbers, a context longer than
+the model allows, checkpoint group sizes larger than the model, a user model that cannot be
+built, or analyses a user model cannot have (the estimate and checkpointing know the reference
+LM only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
+from lmperf.errors import SpecError
+from lmperf.questions.memory.spec import MemorySpec
+from lmperf.validate import non_negative_int, positive_int
+from lmperf.workload.spec import RunSpec
+
+DEFAULT_MODES: tuple[str, ...] = ("forward", "train-step")
+
+
+@dataclass
+class MemoryPlan:
+    """The checked request: the base run (longest context, first precision), the axes, and
+    the jobs (empty for the estimate, which allocates nothing and runs in the caller)."""
+
+    base: RunSpec
+    contexts: list[int]
+    precisions: list[str]
+    modes: list[str]
+    jobs: list[MemorySpec] = field(default_factory=list)
+
+
+def _device(name: str, estimate: bool) -> torch.device:
+    from lmperf.runtime.device import resolve_device
+
+    if estimate and name == "cuda":
+        return torch.device("cuda")  # an estimate for a GPU needs no GPU here
+    return resolve_device(name)
+
+
+def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] | int | None,
+                batch: int, precision: Sequence[str] | str | None, mode: Sequence[str] | str,
+                attention: str, optimizer: str, warmup: int, steps: int, seed: int, device: str,
+                threads: int | None, model_context: int, estimate: bool, gib: float | None,
+                checkpoint: Sequence[int] | int | None, top: int, course: str) -> MemoryPlan:
+    """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
+    the only ones).
+
+    Values left None take the device's defaults (core.vocabulary.DEFAULTS["memory"]). Raises
+    SpecError, or ModelLoadError for a user model that cannot be built or has the wrong shape.
+    """
+    from lmperf.workload.build import check_user_models, resolve_optimizer
+
+    estimate = estimate or gib is not None  # --gib asks a question only the estimate answers
+    dev_ = _device(device, estimate)
+    defaults = device_defaults("memory", dev_.type, course)
+    contexts = as_list(context) or list(defaults["context"])
+    for t in contexts:
+        positive_int("--context", t)
+    non_negative_int("--warmup", warmup)
+    positive_int("--steps", steps)
+    positive_int("--top", top)
+    if gib is not None and not gib > 0:
+        raise SpecError(f"--gib must be positive, got {gib:g}")
+    contexts = sorted(dict.fromkeys(contexts))
+    precisions = list(dict.fromkeys(as_list(precision) or defaults["precision"]))
+    modes = list(dict.fromkeys(as_list(mode) or []))
+    if not modes:
+        raise SpecError("--mode needs at least one of: forward, forward-backward, train-step")
+    if model and (estimate or checkpoint):
+        raise SpecError("--estimate and --checkpoint know the reference LM only, not --model")
+    base = RunSpec.from_size(
+        size or defaults["size"], course, context_length=contexts[-1],
+        model_context_length=model_context, batch_size=batch, precision=precisions[0],
+        mode="train-step", attention=attention,
+        optimizer="fused" if estimate else resolve_optimizer(optimizer, dev_),
+        warmup=warmup, steps=steps, seed=seed, device=dev_.type, model=model,
+        threads=resolve_threads(threads, dev_.type))
+    for value in precisions[1:]:
+        base.with_(precision=value)  # checks the name
+    for value in modes:
+        base.with_(mode=value)
+    plan = MemoryPlan(base, contexts, precisions, modes)
+    if estimate:
+        return plan
+    if model:
+        check_user_models([base])
+    if checkpoint is not None:
+        from lmperf.questions.memory.checkpointing import check_groups
+
+        groups = tuple(check_groups(as_list(checkpoint), base.num_layers))
+        plan.jobs = [MemorySpec(base.with_(precision=p, context_length=t), "checkpoint", (t,),
+                                groups=groups, top=top)
+                     for p in precisions for t in contexts]
+        return plan
+    plan.jobs = [MemorySpec(base.with_(precision=p), analysis, tuple(contexts),
+                            modes=tuple(modes), top=top)
+                 for analysis in ("phases", "saved") for p in precisions]
+    return plan
+
+
+def estimate_records(plan: MemoryPlan, gib: float | None) -> list[dict]:
+    """The analytic breakdown per (precision, context) as 'estimate' records (allocates
+    nothing; the mode is train-step when it was asked for, else the last mode)."""
+    from lmperf.questions.memory.estimate import estimate
+    from lmperf.questions.memory.job import make_records
+
+    base = plan.base
+    mode = "train-step" if "train-step" in plan.modes else plan.modes[-1]
+    ests = [estimate(base.model_config(), base.batch_size, t, p, base.attention, mode,
+                     device=base.device) for p in plan.precisions for t in plan.contexts]
+    items = [({"context_length": e.context, "precision": e.regime, "mode": e.mode}, "ok",
+              {"estimate": {**e.__dict__, "total_bytes": e.total_bytes}, "gib": gib,
+               "fits": None if gib is None else e.total_bytes <= gib * 2**30})
+             for e in ests]
+    return make_records(base, "estimate", items, ests[0].params if ests else None)

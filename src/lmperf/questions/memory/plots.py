@@ -1,0 +1,61 @@
+"""`lmperf memory`'s plot, drawn from the records: step peaks and saved bytes vs context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmperf.questions.memory import readback
+from lmperf.questions.memory.estimate import MIB
+from lmperf.questions.memory.phases import two_numbers
+
+CONTEXTS_PNG = "memory_vs_context.png"
+
+
+def plot_path(plots: str | Path, name: str) -> Path:
+    """Where a plot goes: `plots/name`, or `plots` itself when it names a .png file (the
+    deprecated `--plot PNG`)."""
+    plots = Path(plots)
+    return plots if plots.suffix.lower() == ".png" else plots / name
+
+
+def plot_contexts(records: list[dict], path: str | Path) -> Path | None:
+    """PNG: step peaks vs context (measured solid, estimate dashed, both above the runtime's
+    baseline) and saved bytes vs context. Returns the path, or None with nothing to draw."""
+    rows = readback.phase_rows(records)
+    saved = readback.saved(records)
+    if not rows and not saved:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: no global figure state
+
+    baseline = readback.baseline(records) or 0.0
+    estimates = readback.phase_estimates(records)
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    for key in dict.fromkeys((r.precision, r.mode) for r in rows):
+        ok = [r for r in rows if (r.precision, r.mode) == key and r.status == "ok"]
+        line, = left.plot([r.context for r in ok], [r.peak() for r in ok], "o-",
+                          label=f"{key[0]} {key[1]}")
+        est = sorted((t, e) for (p, t, m), e in estimates.items() if (p, m) == key)
+        if est:
+            left.plot([t for t, _ in est], [baseline + e.total_bytes / MIB for _, e in est],
+                      "--", color=line.get_color(), label=f"{key[0]} {key[1]} (estimate)")
+    left.set_xlabel("context length T")
+    left.set_ylabel(two_numbers(rows).attrs.get("label", "peak MiB") if rows else "peak MiB")
+    left.set_title("peak memory of one step")
+    for precision in dict.fromkeys(p for p, _ in saved):
+        pts = sorted((t, s.activation_bytes / MIB) for (p, t), s in saved.items() if p == precision)
+        right.plot([t for t, _ in pts], [v for _, v in pts], "o-", label=f"{precision} measured")
+    right.set_xlabel("context length T")
+    right.set_ylabel("MiB")
+    right.set_title("activations saved for backward")
+    for ax in (left, right):
+        if ax.lines:
+            ax.legend(fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path

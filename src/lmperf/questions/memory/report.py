@@ -1,0 +1,189 @@
+"""The Report of memory records, rebuilt from the records alone (the run's output and
+`lmperf table results/memory.jsonl` are the same): a numeric frame with one row per record,
+the tables of each analysis, and the findings."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lmperf.core.report import Report
+from lmperf.questions.memory import readback
+from lmperf.questions.memory.estimate import MIB
+from lmperf.questions.memory.tables import (
+    checkpoint_section, estimate_section, phases_section, saved_section,
+)
+
+KIND = "memory"
+PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer")
+INT_COLUMNS: tuple[str, ...] = ("params", "context", "batch", "checkpoint_group", "warmup",
+                                "threads", "saved_bytes", "saved_activation_bytes",
+                                "estimate_bytes")
+FLOAT_COLUMNS: tuple[str, ...] = ("peak_forward_mib", "peak_backward_mib", "peak_optimizer_mib",
+                                  "peak_mib", "peak_reserved_mib", "start_mib", "baseline_mib",
+                                  "step_ms_median", "gib")
+
+
+def _phase_peaks(record: dict) -> dict[str, float | None]:
+    """Peak MiB per phase and over the step (RSS on the CPU, allocated on CUDA), and reserved."""
+    phases = (((record.get("metrics") or {}).get("memory") or {}).get("phases")) or {}
+    key = "rss" if readback.memory_kind(record) == "cpu_process_peak_rss" else "allocated"
+    out = {f"peak_{p}_mib": (phases.get(p) or {}).get(key) for p in PHASE_NAMES}
+    values = [v for v in out.values() if v is not None]
+    out["peak_mib"] = max(values) if values else None
+    reserved = [v.get("reserved") for v in phases.values() if v.get("reserved") is not None]
+    out["peak_reserved_mib"] = max(reserved) if reserved else None
+    start = (record.get("metrics") or {}).get("start") or {}
+    out["start_mib"] = start.get(key)
+    return out
+
+
+def _estimate_bytes(record: dict) -> float | None:
+    """The analytic figure a record compares with: the step's total (phases, estimate), the
+    saved bytes (saved, checkpoint)."""
+    analysis, m = record["spec"].get("analysis"), record.get("metrics") or {}
+    if readback.is_job_record(record):
+        return None
+    if analysis == "estimate":
+        return (m.get("estimate") or {}).get("total_bytes")
+    if analysis == "checkpoint":
+        return m.get("expected_saved_bytes")
+    est = readback.estimate_for(record, "train-step" if analysis == "saved" else None)
+    if est is None:
+        return None
+    return est.saved_bytes if analysis == "saved" else est.total_bytes
+
+
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One numeric row per record: what was run (analysis, shape, context, precision, mode,
+    checkpoint group), how it ended, and its figures (MiB, bytes, ms; units in the names)."""
+    rows = []
+    for r in records:
+        spec, m = r["spec"], r.get("metrics") or {}
+        saved = m.get("saved") or {}
+        row = {
+            "analysis": spec.get("analysis"), "model": spec.get("model") or spec.get("size"),
+            "shape": (f"d={spec.get('d_model')} L={spec.get('num_layers')} "
+                      f"H={spec.get('num_heads')} ff={spec.get('d_ff')}"),
+            "params": r.get("params"), "context": readback.context_of(r),
+            "batch": spec.get("batch_size"), "precision": spec.get("precision"),
+            "mode": spec.get("mode"), "attention": spec.get("attention"),
+            "checkpoint_group": spec.get("checkpoint_group"), "warmup": spec.get("warmup"),
+            "device": spec.get("device"), "threads": spec.get("threads"),
+            "status": r["status"], "message": r.get("message", ""),
+            "memory_kind": readback.memory_kind(r),
+        }
+        if readback.is_job_record(r) and spec.get("analysis") == "phases":
+            row["mode"] = " ".join(spec.get("modes") or [])  # the job measured each
+        row.update(_phase_peaks(r))
+        if spec.get("analysis") == "checkpoint":
+            row["peak_mib"], row["start_mib"] = m.get("peak_mib"), m.get("start_mib")
+        saved_total = (saved["activation_bytes"] + saved.get("weight_copy_bytes", 0)
+                       if saved else m.get("saved_bytes"))
+        row.update({
+            "baseline_mib": m.get("baseline_mib"),
+            "saved_bytes": saved_total,  # what autograd keeps: activations + weight copies
+            "saved_activation_bytes": saved.get("activation_bytes"),
+            "estimate_bytes": _estimate_bytes(r),
+            "step_ms_median": (m.get("step_ms") or {}).get("median"),
+            "fits": m.get("fits"), "gib": m.get("gib"),
+        })
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in INT_COLUMNS:  # counts stay integers where a row has none (NA, not NaN floats)
+        if col in frame:
+            frame[col] = pd.array([None if _missing(v) else int(v) for v in frame[col]],
+                                  dtype="Int64")
+    for col in FLOAT_COLUMNS:
+        if col in frame:
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    return frame
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    """The frame is for CSV and notebooks; read as text it is the analyses' tables (shown as
+    they are), unless there are none, e.g. a file of failed jobs only: then the frame's
+    essentials."""
+    if any(not df.empty for df in report.tables.values()):
+        return pd.DataFrame(), "", []
+    cols = ["analysis", "model", "context", "precision", "mode", "status", "message"]
+    return report.frame[[c for c in cols if c in report.frame.columns]], "", []
+
+
+def setup(record: dict) -> str:
+    """What a record's tables are about: the model and its shape, batch, attention, device."""
+    s = record["spec"]
+    return (f"{s.get('model') or s.get('size')} (d={s.get('d_model')} L={s.get('num_layers')} "
+            f"H={s.get('num_heads')} ff={s.get('d_ff')}), batch {s.get('batch_size')}, "
+            f"{s.get('attention')} attention, {s.get('device')}")
+
+
+def sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Every analysis' tables and findings, in the order the command runs them. A file that
+    holds runs of several setups (model, batch, attention, device) gets each setup's tables,
+    titled with it, so that runs of different models never share a table."""
+    setups = list(dict.fromkeys(setup(r) for r in records))
+    if len(setups) == 1:
+        return _sections(records)
+    tables: dict[str, pd.DataFrame] = {}
+    findings: list[str] = []
+    for name in setups:
+        more, notes = _sections([r for r in records if setup(r) == name])
+        tables.update({f"{name}: {title}": df for title, df in more.items()})
+        findings += [f"{name}: {note}" for note in notes]
+    return tables, findings
+
+
+def _sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    tables: dict[str, pd.DataFrame] = {}
+    findings: list[str] = []
+    rows = readback.phase_rows(records)
+    if rows:
+        estimates = readback.phase_estimates(records)
+        more, notes = phases_section(rows, estimates, readback.baseline(records))
+        tables.update(more)
+        findings += notes
+    for part in (saved_section(readback.saved(records)),
+                 estimate_section(readback.estimates(records)),
+                 checkpoint_section(readback.checkpoint_rows(records))):
+        tables.update(part[0])
+        findings += part[1]
+    # Job-level failures (a child that died, timed out or failed before its first row).
+    findings += [f"{r['spec'].get('analysis')} job ({r['spec'].get('precision')}, contexts "
+                 f"{', '.join(map(str, r['spec'].get('contexts', [])))}): {r['status']} "
+                 f"({' '.join(str(r.get('message', '')).split())})"
+                 for r in records if readback.is_job_record(r)]
+    return tables, findings
+
+
+def build_report(records: list[dict]) -> Report:
+    """A Report of memory records (others are ignored): `frame` has one numeric row per record;
+    `tables` are the analyses' tables (peaks per step and phase, saved tensors, estimates,
+    checkpointing), `findings` their sentences."""
+    records = [r for r in records if r["kind"] == KIND]
+    tables, findings = sections(records)
+    device = next((r.get("env", {}).get("device_name") for r in records
+                   if r.get("env", {}).get("device_name")), "")
+    return Report(kind=KIND, frame=records_frame(records), tables=tables, findings=findings,
+                  records=records, title=f"lmperf memory on {device}" if device else "lmperf memory",
+                  display=_display)
+
+
+def summary_line(record: dict) -> str:
+    """One line for a finished record: its main figure, or why it did not run."""
+    spec, m = record["spec"], record.get("metrics") or {}
+    where = f"context {readback.context_of(record)} {spec.get('mode', '')}".rstrip()
+    if record["status"] != "ok":
+        return f"{where}: {record['status']}: {record.get('message', '')}"
+    analysis = spec.get("analysis")
+    if analysis == "phases":
+        return f"{where}: peak {_phase_peaks(record)['peak_mib']:,.0f} MiB"
+    if analysis == "saved":
+        return f"{where}: {m['saved']['activation_bytes'] / MIB:,.1f} MiB saved for backward"
+    if analysis == "checkpoint":
+        return (f"{where}, groups of {spec.get('checkpoint_group')}: saved "
+                f"{(m.get('saved_bytes') or 0) / MIB:,.1f} MiB")
+    return where

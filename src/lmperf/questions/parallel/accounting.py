@@ -1,0 +1,151 @@
+"""Communication accounting of profiled steps: time, overlap, exposure and bytes, per step.
+
+Definitions (as Holistic Trace Analysis and the course define them), over one step's window:
+comm = length of the union of communication intervals, compute = length of the union of
+compute intervals, overlap = comm + compute - length of (comm union compute), exposed = comm -
+overlap (communication nothing else was hiding).
+
+Where the intervals come from (torch.profiler's Chrome trace, parsed once):
+- gloo: each collective runs on one of gloo's worker threads as a `gloo:<collective>` event
+  spanning its execution (waiting for the peers included); compute is the union of the
+  innermost CPU ops (`cpu_op` events holding no other op: the ones doing the arithmetic) on every
+  other thread, minus the `c10d::` ops that only issue collectives. Innermost, because an
+  enclosing event (an autograd node, a custom Function's backward) also spans the time its
+  thread sits blocked in a synchronous collective, which is not compute.
+- NCCL: communication is the NCCL kernels on the device, compute every other kernel.
+Bytes come from the `gloo:` / `nccl:` events' input shapes and dtypes (record_shapes=True): S as
+nccl-tests defines it (all_gather: n x the input shard), and the bus bytes S x busbw factor that a
+ring moves through each rank. gloo runs reduce_scatter as an all-reduce of the whole input, and
+it is counted as what it is (`gloo:all_reduce`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmperf.questions.parallel.formulas import bus_factor
+
+STEP_RANGE = "lmperf.questions.parallel.step"
+_ELEMENT_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8,
+                  "int": 4, "signed char": 1, "unsigned char": 1, "bool": 1, "short int": 2}
+
+
+def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Merge overlapping [start, end) intervals; sorted and disjoint."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def length(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of `intervals`."""
+    return sum(end - start for start, end in union(intervals))
+
+
+def clip(intervals: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The parts of `intervals` inside [lo, hi)."""
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+
+
+def overlap_split(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> dict:
+    """{'comm', 'compute', 'overlap', 'exposed'} lengths (same unit as the intervals)."""
+    c, k = length(comm), length(compute)
+    both = length(comm + compute)
+    overlap = c + k - both
+    return {"comm": c, "compute": k, "overlap": overlap, "exposed": c - overlap}
+
+
+def innermost(events: list[dict]) -> list[tuple[float, float]]:
+    """Intervals of the events that contain no other event of their thread (the leaves of each
+    thread's nesting of ops)."""
+    out = []
+    by_thread: dict[object, list[tuple[float, float]]] = {}
+    for e in events:
+        start = float(e["ts"])
+        by_thread.setdefault(e.get("tid"), []).append((start, start + float(e["dur"])))
+    for spans in by_thread.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))  # a parent before the children it holds
+        for (start, end), nxt in zip(spans, spans[1:] + [(float("inf"), float("inf"))]):
+            if not (nxt[0] < end and nxt[1] <= end):  # the next op is not nested in this one
+                out.append((start, end))
+    return out
+
+
+def collective_of(event_name: str) -> str:
+    """'gloo:all_reduce' / 'nccl:_all_gather_base' -> a COLLECTIVES name (or the raw name)."""
+    raw = event_name.split(":", 1)[1].lstrip("_").lower()
+    for key, name in (("reduce_scatter", "reduce_scatter"), ("allgather", "all_gather"),
+                      ("all_gather", "all_gather"), ("allreduce", "all_reduce"),
+                      ("all_reduce", "all_reduce"), ("broadcast", "broadcast"),
+                      ("alltoall", "all_to_all"), ("all_to_all", "all_to_all")):
+        if key in raw:
+            return name
+    return raw
+
+
+def _numel(dims: list) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def message_bytes(event: dict, n: int) -> tuple[str, int]:
+    """(collective, S in bytes) of one `gloo:` / `nccl:` event from its recorded inputs."""
+    args = event.get("args", {})
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    collective = collective_of(event["name"])
+    size = sum(_numel(d) * _ELEMENT_BYTES.get(t, 4) for d, t in zip(dims, types)
+               if isinstance(d, list))
+    if collective == "all_gather":  # the inputs are this rank's shards; S is the whole array
+        size *= n
+    return collective, size
+
+
+def analyse(trace: str | Path | dict, n: int, device_type: str = "cpu") -> dict:
+    """Per profiled step: comm / compute / overlap / exposed milliseconds and bytes by
+    collective, from a Chrome trace (a path or the loaded JSON). Raises ValueError when the
+    trace holds no `lmperf.questions.parallel.step` range."""
+    data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text(encoding="utf-8"))
+    events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
+    steps = sorted(span(e) for e in events if e["name"] == STEP_RANGE)
+    if not steps:
+        raise ValueError(f"the trace holds no {STEP_RANGE!r} range")
+    issued = [e for e in events if e["name"].startswith(("gloo:", "nccl:"))]
+    if device_type == "cuda":
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        comm = [span(e) for e in kernels if "nccl" in e["name"].lower()]
+        compute = [span(e) for e in kernels if "nccl" not in e["name"].lower()]
+        source = "torch.profiler: NCCL kernels vs other kernels"
+    else:
+        comm_threads = {e.get("tid") for e in issued}
+        comm = [span(e) for e in issued]
+        ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") not in comm_threads
+               and not e["name"].startswith("c10d::")]
+        compute = innermost(ops)
+        source = "torch.profiler: gloo:* events on gloo's threads vs CPU ops on the others"
+    per_step = []
+    for lo, hi in steps:
+        split = overlap_split(clip(comm, lo, hi), clip(compute, lo, hi))
+        moved: dict[str, dict] = {}
+        for e in issued:
+            if lo <= float(e["ts"]) < hi:
+                collective, size = message_bytes(e, n)
+                entry = moved.setdefault(collective, {"calls": 0, "bytes": 0, "bus_bytes": 0.0})
+                entry["calls"] += 1
+                entry["bytes"] += size
+                factor = bus_factor(collective, n) if collective in _FACTORS else 1.0
+                entry["bus_bytes"] += size * factor
+        per_step.append({**{f"{k}_ms": v / 1e3 for k, v in split.items()},
+                         "step_ms": (hi - lo) / 1e3, "collectives": moved,
+                         "bus_bytes": sum(m["bus_bytes"] for m in moved.values())})
+    return {"source": source, "steps": per_step}
+
+
+_FACTORS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")

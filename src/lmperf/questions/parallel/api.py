@@ -1,0 +1,165 @@
+"""`lmperf.dist(...)`: collectives, data-parallel strategies, or an estimate; a Report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from lmperf.core.command import err, sweep_options
+from lmperf.core.report import Report
+from lmperf.core.sweep import run_sweep
+from lmperf.errors import ResultsFileError, SpecError
+
+
+def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
+         collective: Sequence[str] | str | None = None,
+         sizes: Sequence[str | int] | str | int | None = None, dtype: str = "fp32",
+         iters: int = 20, strategy: Sequence[str] | str | None = None, size: str | None = None,
+         context: int | None = None, batch: int | None = None, warmup: int | None = None,
+         steps: int | None = None, profile_steps: int = 2, vocab_size: int | None = None, lr: float = 1e-3,
+         bucket_mb: float = 1.0, compute_dtype: str = "fp32", compress: str = "none",
+         seed: int = 0, device: str = "auto", threads: int | None = None,
+         course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
+         timeout: float | None = None, max_memory_gib: float | None = None,
+         resume: bool = False, progress: bool = False,
+         **estimate_options: object) -> Report:
+    """Run `what`: 'comm' (collectives), 'train' (strategies), 'all' (both) or 'estimate'.
+
+    comm: every collective x size (bytes or '1KiB'-style) at each world size, `iters` timed
+    iterations after `warmup` (default 5). train: every strategy at each world size (strategy
+    'single' at world size 1) on the reference LM preset `size` (`vocab_size` overrides its
+    vocabulary), `batch` sequences of `context` tokens per rank. Each (command, world size) is one torchrun launch; a rank that crashes,
+    hangs past `timeout` seconds or runs out of memory is a row naming the rank. None takes the
+    device's default (core.vocabulary.DEFAULTS["dist"]). `out`: a JSONL file appended to (None:
+    records stay in memory); `plots`: a folder for the PNGs. 'estimate' runs nothing: see
+    `lmperf.questions.parallel.api.estimate` for its keywords. Raises SpecError for bad input before anything
+    runs, SweepInterrupted on Ctrl-C (finished rows are kept in `out`).
+    """
+    if what == "estimate":
+        return estimate(world_size=world_size, size=size, context=context, course=course,
+                        **estimate_options)  # type: ignore[arg-type]
+    if estimate_options:
+        raise SpecError(f"unknown keyword(s) for dist {what!r}: {', '.join(sorted(estimate_options))}")
+    from lmperf.questions.parallel.plan import drop_done, plan_dist
+    from lmperf.questions.parallel.report import build_report
+
+    plan = plan_dist(what, world_size=world_size, collective=collective, sizes=sizes, dtype=dtype,
+                     iters=iters, strategy=strategy, size=size, context=context, batch=batch,
+                     warmup=warmup, steps=steps, profile_steps=profile_steps, lr=lr,
+                     bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
+                     seed=seed, device=device, threads=threads, timeout=timeout, course=course,
+                     vocab_size=vocab_size, max_memory_gib=max_memory_gib)
+    if plots is not None:
+        _make_folder(Path(plots))
+    out = Path(out) if out is not None else None
+    jobs = drop_done(plan.jobs, out) if resume else plan.jobs
+    # The runner starts torchrun, which isolates the ranks: no extra child process around it.
+    options = sweep_options(inline=True, resume=resume, progress=progress)
+    if progress:
+        for note in plan.notes:
+            err(f"note: {note}")
+    records = _unsupported(plan.unsupported, out, resume) + run_sweep(jobs, out, options)
+    report = build_report(records)
+    if plots is not None and report.records:
+        from lmperf.questions.parallel.plots import plot_records
+
+        for path in plot_records(report.records, plots):
+            if progress:
+                err(f"plot: {path}")
+    return report
+
+
+def _unsupported(rows: list[tuple[dict, str]], out: Path | None, resume: bool) -> list[dict]:
+    """Rows made without launching anything (a compression hook the backend lacks)."""
+    from lmperf.results import store
+    from lmperf.results.schema import make_record
+
+    records = []
+    for spec, why in rows:
+        import torch
+
+        from lmperf.runtime import env
+
+        record = make_record("dist", spec, "unsupported", env.capture(torch.device(spec["device"])),
+                             message=why)
+        if out is not None:
+            store.ensure_writable(out)
+            store.append_record(out, record)
+        records.append(record)
+    return records
+
+
+def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None = None,
+             context: int | None = None, course: str | None = None, d_model: int | None = None, d_ff: int | None = None,
+             num_layers: int | None = None, ffn_only: bool = False, tokens: int = 2**20,
+             bandwidth: float = 100.0, gpu_gib: float = 80.0, tflops: float = 400.0,
+             comm_dtype: str = "bf16") -> Report:
+    """Analytic memory per rank and communication per step for every strategy (nothing runs).
+
+    The model is a preset `size` (of the `course` edition's table; default xl), or `d_model` x `d_ff` x `num_layers` (with `ffn_only`: the
+    course's accounting model, two Linear layers per block and nothing else). `world_size`:
+    the N to tabulate (default 8 64 512); `tokens`: tokens per step over all ranks; `bandwidth`:
+    per-rank link bandwidth W in GB/s (1e9 B/s); `gpu_gib`: memory per device; `tflops`: the
+    compute throughput C achieved per device; `comm_dtype`: what gradients and gathered
+    parameters travel in. Formulas: lmperf.questions.parallel.estimate.
+    """
+    from lmperf.core.vocabulary import as_list
+    from lmperf.questions.parallel import estimate as est
+    from lmperf.questions.parallel.report import estimate_report
+    from lmperf.validate import positive_int
+
+    sizes = as_list(world_size) or [8, 64, 512]
+    for n in sizes:
+        positive_int("world size", n)
+    for name, value in (("bandwidth", bandwidth), ("gpu_gib", gpu_gib), ("tflops", tflops)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise SpecError(f"{name} must be a positive number, got {value!r}")
+    positive_int("tokens", tokens)
+    c = {"fp32": 4, "bf16": 2, "fp16": 2}.get(comm_dtype)
+    if c is None:
+        raise SpecError(f"unknown comm dtype {comm_dtype!r}; accepted: fp32, bf16, fp16")
+    shape = _shape(size, d_model, d_ff, num_layers, ffn_only, context, course)
+    rows = []
+    for n in sizes:
+        activations = est.saved_activation_bytes(shape, tokens // n) if shape.ffn_only else 0.0
+        rows += est.estimate_rows(shape, [n], bandwidth_gbps=bandwidth, gpu_gib=gpu_gib,
+                                  tflops=tflops, global_tokens=tokens, comm_dtype_bytes=c,
+                                  activation_bytes=activations)
+    caption = (f"{shape.name}, P = {shape.params:,} parameters, {tokens:,} tokens/step, "
+               f"W = {bandwidth:g} GB/s, C = {tflops:g} TFLOP/s, {gpu_gib:g} GiB per device, "
+               f"{comm_dtype} communication"
+               + ("; activations: bf16 block inputs and first-layer outputs of the FFN-only model"
+                  if shape.ffn_only else "; model states only (activations: lmperf memory)"))
+    return estimate_report(rows, caption)
+
+
+def _shape(size, d_model, d_ff, num_layers, ffn_only, context, course):
+    from lmperf.questions.parallel import estimate as est
+
+    explicit = (d_model, d_ff, num_layers)
+    if any(v is not None for v in explicit):
+        if None in explicit:
+            raise SpecError("give all of --d-model, --d-ff and --num-layers (or a --size preset)")
+        for name, v in zip(("d_model", "d_ff", "num_layers"), explicit):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise SpecError(f"{name} must be a positive integer, got {v!r}")
+        if ffn_only:
+            return est.ffn_only_shape(d_model, d_ff, num_layers)
+        raise SpecError("an explicit shape needs --ffn-only (or use a --size preset for the LM)")
+    from lmperf.questions.memory.estimate import param_count
+    from lmperf.model.presets import DEFAULT_COURSE
+    from lmperf.workload.spec import RunSpec
+
+    spec = RunSpec.from_size(size or "xl", course or DEFAULT_COURSE,
+                             context_length=context or 1024)
+    shape = spec.shape() + ("" if "V=" in spec.shape() else f" V={spec.vocab_size}")
+    return est.Shape(f"{spec.size} ({spec.course}: {shape})",
+                     param_count(spec.model_config()), spec.d_model, spec.d_ff, spec.num_layers)
+
+
+def _make_folder(path: Path) -> None:
+    """Create the plot folder before anything runs; ResultsFileError if it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsFileError(f"cannot create the plot folder {path}: {exc.strerror or exc}") from None

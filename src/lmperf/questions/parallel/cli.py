@@ -1,0 +1,117 @@
+"""`lmperf dist [comm|train] ...` and `lmperf dist --estimate ...` -> `lmperf.questions.parallel.api.dist`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmperf.core.command import run_command
+from lmperf.core.vocabulary import add_options
+
+DEFAULT_OUT = Path("results") / "dist.jsonl"
+DEFAULT_PLOTS = Path("results") / "dist-plots"
+SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
+COMM = ("collective", "sizes", "dtype", "iters")
+TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
+ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "bandwidth", "gpu_gib",
+            "tflops", "comm_dtype")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `lmperf dist`."""
+    from lmperf.questions.parallel.spec import COLLECTIVES, COMPRESS, DTYPES, STRATEGIES
+
+    p = sub.add_parser(
+        "dist", help="data parallelism: collectives, DDP/FSDP/ZeRO strategies, estimates",
+        description="What data parallelism costs and how much communication is hidden. "
+                    "`comm` times collectives (nccl-tests' algbw/busbw, slowest rank per "
+                    "iteration); `train` runs every data-parallel strategy on the same model "
+                    "and data (phase times, communication / overlap / exposed, bytes, memory, "
+                    "and equality with single-process training); no command runs both. Each "
+                    "(command, world size) is one torchrun launch (gloo on CPU, NCCL on GPUs); "
+                    "a rank that crashes, hangs past --timeout or runs out of memory is a row "
+                    "naming the rank. --estimate runs nothing: analytic memory and "
+                    "communication on clusters you do not have. Many nodes: run `torchrun "
+                    "--nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+                    "-m lmperf dist comm|train ...` on each node (rank 0 appends to --out).")
+    p.add_argument("what", nargs="?", default="all", choices=["all", "comm", "train"],
+                   help="comm, train, or both (default)")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the analytic estimate (memory per rank, communication per step, "
+                        "fits in --gpu-gib?, largest N before communication-bound); runs nothing")
+    add_options(p, SHARED + ("out", "format", "plots", "timeout", "max_memory_gib", "resume"),
+                defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
+                helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
+                               "--estimate: the preset to estimate (default: xl)",
+                       "context": "train: tokens per sequence (default: 64 on CPU, 128 on CUDA)",
+                       "batch": "train: sequences per rank per step (default: 4)",
+                       "warmup": "untimed iterations (comm, default 5) or steps (train, "
+                                 "default 2 on CPU, 3 on CUDA)",
+                       "steps": "train: timed steps (default: 5 on CPU, 10 on CUDA)",
+                       "timeout": "per item (a collective at a size, or a strategy): kill every "
+                                  "rank and record an error naming the hung rank (default: 300)",
+                       "plots": "dist-train.png and dist-comm.png are overwritten each run"})
+    p.add_argument("--no-plots", action="store_true", help="skip the PNGs")
+    p.add_argument("--world-size", type=int, nargs="+", metavar="N",
+                   help="ranks; several values sweep (default: comm 2 4, train 1 2 on CPU; every "
+                        "local GPU count on CUDA; --estimate 8 64 512)")
+    g = p.add_argument_group("comm")
+    g.add_argument("--collective", nargs="+", metavar="NAME",
+                   help=f"collectives ({', '.join(COLLECTIVES)}; default: all)")
+    g.add_argument("--sizes", nargs="+", metavar="S",
+                   help="message sizes, bytes or with a unit (1KiB 16MiB 1MB 1GB); nccl-tests' S "
+                        "(default: 1KiB 16KiB 256KiB 1MiB 4MiB 16MiB on CPU; 1MB to 1GB on CUDA)")
+    g.add_argument("--dtype", default="fp32", choices=DTYPES, help="message dtype (default: fp32)")
+    g.add_argument("--iters", type=int, default=20, metavar="N",
+                   help="timed iterations per collective and size (default: 20)")
+    g = p.add_argument_group("train")
+    g.add_argument("--strategy", nargs="+", metavar="NAME",
+                   help=f"strategies ({', '.join(STRATEGIES)}; default: all)")
+    g.add_argument("--profile-steps", type=int, default=2, metavar="N",
+                   help="steps under torch.profiler for communication / overlap / bytes (0: none) "
+                        "(default: 2)")
+    g.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
+    g.add_argument("--vocab-size", type=int, metavar="V",
+                   help="override the preset's vocabulary (default: the preset's, 10000)")
+    g.add_argument("--bucket-mb", type=float, default=1.0, metavar="MIB",
+                   help="bucket size of bucketed, torch-ddp, zero1, torch-zero1 (default: 1)")
+    g.add_argument("--compute-dtype", default="fp32", choices=DTYPES,
+                   help="compute and communication dtype of fsdp and fsdp2 (default: fp32)")
+    g.add_argument("--compress", default="none", choices=COMPRESS,
+                   help="torch-ddp's gradient compression hook (default: none)")
+    g = p.add_argument_group("--estimate")
+    g.add_argument("--d-model", type=int, metavar="C", help="model width (with --d-ff, --num-layers)")
+    g.add_argument("--d-ff", type=int, metavar="F", help="feed-forward width")
+    g.add_argument("--num-layers", type=int, metavar="L", help="blocks")
+    g.add_argument("--ffn-only", action="store_true",
+                   help="the course's accounting model: two Linear layers per block, nothing else")
+    g.add_argument("--tokens", type=int, default=2**20, metavar="T",
+                   help="tokens per step over all ranks (default: 1048576)")
+    g.add_argument("--bandwidth", type=float, default=100.0, metavar="GB/s",
+                   help="per-rank link bandwidth W, 1e9 B/s (default: 100)")
+    g.add_argument("--gpu-gib", type=float, default=80.0, metavar="G",
+                   help="memory per device (default: 80)")
+    g.add_argument("--tflops", type=float, default=400.0, metavar="C",
+                   help="achieved TFLOP/s per device (default: 400)")
+    g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
+                   help="what gradients and gathered parameters travel in (default: bf16)")
+    p.set_defaults(func=cmd_dist)
+
+
+def cmd_dist(args: argparse.Namespace) -> int:
+    """`lmperf dist`: plan, launch torchrun per (command, world size), print the tables."""
+    from lmperf.questions.parallel.api import dist
+
+    if args.estimate:  # nothing runs, nothing is written: no closing line
+        from lmperf.core.command import emit
+
+        kwargs = {name: getattr(args, name) for name in ESTIMATE}
+        emit(dist("estimate", world_size=args.world_size, size=args.size, context=args.context,
+                  course=args.course, **kwargs), args)
+        return 0
+    kwargs = {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
+    return run_command(args, lambda: dist(args.what, world_size=args.world_size, **kwargs,
+                                          plots=None if args.no_plots else args.plots,
+                                          out=args.out, timeout=args.timeout,
+                                          max_memory_gib=args.max_memory_gib, resume=args.resume,
+                                          progress=True), noun="item")

@@ -1,0 +1,112 @@
+"""torch's own engines behind the same interfaces as lmperf's readable strategies.
+
+- `TorchDDP(module, bucket_size_mb, compress)`: DistributedDataParallel (the reducer
+  all-reduces buckets during backward; `finish_gradient_synchronization` has nothing left to do)
+  with torch's fp16 / bf16 compression hooks; buffers are broadcast once, at construction.
+- `FSDP2(module, compute_dtype)`: `fully_shard` on every block of every ModuleList and on the
+  root, with a MixedPrecisionPolicy (parameters in `compute_dtype` for compute, gradients
+  reduced in fp32).
+- `TorchZeRO1(params, optimizer_cls, **kwargs)`: ZeroRedundancyOptimizer.
+
+`fully_shard` moved from torch.distributed._composable.fsdp (2.4, 2.5) to
+torch.distributed.fsdp (2.6+): it is looked up in both places.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from lmperf.questions.parallel.ddp import broadcast_from_rank0
+
+
+def fsdp2_api() -> tuple[Any, Any] | None:
+    """(fully_shard, MixedPrecisionPolicy) from wherever this torch has them, or None."""
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            module = __import__(where, fromlist=["fully_shard", "MixedPrecisionPolicy"])
+            return module.fully_shard, module.MixedPrecisionPolicy
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def compression_unsupported(compress: str, backend: str) -> str | None:
+    """Why torch DDP's `compress` hook cannot run on `backend`, or None."""
+    if compress == "bf16" and backend != "nccl":
+        return "torch's bf16_compress_hook needs NCCL (>= 2.10) with CUDA; this run uses " + backend
+    return None
+
+
+class TorchDDP(nn.Module):
+    """DistributedDataParallel with `bucket_size_mb` buckets and an optional compression hook
+    ('fp16' or 'bf16': gradients cast before the all-reduce, back after)."""
+
+    def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0, compress: str = "none"):
+        super().__init__()
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        # broadcast_buffers=False: the reference LM's buffers (RoPE tables) are constants, and
+        # re-broadcasting them every forward would add bytes no gradient needs
+        self.ddp = DistributedDataParallel(module, bucket_cap_mb=bucket_size_mb,
+                                           broadcast_buffers=False)
+        self.module = module
+        hooks = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+        if compress in hooks:
+            self.ddp.register_comm_hook(dist.group.WORLD, hooks[compress])
+
+    def forward(self, *args: object, **kwargs: object) -> object:
+        return self.ddp(*args, **kwargs)
+
+    def finish_gradient_synchronization(self) -> None:
+        """Nothing: DDP's reducer has waited for its all-reduces at the end of backward."""
+
+    def close(self) -> None:
+        """Nothing in flight after backward."""
+
+
+class FSDP2(nn.Module):
+    """torch's fully_shard (FSDP2) with the FSDP wrapper's interface."""
+
+    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
+        super().__init__()
+        api = fsdp2_api()
+        if api is None:
+            raise RuntimeError("this torch has no fully_shard (FSDP2 needs torch >= 2.4)")
+        fully_shard, policy_cls = api
+        broadcast_from_rank0(module)  # fully_shard shards each rank's local values
+        policy = (policy_cls(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+                  if compute_dtype is not None else policy_cls())
+        for sub in module.modules():
+            if isinstance(sub, nn.ModuleList):
+                for block in sub:
+                    fully_shard(block, mp_policy=policy)
+        fully_shard(module, mp_policy=policy)
+        self.module = module
+
+    def forward(self, *args: object, **kwargs: object) -> object:
+        return self.module(*args, **kwargs)
+
+    def finish_gradient_synchronization(self) -> None:
+        """Nothing: fully_shard reduce-scatters during backward and finalises at its end."""
+
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, torch.Tensor]:
+        """{name: full tensor} (a collective: every rank must call it)."""
+        return {name: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+                for name, p in self.module.named_parameters()}
+
+    def close(self) -> None:
+        """Nothing in flight after backward."""
+
+
+def TorchZeRO1(params: Iterable, optimizer_cls: type[torch.optim.Optimizer],  # noqa: N802
+               **kwargs: Any) -> torch.optim.Optimizer:
+    """torch's ZeroRedundancyOptimizer with the ShardedOptimizer's call signature."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return ZeroRedundancyOptimizer(params, optimizer_class=optimizer_cls, **kwargs)

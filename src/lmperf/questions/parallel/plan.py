@@ -1,0 +1,175 @@
+"""From a request (lists, device defaults) to checked jobs, before any rank starts.
+
+Everything that can be wrong with the input is found here: unknown collectives or strategies,
+sizes that do not parse, world sizes the machine cannot hold (NCCL needs a GPU per rank), a
+compression hook the backend lacks (an 'unsupported' row made without launching anything).
+`--resume` is applied per item: a job keeps only its items without an 'ok' record in the file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
+from lmperf.questions.parallel.spec import COLLECTIVES, STRATEGIES, CommJob, TrainJob, item_key
+from lmperf.errors import SpecError
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30}
+
+
+def parse_size(text: str | int) -> int:
+    """'1KiB' -> 1024, '1MB' -> 1e6, '4096' -> 4096 bytes; SpecError otherwise."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value, unit = text, ""
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise SpecError(f"cannot read size {text!r}: use bytes or a unit like 1KiB, 16MiB, 1MB, 1GB")
+        value, unit = float(match.group(1)), match.group(2).lower()
+    size = int(value * _UNITS[unit])
+    if size <= 0:
+        raise SpecError(f"size must be positive, got {text!r}")
+    return size
+
+
+@dataclass
+class DistPlan:
+    """The jobs of one request, what to tell the user, and the rows made without running."""
+
+    jobs: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unsupported: list[tuple[dict, str]] = field(default_factory=list)  # (item spec, why)
+
+
+def _device(device: str):
+    from lmperf.runtime import device as dev
+
+    return dev.resolve_device(device)
+
+
+def _world_sizes(values: Sequence[int] | int | None, default: object, device_type: str,
+                 what: str) -> list[int]:
+    sizes = as_list(values) or list(default)  # type: ignore[arg-type]
+    if sizes == ["local"]:  # CUDA default: every local GPU count from 2 up
+        count = _gpu_count()
+        sizes = list(range(2, count + 1)) or [1]
+        if what == "train":
+            sizes = [1, count] if count > 1 else [1]
+    out = []
+    for n in sizes:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise SpecError(f"world size must be a positive integer, got {n!r}")
+        if device_type == "cuda":
+            gpus = _gpu_count()
+            if n > gpus:
+                raise SpecError(f"world size {n} needs {n} GPUs (one per rank with NCCL); "
+                                f"this machine has {gpus}")
+        out.append(n)
+    return list(dict.fromkeys(out))
+
+
+def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
+              collective: Sequence[str] | str | None = None,
+              sizes: Sequence[str | int] | str | int | None = None, dtype: str = "fp32",
+              iters: int = 20, strategy: Sequence[str] | str | None = None,
+              size: str | None = None, context: int | None = None, batch: int | None = None,
+              warmup: int | None = None, steps: int | None = None, profile_steps: int = 2,
+              lr: float = 1e-3, bucket_mb: float = 1.0, compute_dtype: str = "fp32",
+              compress: str = "none", seed: int = 0, device: str = "auto",
+              threads: int | None = None, timeout: float | None = None,
+              course: str | None = None, vocab_size: int | None = None,
+              max_memory_gib: float | None = None) -> DistPlan:
+    """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
+    'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
+    from lmperf.questions.parallel.spec import DEFAULT_TIMEOUT_S
+
+    if what not in ("all", "comm", "train"):
+        raise SpecError(f"unknown dist command {what!r}; accepted: comm, train (or none: both)")
+    dev_ = _device(device)
+    defaults = device_defaults("dist", dev_.type)
+    backend = "nccl" if dev_.type == "cuda" else "gloo"
+    if max_memory_gib is not None and not max_memory_gib > 0:
+        raise SpecError(f"--max-memory-gib must be positive, got {max_memory_gib!r}")
+    common = dict(backend=backend, device=dev_.type, threads=resolve_threads(threads, dev_.type),
+                  timeout_s=float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S,
+                  max_memory_gib=float(max_memory_gib or 0.0))
+    plan = DistPlan()
+    if what in ("all", "comm"):
+        names = as_list(collective) or list(COLLECTIVES)
+        byte_sizes = tuple(dict.fromkeys(parse_size(s) for s in (as_list(sizes) or defaults["sizes"])))
+        for n in _world_sizes(world_size, defaults["comm_world_size"], dev_.type, "comm"):
+            if n < 2:
+                plan.notes.append("dist comm: world size 1 has nothing to communicate; skipped")
+                continue
+            plan.jobs.append(CommJob(world_size=n, collectives=tuple(names), sizes=byte_sizes,
+                                     dtype=dtype, warmup=5 if warmup is None else warmup,
+                                     iters=iters, **common))
+    if what in ("all", "train"):
+        plan.jobs += _train_jobs(plan, world_size, strategy, size, context, batch, warmup, steps,
+                                 profile_steps, lr, bucket_mb, compute_dtype, compress, seed,
+                                 defaults, dev_.type, common, course, vocab_size)
+    return plan
+
+
+def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warmup, steps,
+                profile_steps, lr, bucket_mb, compute_dtype, compress, seed, defaults,
+                device_type, common, course, vocab_size) -> list[TrainJob]:
+    from lmperf.questions.parallel.engines import compression_unsupported
+    from lmperf.workload.spec import RunSpec
+
+    names = as_list(strategy) or list(STRATEGIES)
+    from lmperf.model.presets import DEFAULT_COURSE
+
+    shape = RunSpec.from_size(size or defaults["size"], course or DEFAULT_COURSE,
+                              context_length=context or defaults["context"],
+                              **({"vocab_size": vocab_size} if vocab_size else {}))
+    fixed = dict(size=shape.size, d_model=shape.d_model, num_layers=shape.num_layers,
+                 num_heads=shape.num_heads, d_ff=shape.d_ff, vocab_size=shape.vocab_size,
+                 context_length=shape.context_length, batch_size=batch or defaults["batch"],
+                 warmup=defaults["warmup"] if warmup is None else warmup,
+                 steps=steps or defaults["steps"], profile_steps=profile_steps, lr=lr,
+                 seed=seed, bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
+                 course=shape.course, **common)
+    jobs = []
+    for n in _world_sizes(world_size, defaults["train_world_size"], device_type, "train"):
+        mine = [s for s in names if (s == "single") == (n == 1)]
+        if not mine:
+            continue
+        why = compression_unsupported(compress, common["backend"]) if "torch-ddp" in mine else None
+        if why:  # torch refuses the hook on this backend: a row, not a failed launch
+            mine.remove("torch-ddp")
+            job = TrainJob(world_size=n, strategies=("torch-ddp",), **fixed)
+            plan.unsupported.append((job.item_spec("torch-ddp"), why))
+        if mine:
+            jobs.append(TrainJob(world_size=n, strategies=tuple(mine), **fixed))
+    if not jobs and not plan.unsupported:
+        raise SpecError("nothing to train: 'single' runs at world size 1, every other strategy "
+                        "at world sizes above 1")
+    return jobs
+
+
+def drop_done(jobs: list, out: Path | None) -> list:
+    """`jobs` without the items that already have an 'ok' record in `out` (--resume)."""
+    from lmperf.results import store
+
+    if out is None or not Path(out).exists():
+        return jobs
+    done = {item_key(r["spec"]) for r in store.read_records(Path(out))
+            if r["kind"] == "dist" and r["status"] == "ok"}
+    kept = []
+    for job in jobs:
+        todo = [i for i in job.items() if item_key(job.item_spec(i)) not in done]
+        if todo:
+            kept.append(job if len(todo) == len(job.items()) else job.with_items(todo))
+    return kept
+
+
+def _gpu_count() -> int:
+    """GPUs this process may use (torch respects CUDA_VISIBLE_DEVICES)."""
+    from lmperf.runtime.device import cuda_device_count
+
+    return cuda_device_count()

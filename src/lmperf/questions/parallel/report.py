@@ -1,0 +1,248 @@
+"""The Report of dist records: numeric tables for collectives and strategies, findings, summaries.
+
+`frame` is the strategies table when there are training records (else the collectives table):
+one numeric row per (strategy, world size) with step and phase times (slowest rank, medians),
+communication / overlap / exposed time, the data-parallel overhead (step at n ranks - step of
+`single` with the same per-rank batch), bytes sent per step (counted and analytic), bytes held
+per rank and whether the parameters matched single-process training. `tables` add the
+collectives ("comm"), bus bandwidth by size ("busbw") and the memory and bytes detail.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from lmperf.core.report import Report, caption_axes, status_notes
+from lmperf.questions.parallel.predict import prediction_table
+
+MIB = 2**20
+_SHAPE_KEYS = ("size", "context_length", "batch_size", "device", "backend", "seed", "lr")
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _median(summary: dict | None) -> float:
+    return _num((summary or {}).get("median"))
+
+
+def comm_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per (collective, size, world size): slowest-rank time, spread, algbw, busbw."""
+    rows = []
+    for r in records:
+        if r["spec"].get("what") != "comm":
+            continue
+        s, m = r["spec"], r.get("metrics") or {}
+        rows.append({"collective": s["collective"], "world_size": s["world_size"],
+                     "dtype": s["dtype"], "backend": s["backend"],
+                     "bytes": m.get("bytes", s["size_bytes"]), "status": r["status"],
+                     "time_ms": _median(m.get("time_ms")),
+                     "time_iqr_ms": _num((m.get("time_ms") or {}).get("iqr")),
+                     "spread_ms": _median(m.get("spread_ms")),
+                     "algbw_gbps": _num(m.get("algbw_gbps")), "busbw_gbps": _num(m.get("busbw_gbps")),
+                     "bus_factor": _num(m.get("bus_factor")),
+                     "comparable": m.get("comparable"), "message": r.get("message", "")})
+    return pd.DataFrame(rows)
+
+
+def _shape(spec: dict) -> tuple:
+    return tuple(spec.get(k) for k in _SHAPE_KEYS)
+
+
+def train_frame(records: list[dict]) -> pd.DataFrame:
+    """One numeric row per (strategy, world size); see the module docstring."""
+    train = [r for r in records if r["spec"].get("what") == "train"]
+    single = {_shape(r["spec"]): _median(r["metrics"]["step_ms"]) for r in train
+              if r["spec"]["strategy"] == "single" and r["status"] == "ok"}
+    rows = []
+    for r in train:
+        s, m = r["spec"], r.get("metrics") or {}
+        comm, nbytes = m.get("comm") or {}, m.get("bytes") or {}
+        held = (m.get("memory") or {}).get("per_rank") or [{}]
+        check = m.get("correctness") or {}
+        step = _median(m.get("step_ms"))
+        row = {"strategy": s["strategy"], "world_size": s["world_size"], "size": s["size"],
+               "context_length": s["context_length"], "batch_size": s["batch_size"],
+               "device": s["device"], "backend": s["backend"], "status": r["status"],
+               "step_ms": step, "step_iqr_ms": _num((m.get("step_ms") or {}).get("iqr"))}
+        for phase in ("forward", "backward", "sync", "optimizer"):
+            row[f"{phase}_ms"] = _median(m.get(f"{phase}_ms"))
+        row.update({
+            "comm_ms": _num(comm.get("comm_ms")), "overlap_ms": _num(comm.get("overlap_ms")),
+            "exposed_ms": _num(comm.get("exposed_ms")),
+            "dp_overhead_ms": step - single.get(_shape(s), math.nan),
+            "tokens_per_s": _num(m.get("tokens_per_s")),
+            "sent_mb": _num(nbytes.get("counted_bus_bytes")) / 1e6,
+            "analytic_mb": _num(nbytes.get("analytic_bus_bytes")) / 1e6,
+            "analytic_backend_mb": _num(nbytes.get("analytic_backend_bus_bytes")) / 1e6,
+            "params_mib": max(_num(h.get("parameters_bytes")) for h in held) / MIB,
+            "grads_mib": max(_num(h.get("gradients_bytes")) for h in held) / MIB,
+            "optimizer_mib": max(_num(h.get("optimizer_bytes")) for h in held) / MIB,
+            "peak_mib": max(_num(next(iter((h.get("peak_mib") or {"x": None}).values()), None))
+                            for h in held),
+            "matches_single": check.get("equal"), "max_abs_diff": _num(check.get("max_abs_diff")),
+            "compute_dtype": m.get("compute_dtype"), "message": r.get("message", "")})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def busbw_table(comm: pd.DataFrame) -> pd.DataFrame:
+    """Bus bandwidth (GB/s) by message size (rows) and collective x world size (columns)."""
+    ok = comm[comm["status"] == "ok"]
+    if ok.empty:
+        return pd.DataFrame()
+    wide = ok.pivot_table(index="bytes", columns=["collective", "world_size"], values="busbw_gbps")
+    wide.columns = [f"{c} n={n}" for c, n in wide.columns]
+    return wide.reset_index().rename(columns={"bytes": "bytes"})
+
+
+def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
+    axes, caption = caption_axes(df, [("size", "model"), ("context_length", "context"),
+                                      ("batch_size", "batch per rank"), ("device", "device"),
+                                      ("backend", "backend")])
+    status, notes = status_notes(df["status"], df["message"])
+    out = pd.DataFrame({"strategy": df["strategy"], "n": df["world_size"], "status": status})
+    for col, _title in axes:
+        out[col] = df[col]
+    for col, title in (("step_ms", "step ms"), ("forward_ms", "fwd"), ("backward_ms", "bwd"),
+                       ("sync_ms", "sync"), ("optimizer_ms", "opt"), ("comm_ms", "comm ms"),
+                       ("overlap_ms", "overlap"), ("exposed_ms", "exposed"),
+                       ("dp_overhead_ms", "DP overhead"), ("tokens_per_s", "tokens/s"),
+                       ("sent_mb", "sent MB"), ("analytic_mb", "analytic MB"),
+                       ("params_mib", "params MiB"), ("grads_mib", "grads MiB"),
+                       ("optimizer_mib", "optim MiB"), ("peak_mib", "peak MiB")):
+        out[title] = df[col]
+    out["= single"] = ["yes" if v is True else "NO" if v is False else "-" for v in df["matches_single"]]
+    caption += ("; times: median over steps of the slowest rank; comm/overlap/exposed from "
+                "profiled steps; sent: bus bytes per rank per step")
+    return out, caption, notes
+
+
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    df = report.frame
+    if "strategy" in df.columns:
+        return _display_train(df)
+    status, notes = status_notes(df["status"], df["message"])
+    shown = df.drop(columns=["message", "status"]).assign(status=status)
+    return shown, "time: median over iterations of the slowest rank; GB = 1e9 bytes", notes
+
+
+def _train_findings(df: pd.DataFrame) -> list[str]:
+    out = []
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return out
+    bad = ok[ok["matches_single"] != True]  # noqa: E712 (None counts as not checked)
+    if bad.empty:
+        worst = ok.loc[ok["max_abs_diff"].idxmax()]
+        how = (f"largest parameter difference {worst['max_abs_diff']:.2g}, {worst['strategy']}"
+               if worst["max_abs_diff"] > 0 else "bitwise: every difference is 0")
+        out.append(f"all {len(ok)} strategy runs match single-process training on the global batch "
+                   f"within tolerance ({how})")
+    else:
+        out.append("NOT equal to single-process training: " + ", ".join(
+            f"{r.strategy} (n={r.world_size}, max diff {r.max_abs_diff:.2g})" for r in bad.itertuples()))
+    multi = ok[ok["world_size"] > 1]
+    for n, group in multi.groupby("world_size"):
+        fastest = group.loc[group["step_ms"].idxmin()]
+        line = f"n={n}: fastest {fastest['strategy']} ({fastest['step_ms']:.1f} ms/step"
+        if not math.isnan(fastest["dp_overhead_ms"]):
+            line += f", {fastest['dp_overhead_ms']:+.1f} ms vs single"
+        out.append(line + ")")
+        hidden = group[group["comm_ms"] > 0]
+        if not hidden.empty:
+            out.append(f"n={n}: share of communication hidden behind compute: " + ", ".join(
+                f"{r.strategy} {r.overlap_ms / r.comm_ms:.0%}" for r in hidden.itertuples()))
+        for r in group.itertuples():
+            if r.analytic_mb > 0 and abs(r.sent_mb / r.analytic_mb - 1) > 0.01:
+                why = (" (the backend's own collectives, costed as it runs them, predict "
+                       f"{r.analytic_backend_mb:.3g} MB)" if abs(r.analytic_backend_mb - r.analytic_mb) > 1e-9 else "")
+                out.append(f"n={n}: {r.strategy} sent {r.sent_mb:.3g} MB/step, "
+                           f"{r.sent_mb / r.analytic_mb:.2f}x the textbook volume {r.analytic_mb:.3g} MB{why}")
+    return out
+
+
+def _comm_findings(df: pd.DataFrame) -> list[str]:
+    out = []
+    ok = df[df["status"] == "ok"]
+    for (collective, n), group in ok.groupby(["collective", "world_size"]):
+        best = group.loc[group["busbw_gbps"].idxmax()]
+        out.append(f"{collective} n={n}: busbw peaks at {best['busbw_gbps']:.3g} GB/s "
+                   f"({int(best['bytes'])} bytes, {best['time_ms']:.3g} ms)")
+    if not ok.empty:
+        worst = ok.loc[(ok["spread_ms"] / ok["time_ms"]).idxmax()]
+        out.append(f"largest straggler spread: {worst['collective']} n={worst['world_size']} at "
+                   f"{int(worst['bytes'])} bytes, slowest - fastest rank {worst['spread_ms']:.3g} ms "
+                   f"of {worst['time_ms']:.3g} ms")
+    return out
+
+
+def _prediction_findings(df: pd.DataFrame) -> list[str]:
+    if df.empty:
+        return []
+    ratio = df["measured_over_predicted"]
+    return [f"communication per step, measured / predicted from dist comm's times per message size: "
+            f"median {ratio.median():.2f} (from {ratio.min():.2f}, {df.loc[ratio.idxmin(), 'strategy']}, "
+            f"to {ratio.max():.2f}, {df.loc[ratio.idxmax(), 'strategy']})"]
+
+
+def build_report(records: list[dict]) -> Report:
+    """A Report of dist records (training and/or collectives)."""
+    records = [r for r in records if r["kind"] == "dist"]
+    comm, train = comm_frame(records), train_frame(records)
+    tables: dict[str, pd.DataFrame] = {}
+    frame = train if not train.empty else comm
+    if not train.empty and not comm.empty:
+        tables["comm"] = comm.drop(columns=["message"]) if (comm["message"] == "").all() else comm
+    if not comm.empty:
+        tables["busbw (GB/s) by size"] = busbw_table(comm)
+    predicted = prediction_table(records)
+    if not predicted.empty:
+        tables["communication per step: measured vs predicted from dist comm"] = predicted
+    findings = (_train_findings(train) if not train.empty else []) + \
+               (_comm_findings(comm) if not comm.empty else []) + _prediction_findings(predicted)
+    notes = {w for r in records for w in r.get("warnings", [])}
+    findings += sorted(notes)
+    device = (records or [{}])[0].get("env", {}).get("device_name", "")
+    title = "lmperf dist" + (f" on {device}" if device else "")
+    return Report(kind="dist", frame=frame, tables={k: v for k, v in tables.items() if not v.empty},
+                  findings=findings, records=records, title=title, display=_display)
+
+
+def summary_line(record: dict) -> str:
+    """One line for a finished item: a collective's bandwidth, or a strategy's step time."""
+    s = record["spec"]
+    if record["status"] != "ok":
+        return f"{record['status']}: {record.get('message', '')}"
+    m = record["metrics"]
+    if s.get("what") == "comm":
+        return (f"{s['collective']} {m['bytes']} B n={s['world_size']}: {m['time_ms']['median']:.3f} ms, "
+                f"algbw {m['algbw_gbps']:.3g} GB/s, busbw {m['busbw_gbps']:.3g} GB/s")
+    comm = m.get("comm") or {}
+    same = "matches single" if m["correctness"]["equal"] else "DIFFERS from single"
+    return (f"{s['strategy']} n={s['world_size']}: step {m['step_ms']['median']:.1f} ms, exposed "
+            f"comm {comm.get('exposed_ms', 0):.1f} ms, {same}")
+
+
+def estimate_report(rows: list[dict], caption: str) -> Report:
+    """The Report of `--estimate` (no records: nothing ran)."""
+    frame = pd.DataFrame(rows)
+    return Report(kind="dist", frame=frame, title=f"lmperf dist --estimate: {caption}",
+                  findings=_estimate_findings(frame))
+
+
+def _estimate_findings(df: pd.DataFrame) -> list[str]:
+    out = []
+    for strategy, group in df.groupby("strategy", sort=False):
+        row = group.iloc[0]
+        fewest = row["min_devices_states"]
+        largest = row["largest_n_compute_bound"]
+        out.append(f"{strategy}: model states fit with "
+                   + (f">= {int(fewest)} device(s)" if fewest == fewest and fewest is not None
+                      else "no number of devices")
+                   + "; communication stays below compute up to N = "
+                   + (f"{int(largest)}" if largest == largest and largest is not None else "none (already at N=2)"))
+    return out

@@ -1,0 +1,229 @@
+"""The jobs of `lmperf dist`: one torchrun launch per (command, world size), several records each.
+
+A job (`CommJob`, `TrainJob`) is what the launcher starts: all collectives and sizes, or all
+strategies, at one world size share one torchrun launch (starting one costs ~3 s of interpreter
+and torch imports per rank on a 2-core machine). Each finished item (a collective at a size, or a
+strategy) is one record whose `spec` is the item's own (`item_spec`), so that tables, `lmperf
+table` and `--resume` see one row per (collective, size, world size) or (strategy, world size).
+
+A job names two functions by "module:function": `runner` (the core's job protocol: run in the
+sweep's process, it starts torchrun, see `lmperf.questions.parallel.launch`) and `worker` (run on every rank
+for each item, see `lmperf.questions.parallel.worker`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+from lmperf.errors import SpecError
+from lmperf.validate import check_fields, choice, positive_int
+
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                "all_to_all")
+STRATEGIES: tuple[str, ...] = ("single", "naive", "flat", "overlap", "bucketed", "torch-ddp",
+                               "fsdp", "fsdp2", "zero1", "torch-zero1")
+DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
+COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
+BACKENDS: tuple[str, ...] = ("gloo", "nccl")
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, never waited on
+
+# Fields that say how a job is launched, not what it measures: not part of a record's identity.
+_LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
+
+
+def _check_common(job: object) -> None:
+    check_fields(job, choices={"backend": BACKENDS, "device": DEVICES},
+                 positive=("world_size",), non_negative=("threads",))
+    if job.backend == "nccl" and job.device != "cuda":  # type: ignore[attr-defined]
+        raise SpecError("the nccl backend needs --device cuda")
+    timeout = job.timeout_s  # type: ignore[attr-defined]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+class _Job:
+    """What both jobs share: dict round trip without launch fields, item bookkeeping."""
+
+    def to_dict(self) -> dict:
+        """The job's identity as a JSON-ready dict (launch options left out)."""
+        return {k: v for k, v in asdict(self).items() if k not in _LAUNCH_FIELDS}  # type: ignore[call-overload]
+
+    def to_full_dict(self) -> dict:
+        """Everything, launch options included (what the ranks receive)."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "_Job":
+        """Inverse of `to_dict` / `to_full_dict`; unknown fields are refused."""
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - known
+        if unknown:
+            raise SpecError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    def with_items(self, items: list[str]) -> "_Job":
+        """The same job restricted to `items` (for --resume and after a failed launch)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class CommJob(_Job):
+    """Collective benchmarks at one world size: every collective x every size.
+
+    Attributes:
+        world_size: ranks (processes) taking part.
+        collectives: names from COLLECTIVES.
+        sizes: message sizes S in bytes, as nccl-tests defines S per collective (the whole
+            array: all_gather's output, reduce_scatter's input; see `lmperf.questions.parallel.comm`).
+        dtype: element type of the messages.
+        warmup, iters: untimed, then timed iterations per (collective, size).
+        backend: 'gloo' (CPU) or 'nccl' (CUDA); device: where the tensors live.
+        threads: torch intra-op threads per rank (0: torch's default).
+        timeout_s: a launch option: an item running longer is killed (an error row).
+        max_memory_gib: a launch option: each rank's memory cap (lmperf.runtime.device's
+            cap_memory), so that a rank that does not fit fails as an 'oom' row (0: none).
+    """
+
+    kind: ClassVar[str] = "dist"
+    what: ClassVar[str] = "comm"
+    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    worker: ClassVar[str] = "lmperf.questions.parallel.comm:run_item"
+
+    world_size: int
+    collectives: tuple[str, ...] = COLLECTIVES
+    sizes: tuple[int, ...] = (1024,)
+    dtype: str = "fp32"
+    warmup: int = 5
+    iters: int = 20
+    backend: str = "gloo"
+    device: str = "cpu"
+    threads: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_memory_gib: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        check_fields(self, choices={"dtype": DTYPES}, positive=("iters",),
+                     non_negative=("warmup",))
+        if not self.collectives or not self.sizes:
+            raise SpecError("a comm job needs at least one collective and one size")
+        for name in self.collectives:
+            choice("collective", name, COLLECTIVES)
+        for size in self.sizes:
+            positive_int("size (bytes)", size)
+
+    def items(self) -> list[str]:
+        """'collective:bytes' for every pair, collective-major."""
+        return [f"{c}:{s}" for c in self.collectives for s in self.sizes]
+
+    def item_spec(self, item: str) -> dict:
+        """The record spec of one item."""
+        collective, size = item.split(":")
+        base = {k: v for k, v in self.to_dict().items() if k not in ("collectives", "sizes")}
+        return {"what": "comm", "collective": collective, "size_bytes": int(size), **base}
+
+    def with_items(self, items: list[str]) -> "CommJob":
+        """Only the collectives and sizes that `items` name (their cartesian product)."""
+        pairs = [i.split(":") for i in items]
+        cols = tuple(dict.fromkeys(c for c, _ in pairs))
+        sizes = tuple(dict.fromkeys(int(s) for _, s in pairs))
+        return CommJob(**{**self.to_full_dict(), "collectives": cols, "sizes": sizes})
+
+    def label(self) -> str:
+        """Short name for progress lines."""
+        return f"comm n={self.world_size} {self.backend} {self.dtype} ({len(self.items())} items)"
+
+
+@dataclass(frozen=True)
+class TrainJob(_Job):
+    """Data-parallel training strategies at one world size, on the same model and data.
+
+    Attributes:
+        world_size: ranks; each trains on `batch_size` sequences of its own per step (the
+            global batch is world_size x batch_size).
+        strategies: names from STRATEGIES ('single' only at world size 1).
+        size, d_model, num_layers, num_heads, d_ff, vocab_size: the reference LM's shape
+            (`size` as the `course` edition's table defines it).
+        context_length: tokens per sequence.
+        warmup, steps: untimed, then timed steps; profile_steps: further steps under the
+            profiler (communication intervals and bytes), not timed.
+        lr: AdamW learning rate; seed: weights and data.
+        bucket_mb: bucket size of 'bucketed', 'torch-ddp', 'zero1' and 'torch-zero1' (MiB).
+        compute_dtype: the compute (and communication) dtype of 'fsdp' and 'fsdp2'.
+        compress: torch-ddp's gradient compression hook.
+        backend, device, threads, timeout_s, max_memory_gib: as in CommJob.
+    """
+
+    kind: ClassVar[str] = "dist"
+    what: ClassVar[str] = "train"
+    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    worker: ClassVar[str] = "lmperf.questions.parallel.train:run_item"
+
+    world_size: int
+    strategies: tuple[str, ...]
+    size: str
+    d_model: int
+    num_layers: int
+    num_heads: int
+    d_ff: int
+    vocab_size: int
+    context_length: int = 64
+    batch_size: int = 4
+    warmup: int = 2
+    steps: int = 5
+    profile_steps: int = 2
+    lr: float = 1e-3
+    seed: int = 0
+    bucket_mb: float = 1.0
+    compute_dtype: str = "fp32"
+    compress: str = "none"
+    backend: str = "gloo"
+    device: str = "cpu"
+    threads: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_memory_gib: float = 0.0
+    attention: str = "naive"
+    course: str = "2026"
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        check_fields(self, choices={"compute_dtype": DTYPES, "compress": COMPRESS},
+                     positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
+                               "context_length", "batch_size", "steps"),
+                     non_negative=("warmup", "profile_steps"))
+        if not self.strategies:
+            raise SpecError("a train job needs at least one strategy")
+        for name in self.strategies:
+            choice("strategy", name, STRATEGIES)
+            if (name == "single") != (self.world_size == 1):
+                raise SpecError("strategy 'single' runs at world size 1 and only it does "
+                                f"(got {name!r} at world size {self.world_size})")
+        for name in ("lr", "bucket_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise SpecError(f"{name} must be a positive number, got {value!r}")
+
+    def items(self) -> list[str]:
+        """The strategies, in order."""
+        return list(self.strategies)
+
+    def item_spec(self, item: str) -> dict:
+        """The record spec of one strategy."""
+        base = {k: v for k, v in self.to_dict().items() if k != "strategies"}
+        return {"what": "train", "strategy": item, **base}
+
+    def with_items(self, items: list[str]) -> "TrainJob":
+        """Only the strategies in `items`."""
+        return TrainJob(**{**self.to_full_dict(), "strategies": tuple(items)})
+
+    def label(self) -> str:
+        """Short name for progress lines."""
+        return (f"train n={self.world_size} {self.size} b={self.batch_size} "
+                f"ctx={self.context_length} {','.join(self.strategies)}")
+
+
+def item_key(spec: dict) -> tuple:
+    """What identifies a record's item across runs (for --resume at item level)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in spec.items()))

@@ -1,0 +1,183 @@
+"""The strategies of `lmperf dist train` by name: model wrapper + optimizer, ready to step.
+
+`build(name, model, ...)` returns a `Setup`: the module to run forward on, the optimizer, what
+to call after backward (`sync`), how to get the full parameters back (a collective), the
+autocast context, and how to release everything (before the next strategy and before exit).
+
+`analytic_bus_bytes` is each strategy's communication volume per step, per rank, on a ring
+(the busbw convention of lmperf.questions.parallel.formulas: all-reduce 2(n-1)/n x S, all-gather and
+reduce-scatter (n-1)/n x S, broadcast S), computed from the model's parameters, to compare with
+the bytes the profiler counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+import torch.nn as nn
+
+from lmperf.questions.parallel.ops import DTYPES
+from lmperf.questions.parallel.spec import STRATEGIES
+
+# What each strategy is, in one line (help texts, tables).
+SUMMARIES: dict[str, str] = {
+    "single": "one rank, the same per-rank batch: the baseline",
+    "naive": "a blocking all-reduce per gradient after backward",
+    "flat": "one all-reduce of all gradients flattened, after backward",
+    "overlap": "an async all-reduce per gradient from a post-accumulate-grad hook",
+    "bucketed": "async all-reduces of --bucket-mb buckets, filled in reverse order",
+    "torch-ddp": "torch DistributedDataParallel (--bucket-mb, --compress)",
+    "fsdp": "readable FSDP: Linear/Embedding weights sharded, all-gather + reduce-scatter",
+    "fsdp2": "torch fully_shard with a MixedPrecisionPolicy",
+    "zero1": "readable optimizer-state sharding (bucketed DDP + broadcast from owners)",
+    "torch-zero1": "torch ZeroRedundancyOptimizer over torch DDP",
+}
+assert set(SUMMARIES) == set(STRATEGIES)
+
+
+@dataclass
+class Setup:
+    """A strategy ready to step (see the module docstring)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    sync: Callable[[], None]
+    full_params: Callable[[], dict[str, torch.Tensor]]
+    autocast: Callable[[], ContextManager]
+    close: Callable[[], None]
+    compute_dtype: str = "fp32"
+
+
+def _named(module: nn.Module) -> Callable[[], dict[str, torch.Tensor]]:
+    return lambda: {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> Callable[[], ContextManager]:
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_dtype: str,
+          compress: str, device: torch.device) -> Setup:
+    """Wrap `model` (already on `device`, identical on every rank) for strategy `name`."""
+    from lmperf.questions.parallel import ddp, engines, fsdp, zero
+
+    adamw = lambda params: torch.optim.AdamW(params, lr=lr)  # noqa: E731
+    plain = lambda w: Setup(w, adamw(w.parameters()), w.finish_gradient_synchronization,  # noqa: E731
+                            _named(w.module), contextlib.nullcontext, w.close)
+    if name == "single":
+        return Setup(model, adamw(model.parameters()), lambda: None, _named(model),
+                     contextlib.nullcontext, lambda: None)
+    if name in ("naive", "flat", "overlap"):
+        return plain({"naive": ddp.NaiveDDP, "flat": ddp.FlatDDP, "overlap": ddp.OverlapDDP}[name](model))
+    if name == "bucketed":
+        return plain(ddp.BucketedDDP(model, bucket_mb))
+    if name == "torch-ddp":
+        return plain(engines.TorchDDP(model, bucket_mb, compress))
+    if name in ("fsdp", "fsdp2"):
+        dtype = None if compute_dtype == "fp32" else DTYPES[compute_dtype]
+        cls = fsdp.FSDP if name == "fsdp" else engines.FSDP2
+        wrapped = cls(model, dtype)
+        return Setup(wrapped, adamw(wrapped.parameters()), wrapped.finish_gradient_synchronization,
+                     wrapped.gather_full_params, _autocast(device, dtype), wrapped.close,
+                     compute_dtype)
+    if name == "zero1":
+        wrapped = ddp.BucketedDDP(model, bucket_mb)
+        opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, lr=lr)
+        return Setup(wrapped, opt, wrapped.finish_gradient_synchronization, _named(model),
+                     contextlib.nullcontext, wrapped.close)
+    if name == "torch-zero1":
+        wrapped = engines.TorchDDP(model, bucket_mb)
+        opt = engines.TorchZeRO1(wrapped.parameters(), torch.optim.AdamW, lr=lr)
+        return Setup(wrapped, opt, wrapped.finish_gradient_synchronization, _named(model),
+                     contextlib.nullcontext, wrapped.close)
+    raise ValueError(f"unknown strategy {name!r}")
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of optimizer state THIS rank holds (sharded optimizers: their local part)."""
+    local = getattr(optimizer, "local", None) or getattr(optimizer, "optim", None) or optimizer
+    return sum(_local(t).numel() * _local(t).element_size()
+               for s in local.state.values() for t in s.values() if torch.is_tensor(t))
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
+
+
+def tensor_bytes(tensors) -> int:
+    """Bytes held on this rank by `tensors` (DTensors: their local shard)."""
+    return sum(_local(t).numel() * _local(t).element_size() for t in tensors if t is not None)
+
+
+def param_groups(model: nn.Module) -> dict[str, int]:
+    """Trainable elements by how the FSDPs treat them: 'linear' and 'embedding' weights
+    (sharded by lmperf's fsdp), 'blocks' (inside a ModuleList: fsdp2's per-block groups) and
+    'total'. Tied weights count once."""
+    from lmperf.questions.parallel.fsdp import shardable
+
+    seen: set[int] = set()
+    out = {"linear": 0, "embedding": 0, "blocks": 0, "total": 0}
+    for sub in model.modules():
+        kind = shardable(sub)
+        if kind and id(sub.weight) not in seen:
+            seen.add(id(sub.weight))
+            out[kind] += sub.weight.numel()
+    in_blocks: set[int] = set()
+    for sub in model.modules():
+        if isinstance(sub, nn.ModuleList):
+            in_blocks |= {id(p) for p in sub.parameters() if p.requires_grad}
+    trainable = {id(p): p.numel() for p in model.parameters() if p.requires_grad}
+    out["blocks"] = sum(n for i, n in trainable.items() if i in in_blocks)
+    out["total"] = sum(trainable.values())
+    return out
+
+
+def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str = "fp32",
+                      compress: str = "none") -> list[tuple[str, float]]:
+    """(collective, S bytes) of every message strategy `name` sends per step (S as nccl-tests
+    defines it: the whole array), from the model's trainable elements `groups`."""
+    total = groups["total"]
+    c = {"fp32": 4, "bf16": 2, "fp16": 2}[compute_dtype]
+    if name == "single":
+        return []
+    if name in ("naive", "flat", "overlap", "bucketed"):
+        return [("all_reduce", 4 * total)]
+    if name == "torch-ddp":
+        return [("all_reduce", {"none": 4, "fp16": 2, "bf16": 2}[compress] * total)]
+    if name in ("zero1", "torch-zero1"):  # + every parameter broadcast once from its owner
+        return [("all_reduce", 4 * total), ("broadcast", 4 * total)]
+    if name == "fsdp":
+        sharded = groups["linear"] + groups["embedding"]
+        # forward gathers every shard, backward gathers the Linear weights again, every
+        # shard's gradient is reduce-scattered (all in the compute dtype); the replicated rest
+        # (norm weights) is all-reduced in fp32
+        return [("all_gather", c * sharded), ("all_gather", c * groups["linear"]),
+                ("reduce_scatter", c * sharded), ("all_reduce", 4 * (total - sharded))]
+    if name == "fsdp2":
+        # blocks are resharded after forward (gathered again in backward); the root's own
+        # parameters stay gathered from forward to backward (fully_shard's root default);
+        # gradients are reduce-scattered in fp32 (the policy's reduce_dtype)
+        blocks, root = groups["blocks"], total - groups["blocks"]
+        return [("all_gather", c * (2 * blocks + root)), ("reduce_scatter", 4 * total)]
+    raise ValueError(f"unknown strategy {name!r}")
+
+
+# How a backend runs a collective, where that differs from what it is asked for.
+EMULATED: dict[str, dict[str, str]] = {"gloo": {"reduce_scatter": "all_reduce"}}
+
+
+def analytic_bus_bytes(messages: list[tuple[str, float]], n: int, backend: str | None = None) -> float:
+    """Bytes each rank sends per step on a ring for `messages`: S x busbw factor (all-reduce
+    2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1). With `backend`, each
+    collective is costed as that backend runs it (gloo: reduce_scatter as an all-reduce)."""
+    from lmperf.questions.parallel.formulas import bus_factor
+
+    if n == 1:
+        return 0.0
+    run_as = EMULATED.get(backend or "", {})
+    return sum(size * bus_factor(run_as.get(c, c), n) for c, size in messages)

@@ -1,0 +1,247 @@
+"""`lmperf dist train` on one rank: one strategy on the reference LM, measured four ways.
+
+One kind of measurement per pass, all on the same model, data and optimizer:
+1. `warmup` untimed then `steps` timed steps (PhaseClock: forward, backward, sync, optimizer);
+   a step's time is the slowest rank's;
+2. one untimed probe step counting exactly the bytes this rank holds (parameters, gradients
+   after sync, optimizer state after the step) and the peak memory;
+3. `profile_steps` steps under torch.profiler: communication intervals and bytes
+   (lmperf.questions.parallel.accounting);
+4. the full parameters are gathered and compared with single-process training on the global
+   batch for the same number of steps (lmperf.questions.parallel.reference): correctness is measured, not
+   assumed.
+The step is THE training step's order (forward + loss under autocast, backward, then the
+strategy's gradient synchronisation as its own phase, then optimizer step and zero_grad);
+no loss scaling and no clipping (a clip would need the global norm of sharded gradients).
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Callable, ContextManager
+
+import torch
+import torch.distributed as dist
+
+from lmperf.questions.parallel import accounting, strategies
+from lmperf.questions.parallel.ops import DTYPES
+from lmperf.questions.parallel.reference import compare, loss_of, train_reference
+from lmperf.questions.parallel.spec import TrainJob
+from lmperf.questions.parallel.worker import RankContext
+from lmperf.measure.stats import summarize
+from lmperf.runtime import device as dev
+from lmperf.workload.steps import NO_OBSERVER, Observer
+
+PHASES: tuple[str, ...] = ("forward", "backward", "sync", "optimizer")
+# Parameters must match the reference within atol + rtol x |ref| (torch.allclose). fp32 differs
+# only by the order of sums (measured ~1e-7 after a few AdamW steps); a bf16/fp16 compute dtype
+# rounds partial gradients before they are summed across ranks.
+TOLERANCE: dict[str, tuple[float, float]] = {"fp32": (1e-5, 1e-4), "bf16": (5e-3, 5e-2),
+                                             "fp16": (2e-3, 2e-2)}
+_REFERENCES: dict[tuple, dict[str, torch.Tensor]] = {}  # rank 0's cache for one job
+
+
+def build_model(job: TrainJob, device: torch.device) -> torch.nn.Module:
+    """The reference LM of `job`'s shape, seeded: identical on every rank and every call."""
+    from lmperf.model.custom import build_model as build
+    from lmperf.model.presets import ModelConfig
+
+    dev.seed_all(job.seed)
+    config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context_length,
+                         d_model=job.d_model, num_layers=job.num_layers, num_heads=job.num_heads,
+                         d_ff=job.d_ff, attention=job.attention)
+    return build(config).to(device)
+
+
+def global_batch(job: TrainJob, n: int, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step `step`'s global batch: (inputs, targets), each (n x batch_size, T) token ids, the
+    same on every rank (seeded by step); rank r trains on rows r*b .. (r+1)*b - 1."""
+    gen = torch.Generator().manual_seed(job.seed * 1_000_003 + step)
+    tokens = torch.randint(0, job.vocab_size, (n * job.batch_size, job.context_length + 1),
+                           generator=gen)
+    return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Tensor,
+               obs: Observer, annotate: Callable[[str], ContextManager]) -> torch.Tensor:
+    """One data-parallel step, its phases reported to `obs` and named through `annotate`."""
+    obs.start()
+    with annotate("lmperf.questions.parallel.step"):
+        with annotate("lmperf.questions.parallel.forward"), setup.autocast():
+            loss = loss_of(setup.model(inputs), targets)  # logits (b, T, V) -> mean CE
+        obs.lap("forward")
+        with annotate("lmperf.questions.parallel.backward"):
+            loss.backward()  # overlapping strategies start all-reduces from hooks in here
+        obs.lap("backward")
+        with annotate("lmperf.questions.parallel.sync"):
+            setup.sync()  # wait for (or do) the gradient communication
+        obs.lap("sync")
+        with annotate("lmperf.questions.parallel.optimizer"):
+            setup.optimizer.step()
+            setup.optimizer.zero_grad(set_to_none=True)
+        obs.lap("optimizer")
+    return loss.detach()
+
+
+def _no_range(name: str) -> ContextManager:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+class HeldBytes:
+    """An observer counting what this rank holds: gradients once synchronised, optimizer state
+    after the step, and the peak memory of the step."""
+
+    def __init__(self, setup: strategies.Setup, device: torch.device):
+        self.setup, self.peak = setup, dev.PeakMemory(device)
+        self.out: dict = {}
+
+    def start(self) -> None:
+        self.peak.reset()
+
+    def lap(self, phase: str) -> None:
+        params = list(self.setup.model.parameters())
+        if phase == "sync":
+            self.out["gradients_bytes"] = strategies.tensor_bytes(p.grad for p in params)
+        if phase == "optimizer":
+            self.out["parameters_bytes"] = strategies.tensor_bytes(params)
+            self.out["optimizer_bytes"] = strategies.optimizer_state_bytes(self.setup.optimizer)
+            self.out["peak_mib"] = self.peak.read()
+            self.out["peak_kind"] = self.peak.kind
+
+
+def _profiled(setup: strategies.Setup, batch: Callable[[int], tuple], first: int, count: int,
+              n: int, device: torch.device) -> dict:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with tempfile.TemporaryDirectory(prefix="lmperf-dist-trace-") as tmp:
+        with profile(activities=activities, record_shapes=True) as prof:
+            for s in range(first, first + count):
+                train_step(setup, *batch(s), NO_OBSERVER, record_function)
+            dev.synchronize(device)
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return accounting.analyse(path, n, device.type)
+
+
+def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
+    """Run strategy `item` on this rank; rank 0 returns the record's fields."""
+    n, rank, device, stage = ctx.world_size, ctx.rank, ctx.device, ctx.stage
+    b = job.batch_size
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs, targets = global_batch(job, n, step, device)
+        return inputs[rank * b:(rank + 1) * b], targets[rank * b:(rank + 1) * b]
+
+    stage.now = f"building {item}"
+    model = build_model(job, device)
+    groups = strategies.param_groups(model)
+    setup = strategies.build(item, model, lr=job.lr, bucket_mb=job.bucket_mb,
+                             compute_dtype=job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32",
+                             compress=job.compress, device=device)
+    clock = dev.PhaseClock(device)
+    samples: dict[str, list[float]] = {p: [] for p in (*PHASES, "step")}
+    step = 0
+    for i in range(job.warmup + job.steps):
+        stage.now = f"{'warm-up' if i < job.warmup else 'timed'} step {i + 1}"
+        train_step(setup, *batch(step), clock, _no_range)
+        step += 1
+        if i >= job.warmup:
+            for p in PHASES:
+                samples[p].append(clock.laps[p])
+            samples["step"].append(clock.total_ms)
+    stage.now = "counting memory (one untimed step)"
+    held = HeldBytes(setup, device)
+    train_step(setup, *batch(step), held, _no_range)
+    step += 1
+    acct = None
+    if job.profile_steps:
+        stage.now = f"profiling {job.profile_steps} step(s)"
+        acct = _profiled(setup, batch, step, job.profile_steps, n, device)
+        step += job.profile_steps
+    stage.now = "gathering the full parameters"
+    full = setup.full_params()  # a collective for the sharded strategies
+    stage.now = f"releasing {item}"
+    setup.close()
+    del setup, model
+    gc.collect()  # nothing of this strategy (hooks, gloo work) may outlive it
+    mine = {"samples": samples, "held": held.out, "accounting": acct}
+    gathered = [None] * n if rank == 0 else None
+    stage.now = "gathering the ranks' results"
+    if rank == 0:
+        stage.now = "training the single-process reference"
+        check = _check(job, item, full, step, n, device)
+    dist.gather_object(mine, gathered, dst=0)
+    dist.barrier()
+    if rank != 0:
+        return None
+    return _payload(job, item, gathered, check, groups, n)  # type: ignore[arg-type]
+
+
+def _check(job: TrainJob, item: str, full: dict, steps: int, n: int, device: torch.device) -> dict:
+    """Compare `full` with the single-process reference trained for `steps` steps."""
+    dtype_name = job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32"
+    cast = {"fsdp": "linear-embedding", "fsdp2": "all"}.get(item, "none") if dtype_name != "fp32" else "none"
+    key = (cast, dtype_name, steps)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = train_reference(
+            build_model(job, device), lambda s: global_batch(job, n, s, device), steps, job.lr,
+            cast=cast, dtype=DTYPES[dtype_name] if cast != "none" else None,
+            device_type=device.type)
+    atol, rtol = TOLERANCE[dtype_name]
+    result = compare(full, _REFERENCES[key], atol, rtol)
+    result["reference"] = (f"single process, AdamW lr={job.lr:g}, global batch {n} x "
+                           f"{job.batch_size} sequences, {steps} steps, same init and data"
+                           + (f", {dtype_name} compute mirrored ({cast} cast)" if cast != "none" else ""))
+    return result
+
+
+def _payload(job: TrainJob, item: str, ranks: list[dict], check: dict, groups: dict,
+             n: int) -> dict:
+    """The record's fields from every rank's results (slowest rank per step)."""
+    per_step = lambda phase: [max(col) for col in zip(*(r["samples"][phase] for r in ranks))]  # noqa: E731
+    metrics: dict = {"timer": "cuda_event" if job.device == "cuda" else "perf_counter"}
+    for phase in (*PHASES, "step"):
+        metrics[f"{phase}_ms"] = summarize(per_step(phase))
+    metrics["per_rank_step_ms"] = [r["samples"]["step"] for r in ranks]
+    step_s = metrics["step_ms"]["median"] / 1e3
+    metrics["tokens_per_s"] = n * job.batch_size * job.context_length / step_s if step_s else None
+    compute_dtype = job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32"
+    metrics["compute_dtype"] = compute_dtype
+    metrics["comm"] = _comm(ranks)
+    messages = strategies.analytic_messages(item, groups, compute_dtype=compute_dtype,
+                                            compress=job.compress if item == "torch-ddp" else "none")
+    metrics["bytes"] = {"analytic_bus_bytes": strategies.analytic_bus_bytes(messages, n),
+                        "analytic_backend_bus_bytes": strategies.analytic_bus_bytes(
+                            messages, n, job.backend),
+                        "analytic_messages": messages, "param_elements": groups,
+                        **(metrics["comm"].pop("bytes", {}) if metrics["comm"] else {})}
+    metrics["memory"] = {"per_rank": [r["held"] for r in ranks],
+                         "unit": "bytes (counted), MiB (peak)"}
+    metrics["correctness"] = check
+    warnings = [] if check["equal"] else [
+        f"parameters differ from the single-process reference by up to {check['max_abs_diff']:.3g} "
+        f"({check['worst']}), beyond atol {check['atol']:g} + rtol {check['rtol']:g}"]
+    return {"params": groups["total"], "metrics": metrics, "warnings": warnings}
+
+
+def _comm(ranks: list[dict]) -> dict | None:
+    """Comm / compute / overlap / exposed: each rank's means over its profiled steps (a mean
+    keeps exposed = comm - overlap), and the figures of the rank with the most exposed
+    communication (the one the step waits on); bytes are rank 0's."""
+    if not ranks[0]["accounting"]:
+        return None
+    keys = ("comm_ms", "compute_ms", "overlap_ms", "exposed_ms")
+    per_rank = [{k: statistics.fmean(s[k] for s in r["accounting"]["steps"]) for k in keys}
+                for r in ranks]
+    worst = max(range(len(per_rank)), key=lambda i: per_rank[i]["exposed_ms"])
+    steps0 = ranks[0]["accounting"]["steps"]
+    return {"source": ranks[0]["accounting"]["source"], "rank": worst, **per_rank[worst],
+            "per_rank": per_rank,
+            "bytes": {"counted_bus_bytes": statistics.median(s["bus_bytes"] for s in steps0),
+                      "collectives": steps0[0]["collectives"]}}

@@ -1,0 +1,195 @@
+"""`lmperf profile --from-trace FILE`: the tables of a profile for a trace the user already has.
+
+Any `torch.profiler` Chrome trace export (.json or .json.gz; CPU-only or with CUDA activities) is
+parsed once (`trace.load_trace`): steps are its `ProfilerStep#N` ranges (or lmperf's `step`
+ranges), phases come from its annotations (`phase_names`: lmperf's range names in any decoration,
+autograd's backward nodes and threads, `Optimizer.step#...`, a module's forward), and device
+activities are placed by their launch. The Report holds the same tables as a profile run: time
+per step and per phase on the CPU and the GPU, top kernels and operators per phase (GEMM names
+decoded), and the share of each phase by category.
+
+No record is appended: a record's spec is the identity of a run lmperf made (the RunSpec and
+backend that `--resume` and `lmperf table` key on) and its environment the machine that ran it;
+a foreign trace has neither, and everything here is a pure function of the file, rerun at will.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lmperf.core.report import Report
+from lmperf.errors import SpecError, TraceFormatError
+from lmperf.questions.profile import views
+from lmperf.questions.profile.annotate import STEP
+from lmperf.questions.profile.classify import classify, short_name
+from lmperf.questions.profile.gemm import describe_gemm
+from lmperf.questions.profile.record import KIND
+from lmperf.questions.profile.trace import PHASE_LABELS, UNATTRIBUTED, Trace, load_trace
+
+STEP_TABLE = "time per step (ms)"
+PHASE_TABLE = "time per phase (ms per step, mean over the steps)"
+CATEGORY_TABLE = "share of each phase by category"
+
+
+def analyse_trace(path: str | Path, top: int = 10) -> Report:
+    """The Report of an existing torch.profiler trace (see the module docstring).
+
+    frame: one row per step (step, profiler_step, cpu_ms, and on a GPU trace gpu_span_ms,
+    gpu_busy_ms, gpu_kernel_ms, gpu_idle_pct, gpu_activities); tables: time per phase, top
+    kernels (GPU) and top operators (self time) per phase, categories; findings: what the trace
+    lacks, in one line each, and what the numbers say. Raises TraceFormatError for a missing or
+    corrupt file, SpecError for `top` < 1.
+    """
+    if top < 1:
+        raise SpecError(f"--top must be a positive integer, got {top}")
+    path = Path(path)
+    if not path.is_file():
+        raise TraceFormatError(f"no trace file at {path}")
+    start = time.perf_counter()
+    trace = load_trace(path)
+    parse_s = time.perf_counter() - start
+    notes: list[str] = []
+    if trace.n_steps == 0:
+        notes.append(f"No ProfilerStep#N (or `step`) ranges in {path.name}: the whole trace is "
+                     "analysed as one step.")
+        trace = as_one_step(trace)
+    gpu = trace.device_type == "cuda"
+    if not gpu:
+        notes.append(f"No GPU activity (kernels, memcpys, memsets) in {path.name}: CPU operator "
+                     "tables only.")
+    phases = [p for p in PHASE_LABELS if _present(trace, p)]
+    if phases:
+        notes.append("Phases from: " + "; ".join(
+            f"{p}: " + ", ".join(repr(n) for n in trace.phase_sources.get(p, []))
+            for p in PHASE_LABELS if trace.phase_sources.get(p)) + ".")
+    else:
+        notes.append("No phase annotations (forward/backward/optimizer ranges, autograd nodes, "
+                     "Optimizer.step#, module forwards): per-step totals only.")
+    tables: dict[str, pd.DataFrame] = {}
+    per_step = step_table(trace)
+    tables[PHASE_TABLE] = phase_times(trace, phases)
+    for phase in phases + [STEP]:
+        if gpu:
+            tables[f"top kernels: {phase}"] = kernel_table(trace, phase, top)
+        tables[f"top operators (self time): {phase}"] = views.phase_table(
+            trace, phase, top=top, classify=classify, kind="ops")
+    tables[CATEGORY_TABLE] = _categories(trace, phases + [STEP])
+    findings = notes + _findings(trace, per_step, tables, phases, gpu)
+    findings.append(f"Parsed {path.name} in {parse_s:.2f} s ({len(trace.ops)} operators, "
+                    f"{len(trace.kernels)} device activities); no record written (a trace "
+                    "analysis is rerun from its file).")
+    device = ", ".join(dict.fromkeys(trace.device_names))
+    title = f"lmperf profile --from-trace {path.name}" + (f" (recorded on {device})" if device else "")
+    return Report(kind=KIND, frame=per_step, tables=tables, findings=findings, records=[],
+                  title=title)
+
+
+def kernel_table(trace: Trace, phase: str, top: int | None = 10) -> pd.DataFrame:
+    """`views.phase_table` of the device activities of `phase`, with each GEMM's name decoded
+    (`gemm`) and names shortened for reading (`classify.short_name`; categories and GEMM fields
+    are read from the full names, which `views.phase_table` keeps)."""
+    df = views.phase_table(trace, phase, top=top, classify=classify, kind="kernels")
+    df["gemm"] = [describe_gemm(n) or "" for n in df["name"]]
+    df["name"] = [short_name(n) for n in df["name"]]
+    return df
+
+
+def _present(trace: Trace, phase: str) -> bool:
+    return bool((trace.ops["phase_range" if phase == "loss" else "phase"] == phase).any() or (
+        len(trace.kernels) and (trace.kernels["phase_range" if phase == "loss" else "phase"]
+                                == phase).any()))
+
+
+def as_one_step(trace: Trace) -> Trace:
+    """The trace with everything in it as measured step 0 (for a trace with no step ranges);
+    device activities without a launch stay outside."""
+    ops = trace.ops.assign(step=0, in_step=True)
+    k = trace.kernels
+    found = (k["phase"] != UNATTRIBUTED).to_numpy() if len(k) else np.zeros(0, bool)
+    kernels = k.assign(step=np.where(found, 0, -1), in_step=found)
+    ranges = trace.ranges.assign(step=0)
+    return dataclasses.replace(trace, ops=ops, kernels=kernels, ranges=ranges, n_steps=1)
+
+
+def step_table(trace: Trace) -> pd.DataFrame:
+    """One row per measured step: step, profiler_step (its ProfilerStep#N), cpu_ms (the host
+    range of the step), and on a GPU trace the device's span, busy and summed kernel time (ms),
+    gpu_idle_pct (100 * (1 - busy / span)) and gpu_activities."""
+    out = pd.DataFrame({"step": range(trace.n_steps)})
+    r = trace.ranges
+    prof = r[~r["on_device"] & r["name"].str.match(r"^ProfilerStep#\d+$") & (r["step"] >= 0)]
+    numbers = prof.drop_duplicates("step").set_index("step")["name"].str.slice(13).astype(int)
+    out["profiler_step"] = out["step"].map(numbers).astype("Int64")
+    walls = views.phase_wall_times(trace)
+    cpu = walls[walls["phase"] == STEP].set_index("step")["ms"]
+    out["cpu_ms"] = out["step"].map(cpu).astype(float)
+    if trace.device_type == "cuda":
+        dev = views.device_phase_times(trace)
+        dev = dev[dev["phase"] == STEP].set_index("step")
+        for col in ("span_ms", "busy_ms", "kernel_ms"):
+            out[f"gpu_{col}"] = out["step"].map(dev[col]).astype(float)
+        out["gpu_idle_pct"] = 100 * (1 - out["gpu_busy_ms"] / out["gpu_span_ms"])
+        out["gpu_activities"] = out["step"].map(dev["activities"]).astype("Int64")
+    return out
+
+
+def phase_times(trace: Trace, phases: list[str]) -> pd.DataFrame:
+    """Per phase (and the whole step), means over the steps in ms: cpu_range_ms (the host
+    ranges named after the phase; NaN where the trace has none), cpu_ops_ms (self time of the
+    operators in the phase, every thread), and on a GPU trace gpu_span_ms, gpu_busy_ms,
+    gpu_kernel_ms and gpu_busy_share (of the step's busy time)."""
+    n = trace.n_steps
+    walls = views.phase_wall_times(trace)
+    rows = []
+    for phase in phases + [STEP]:
+        w = walls[walls["phase"] == phase]["ms"]
+        rows.append({"phase": phase, "cpu_range_ms": w.sum() / n if len(w) else np.nan,
+                     "cpu_ops_ms": views.phase_total_ms(trace, phase, kind="ops") / n})
+    out = pd.DataFrame(rows, columns=["phase", "cpu_range_ms", "cpu_ops_ms"])
+    if trace.device_type == "cuda":
+        dev = views.device_phase_times(trace)
+        sums = dev.groupby("phase")[["span_ms", "busy_ms", "kernel_ms"]].sum() / n
+        for col in ("span_ms", "busy_ms", "kernel_ms"):
+            out[f"gpu_{col}"] = out["phase"].map(sums[col]).astype(float)
+        out["gpu_busy_share"] = out["gpu_busy_ms"] / sums["busy_ms"].get(STEP, np.nan)
+    return out
+
+
+def _categories(trace: Trace, phases: list[str]) -> pd.DataFrame:
+    """category x phase: share of each phase's time (kernels on a GPU trace, else op self time)."""
+    rollup = pd.concat([views.category_rollup(trace, p, classify).assign(phase=p) for p in phases])
+    if rollup.empty:
+        return pd.DataFrame(columns=["category", *phases])
+    pivot = rollup.pivot_table(index="category", columns="phase", values="share", aggfunc="sum")
+    pivot = pivot.reindex(columns=phases).fillna(0.0).sort_values(STEP, ascending=False)
+    pivot.columns.name = None
+    return pivot.reset_index()
+
+
+def _findings(trace: Trace, per_step: pd.DataFrame, tables: dict[str, pd.DataFrame],
+              phases: list[str], gpu: bool) -> list[str]:
+    """Sentences over the measured numbers of this trace."""
+    out = []
+    if gpu and per_step["gpu_busy_ms"].notna().any():
+        busy, span = per_step["gpu_busy_ms"].mean(), per_step["gpu_span_ms"].mean()
+        out.append(f"Per step the GPU is busy {busy:.2f} ms of a {span:.2f} ms device span "
+                   f"({100 * (1 - busy / span):.1f}% idle), over {trace.n_steps} step(s).")
+        unattributed = trace.unattributed_kernels
+        if unattributed:
+            out.append(f"{unattributed} device activities have no launch in the trace and are "
+                       "in no step.")
+    unit = "kernels" if gpu else "operators (self time)"
+    for phase in phases:
+        df = tables[f"top {unit}: {phase}"]
+        if not df.empty:
+            first = df.iloc[0]
+            gemm = f" [{first['gemm']}]" if gpu and first.get("gemm") else ""
+            out.append(f"Top {unit.split()[0][:-1]} of {phase}: {first['name'][:120]}{gemm} "
+                       f"({first['share']:.1%} of the phase, {first['calls_per_step']:g} calls "
+                       "per step).")
+    return out

@@ -1,0 +1,124 @@
+"""Which events of a trace mark a phase (forward, loss, backward, optimizer), for lmperf's own
+traces and for any torch.profiler export.
+
+Two kinds of markers, so that a trace with lmperf's ranges is read exactly as before and a
+foreign trace still gets phases:
+- explicit: a `record_function` range (cat `user_annotation`) whose name IS the phase, lmperf's
+  own "forward", "loss", "backward", "optimizer", in any case and decoration ("## forward ##",
+  "Backward"). The innermost explicit range holding an event names its phase, as nested
+  `loss` inside `forward` needs.
+- implicit: what PyTorch itself records, used only where no explicit range holds the event:
+  autograd's backward nodes (cpu_op "autograd::engine::evaluate_function: MmBackward0", on the
+  thread that runs backward) and every op on autograd's device threads (named "pt_autograd_<N>"
+  by torch/csrc/autograd/engine.cpp, as Kineto's thread_name metadata shows: DDP's gradient
+  bucket copies run there outside any node), the optimizer's ranges ("Optimizer.step#SGD.step",
+  "Optimizer.zero_grad#SGD.zero_grad", user_annotation), and a module's forward (python_function
+  "nn.Module: Linear_0" with `with_modules`/`with_stack`, or user_annotation
+  "DistributedDataParallel.forward"). Priority, not nesting, decides between implicit markers:
+  backward > optimizer > forward, so a module re-run inside backward (activation
+  checkpointing) counts as backward.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from lmperf.questions.profile.annotate import BACKWARD, FORWARD, LOSS, OPTIMIZER
+
+EXPLICIT_LABELS: tuple[str, ...] = (FORWARD, LOSS, BACKWARD, OPTIMIZER)
+IMPLICIT_PRIORITY: tuple[str, ...] = (BACKWARD, OPTIMIZER, FORWARD)
+
+_EXPLICIT = re.compile(r"^[\W_]*(forward|loss|backward|optimizer)[\W_]*$", re.IGNORECASE)
+_AUTOGRAD = "autograd::engine::evaluate_function"
+_AUTOGRAD_THREAD = "pt_autograd_"
+_OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
+_MODULE_FORWARD = re.compile(r"^(nn\.Module: |[A-Za-z_][\w.]*\.forward$)")
+# How the phase sources are named in notes: all autograd nodes count as one source.
+_SOURCE = {_AUTOGRAD: f"{_AUTOGRAD}: *", "nn.Module: ": "nn.Module: *"}
+AUTOGRAD_THREAD_SOURCE = "ops on autograd's threads (pt_autograd_*)"
+
+
+def explicit_phase(name: str) -> str | None:
+    """The phase a range named `name` marks by its name ("## forward ##" -> "forward"), or None."""
+    m = _EXPLICIT.match(name)
+    return m.group(1).lower() if m else None
+
+
+def implicit_phase(name: str, cat: str, autograd_thread: bool = False) -> str | None:
+    """The phase PyTorch's own event `name` (category `cat`) implies, or None.
+
+    cpu_op autograd nodes, and any cpu_op on an autograd device thread -> backward;
+    user_annotation Optimizer.step#/zero_grad# -> optimizer; python_function "nn.Module: X" or
+    user_annotation "X.forward" -> forward.
+    """
+    if cat == "cpu_op":
+        return BACKWARD if autograd_thread or name.startswith(_AUTOGRAD) else None
+    if cat == "user_annotation" and _OPTIMIZER.match(name):
+        return OPTIMIZER
+    if cat in ("user_annotation", "python_function") and _MODULE_FORWARD.match(name):
+        return FORWARD
+    return None
+
+
+def autograd_threads(events: list[dict]) -> set[tuple]:
+    """(pid, tid) of the threads Kineto's metadata names as autograd's device threads."""
+    return {(e.get("pid"), e.get("tid")) for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name"
+            and _AUTOGRAD_THREAD in str((e.get("args") or {}).get("name", ""))}
+
+
+def is_marker_candidate(event: dict, autograd: set[tuple] = frozenset()) -> bool:
+    """Whether a complete event may be an implicit marker (cheap pre-filter before framing)."""
+    name = event.get("name", "")
+    cat = event.get("cat")
+    if cat == "cpu_op":
+        return name.startswith(_AUTOGRAD) or (event.get("pid"), event.get("tid")) in autograd
+    if cat == "python_function":
+        return name.startswith("nn.Module: ")
+    return False
+
+
+def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = frozenset()
+            ) -> pd.DataFrame:
+    """The implicit markers: start_us, end_us, name, label, from host ranges (user_annotation)
+    and from other events (cpu_op / python_function frame with cat, pid and tid columns);
+    `autograd` holds the (pid, tid) of autograd's device threads."""
+    parts = []
+    for df in (ranges, events):
+        if df.empty:
+            continue
+        # Vectorised where it is cheap: cpu_op / python_function rows come pre-filtered by
+        # is_marker_candidate (tens of thousands on a real trace), so their cat is their label.
+        on_thread = np.array([(p, t) in autograd for p, t in zip(df["pid"], df["tid"])], bool)
+        if df is events:
+            label = np.where(df["cat"].to_numpy() == "cpu_op", BACKWARD, FORWARD).astype(object)
+        else:
+            label = np.array([implicit_phase(n, c, a) for n, c, a in
+                              zip(df["name"], df["cat"], on_thread)], dtype=object)
+        keep = ~pd.isna(label)
+        part = df.loc[keep, ["name", "start_us", "end_us"]].copy()
+        part["label"] = label[keep]
+        part["autograd_thread"] = on_thread[keep]
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame(columns=["name", "start_us", "end_us", "label", "autograd_thread"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def sources(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[str, list[str]]:
+    """phase -> the distinct names that marked it (explicit ranges first), for notes."""
+    out: dict[str, list[str]] = {}
+    explicit = ranges.dropna(subset=["label"]) if "label" in ranges else ranges.iloc[:0]
+    for frame in (explicit, marks):
+        frame = frame.assign(autograd_thread=frame.get("autograd_thread", False))
+        frame = frame.drop_duplicates(["name", "label", "autograd_thread"])
+        for name, label, thread in zip(frame["name"], frame["label"], frame["autograd_thread"]):
+            name = AUTOGRAD_THREAD_SOURCE if thread and not name.startswith(_AUTOGRAD) else next(
+                (v for k, v in _SOURCE.items() if name.startswith(k)), name)
+            names = out.setdefault(label, [])
+            if name not in names:
+                names.append(name)
+    return out

@@ -1,0 +1,369 @@
+"""Parse a torch.profiler (Kineto) Chrome trace once into tables of ranges, CPU ops and kernels.
+
+What the parser relies on in each event (the Chrome trace format Kineto writes, see
+`libkineto/src/output_json.cpp` and `CuptiActivity.cpp`):
+
+- every timed event is `"ph": "X"` with `ts` and `dur` in microseconds, `pid`, `tid` and `cat`;
+- `cat` picks the table: `user_annotation` (record_function ranges on a CPU thread),
+  `gpu_user_annotation` (the same ranges projected on a device stream), `cpu_op` (aten ops),
+  `cuda_runtime` / `cuda_driver` (API calls such as cudaLaunchKernel / cuLaunchKernel),
+  `kernel`, `gpu_memcpy`, `gpu_memset` (device activities);
+- runtime calls and device activities carry `args.correlation`; a kernel's launch is the runtime
+  call with the same correlation id. Device activities carry `args.device` and `args.stream`.
+
+Everything else (metadata `"ph": "M"`, instant events such as "Record Window End" whose pid and
+tid are empty strings, the "Trace" span, flow events `s`/`f`, python_function events) is skipped.
+
+Attribution is by time on ANY thread: the backward pass runs its ops (and, on CUDA, launches
+its kernels) on autograd engine threads while the main thread sits inside the `backward` range.
+The phase ranges follow each other on the main thread and do not overlap in time, so the
+innermost range whose [start, end) holds an event's start is the phase the event belongs to
+(which names mark a phase, in lmperf's traces and in any other torch.profiler export:
+`phase_names`). A kernel is placed by its launch (the CPU-side runtime call), never by the
+time it ran on the device, which lags the CPU by up to a whole phase.
+
+`gpu_user_annotation` ranges are kept for display only. Kineto attaches a device activity to
+the user range whose id was on top of the launching thread's CUPTI external-correlation stack
+(kind CUSTOM1: PyTorch pushes it for `USER_SCOPE` record functions only; CUPTI keeps one stack
+per thread) and stretches that range from the first to the last such activity per stream
+(libkineto `CuptiActivityProfiler::handleGpuActivity`, `GpuUserEventMap::insertOrExtendEvent`).
+So device ranges do not nest like host ones: a kernel counts only for its innermost range, a
+`forward` holding attention sub-ranges gets the kernels launched between them only, no kernel's
+innermost range is `step`, and kernels launched from autograd's thread (no range open there)
+are in no device range at all. Device time per step and phase is built from the kernels
+themselves (`views.device_phase_times`); a device range gets the step and phase of the host
+range it copies (same "External id").
+
+Lookups are sorted arrays + searchsorted (`intervals`); self times are one sorted sweep: parsing
+is linear in the events, not events x ranges. Timestamps are float64 microseconds: traces that
+write absolute epoch times (~1.7e15 us) keep starts to 0.25 us, durations exactly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from lmperf.errors import TraceFormatError
+from lmperf.questions.profile import phase_names
+from lmperf.questions.profile.annotate import ATTENTION_RANGES, FORWARD, LOSS, STEP, WARMUP
+from lmperf.questions.profile.intervals import containing, first_containing, innermost, merged, self_times
+from lmperf.questions.profile.phase_names import EXPLICIT_LABELS, IMPLICIT_PRIORITY
+
+# Innermost-range labels an op or kernel can get; `phase` folds `loss` into `forward`, as
+# steps.py nests the loss range inside the forward range.
+PHASE_LABELS: tuple[str, ...] = EXPLICIT_LABELS
+UNATTRIBUTED = "unattributed"  # a device activity whose launch is not in the trace
+
+_RANGE_CATS = ("user_annotation", "gpu_user_annotation")
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class Trace:
+    """A parsed trace: one DataFrame per kind of event, times in microseconds.
+
+    ranges: record_function ranges. Columns name, pid, tid, start_us, end_us, dur_us, cat,
+        on_device (True for `gpu_user_annotation` copies on a device stream, display only),
+        external_id ("External id": a device copy shares its host range's), label (the phase a
+        host range's name marks, see `phase_names`), step (0-based index of the measured step
+        holding the range start, -1 outside; a device copy: its host range's), phase (the phase
+        range holding all of it, loss read as forward; missing for step ranges; a device copy:
+        its host range's).
+    ops: CPU ops (`cpu_op`). Columns name, pid, tid, start_us, end_us, dur_us, self_us
+        (dur minus direct cpu_op children on the same thread), depth, phase, phase_range
+        (innermost of forward/loss/backward/optimizer), in_step (inside a measured `step`
+        range), step (0-based measured step: its `step` range widened to the ProfilerStep#N
+        around it; -1 outside), attention (the attention sub-range holding the op). Labels are
+        missing (NaN) where no range holds the event.
+    kernels: device activities (`kernel`, `gpu_memcpy`, `gpu_memset`). Columns name, kind
+        (kernel/memcpy/memset), device, stream, start_us, end_us, dur_us, correlation,
+        launch_name, launch_tid, launch_us, and phase/phase_range/in_step/step/attention taken
+        from the launch; phase and phase_range are "unattributed" when no launch matches.
+    launches: runtime/driver API calls (`cuda_runtime`, `cuda_driver`) with their correlation.
+    n_steps: number of measured steps (top-level `step` ranges outside `warmup`; the profiler's
+        `ProfilerStep#N` ranges when the model was not annotated).
+    device_type: "cuda" when the trace holds device activities, else "cpu".
+    profiler_steps: the N of each `ProfilerStep#N` range, in order.
+    phase_sources: phase -> the names of the ranges and events that marked it (explicit ranges
+        first), e.g. {"backward": ["## backward ##", "autograd::engine::evaluate_function: *"]}.
+    device_names: the GPUs the trace's `deviceProperties` names (the machine that recorded it).
+    """
+
+    path: str
+    ranges: pd.DataFrame
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    launches: pd.DataFrame
+    n_steps: int
+    device_type: str
+    profiler_steps: list[int] = field(default_factory=list)
+    phase_sources: dict[str, list[str]] = field(default_factory=dict)
+    device_names: list[str] = field(default_factory=list)
+
+    @property
+    def device(self) -> str:
+        """Alias of `device_type` ("cuda" or "cpu")."""
+        return self.device_type
+
+    @property
+    def unattributed_kernels(self) -> int:
+        """How many device activities have no launch in the trace."""
+        return int((self.kernels["phase"] == UNATTRIBUTED).sum()) if len(self.kernels) else 0
+
+
+def _read_doc(path: Path) -> tuple[list, dict]:
+    """The trace's events and its other top-level fields (deviceProperties, ...)."""
+    try:
+        with open(path, "rb") as f:  # gzip by its magic bytes, whatever the file is called
+            opener = gzip.open if f.read(2) == b"\x1f\x8b" else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError, EOFError) as exc:  # JSONDecodeError, bad or truncated gzip
+        raise TraceFormatError(f"cannot read trace {path}: {exc}") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TraceFormatError(f"{path} is not a Chrome trace: no 'traceEvents' list")
+    return events, ({k: v for k, v in doc.items() if k != "traceEvents"}
+                    if isinstance(doc, dict) else {})
+
+
+def _split(events: list[dict]) -> dict[str, list[dict]]:
+    """Complete ("X") events grouped by category; everything else is dropped."""
+    groups: dict[str, list[dict]] = {}
+    for e in events:
+        if e.get("ph") == "X":
+            groups.setdefault(e.get("cat", ""), []).append(e)
+    return groups
+
+
+def _base_frame(events: Iterable[dict]) -> pd.DataFrame:
+    """name, pid, tid, start_us, end_us, dur_us of complete events (pid/tid kept as given)."""
+    events = list(events)
+    start = np.fromiter((float(e["ts"]) for e in events), float, len(events))
+    dur = np.fromiter((float(e.get("dur", 0.0)) for e in events), float, len(events))
+    return pd.DataFrame({
+        "name": pd.Series([str(e.get("name", "")) for e in events], dtype=object),
+        "pid": [e.get("pid") for e in events],
+        "tid": [e.get("tid") for e in events],
+        "start_us": start,
+        "end_us": start + dur,
+        "dur_us": dur,
+    })
+
+
+def _arg(events: list[dict], key: str) -> list:
+    return [(e.get("args") or {}).get(key) for e in events]
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The measured steps of one timeline (host ranges, or their device copies).
+
+    A measured step is a `step` range outside any `warmup` range (nested `step` ranges count
+    once). Its index window is the step widened to the `ProfilerStep#N` range around it, when that
+    range holds this step only, so that the profiler's own per-step work is in the step's index
+    too (but not `in_step`). Without `step` ranges (a model run without annotations), the
+    `ProfilerStep#N` ranges are the steps.
+    """
+
+    starts: np.ndarray  # sorted, disjoint
+    ends: np.ndarray
+    win_starts: np.ndarray
+    win_ends: np.ndarray
+
+    @classmethod
+    def of(cls, ranges: pd.DataFrame) -> "_Steps":
+        prof = ranges[ranges["name"].str.match(_PROFILER_STEP)]
+        ps, pe = merged(prof["start_us"].to_numpy(), prof["end_us"].to_numpy())
+        steps = ranges[ranges["name"] == STEP]
+        if not len(steps):
+            return cls(ps, pe, ps, pe)
+        warm = ranges[ranges["name"] == WARMUP]
+        ws, we = merged(warm["start_us"].to_numpy(), warm["end_us"].to_numpy())
+        steps = steps[containing(steps["start_us"].to_numpy(), ws, we) < 0]
+        s, e = merged(steps["start_us"].to_numpy(), steps["end_us"].to_numpy())
+        if not len(ps):
+            return cls(s, e, s, e)
+        j = containing(s, ps, pe)
+        jj = np.clip(j, 0, None)
+        widen = (j >= 0) & (np.bincount(j[j >= 0], minlength=len(ps))[jj] == 1)
+        win_s = np.where(widen, np.minimum(s, ps[jj]), s)
+        win_e = np.where(widen, np.maximum(e, pe[jj]), e)
+        return cls(s, e, win_s, win_e)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def index(self, ts: np.ndarray) -> np.ndarray:
+        """0-based measured step of each ts, -1 outside every step window."""
+        return containing(ts, self.win_starts, self.win_ends)
+
+    def inside(self, ts: np.ndarray) -> np.ndarray:
+        """Whether each ts lies inside a measured step range itself."""
+        return containing(ts, self.starts, self.ends) >= 0
+
+
+@dataclass(frozen=True)
+class _Attribution:
+    """The host-side ranges and markers that events are placed in, by time (any thread)."""
+
+    host: pd.DataFrame  # CPU-thread user annotations, with their explicit `label`
+    marks: pd.DataFrame  # implicit markers (phase_names.markers)
+    steps: _Steps
+
+    def phase_range(self, ts: np.ndarray, until: np.ndarray | None = None) -> np.ndarray:
+        """The innermost explicit phase range holding each ts (or [ts, until]); where none,
+        the implicit marker of highest priority; None where neither."""
+        explicit = innermost(ts, self.host, EXPLICIT_LABELS, column="label", until=until)
+        implicit = first_containing(ts, self.marks, IMPLICIT_PRIORITY, until=until)
+        return np.where(pd.isna(explicit), implicit, explicit)
+
+    def label(self, ts: np.ndarray) -> dict[str, np.ndarray]:
+        phase_range = self.phase_range(ts)
+        return {
+            "phase": np.where(phase_range == LOSS, FORWARD, phase_range),
+            "phase_range": phase_range,
+            "in_step": self.steps.inside(ts),
+            "step": self.steps.index(ts),
+            "attention": innermost(ts, self.host, ATTENTION_RANGES),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables.
+
+
+def _ranges(groups: dict[str, list[dict]]) -> pd.DataFrame:
+    evs = [e for cat in _RANGE_CATS for e in groups.get(cat, [])]
+    df = _base_frame(evs)
+    df["cat"] = [e["cat"] for e in evs]
+    df["on_device"] = df["cat"] == "gpu_user_annotation"
+    df["external_id"] = pd.array(_arg(evs, "External id"), dtype="Int64")
+    df["label"] = [None if dev else phase_names.explicit_phase(n)
+                   for n, dev in zip(df["name"], df["on_device"])]
+    return df.sort_values("start_us", kind="stable").reset_index(drop=True)
+
+
+def _marker_events(groups: dict[str, list[dict]], autograd: set[tuple]) -> pd.DataFrame:
+    """cpu_op / python_function events that may be implicit phase markers, with their cat."""
+    evs = [e for cat in ("cpu_op", "python_function") for e in groups.get(cat, [])
+           if phase_names.is_marker_candidate(e, autograd)]
+    df = _base_frame(evs)
+    df["cat"] = [e["cat"] for e in evs]
+    return df
+
+
+def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
+    """Add step and phase to every range: host ranges by time among host ranges; a device copy
+    takes its host range's (matched by External id), as device time says nothing of the step."""
+    ts, end = ranges["start_us"].to_numpy(), ranges["end_us"].to_numpy()
+    step = attr.steps.index(ts)
+    # A range's phase is the innermost phase range that holds all of it (a step holds phases
+    # but is in none).
+    phase = attr.phase_range(ts, until=end)
+    phase = np.where(phase == LOSS, FORWARD, phase)
+    on_dev = ranges["on_device"].to_numpy()
+    if on_dev.any():
+        twin = pd.DataFrame({"step": step, "phase": phase, "id": ranges["external_id"]})[~on_dev]
+        twin = twin.dropna(subset=["id"]).drop_duplicates("id").set_index("id")
+        ids = ranges["external_id"]
+        dev_step = ids.map(twin["step"]).fillna(-1).astype(int).to_numpy()
+        dev_phase = ids.map(twin["phase"]).astype(object).to_numpy()
+        step = np.where(on_dev, dev_step, step)
+        phase = np.where(on_dev, dev_phase, phase)
+    ranges["step"] = step
+    ranges["phase"] = [None if pd.isna(p) else p for p in phase]
+
+
+def _ops(groups: dict[str, list[dict]], attr: _Attribution) -> pd.DataFrame:
+    ops = _base_frame(groups.get("cpu_op", []))
+    ops["self_us"], ops["depth"] = self_times(ops)
+    for col, values in attr.label(ops["start_us"].to_numpy()).items():
+        ops[col] = values
+    return ops
+
+
+def _launches(groups: dict[str, list[dict]]) -> pd.DataFrame:
+    evs = [e for cat in _LAUNCH_CATS for e in groups.get(cat, [])]
+    df = _base_frame(evs)
+    df["cat"] = [e.get("cat") for e in evs]
+    df["correlation"] = pd.array(_arg(evs, "correlation"), dtype="Int64")
+    return df
+
+
+def _kernels(groups: dict[str, list[dict]], launches: pd.DataFrame, attr: _Attribution) -> pd.DataFrame:
+    evs = [e for cat in _DEVICE_CATS for e in groups.get(cat, [])]
+    k = _base_frame(evs)
+    k["kind"] = [_DEVICE_CATS[e["cat"]] for e in evs]
+    # Peer copies (CUpti_ActivityMemcpy2) write "inDevice" instead of "device"; pid is the device.
+    k["device"] = [a if a is not None else p for a, p in zip(_arg(evs, "device"), k["pid"])]
+    k["stream"] = [s if s is not None else t for s, t in zip(_arg(evs, "stream"), k["tid"])]
+    k["correlation"] = pd.array(_arg(evs, "correlation"), dtype="Int64")
+    # The launch: the runtime/driver call with the same correlation id (one per id; keep the
+    # first should a runtime call and a driver call ever share one).
+    first = launches.dropna(subset=["correlation"]).drop_duplicates("correlation")
+    link = first.set_index("correlation")[["name", "tid", "start_us"]]
+    link.columns = ["launch_name", "launch_tid", "launch_us"]
+    k = k.join(link, on="correlation")
+    if pd.api.types.is_float_dtype(k["launch_tid"]):  # ints turned float by missing launches
+        k["launch_tid"] = k["launch_tid"].astype("Int64")
+    found = k["launch_us"].notna().to_numpy()
+    labels = attr.label(k["launch_us"].fillna(-np.inf).to_numpy())
+    for col, values in labels.items():
+        k[col] = values
+    for col in ("phase", "phase_range"):
+        k[col] = np.where(found, k[col], UNATTRIBUTED)
+    return k
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Parse a Chrome trace JSON (optionally .gz) written by `prof.export_chrome_trace`.
+
+    Raises TraceFormatError when the file is missing, unreadable, has no `traceEvents` list,
+    or holds events that are not Chrome trace events (no numeric ts, not objects, ...).
+    """
+    path = Path(path)
+    events, meta = _read_doc(path)
+    try:
+        return _parse(path, events, meta)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed event
+        raise TraceFormatError(f"{path} is not a torch.profiler trace: {type(exc).__name__}: "
+                               f"{exc}") from None
+
+
+def _parse(path: Path, events: list, meta: dict) -> Trace:
+    groups = _split(events)
+    ranges = _ranges(groups)
+    host = ranges[~ranges["on_device"]]
+    autograd = phase_names.autograd_threads(events)
+    marks = phase_names.markers(host, _marker_events(groups, autograd), autograd)
+    steps = _Steps.of(host)
+    attr = _Attribution(host, marks, steps)
+    _place_ranges(ranges, attr)
+
+    launches = _launches(groups)
+    kernels = _kernels(groups, launches, attr)
+    profiler_steps = [int(m.group(1)) for n in host["name"] if (m := _PROFILER_STEP.match(n))]
+    devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
+    return Trace(
+        path=str(path),
+        ranges=ranges,
+        ops=_ops(groups, attr),
+        kernels=kernels,
+        launches=launches,
+        n_steps=len(steps),
+        device_type="cuda" if len(kernels) else "cpu",
+        profiler_steps=profiler_steps,
+        phase_sources=phase_names.sources(host, marks),
+        device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
+    )

@@ -1,0 +1,296 @@
+"""Views over a parsed Trace: small functions, each answering one question with a DataFrame.
+
+Time unit conventions: columns ending in `_ms` are milliseconds, `_us` microseconds. "Per step"
+divides by the number of measured steps in the trace.
+
+What "time" means in a phase (the phase total that shares are fractions of):
+- CPU ops (`kind="ops"`, the default on a CPU trace): the sum of the SELF times of the cpu_ops
+  attributed to the phase, on every thread. Self times partition the time covered by top-level
+  ops, so the shares of all operators sum to 1 and no time is counted twice; Python time between
+  ops is not in it, so the total is below the phase's wall time (see `phase_wall_times`).
+- Device activities (`kind="kernels"`, the default on a CUDA trace): the sum of the durations of
+  the kernels, memcpys and memsets whose LAUNCH lies in the phase. Concurrent kernels on several
+  streams are each counted in full, so the total can exceed the device's busy time.
+
+The device's own timeline of a step or phase (`device_phase_times`) is built from the same
+activities, attributed by launch: from the first one's start to the last one's end (span), and
+the length of the union of their intervals (busy: concurrent activities counted once). Kineto's
+`gpu_user_annotation` ranges are not used for it: they hold only the kernels whose innermost
+range on their launching thread is that range (see `trace`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, LOSS, SCORES, SOFTMAX, STEP
+from lmperf.questions.profile.intervals import union_length
+from lmperf.questions.profile.trace import PHASE_LABELS, Trace
+
+Classifier = Callable[[str], str]
+PHASES: tuple[str, ...] = ("forward", "loss", "backward", "optimizer", STEP)
+KINDS: tuple[str, ...] = ("auto", "ops", "kernels")
+# Short names callers may use for the attention sub-ranges (e.g. in a FLOPs dict).
+ATTENTION_ALIASES: dict[str, str] = {"scores": SCORES, "softmax": SOFTMAX, "final_matmul": FINAL_MATMUL}
+
+
+def _kind(trace: Trace, kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; accepted: {', '.join(KINDS)}")
+    if kind == "auto":
+        return "kernels" if trace.device_type == "cuda" else "ops"
+    return kind
+
+
+def _events(trace: Trace, phase: str, kind: str) -> tuple[pd.DataFrame, str]:
+    """The events of `phase` (ops or device activities) and the column holding their time."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; accepted: {', '.join(PHASES)}")
+    kind = _kind(trace, kind)
+    df, col = (trace.kernels, "dur_us") if kind == "kernels" else (trace.ops, "self_us")
+    if phase == STEP:
+        mask = df["in_step"].to_numpy(dtype=bool)
+    elif phase == "loss":
+        mask = (df["phase_range"] == "loss").to_numpy(dtype=bool)
+    else:
+        mask = (df["phase"] == phase).to_numpy(dtype=bool)  # loss is part of forward
+    return df[mask], col
+
+
+def _per_step(trace: Trace) -> float:
+    return float(trace.n_steps) if trace.n_steps else np.nan
+
+
+def phase_total_ms(trace: Trace, phase: str, kind: str = "auto") -> float:
+    """The phase total in ms over all measured steps (self op time or kernel time; see module)."""
+    df, col = _events(trace, phase, kind)
+    return float(df[col].sum()) / 1e3
+
+
+def phase_table(trace: Trace, phase: str, top: int | None = 10, classify: Classifier | None = None,
+                kind: str = "auto") -> pd.DataFrame:
+    """Top operators (CPU: by self time) or device kernels (CUDA: by kernel time) of a phase.
+
+    phase: forward (loss included), loss, backward, optimizer, or step (everything inside the
+    `step` ranges). The phase total is the sum of the times of all events attributed to the phase
+    (self times of cpu_ops, or durations of device activities, by launch) over all measured steps.
+    Returns one row per name, largest first: name, [category when `classify` is given],
+    calls_per_step, total_ms (all measured steps), ms_per_step, avg_us (per call), share (of the
+    phase total). Shares are computed before truncating to `top` rows (None: all rows), so the
+    shares of the full table sum to 1.0 and a truncated table keeps the same values.
+    """
+    df, col = _events(trace, phase, kind)
+    g = df.groupby("name", sort=False)[col].agg(["count", "sum"])
+    total = float(g["sum"].sum())
+    n = _per_step(trace)
+    out = pd.DataFrame({
+        "name": g.index.to_numpy(dtype=object),
+        "calls_per_step": g["count"].to_numpy() / n,
+        "total_ms": g["sum"].to_numpy() / 1e3,
+        "ms_per_step": g["sum"].to_numpy() / 1e3 / n,
+        "avg_us": g["sum"].to_numpy() / g["count"].to_numpy(),
+        "share": g["sum"].to_numpy() / total if total > 0 else np.zeros(len(g)),
+    })
+    out = out.sort_values(["total_ms", "name"], ascending=[False, True], kind="stable")
+    out = out.reset_index(drop=True)
+    if classify is not None:
+        out.insert(1, "category", out["name"].map(classify))
+    out.attrs.update(phase=phase, phase_total_ms=total / 1e3, kind=_kind(trace, kind))
+    return out if top is None else out.head(top)
+
+
+def category_rollup(trace: Trace, phase: str, classify: Classifier, kind: str = "auto") -> pd.DataFrame:
+    """Time per category in a phase: category, calls_per_step, total_ms, ms_per_step, share.
+
+    `classify` maps an op or kernel name to a category; shares are of the phase total (as in
+    `phase_table`) and sum to 1.0. Rows are sorted largest first.
+    """
+    table = phase_table(trace, phase, top=None, classify=classify, kind=kind)
+    out = (table.groupby("category", sort=False)[["calls_per_step", "total_ms", "ms_per_step", "share"]]
+           .sum().reset_index().sort_values(["total_ms", "category"], ascending=[False, True]))
+    out = out.reset_index(drop=True)
+    out.attrs.update(table.attrs)
+    return out
+
+
+def matmul_share(trace: Trace, classify: Classifier, phase: str, kind: str = "auto") -> float:
+    """Fraction (0..1) of the phase total spent in names that `classify` calls 'matmul'."""
+    rollup = category_rollup(trace, phase, classify, kind)
+    return float(rollup.loc[rollup["category"] == "matmul", "share"].sum())
+
+
+DEVICE_COLUMNS = ["step", "phase", "activities", "start_us", "end_us", "span_ms", "busy_ms",
+                  "kernel_ms"]
+
+
+def device_phase_times(trace: Trace) -> pd.DataFrame:
+    """The device timeline of each measured step and of each phase in it, from the device
+    activities (kernels, memcpys, memsets) attributed to them through their launch.
+
+    One row per (step, phase) present: phase is "step" (every activity launched in the step's
+    window), forward (loss included), loss, backward or optimizer. Columns: activities (count),
+    start_us / end_us (first start, last end on the device), span_ms (end - start), busy_ms (the
+    length of the union of the activities' intervals: time the device ran at least one of them),
+    kernel_ms (sum of durations: concurrent streams count twice). Empty on a CPU trace.
+    """
+    k = trace.kernels
+    if k.empty:
+        return pd.DataFrame(columns=DEVICE_COLUMNS)
+    k = k[k["step"].to_numpy() >= 0].copy()
+    # Relative times: traces with epoch timestamps (~1.7e15 us) hold starts to 0.25 us, and
+    # start + dur rounds again; subtracting first keeps every interval's length exact.
+    origin = float(k["start_us"].min()) if len(k) else 0.0
+    k["rel_start"] = k["start_us"] - origin
+    k["rel_end"] = k["rel_start"] + k["dur_us"]
+    groups = [(STEP, k), *((p, k[k["phase"] == p]) for p in PHASE_LABELS if p != LOSS),
+              (LOSS, k[k["phase_range"] == LOSS])]
+    rows = []
+    for phase, df in groups:
+        for step, g in df.groupby("step", sort=True):
+            s, e = g["rel_start"].to_numpy(), g["rel_end"].to_numpy()
+            rows.append({"step": int(step), "phase": phase, "activities": len(g),
+                         "start_us": origin + s.min(), "end_us": origin + e.max(),
+                         "span_ms": (e.max() - s.min()) / 1e3, "busy_ms": union_length(s, e) / 1e3,
+                         "kernel_ms": float(g["dur_us"].sum()) / 1e3})
+    out = pd.DataFrame(rows, columns=DEVICE_COLUMNS)
+    order = {n: i for i, n in enumerate((STEP,) + PHASE_LABELS)}
+    out = out.sort_values(["step", "phase"], key=lambda c: c.map(order) if c.name == "phase" else c)
+    return out.reset_index(drop=True)
+
+
+def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
+    """Wall time of each phase in each measured step: one row per (step, phase).
+
+    Columns: step (0-based), phase (step, forward, loss, backward, optimizer: those present), ms.
+    `timeline="host"` reads the CPU ranges (several ranges of one name in a step are summed;
+    "forward time as profiled"; on CUDA a host range ends when its work is queued unless the
+    step synchronises inside it); `timeline="device"` is the device span of the activities
+    launched in the phase, first start to last end (`device_phase_times`).
+    """
+    if timeline not in ("host", "device"):
+        raise ValueError(f"unknown timeline {timeline!r}; accepted: host, device")
+    if timeline == "device":
+        dev = device_phase_times(trace)
+        out = dev[["step", "phase", "span_ms"]].rename(columns={"span_ms": "ms"})
+        out["phase"] = out["phase"].astype(object)
+        return out.reset_index(drop=True)
+    names = (STEP,) + PHASE_LABELS
+    r = trace.ranges
+    r = r[~r["on_device"] & (r["step"] >= 0)]
+    # Phases by the name's label ("## forward ##" too); steps are the `step` ranges, or the
+    # profiler's ProfilerStep#N where the program has none (as Trace.n_steps counts them).
+    steps = r[r["name"] == STEP]
+    if steps.empty:
+        steps = r[r["name"].str.match(r"^ProfilerStep#\d+$")]
+    r = pd.concat([steps.assign(label=STEP), r[r["label"].isin(PHASE_LABELS)]])
+    out = r.groupby(["step", "label"], as_index=False)["dur_us"].sum()
+    out = out.rename(columns={"label": "phase", "dur_us": "ms"})
+    out["ms"] = out["ms"] / 1e3
+    out["phase"] = out["phase"].astype(object)
+    order = {n: i for i, n in enumerate(names)}
+    out = out.sort_values(["step", "phase"], key=lambda c: c.map(order) if c.name == "phase" else c)
+    return out.reset_index(drop=True)
+
+
+def phase_wall_summary(trace: Trace, timeline: str = "host") -> pd.DataFrame:
+    """Per phase range: steps, mean_ms, median_ms, min_ms, max_ms of its wall time per step."""
+    walls = phase_wall_times(trace, timeline)
+    g = walls.groupby("phase", sort=False)["ms"]
+    out = g.agg(steps="count", mean_ms="mean", median_ms="median", min_ms="min", max_ms="max")
+    return out.reset_index()
+
+
+def _flop_sources(flops: Mapping[str, float | Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """{source: {range: FLOPs}}; plain numbers are source "" (e.g. {"analytic": .., "counted": ..}
+    per range gives the sources "analytic" and "counted")."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in flops.items():
+        name = ATTENTION_ALIASES.get(key, key)
+        if name not in ATTENTION_RANGES:
+            raise ValueError(f"unknown attention range in flops: {key!r}; accepted: "
+                             f"{', '.join(ATTENTION_RANGES)} or {', '.join(ATTENTION_ALIASES)}")
+        items = value.items() if isinstance(value, Mapping) else [("", value)]
+        for source, v in items:
+            out.setdefault(source, {})[name] = float(v)
+    return out
+
+
+def attention_breakdown(trace: Trace, flops: Mapping[str, float | Mapping[str, float]] | None = None,
+                        kind: str = "auto") -> pd.DataFrame:
+    """Time of the naive attention's three steps: scores, softmax, final matmul.
+
+    Time is, on a CPU trace (`kind="ops"`), the wall time of the sub-ranges themselves; on a CUDA
+    trace (`kind="kernels"`), the duration of the device activities launched inside them.
+    Returns one row per sub-range: range, calls_per_step (ranges per step: one per layer and
+    forward), ms_per_step, share (of the three's total). With `flops` (FLOPs per measured step,
+    keyed by range name or by scores/softmax/final_matmul) it adds flops_per_step, flop_share,
+    time_per_flop_share (share / flop_share: above 1 means slower than its FLOPs predict) and
+    gflop_per_s (achieved, from ms_per_step). A value may itself be a mapping of sources, e.g.
+    {"analytic": 1e9, "counted": 0}: the four columns then come once per source, suffixed
+    `_analytic`, `_counted` (a zero count gives inf/NaN, not an error). Empty when the trace
+    has none of the sub-ranges.
+    """
+    kind = _kind(trace, kind)
+    n = _per_step(trace)
+    r = trace.ranges
+    r = r[~r["on_device"] & (r["step"] >= 0) & r["name"].isin(ATTENTION_RANGES)]
+    counts = r.groupby("name").size()
+    if counts.empty:  # no naive attention in the run (e.g. SDPA): nothing to break down
+        return pd.DataFrame(columns=["range", "calls_per_step", "ms_per_step", "share"])
+    if kind == "kernels":
+        k = trace.kernels
+        k = k[(k["step"] >= 0) & k["attention"].isin(ATTENTION_RANGES)]
+        g = k.groupby("attention")["dur_us"].sum()
+    else:
+        g = r.groupby("name")["dur_us"].sum()
+    total_us = np.array([g.get(name, 0.0) for name in ATTENTION_RANGES], dtype=float)
+    out = pd.DataFrame({
+        "range": list(ATTENTION_RANGES),
+        "calls_per_step": [counts.get(name, 0) / n for name in ATTENTION_RANGES],
+        "ms_per_step": total_us / 1e3 / n,
+        "share": total_us / total_us.sum() if total_us.sum() > 0 else np.zeros(3),
+    })
+    ms = out["ms_per_step"].to_numpy()
+    for source, by_range in _flop_sources(flops or {}).items():
+        sfx = f"_{source}" if source else ""
+        f = np.array([by_range.get(name, np.nan) for name in ATTENTION_RANGES])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[f"flops_per_step{sfx}"] = f
+            out[f"flop_share{sfx}"] = f / np.nansum(f)
+            out[f"time_per_flop_share{sfx}"] = out["share"].to_numpy() / out[f"flop_share{sfx}"].to_numpy()
+            out[f"gflop_per_s{sfx}"] = f / (ms * 1e-3) / 1e9
+    out.attrs.update(kind=kind)
+    return out
+
+
+def softmax_vs_matmul(breakdown: pd.DataFrame) -> pd.Series:
+    """Softmax against the two attention matmuls, from an `attention_breakdown` table.
+
+    runtime_ratio = softmax time / (scores + final matmul time); flop_ratio[_source] is the same
+    ratio of FLOPs for each FLOPs source present. A runtime ratio far above the FLOP ratio means
+    softmax is bound by memory traffic, not arithmetic.
+    """
+    b = breakdown.set_index("range")
+    mm = [SCORES, FINAL_MATMUL]
+    out = {"runtime_ratio": b.at[SOFTMAX, "ms_per_step"] / b.loc[mm, "ms_per_step"].sum()}
+    for col in b.columns:
+        if col.startswith("flops_per_step"):
+            out["flop_ratio" + col.removeprefix("flops_per_step")] = b.at[SOFTMAX, col] / b.loc[mm, col].sum()
+    return pd.Series(out)
+
+
+def side_by_side(table_a: pd.DataFrame, table_b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """Two tables next to each other by rank (1 = top row of each), e.g. forward vs full step.
+
+    Columns are a two-level index (label, column); the shorter table is padded with NaN.
+    """
+    if label_a == label_b:
+        raise ValueError("side_by_side needs two different labels")
+    a = table_a.reset_index(drop=True)
+    b = table_b.reset_index(drop=True)
+    out = pd.concat({label_a: a, label_b: b}, axis=1)
+    out.index = pd.RangeIndex(1, len(out) + 1, name="rank")
+    return out

@@ -1,0 +1,82 @@
+"""`lmperf train`: the flags (from the shared vocabulary) -> `lmperf.questions.train.api.train` -> Report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmperf.core.command import err, launch_kwargs, run_command
+from lmperf.core.vocabulary import LAUNCH, add_alias, add_compile, add_options, compile_values
+
+DEFAULT_OUT = Path("results") / "train.jsonl"
+DEFAULT_PLOTS = Path("results") / "train-plots"
+SPEC_OPTIONS = ("size", "course", "context", "batch", "precision", "attention", "device", "threads",
+                "steps", "seed")
+TRAIN_OPTIONS = ("lr", "lr_warmup", "clip", "eps", "eval_interval", "eval_batches", "data",
+                 "tokens", "vocab_size")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `lmperf train`."""
+    p = sub.add_parser(
+        "train", help="train a small LM under each precision regime: loss, scale, time, memory",
+        description="Train the reference LM once per precision regime, from the same seed on the "
+                    "same batches, and compare loss curves, gradient norms, GradScaler scale, step "
+                    "time and memory. Each regime is one job (its own process unless --inline); "
+                    "one whose loss turns NaN or diverges stops there with that outcome recorded, "
+                    "one that does not fit is an oom row; the others go on.")
+    add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH, lists=("precision",),
+                defaults={"batch": None, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
+                helps={"size": "default: tiny on CPU, mini on CUDA",
+                       "context": "tokens per window (default: 64 on CPU, 256 on CUDA)",
+                       "batch": "windows per step (default: 16 on CPU, 32 on CUDA)",
+                       "precision": "the regimes to train, in order (default: fp32 bf16-mixed "
+                                    "bf16-true on CPU; the fp16 regimes join on CUDA)",
+                       "steps": "optimizer steps per regime, each timed (default: 200 on CPU, "
+                                "500 on CUDA)",
+                       "plots": "train.png is overwritten each run"})
+    add_alias(p, "--regime", "--precision", many=True)
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: 3e-3)")
+    p.add_argument("--lr-warmup", type=int, default=20, metavar="N",
+                   help="learning-rate warm-up: N steps of linear warm-up, then cosine decay to "
+                        "lr/10 (default: 20)")
+    p.add_argument("--warmup-steps", type=int, help=argparse.SUPPRESS)  # deprecated: --lr-warmup
+    p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
+                   help="max gradient norm, applied after unscaling; 0: no clipping (the norm is "
+                        "still recorded) (default: 1.0)")
+    p.add_argument("--eps", type=float, default=1e-8,
+                   help="AdamW eps (default: 1e-8; note it is 0 in fp16, see fp16-true)")
+    p.add_argument("--eval-interval", type=int, default=50, metavar="N",
+                   help="steps between validation losses (default: 50)")
+    p.add_argument("--eval-batches", type=int, default=8, metavar="N",
+                   help="fixed validation batches per evaluation (default: 8)")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--data", type=Path, metavar="FILE.txt",
+                      help="train on a text file, byte-level (default: the bundled generated corpus)")
+    data.add_argument("--tokens", type=Path, metavar="FILE",
+                      help="train on a token file: a flat uint16 array of ids (raw, as "
+                           "ids.tofile(), or .npy), read by memory map")
+    p.add_argument("--vocab-size", type=int, metavar="V",
+                   help="model vocabulary (default: 256 for text, 10000 for --tokens)")
+    p.add_argument("--log-every", type=int, help=argparse.SUPPRESS)  # deprecated, ignored
+    add_compile(p, many=True)  # a second axis beside --precision
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`lmperf train`: check everything, train each regime as one job, print the table."""
+    from lmperf.questions.train.api import train
+
+    kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS + TRAIN_OPTIONS}
+    if args.warmup_steps is not None:
+        err("lmperf: warning: --warmup-steps is deprecated; use --lr-warmup")
+        kwargs["lr_warmup"] = args.warmup_steps
+    if args.log_every is not None:
+        err("lmperf: warning: --log-every is deprecated and ignored: each job logs a line at its "
+            "first step and at each evaluation (--eval-interval)")
+    kwargs["compile"] = compile_values(args)
+    kwargs["compile_mode"] = args.compile_mode
+    return run_command(args, lambda: train(**kwargs, plots=None if args.no_plots else args.plots,
+                                           out=args.out, progress=True, **launch_kwargs(args)),
+                       noun="regime")

@@ -1,0 +1,279 @@
+"""Train records -> the Report: a numeric summary per regime (`frame`), the validation losses
+per step (`tables`), findings in sentences, and the readable summary table it renders.
+
+Works from the records alone (as written to the JSONL file), so a table or plot can be rebuilt
+later from the file; non-finite numbers, stored as the strings 'nan' / 'inf', are read back here.
+Records written before issue 10 (spec 'regime', 'warmup_steps', corpus facts in spec 'data')
+are read too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+
+from lmperf.core.report import Report
+from lmperf.measure.stats import NOISY_IQR_RATIO
+from lmperf.runtime.precision import get_regime
+from lmperf.questions.train.loop import FINAL_LOSS_STEPS, status_text
+
+MEMORY_TITLES = {"cuda_allocator": "peak GPU MiB", "cpu_process_peak_rss": "peak RSS MiB (CPU process)"}
+
+
+def num(value: object) -> float:
+    """A logged number as a float: None -> nan, 'nan' / 'inf' / '-inf' strings -> floats."""
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        return float(value)  # float('nan'), float('inf') read the strings to_jsonable wrote
+    return float(value)
+
+
+def precision_of(record: dict) -> str:
+    """The precision regime of a train record (spec 'regime' in records before issue 10)."""
+    spec = record["spec"]
+    name = spec.get("precision") or spec.get("regime") or "?"
+    return f"{name} (compiled)" if spec.get("compile") else name
+
+
+def corpus_of(record: dict) -> dict:
+    """The facts of the data a record trained on (source, name, split sizes), or {}."""
+    if isinstance(record.get("corpus"), dict):
+        return record["corpus"]
+    data = record["spec"].get("data")
+    return data if isinstance(data, dict) else {}  # records before issue 10
+
+
+def steps_frame(record: dict) -> pd.DataFrame:
+    """The per-step log of one record: step, lr, loss, grad_norm, scale, skipped, step_ms,
+    tokens_per_s, peak_mib (floats; nan where not finite or not applicable)."""
+    log = (record.get("metrics") or {}).get("log") or []
+    cols = ("step", "lr", "loss", "grad_norm", "scale", "skipped", "step_ms", "tokens_per_s", "peak_mib")
+    df = pd.DataFrame([{c: e.get(c) for c in cols} for e in log], columns=list(cols))
+    for c in cols:
+        if c != "skipped":
+            df[c] = [num(v) for v in df[c]]
+    return df
+
+
+def evals_frame(record: dict) -> pd.DataFrame:
+    """The validation log of one record: step, val_loss, eval_ms."""
+    evals = (record.get("metrics") or {}).get("evals") or []
+    df = pd.DataFrame(evals, columns=["step", "val_loss", "eval_ms"])
+    df["val_loss"] = [num(v) for v in df["val_loss"]]
+    return df
+
+
+def _fmt(value: object, spec: str) -> str:
+    return "-" if value is None else format(num(value), spec)
+
+
+def summary_table(records: list[dict]) -> pd.DataFrame:
+    """One row per regime, as display strings: status, steps, losses, time, throughput, memory,
+    skipped steps, final scale. A validation loss measured before the last step says where."""
+    kinds = {(r.get("metrics") or {}).get("memory_kind") for r in records if r.get("metrics")}
+    mem_title = MEMORY_TITLES.get(next(iter(kinds)), "peak MiB") if len(kinds) == 1 else "peak MiB"
+    rows = []
+    for r in records:
+        s = (r.get("metrics") or {}).get("summary") or {}
+        val = _fmt(s.get("final_val_loss"), ".3f")
+        if s and s.get("final_val_step") != s.get("steps_run"):
+            val += f" (@{s.get('final_val_step')})"
+        step_ms = s.get("step_ms") or {}
+        rows.append({
+            "precision": precision_of(r), "status": status_text(r),
+            "steps": s.get("steps_run", 0),
+            "train loss": _fmt(s.get("final_loss"), ".3f") if s else "-",
+            "val loss": val if s else "-",
+            "step ms mean / median": (f"{_fmt(step_ms.get('mean'), '.1f')} / "
+                                      f"{_fmt(step_ms.get('median'), '.1f')}") if step_ms else "-",
+            "tokens/s": _fmt(s.get("tokens_per_s"), ",.0f"),
+            mem_title: _fmt(s.get("peak_mib"), ",.0f"),
+            "skipped": s.get("skipped_steps", "-") if s else "-",
+            "final scale": _fmt(s.get("final_scale"), "g"),
+        })
+    return pd.DataFrame(rows)
+
+
+def caption(records: list[dict], notes: bool = True) -> str:
+    """What every row shares: model, data, batch shape, steps, optimiser, device (and, with
+    `notes`, how the loss columns are computed)."""
+    first = next((r for r in records if corpus_of(r)), records[0])  # a failed job may lack it
+    spec, data, env = first["spec"], corpus_of(first), first.get("env") or {}
+    if data:
+        source = (f"{data.get('source', '?')} data ({data.get('train_tokens', 0):,} train / "
+                  f"{data.get('val_tokens', 0):,} val tokens)")
+        threads = env.get("torch_threads")  # what the job ran with
+    else:  # no job loaded its data (all failed): what was asked for
+        source = f"data: {spec.get('data') or spec.get('tokens') or 'bundled corpus'}"
+        threads = spec.get("threads")
+    text = (f"{spec['size']} (d_model {spec['d_model']}, {spec['num_layers']} layers, "
+            f"vocab {spec['vocab_size']}), {source}, "
+            f"B={spec['batch']} T={spec['context']}, {spec['steps']} steps, AdamW lr {spec['lr']:g}, "
+            f"clip {spec['clip']:g}, seed {spec['seed']}, on {env.get('device_name', spec['device'])}"
+            + (f" ({threads} thread{'s' if threads != 1 else ''})"
+               if spec["device"] == "cpu" and threads else ""))
+    if notes:
+        text = (f"{text}. Train loss: mean of the last {FINAL_LOSS_STEPS} steps; "
+                f"val loss: {spec['eval_batches']} fixed batches")
+    return text
+
+
+def findings(records: list[dict]) -> list[str]:
+    """Sentences computed from the records: how each regime ended, against fp32, and why."""
+    notes = []
+    ok = {precision_of(r): r for r in records if r["status"] == "ok"}
+    base = ok.get("fp32")
+    base_s = base["metrics"]["summary"] if base else None
+    for name, r in ok.items():
+        m, s = r["metrics"], r["metrics"]["summary"]
+        if m["outcome"] != "completed":
+            notes.append(f"{name} stopped with {m['outcome']}: {m['outcome_detail']}"
+                         + (f"; {m['nonfinite_params']:,} parameter elements were non-finite by then"
+                            if m.get("nonfinite_params") else "") + ".")
+            notes.extend(_eps_note(r))
+        elif base_s and name != "fp32" and base["metrics"]["outcome"] == "completed":
+            v, v0 = num(s["final_val_loss"]), num(base_s["final_val_loss"])
+            ratio = num(s["step_ms"]["median"]) / num(base_s["step_ms"]["median"])
+            notes.append(f"{name} ends at validation loss {v:.3f} against fp32's {v0:.3f} "
+                         f"({(v - v0) / v0:+.2%}); its median step takes {ratio:.2f}x fp32's.")
+        if s.get("final_scale") is not None:
+            notes.append(_scale_note(name, r))
+    noisy = [(precision_of(r), r["metrics"]["summary"]["step_ms"]) for r in ok.values()
+             if (r["metrics"]["summary"].get("step_ms") or {}).get("n", 0) >= 4]
+    noisy = [(n, st["iqr"] / st["median"]) for n, st in noisy
+             if st["median"] > 0 and st["iqr"] / st["median"] > NOISY_IQR_RATIO]
+    if noisy:
+        notes.append("Step times varied (IQR/median " + ", ".join(f"{n} {q:.0%}" for n, q in noisy)
+                     + "): the machine was busy or noisy; mean step time and tokens/s include the "
+                     "slow steps, the median does not.")
+    for r in records:
+        if r["status"] != "ok":
+            notes.append(f"{precision_of(r)}: {r['status']}: {r.get('message', '')}")
+        for w in r.get("warnings") or []:
+            if not w.startswith("IQR/median"):  # summarised above
+                notes.append(f"{precision_of(r)}: warning: {w}")
+    if any((r.get("metrics") or {}).get("memory_kind") == "cpu_process_peak_rss" for r in records):
+        notes.append("Peak memory on the CPU is the whole process's peak RSS (Python and torch "
+                     "included), so differences between regimes look small against it.")
+    return notes
+
+
+def _scale_note(name: str, record: dict) -> str:
+    """What the GradScaler did: its first and last scale, skipped steps, and why it stayed put."""
+    s = record["metrics"]["summary"]
+    scales = steps_frame(record)["scale"].dropna()
+    if scales.empty:
+        return f"{name}: no scale was logged."
+    first, final, skipped, n = scales.iloc[0], num(s["final_scale"]), s["skipped_steps"], s["steps_run"]
+    text = (f"{name}: GradScaler's scale went from {first:g} to {final:g}; {skipped} of {n} steps "
+            "were skipped (an inf/NaN gradient halves the scale and skips the update)")
+    interval = s.get("scale_growth_interval")
+    if not skipped and interval and n < interval:
+        text += (f"; it doubles only after {interval} clean steps in a row, more than this run's "
+                 f"{n}, so a flat line means no gradient overflowed")
+    return text + "."
+
+
+def _eps_note(record: dict) -> list[str]:
+    """Why a -true run hit NaN when AdamW's eps is not representable in its dtype (measured)."""
+    regime = get_regime(precision_of(record))
+    eps = record["spec"]["eps"]
+    rounded = torch.tensor(eps, dtype=regime.param_dtype).item()
+    if regime.autocast_dtype is not None or regime.param_dtype == torch.float32 or rounded != 0:
+        return []
+    dtype = str(regime.param_dtype).replace("torch.", "")
+    return [f"AdamW's eps {eps:g} rounds to 0 in {dtype}: wherever a gradient entry is exactly 0 "
+            "(e.g. embedding rows of tokens absent from the batch) the update is 0/0 = NaN. A larger "
+            "eps (e.g. --eps 1e-4) avoids this particular failure."]
+
+
+def summary_line(record: dict) -> str:
+    """One line for a finished regime: how it ended, its final losses and median step time."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {record.get('message', '')}"
+    s = record["metrics"]["summary"]
+    step_ms = s.get("step_ms") or {}
+    return (f"{status_text(record)}: train loss {_fmt(s.get('final_loss'), '.3f')}, val loss "
+            f"{_fmt(s.get('final_val_loss'), '.3f')}, median step "
+            f"{_fmt(step_ms.get('median'), '.1f')} ms")
+
+
+def _summary_row(record: dict) -> dict:
+    """The numeric summary of one record (units in the column names; NaN where not measured)."""
+    spec, m = record["spec"], record.get("metrics") or {}
+    s = m.get("summary") or {}
+    step_ms = s.get("step_ms") or {}
+    row = {"precision": precision_of(record), "size": spec.get("size"),
+           "context": spec.get("context"), "batch": spec.get("batch"), "steps": spec.get("steps"),
+           "status": record["status"], "outcome": m.get("outcome"),
+           "outcome_step": m.get("outcome_step"), "steps_run": s.get("steps_run", 0),
+           "params": record.get("params")}
+    for name in ("first_loss", "final_loss", "final_val_loss", "final_val_step"):
+        row[name] = num(s.get(name))
+    for stat in ("mean", "median", "std", "iqr"):
+        row[f"step_ms_{stat}"] = num(step_ms.get(stat))
+    row.update({"tokens_per_s": num(s.get("tokens_per_s")), "peak_mib": num(s.get("peak_mib")),
+                "memory_kind": m.get("memory_kind"), "skipped_steps": s.get("skipped_steps"),
+                "final_scale": num(s.get("final_scale")),
+                "device_name": (record.get("env") or {}).get("device_name"),
+                "message": record.get("message", "")})
+    return row
+
+
+def summary_frame(records: list[dict]) -> pd.DataFrame:
+    """One numeric row per record: the spec's axes, status and outcome, losses (nats/token),
+    step time (ms, first steps excluded), tokens/s, peak memory (MiB), skipped steps, scale."""
+    return pd.DataFrame([_summary_row(r) for r in records])
+
+
+def val_loss_table(records: list[dict]) -> pd.DataFrame:
+    """Validation loss (nats/token) per evaluated step (rows) and regime (columns)."""
+    columns: dict[str, pd.Series] = {}
+    for r in records:
+        evals = evals_frame(r)
+        if evals.empty:
+            continue
+        name, n = precision_of(r), 2
+        label = name
+        while label in columns:  # a file may hold several runs of one regime
+            label, n = f"{name} #{n}", n + 1
+        columns[label] = pd.Series(evals["val_loss"].to_numpy(), index=evals["step"].astype(int))
+    if not columns:
+        return pd.DataFrame()
+    table = pd.DataFrame(columns).sort_index()
+    table.index.name = "step"
+    return table.reset_index()
+
+
+def steps_table(records: list[dict]) -> pd.DataFrame:
+    """The per-step logs of every record as one long table (precision, step, lr, loss, ...);
+    not a Report table, since it would print hundreds of rows."""
+    frames = [steps_frame(r).assign(precision=precision_of(r)) for r in records]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    return table[["precision", *[c for c in table.columns if c != "precision"]]]
+
+
+def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    return summary_table(report.records), caption(report.records), []
+
+
+def build_report(records: list[dict]) -> Report:
+    """A Report of train records: `frame` has one numeric row per regime run, `tables` the
+    validation loss per step and regime; rendered as text, Markdown or LaTeX, the summary reads
+    as display strings under the run's caption (model, data, batch, steps, device)."""
+    records = [r for r in records if r["kind"] == "train"]
+    device = next((r.get("env", {}).get("device_name") for r in records
+                   if r.get("env", {}).get("device_name")), "")
+    tables = {}
+    if not (val := val_loss_table(records)).empty:
+        tables["validation loss per step"] = val
+    return Report(kind="train", frame=summary_frame(records), tables=tables,
+                  findings=findings(records) if records else [], records=records,
+                  title=f"lmperf train on {device}" if device else "lmperf train",
+                  display=_display)

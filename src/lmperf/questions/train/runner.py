@@ -1,0 +1,100 @@
+"""The job of one regime: load the data, train, return the record (the TrainSpec's runner).
+
+Runs wherever the launcher puts it (a child process by default, or inline). It never raises for
+a failure of the run itself: an out-of-memory error is an 'oom' record, any other exception an
+'error' record, a regime this device cannot run an 'unsupported' one (see lmperf.core.outcome).
+Progress lines go to stderr: the terminal when inline, the child's log otherwise (whose tail an
+'error' row of a crashed or timed-out child carries).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from lmperf.core.outcome import Stage, failure
+from lmperf.results.schema import make_record, to_jsonable
+from lmperf.runtime import device as dev
+from lmperf.runtime import env as envmod
+from lmperf.runtime.precision import get_regime, matmul_precision, slowness_warning, unsupported_reason
+from lmperf.questions.train.data import Corpus, eval_windows, load_corpus, prepare_corpus
+from lmperf.questions.train.loop import Progress, status_text, train_loop
+from lmperf.questions.train.spec import TrainSpec
+from lmperf.questions.train.state import LossFault, no_fault
+
+KIND = "train"
+
+
+def load_data(spec: TrainSpec) -> Corpus:
+    """The spec's corpus (its --data or --tokens file, else the bundled one), checked against
+    its vocabulary and context; raises SpecError naming the problem."""
+    ids, source, name = load_corpus(None if spec.data is None else Path(spec.data),
+                                    None if spec.tokens is None else Path(spec.tokens))
+    return prepare_corpus(ids, source, name, spec.context, spec.vocab_size)
+
+
+def run_train(spec: TrainSpec, *, fault: LossFault = no_fault,
+              progress: Progress | None = None) -> dict:
+    """Train the spec's regime in this process and return its record.
+
+    `fault` injects a loss fault (tests); `progress` receives the loop's events (default: lines
+    on stderr at the first step, at each evaluation and at the end). The record's `corpus`
+    field describes the data the job loaded (source, name, split sizes, largest id).
+    """
+    device = torch.device(spec.device)
+    regime = get_regime(spec.precision)
+    environment = envmod.capture(device)
+    progress = progress or StderrProgress(spec.steps)
+    extra: dict = {}
+
+    def record(status: str, **fields: object) -> dict:
+        rec = to_jsonable(make_record(KIND, spec.to_dict(), status, environment, **extra, **fields))
+        progress(spec.precision, {"event": "end", "record": rec})
+        return rec
+
+    if (reason := unsupported_reason(regime, device)):
+        return record("unsupported", message=reason)
+    warnings = [w for w in [slowness_warning(regime, device)] if w]
+    stage = Stage("loading the data")
+    try:
+        corpus = load_data(spec)
+        extra["corpus"] = corpus.describe()
+        # fixed validation batches: the same windows at every evaluation and for every regime
+        val = eval_windows(corpus.val, spec.eval_batches, spec.batch, spec.context, spec.seed + 1)
+        with matmul_precision(regime):
+            params, metrics = train_loop(spec, regime, corpus, device, val, stage=stage,
+                                         warnings=warnings, fault=fault, progress=progress)
+            environment.update(dev.tf32_state())  # what was in force during the run
+        return record("ok", params=params, metrics=metrics, warnings=warnings)
+    except Exception as exc:  # this regime failed; the next one still runs
+        return record(**failure(exc, stage), warnings=warnings)
+    finally:
+        dev.free_memory(device)
+
+
+class StderrProgress:
+    """Plain progress lines on stderr: a regime's step-0 validation loss, its first step, each
+    step with a validation loss, and how it ended."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def __call__(self, regime: str, event: dict) -> None:
+        kind = event["event"]
+        if kind == "start":
+            _err(f"{regime}: validation loss at step 0: {event['val_loss']:.4f}")
+        elif kind == "step" and (event["val_loss"] is not None or event["step"] == 1):
+            scale = "" if event["scale"] is None else f"  scale {event['scale']:g}"
+            val = "" if event["val_loss"] is None else f"  val {event['val_loss']:.4f}"
+            _err(f"  {regime:<18} step {event['step']:>5}/{self.steps}  loss {event['loss']:.4f}"
+                 f"{val}  grad norm {event['grad_norm']:.3g}{scale}  {event['step_ms']:.1f} ms")
+        elif kind == "end":
+            rec = event["record"]
+            detail = (rec.get("metrics") or {}).get("outcome_detail") or rec.get("message") or ""
+            _err(f"{regime}: {status_text(rec)}" + (f" ({detail})" if detail else ""))
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

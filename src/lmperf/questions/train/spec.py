@@ -1,0 +1,167 @@
+"""TrainSpec: the frozen identity of one training job (one precision regime), checked on
+construction; its learning-rate schedule and the model it trains."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+from lmperf.errors import SpecError
+from lmperf.model.attention import ATTENTION
+from lmperf.model.presets import COURSES, DEFAULT_COURSE, ModelConfig, resolve_preset
+from lmperf.runtime.precision import REGIMES
+from lmperf.validate import check_fields
+
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training run of the reference LM under one precision regime.
+
+    Every regime of one `lmperf train` shares everything but `precision`: the same seed gives
+    the same initial weights and the same batches, so their curves differ only by the regime.
+
+    Attributes:
+        precision: the regime (a name from `lmperf.runtime.precision.REGIMES`).
+        size: the preset that gave the shape (d_model, num_layers, num_heads, d_ff).
+        vocab_size: ids the model accepts; 256 covers byte-level data.
+        context: sequence length T of every window; batch: windows per step (B).
+        steps: optimizer steps (each one timed).
+        lr: peak learning rate of AdamW; lr_warmup: steps of linear warm-up from
+            lr / lr_warmup, then cosine decay to lr * min_lr_ratio at the last step.
+        weight_decay, beta1, beta2, eps: AdamW's settings (eps is in the parameter dtype's
+            arithmetic in the -true regimes, which is part of what they show).
+        clip: max gradient norm after unscaling (0: no clipping; the norm is still recorded).
+        eval_interval: steps between validation losses (also at step 0 and the last step);
+            eval_batches: fixed validation batches averaged per evaluation.
+        seed: seeds the weights, the training windows and (seed + 1) the validation windows.
+        data: a text file trained on byte-level, or None; tokens: a flat uint16 token file, or
+            None; with neither, the bundled generated corpus. Loaded by the job itself.
+        device: 'cpu' or 'cuda' (resolved); attention: the reference LM's attention.
+        threads: torch's intra-op CPU threads (0: torch's default; see core.vocabulary).
+        diverge_factor: a run is 'diverged' when its loss exceeds this multiple of its
+            first-step loss (worse than where it started from random weights) ...
+        diverge_bad_grads: ... or when the gradient norm is non-finite this many steps in a row
+            (with loss scaling: the scaler skipped every one and could not find a finite scale).
+        course: the edition of CS336 whose size table gave the shape ('2025' or '2026').
+        compile: train the `torch.compile`d model (its first step compiles; that step's time is
+            recorded as compile_s and left out of the time summary); compile_mode: its mode.
+    """
+
+    kind: ClassVar[str] = "train"
+    runner: ClassVar[str] = "lmperf.questions.train.runner:run_train"
+
+    precision: str
+    size: str
+    d_model: int
+    num_layers: int
+    num_heads: int
+    d_ff: int
+    vocab_size: int = 256
+    context: int = 64
+    batch: int = 16
+    steps: int = 200
+    lr: float = 3e-3
+    lr_warmup: int = 20
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    clip: float = 1.0
+    eval_interval: int = 50
+    eval_batches: int = 8
+    seed: int = 0
+    data: str | None = None
+    tokens: str | None = None
+    device: str = "cpu"
+    attention: str = "naive"
+    threads: int = 0
+    diverge_factor: float = 2.0
+    diverge_bad_grads: int = 25
+    course: str = DEFAULT_COURSE
+    compile: bool = False
+    compile_mode: str = "default"
+
+    def __post_init__(self) -> None:
+        check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION, "device": DEVICES,
+                                    "course": COURSES},
+                     positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
+                               "context", "batch", "steps", "eval_interval", "eval_batches",
+                               "diverge_bad_grads"),
+                     non_negative=("lr_warmup", "seed", "threads"), named=_flag)
+        for name, value in (("--lr", self.lr), ("--eps", self.eps),
+                            ("diverge_factor", self.diverge_factor)):
+            if not _real(value) or not value > 0:
+                raise SpecError(f"{name} must be a positive number, got {value!r}")
+        if not _real(self.clip) or self.clip < 0:
+            raise SpecError(f"--clip must be >= 0 (0: no clipping), got {self.clip!r}")
+        if not _real(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
+            raise SpecError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if not (0 <= self.weight_decay and 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise SpecError("weight decay must be >= 0 and the AdamW betas in [0, 1)")
+        if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:
+            raise SpecError(f"d_model {self.d_model} must split into {self.num_heads} heads of an "
+                            "even width (RoPE rotates pairs)")
+        if self.data is not None and self.tokens is not None:
+            raise SpecError("give either --data (a text file) or --tokens (a token file), not both")
+
+    @classmethod
+    def from_size(cls, size: str, precision: str, course: str = DEFAULT_COURSE,
+                  **overrides: object) -> "TrainSpec":
+        """A spec with the shape of `size` in the `course` edition's table (the vocabulary comes
+        from the data, not the preset); SpecError for an unknown size."""
+        try:
+            p = resolve_preset(size, course)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        return cls(precision=precision, size=size, d_model=p.d_model, num_layers=p.num_layers,
+                   num_heads=p.num_heads, d_ff=p.d_ff, course=course,
+                   **overrides)  # type: ignore[arg-type]
+
+    def model_config(self) -> ModelConfig:
+        """The reference LM's configuration (its context length is the training context)."""
+        return ModelConfig(vocab_size=self.vocab_size, context_length=self.context,
+                           d_model=self.d_model, num_layers=self.num_layers,
+                           num_heads=self.num_heads, d_ff=self.d_ff, attention=self.attention)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of step `step` (1-based): linear warm-up, then cosine to lr*min_lr_ratio."""
+        if step <= self.lr_warmup:
+            return self.lr * step / self.lr_warmup
+        # the first step after warm-up is at the peak, the last one at the floor
+        span = max(1, self.steps - self.lr_warmup - 1)
+        progress = min(1.0, (step - self.lr_warmup - 1) / span)
+        floor = self.lr * self.min_lr_ratio
+        return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (the `spec` of a record)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainSpec":
+        """Inverse of `to_dict`; fields added since a record was written take their defaults,
+        fields this version does not know are refused."""
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise SpecError(f"unknown TrainSpec field(s): {', '.join(sorted(unknown))}")
+        return cls(**{"course": "2025", **data})  # before editions, sizes were 2025's
+
+    def label(self) -> str:
+        """Short human-readable name for progress lines."""
+        return (f"train {self.size} ctx={self.context} b={self.batch} {self.precision} "
+                f"{self.steps} steps" + (" compiled" if self.compile else ""))
+
+
+def _flag(field: str) -> str:
+    """The CLI flag of a field, for error messages ("lr_warmup" -> "--lr-warmup")."""
+    return f"--{field.replace('_', '-')}"
+
+
+def _real(value: object) -> bool:
+    """A finite int or float (bools refused)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))

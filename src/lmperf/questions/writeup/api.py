@@ -1,0 +1,98 @@
+"""`lmperf.report(files, out=...)`: results files of any kinds -> one write-up (a self-contained
+HTML page, or Markdown with PNGs next to it); returns the path written."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Sequence
+
+from lmperf.errors import LmperfError, SpecError
+from lmperf.questions.writeup.sections import Section, build_section
+
+FORMATS: tuple[str, ...] = ("html", "markdown")
+DEFAULT_OUT: dict[str, Path] = {"html": Path("results") / "report.html",
+                                "markdown": Path("results") / "report.md"}
+# The question each kind of record answers (docs/architecture.md): the sections' headings.
+QUESTIONS: dict[str, str] = {
+    "bench": "how long do forward, backward and the optimizer step take?",
+    "profile": "where does the time go?",
+    "memory": "where does the memory go?",
+    "train": "how do precision regimes train?",
+    "attention": "what does attention cost?",
+    "amp": "what does precision do? (the precision lab)",
+}
+
+
+def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[tuple[str, dict[str, int]]]]:
+    """All records of `files` in order, and (file, records per kind) for the page's header."""
+    from lmperf.results.store import read_records
+
+    records, inputs = [], []
+    for f in files:
+        mine = read_records(Path(f))
+        kinds: dict[str, int] = {}
+        for r in mine:
+            kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+        inputs.append((str(f), kinds))
+        records += mine
+    return records, inputs
+
+
+def build_sections(records: list[dict]) -> list[Section]:
+    """One `sections.Section` per kind of record (in order of first appearance), plots drawn."""
+    from lmperf.core.kinds import build_reports
+    from lmperf.questions.writeup.plots import plots_for
+
+    sections = []
+    for rep in build_reports(records):
+        section = build_section(rep)
+        section.plots = plots_for(rep)
+        sections.append(section)
+    return sections
+
+
+def report(files: Sequence[str | Path] | str | Path, *, out: str | Path | None = None,
+           format: str = "html", title: str | None = None) -> Path:
+    """Write the write-up of the results files `files` (JSONL, any mix of kinds) and return its
+    path.
+
+    For each kind of record: its tables as its question lays them out (the course's benchmark
+    table for bench), findings, plots, failed runs with their reason, warnings and the
+    environment of the runs. `format` "html" (default) writes one self-contained page (styles
+    inline, plots as data URIs, nothing fetched from anywhere); "markdown" writes a .md file and
+    its plots as PNG files next to it. `out` defaults to results/report.html (results/report.md);
+    an existing file there is replaced. Raises SpecError for an unknown format, ResultsFileError
+    for a missing or corrupt results file, LmperfError when the files hold no record or the
+    report cannot be written.
+    """
+    from lmperf import __version__
+
+    if format not in FORMATS:
+        raise SpecError(f"unknown report format {format!r}; accepted: {', '.join(FORMATS)}")
+    files = [files] if isinstance(files, (str, Path)) else list(files)
+    if not files:
+        raise SpecError("no results file given")
+    records, inputs = _read(files)
+    if not records:
+        raise LmperfError(f"{', '.join(map(str, files))} hold(s) no records")
+    path = Path(out) if out is not None else DEFAULT_OUT[format]
+    if path.is_dir():
+        raise LmperfError(f"cannot write the report to {path}: it is a directory")
+    sections = build_sections(records)
+    generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    title = title or "lmperf report"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if format == "html":
+            from lmperf.questions.writeup.html import page_html
+
+            path.write_text(page_html(title, sections, QUESTIONS, inputs, generated, __version__),
+                            encoding="utf-8")
+        else:
+            from lmperf.questions.writeup.markdown import page_md
+
+            page_md(path, title, sections, QUESTIONS, inputs, generated, __version__)
+    except OSError as exc:
+        raise LmperfError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+    return path

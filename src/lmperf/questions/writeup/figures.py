@@ -1,0 +1,146 @@
+"""The write-up's own figures, drawn from records: bench latency vs context and per-phase
+stacked bars, profile category shares. (memory, train, attention and amp draw their own: see
+`lmperf.questions.writeup.plots`.) matplotlib's object API on the Agg canvas: no pyplot, no global state."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+
+from lmperf.questions.writeup.sections import run_labels
+
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+MAX_BARS = 40  # bars in one stacked-bar figure; more would not be readable
+# Spec axes of a bench run besides size and precision: a line of the latency plot is one value
+# of each, so runs that differ in any of them are never joined by a line.
+LINE_AXES: tuple[str, ...] = ("batch", "attention", "warmup", "optimizer", "threads", "device")
+
+
+def png(fig) -> bytes:
+    """The figure as PNG bytes (110 dpi: sharp on a laptop, small enough to embed)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def bench_latency(frame: pd.DataFrame) -> bytes | None:
+    """PNG: mean step time (ms, ± std as error bars) against context length, one panel per
+    mode, one line per model size and precision (and any other axis that varies). `frame` is
+    bench's numeric frame (`lmperf.questions.bench.table.records_frame`). None without an ok row."""
+    ok = frame[(frame["status"] == "ok") & frame["step_ms_mean"].notna()]
+    if ok.empty:
+        return None
+    modes = list(dict.fromkeys(ok["mode"]))
+    extra = [a for a in LINE_AXES if ok[a].nunique(dropna=False) > 1]
+    fig = _figure(5.2 * len(modes) + 0.6, 4.2)
+    for ax, mode in zip(fig.subplots(1, len(modes), squeeze=False)[0], modes):
+        rows = ok[ok["mode"] == mode]
+        for key, line in rows.groupby(["model", "precision", *extra], sort=False, dropna=False):
+            line = line.sort_values("context")
+            label = " ".join(str(k) for k in key[:2]) + "".join(
+                f" {a}={v}" for a, v in zip(extra, key[2:]))
+            ax.errorbar(line["context"], line["step_ms_mean"], yerr=line["step_ms_std"].fillna(0),
+                        marker="o", capsize=3, label=label)
+        contexts = sorted(set(int(c) for c in rows["context"]))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(contexts, [str(c) for c in contexts])
+        ax.minorticks_off()
+        _time_axis(ax, rows["step_ms_mean"], rows["step_ms_mean"] + rows["step_ms_std"].fillna(0))
+        ax.set(xlabel="context length T", ylabel="step time, ms (mean ± std)",
+               title=f"mode {mode}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    return png(fig)
+
+
+def _time_axis(ax, values: pd.Series, tops: pd.Series) -> None:
+    """Log y when the times span more than a decade (sizes and contexts together), linear from
+    zero otherwise; plain numbers either way (no 5 x 10^0 labels)."""
+    from matplotlib.ticker import ScalarFormatter
+
+    low, high = float(values.min()), float(values.max())
+    if low > 0 and high / low > 10:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+    else:  # `tops`: mean + std, so that no error bar leaves the axes
+        ax.set_ylim(0, float(tops.max()) * 1.15)
+
+
+def bench_phases(records: list[dict]) -> bytes | None:
+    """PNG: one horizontal bar per ok bench run, stacked by phase (forward, backward, optimizer;
+    mean ms per step). None without an ok run that timed a phase."""
+    pairs = [(r, label) for r, label in zip(records, run_labels(records)) if r["status"] == "ok"]
+    rows = []
+    for r, label in pairs[:MAX_BARS]:
+        m = r.get("metrics") or {}
+        means = {p: (m.get(f"{p}_ms") or {}).get("mean") for p in PHASES}
+        if any(v is not None for v in means.values()):
+            rows.append((label, means))
+    if not rows:
+        return None
+    fig = _figure(9.5, 1.2 + 0.32 * len(rows))
+    ax = fig.subplots()
+    left = [0.0] * len(rows)
+    ys = list(range(len(rows)))[::-1]  # first run on top
+    for phase in PHASES:
+        widths = [means[phase] or 0.0 for _, means in rows]
+        if any(widths):
+            ax.barh(ys, widths, left=left, label=phase, height=0.7)
+            left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(ys, [label for label, _ in rows], fontsize=8)
+    title = "time per step by phase (mean ms)"
+    if len(pairs) > MAX_BARS:
+        title += f"; first {MAX_BARS} of {len(pairs)} runs"
+    ax.set(xlabel="ms per step", title=title)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.legend(fontsize=8, ncols=len(PHASES), loc="outside lower center")
+    return png(fig)
+
+
+def profile_shares(records: list[dict]) -> bytes | None:
+    """PNG: one horizontal bar per profiled run and phase, split by operator category (share of
+    the phase's self time, from the record's "share of each phase by category" table)."""
+    from lmperf.questions.profile.record import stored_table
+
+    bars: list[tuple[str, dict[str, float]]] = []
+    for r, label in zip(records, run_labels(records)):
+        tables = ((r.get("metrics") or {}).get("tables") or {}) if r["status"] == "ok" else {}
+        title = next((t for t in tables if t.startswith("share of each phase by category")), None)
+        if title is None:
+            continue
+        df = stored_table(title, tables[title]).set_index("category")
+        for phase in df.columns:
+            shares = {str(c): float(v) for c, v in df[phase].items()
+                      if isinstance(v, (int, float)) and math.isfinite(v)}
+            bars.append((f"{label}: {phase}", shares))
+    if not bars:
+        return None
+    bars = bars[:MAX_BARS]
+    categories = list(dict.fromkeys(c for _, shares in bars for c in shares))
+    fig = _figure(9.5, 1.4 + 0.34 * len(bars))
+    ax = fig.subplots()
+    ys = list(range(len(bars)))[::-1]
+    left = [0.0] * len(bars)
+    for category in categories:
+        widths = [shares.get(category, 0.0) for _, shares in bars]
+        ax.barh(ys, widths, left=left, label=category, height=0.7)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(ys, [label for label, _ in bars], fontsize=8)
+    ax.set_xlim(0, max(1.0, max(left)))
+    ax.xaxis.set_major_formatter("{x:.0%}")
+    ax.set(xlabel="share of the phase's operator self time",
+           title="where the time goes, by category")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.legend(fontsize=8, ncols=min(len(categories), 6), loc="outside lower center")
+    return png(fig)

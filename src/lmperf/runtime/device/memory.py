@@ -1,0 +1,129 @@
+"""Memory on the device: out-of-memory detection, per-phase peaks (CUDA allocator or the CPU
+process's peak RSS), the memory cap, allocated bytes."""
+
+from __future__ import annotations
+
+import re
+import resource
+
+import torch
+
+from lmperf.runtime.device.select import GIB, MIB, cuda_index, synchronize
+
+
+# Out-of-memory messages that do not come as torch.OutOfMemoryError (a RuntimeError each):
+# - "DefaultCPUAllocator: can't allocate memory" (the CPU allocator, e.g. under RLIMIT_AS);
+# - "CUDA out of memory" (the caching allocator's text, kept for torch builds and wrappers that
+#   re-raise it as a plain RuntimeError);
+# - "CUDA error: out of memory": a CUDA API call that failed with cudaErrorMemoryAllocation
+#   outside the caching allocator (context creation, cudaMalloc in a library, a stream or event);
+#   torch >= 2.8 raises it as torch.AcceleratorError, older ones as RuntimeError (HIP: "HIP error");
+# - cuBLAS / cuSOLVER / cuDNN handles and workspaces that failed to allocate
+#   ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`").
+_OOM_TEXT = re.compile(r"can't allocate memory|CUDA out of memory|(?:CUDA|HIP) error: out of memory"
+                       r"|CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED"
+                       r"|CUDNN_STATUS_ALLOC_FAILED")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when `exc` is an out-of-memory error of the CPU, the CUDA caching allocator, the CUDA
+    runtime or a CUDA library (cuBLAS, cuSOLVER, cuDNN)."""
+    if isinstance(exc, MemoryError):
+        return True
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
+    if oom_type and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and _OOM_TEXT.search(str(exc)) is not None
+
+
+def free_memory(device: torch.device) -> None:
+    """Return cached blocks to the driver (after an OOM, before the next phase of a run)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class PeakMemory:
+    """Per-phase peak memory: CUDA allocator peaks, or the CPU process's peak resident set.
+
+    The CPU figure is the process's VmHWM (peak RSS, reset through /proc/self/clear_refs): it
+    includes the Python runtime and torch's own pages, so it is a process-level figure, never a
+    GPU-memory figure. Where the reset is not permitted the peak is cumulative and `resettable`
+    is False.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.kind = "cuda_allocator" if self.cuda else "cpu_process_peak_rss"
+        self.resettable = True
+
+    def reset(self) -> None:
+        """Start a new peak window."""
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(cuda_index(self.device))
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+        except OSError:
+            self.resettable = False
+
+    def read(self) -> dict[str, float | None]:
+        """Peak since the last reset, in MiB: {'allocated': ..., 'reserved': ...} or {'rss': ...}."""
+        if self.cuda:
+            index = cuda_index(self.device)
+            return {
+                "allocated": torch.cuda.max_memory_allocated(index) / MIB,
+                "reserved": torch.cuda.max_memory_reserved(index) / MIB,
+            }
+        return {"rss": _proc_status_kib("VmHWM") * 1024 / MIB if _has_proc() else None}
+
+
+def _has_proc() -> bool:
+    try:
+        open("/proc/self/status").close()
+        return True
+    except OSError:
+        return False
+
+
+def _proc_status_kib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    return float("nan")
+
+
+def device_memory_gib(device: torch.device) -> float | None:
+    """Total memory of a CUDA device in GiB (2**30 bytes); None for any other device."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(cuda_index(device)).total_memory / GIB
+
+
+def cap_memory(device: torch.device, gib: float) -> str:
+    """Cap this process's memory so that running out is a clean, catchable OOM.
+
+    CUDA: the caching allocator's per-process fraction of the GPU. CPU: the address-space limit
+    (RLIMIT_AS), which also counts the ~0.6 GiB that Python and torch map at import.
+    Returns a description of the cap that was set.
+    """
+    if device.type == "cuda":
+        index = cuda_index(device)  # set_per_process_memory_fraction refuses an index-less device
+        total = torch.cuda.get_device_properties(index).total_memory
+        fraction = float(min(1.0, gib * GIB / total))
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+        return f"CUDA allocator capped at {gib:g} GiB ({fraction:.1%} of cuda:{index})"
+    limit = int(gib * GIB)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return f"process address space capped at {gib:g} GiB (RLIMIT_AS)"
+
+
+def memory_allocated(device: torch.device) -> int | None:
+    """Bytes held by live tensors in the CUDA caching allocator; None on the CPU (no allocator
+    that counts them: the CPU figures come from saved-tensor accounting instead)."""
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    return torch.cuda.memory_allocated(cuda_index(device))
