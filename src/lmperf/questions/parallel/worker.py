@@ -32,7 +32,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import torch
 
 ENV_DIR = "LMPERF_DIST_DIR"
 ENV_FAULT = "LMPERF_DIST_FAULT"  # tests: "crash|hang|raise@RANK@ITEM,..." (see `_inject_fault`)
@@ -99,6 +102,26 @@ def _redirect_output(folder: Path, rank: int) -> None:
     os.close(fd)
 
 
+def rank_device(job: object, local_rank: int) -> torch.device:
+    """This rank's device, made current, then capped when the job has `max_memory_gib`.
+
+    The order matters on CUDA: an index-less "cuda" device resolves to the current device, which
+    is GPU 0 until the rank selects its own; capping first capped GPU 0 on every rank (and
+    opened a context there), leaving ranks 1..n-1 uncapped. NCCL also needs the device set
+    before its first use. On the CPU the cap is the process's address space (no index).
+    """
+    import torch
+
+    from lmperf.runtime.device import cap_memory, use_cuda_device
+
+    device = torch.device(job.device)  # type: ignore[attr-defined]
+    if device.type == "cuda":  # one GPU per local rank
+        device = use_cuda_device(local_rank)
+    if getattr(job, "max_memory_gib", None):  # a rank that does not fit fails as 'oom'
+        cap_memory(device, job.max_memory_gib)  # type: ignore[attr-defined]
+    return device
+
+
 def setup(job: object, folder: Path | None) -> RankContext:
     """Join the process group of torchrun's environment; threads, device and logs per rank."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -113,15 +136,7 @@ def setup(job: object, folder: Path | None) -> RankContext:
 
     if getattr(job, "threads", 0):
         torch.set_num_threads(job.threads)  # type: ignore[attr-defined]
-    device = torch.device(job.device)  # type: ignore[attr-defined]
-    if getattr(job, "max_memory_gib", None):  # a rank that does not fit fails as 'oom'
-        from lmperf.runtime.device import cap_memory
-
-        cap_memory(device, job.max_memory_gib)  # type: ignore[attr-defined]
-    if device.type == "cuda":  # one GPU per local rank; NCCL needs it set before the first use
-        from lmperf.runtime.device import use_cuda_device
-
-        device = use_cuda_device(local_rank)
+    device = rank_device(job, local_rank)
     # Everything imported so far lives as long as the process: keep it out of the collector, so
     # that the gc.collect() releasing each strategy scans only what the items create (~0.4 s
     # less per collection with torch loaded).
