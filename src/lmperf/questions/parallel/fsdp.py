@@ -13,6 +13,25 @@ Collectives here are blocking, so nothing overlaps (fsdp2 prefetches and overlap
 weights are one shard (one Parameter): both uses reduce-scatter into the same `.grad`, which
 autograd sums. A weight with `requires_grad=False` is not sharded. With `compute_dtype` set,
 run the forward under autocast too: the reference LM mixes dtypes inside attention.
+
+`exact=True` (what the course adapter `get_fsdp` uses in fp32) makes every sharded weight's
+gradient bitwise equal to single-process training on the global batch, at the cost of
+all-gathering activations. Why the default is not: a weight's gradient is one GEMM over the
+batch's tokens, g^T x (out, tokens) @ (tokens, in), and a fp32 GEMM sums its K (token)
+dimension in one fixed order (MKL on the CPU: a sequential FMA fold, measured bitwise equal to
+one); two ranks each fold half the tokens and the reduce-scatter adds the halves, a different
+order, hence 1-ulp differences (1.5e-8 in the course's test after one step). The 1/n of the
+average is not it: the local mean's 1/b and the global 1/(n b) differ by exactly n, a power of
+two, which scaling undoes without rounding. So in exact mode a weight's OWNER computes it: the
+Linear's input rows x and output-gradient rows g (the Embedding's ids and output gradient) are
+all-gathered in rank order, i.e. in the global batch's order, and each rank runs the same op on
+them as one process would on the global batch, divided by n, keeping its chunk. Exact when: the
+world size is a power of two, every rank has the same batch size, the single process's loss is
+a mean over the batch, and the GEMM is the same call for the same shapes (cuBLAS may pick
+another algorithm for other shapes; on GPUs exactness is measured by `lmperf doctor`, not
+assumed). Replicated parameters (norm weights) are still all-reduced: their gradients are
+reductions inside the wrapped module that this wrapper never sees, so they match only up to
+the order of that sum (the course's SGD test: bitwise; with AdamW ~6e-8, measured).
 """
 
 from __future__ import annotations
@@ -34,8 +53,10 @@ class ShardedWeight:
     """One weight of shape `shape` split in n chunks of `chunk` elements; `param` is this
     rank's fp32 chunk (n * chunk >= numel: the last chunk is zero-padded)."""
 
-    def __init__(self, weight: nn.Parameter, compute_dtype: torch.dtype | None):
+    def __init__(self, weight: nn.Parameter, compute_dtype: torch.dtype | None,
+                 exact: bool = False):
         self.rank, self.n = dist.get_rank(), dist.get_world_size()
+        self.exact = exact
         self.shape, self.numel = weight.shape, weight.numel()
         self.chunk = math.ceil(self.numel / self.n)
         self.compute_dtype = compute_dtype or weight.dtype
@@ -49,6 +70,12 @@ class ShardedWeight:
         all_gather_flat(out, self.param.detach().to(dtype))  # cast first: fewer bytes on the wire
         return out[:self.numel].view(self.shape)
 
+    def owned_chunk(self, full: torch.Tensor) -> torch.Tensor:
+        """This rank's chunk of the full-shape `full` (a gradient every rank computed alike),
+        divided by n (the average over ranks), as an fp32 (param dtype) gradient."""
+        flat = F.pad(full.reshape(-1), (0, self.chunk * self.n - self.numel))
+        return flat[self.rank * self.chunk:(self.rank + 1) * self.chunk].div(self.n).to(self.param.dtype)
+
     def reduce_scatter(self, grad: torch.Tensor) -> torch.Tensor:
         """This rank's chunk of the MEAN over ranks of `grad` (shape), as an fp32 (param
         dtype) gradient for `param`; communicated in grad's dtype (the compute dtype)."""
@@ -56,6 +83,16 @@ class ShardedWeight:
         out = torch.empty(self.chunk, dtype=flat.dtype, device=flat.device)
         reduce_scatter_flat(out, flat.contiguous())
         return out.div_(self.n).to(self.param.dtype)
+
+
+def gather_rows(t: torch.Tensor) -> torch.Tensor:
+    """(rows, ...) on every rank -> (n x rows, ...), rank 0's rows first: the global batch's
+    order when rank r holds the r-th slice of it. Every rank must pass the same shape."""
+    t = t.contiguous()
+    out = torch.empty((dist.get_world_size() * t.shape[0], *t.shape[1:]), dtype=t.dtype,
+                      device=t.device)
+    all_gather_flat(out.view(-1), t.view(-1))
+    return out
 
 
 class _ShardedLinear(torch.autograd.Function):
@@ -76,8 +113,16 @@ class _ShardedLinear(torch.autograd.Function):
         g = grad_out.to(w.dtype).reshape(-1, grad_out.shape[-1])  # (tokens, out)
         xs = x.to(w.dtype).reshape(-1, x.shape[-1])  # (tokens, in)
         grad_x = (g @ w).view(x.shape).to(x.dtype) if ctx.needs_input_grad[0] else None
-        grad_w = sharded.reduce_scatter(g.t() @ xs)  # (out, in) -> this rank's mean chunk
-        grad_b = g.sum(0).to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
+        if sharded.exact:  # the global batch's (n x tokens) rows, in its order, on every rank
+            g, xs = gather_rows(g), gather_rows(xs)
+            grad_w = sharded.owned_chunk(g.t() @ xs)  # the one-process GEMM over all tokens
+        else:
+            grad_w = sharded.reduce_scatter(g.t() @ xs)  # (out, in) -> this rank's mean chunk
+        grad_b = None
+        if bias is not None and ctx.needs_input_grad[3]:
+            # exact: every rank holds the global sum / n, so the replicated all-reduce's mean
+            # of n equal values (power-of-two n) returns it unchanged
+            grad_b = (g.sum(0) / (sharded.n if sharded.exact else 1)).to(bias.dtype)
         return grad_x, grad_w, None, grad_b
 
 
@@ -94,6 +139,12 @@ class _ShardedEmbedding(torch.autograd.Function):
     def backward(ctx, grad_out):  # type: ignore[override]
         (ids,) = ctx.saved_tensors
         sharded = ctx.sharded
+        if sharded.exact:  # the op autograd runs for F.embedding, on the global batch's rows
+            grad = gather_rows(grad_out.reshape(-1, grad_out.shape[-1]))  # (n x tokens, C)
+            full = torch.ops.aten.embedding_dense_backward(
+                grad, gather_rows(ids.reshape(-1)), sharded.shape[0],
+                -1 if ctx.padding_idx is None else ctx.padding_idx, False)  # (V, C)
+            return None, sharded.owned_chunk(full), None, None
         grad_w = torch.zeros(sharded.shape, dtype=grad_out.dtype, device=grad_out.device)
         grad_w.index_add_(0, ids.reshape(-1), grad_out.reshape(-1, grad_out.shape[-1]))  # (V, C)
         if ctx.padding_idx is not None:
@@ -128,14 +179,18 @@ class FSDP(nn.Module):
 
     `parameters()` are the fp32 shards plus the replicated parameters (give them to the
     optimizer); `finish_gradient_synchronization()` after backward; `gather_full_params()`
-    returns {name: full fp32 tensor} with the unwrapped module's parameter names.
+    returns {name: full fp32 tensor} with the unwrapped module's parameter names. `exact`:
+    sharded weights' gradients bitwise equal to one process on the global batch (activations
+    all-gathered instead of gradients reduce-scattered: see the module docstring).
     """
 
-    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
+    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
+                 exact: bool = False):
         super().__init__()
         broadcast_from_rank0(module)
         self.module = module
         self.compute_dtype = compute_dtype
+        self.exact = exact
         self.world_size = dist.get_world_size()
         self.sharded: dict[int, ShardedWeight] = {}  # id(shard param) -> its ShardedWeight
         by_weight: dict[int, ShardedWeight] = {}  # id(original weight) -> shard (tied: one)
@@ -145,7 +200,7 @@ class FSDP(nn.Module):
                 continue
             weight = sub._parameters["weight"]
             if id(weight) not in by_weight:
-                by_weight[id(weight)] = ShardedWeight(weight, compute_dtype)
+                by_weight[id(weight)] = ShardedWeight(weight, compute_dtype, exact)
             sharded = by_weight[id(weight)]
             self.sharded[id(sharded.param)] = sharded
             sub.register_parameter("weight", sharded.param)
@@ -180,3 +235,21 @@ class FSDP(nn.Module):
 
     def close(self) -> None:
         """Nothing in flight (every collective here is blocking)."""
+
+
+# --- the course's adapter interface (its FSDP tests call these three) ---------------------------
+
+def get_fsdp(module: nn.Module, compute_dtype: torch.dtype | None = None) -> FSDP:
+    """The course's `get_fsdp`: lmperf's FSDP over `module`; exact in fp32 (compute_dtype None),
+    so that its fp32 test may demand `torch.equal` with single-process training."""
+    return FSDP(module, compute_dtype, exact=compute_dtype is None)
+
+
+def fsdp_on_after_backward(fsdp_model: FSDP, optimizer: torch.optim.Optimizer) -> None:
+    """The course's hook between backward and `optimizer.step()`: finish the gradient sync."""
+    fsdp_model.finish_gradient_synchronization()
+
+
+def fsdp_gather_full_params(fsdp_model: FSDP) -> dict[str, torch.Tensor]:
+    """The course's `fsdp_gather_full_params`: {name: full fp32 tensor} (a collective)."""
+    return fsdp_model.gather_full_params()
