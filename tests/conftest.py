@@ -18,6 +18,13 @@ if not torch.cuda.is_available():
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """runtime.lowp caches its measured matmul ratio under $XDG_CACHE_HOME: the tests use a
+    cache of their own, never the user's (measured at most once per session)."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _child_import_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Children run `python -m lmperf.core.child`: give them the repo root and src/ on the path."""

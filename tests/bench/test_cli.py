@@ -72,8 +72,12 @@ def test_corrupt_results_file_on_resume_is_one_line_and_untouched(capsys, tmp_pa
     assert out.read_text() == '{"not": "a record"}\n'
 
 
-def test_default_bench_runs_the_cpu_presets_and_prints_the_table(capsys, tmp_path):
-    """`lmperf bench` with no arguments (but --out): fp32 and bf16-mixed on tiny and mini."""
+def test_default_bench_runs_the_cpu_presets_and_prints_the_table(capsys, tmp_path, monkeypatch):
+    """`lmperf bench` with no arguments (but --out) on a CPU with native bf16: fp32 and
+    bf16-mixed on tiny and mini (without: tests/bench/test_plan_lowp.py)."""
+    from tests.fixtures.lowp import SAPPHIRE_RAPIDS, simulate_cpu
+
+    simulate_cpu(monkeypatch, tmp_path, SAPPHIRE_RAPIDS)
     out = tmp_path / "r.jsonl"
     code, stdout, err = _run(["bench", "--out", str(out)], capsys)
     assert code == 0, err

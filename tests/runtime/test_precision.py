@@ -160,7 +160,10 @@ def test_slowness_warning_for_fp16_on_cpu(name):
 
 
 @pytest.mark.parametrize("name", ["fp32", "tf32", "bf16-mixed", "bf16-true"])
-def test_no_slowness_warning_without_fp16(name):
+def test_no_slowness_warning_without_fp16(name, monkeypatch, tmp_path):
+    from tests.fixtures.lowp import SAPPHIRE_RAPIDS, simulate_cpu
+
+    simulate_cpu(monkeypatch, tmp_path, SAPPHIRE_RAPIDS)  # bf16 native (else: tests/runtime/test_lowp)
     assert slowness_warning(get_regime(name), CPU) is None
 
 

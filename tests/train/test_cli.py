@@ -190,7 +190,10 @@ def plan_train(**options):
     return with_api_defaults(plan, train, **options)
 
 
-def test_defaults_on_the_cpu():
+def test_defaults_on_the_cpu(monkeypatch, tmp_path):
+    from tests.fixtures.lowp import SAPPHIRE_RAPIDS, simulate_cpu
+
+    simulate_cpu(monkeypatch, tmp_path, SAPPHIRE_RAPIDS)  # native bf16: every default regime
     cpu = DEFAULTS["train"]["cpu"]
     specs = plan_train(device="cpu").specs
     assert [s.precision for s in specs] == cpu["precision"]

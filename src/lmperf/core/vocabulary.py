@@ -36,7 +36,9 @@ CPU_THREADS = 1
 
 # command -> device type -> option -> default (None elsewhere means "the device's default").
 # On CUDA the defaults of bench, profile and memory follow an edition of the course: see
-# COURSE_DEFAULTS, which override these.
+# COURSE_DEFAULTS, which override these. A CPU default's bf16 regimes run only on a CPU with
+# native bf16 (avx512_bf16 / AMX, else a measured matmul ratio): elsewhere they are 6-10x slower
+# than fp32, so the plans leave them out with a one-line note (runtime.precision.default_regimes).
 DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
     "bench": {
         "cpu": {"size": ["tiny", "mini"], "context": [128], "precision": ["fp32", "bf16-mixed"]},

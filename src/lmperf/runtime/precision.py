@@ -13,6 +13,7 @@ from typing import ContextManager, Iterable, Iterator
 import torch
 
 from lmperf.runtime import device as dev
+from lmperf.runtime import lowp
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ def get_regime(name: str) -> Regime:
         return REGIMES[name]
     except KeyError:
         raise ValueError(f"unknown precision {name!r}; accepted: {', '.join(REGIMES)}") from None
+
+
+LOW_NAMES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def compute_dtype(regime: Regime) -> torch.dtype:
@@ -102,7 +106,32 @@ def slowness_warning(regime: Regime, device: torch.device) -> str | None:
     if uses_fp16 and device.type == "cpu":
         return (f"{regime.name} on the CPU: most CPUs have no fast fp16 matmul, so expect it to be "
                 "far slower than fp32 (tens of times on this project's test machine)")
+    uses_bf16 = torch.bfloat16 in (regime.autocast_dtype, regime.param_dtype)
+    if uses_bf16 and device.type == "cpu" and (bf16 := lowp.cpu_support("bf16")).slow:
+        return f"{regime.name} on this CPU: {bf16.why()}; expect it to be far slower than fp32"
     return None
+
+
+def default_regimes(names: Iterable[str], device: torch.device) -> tuple[list[str], list[str]]:
+    """(the regimes of a default list worth running on `device`, one note per dtype left out).
+
+    On a CPU, a regime that computes in bf16 or fp16 stays in a default only where this CPU
+    runs that dtype at a useful speed (runtime.lowp: native flags, else a measured matmul
+    ratio); asked for by name, it runs anyway, with slowness_warning's warning."""
+    names = list(dict.fromkeys(names))
+    if device.type != "cpu":
+        return names, []
+    kept, left_out = [], {}
+    for name in names:
+        low = LOW_NAMES.get(compute_dtype(get_regime(name)))
+        if low is not None and (support := lowp.cpu_support(low)).slow:
+            left_out.setdefault(low, (support, []))[1].append(name)
+        else:
+            kept.append(name)
+    notes = [f"{' '.join(regimes)} left out of the CPU defaults: this CPU has {support.why()}; "
+             f"ask for {'it' if len(regimes) == 1 else 'them'} with --precision {' '.join(regimes)}"
+             for support, regimes in left_out.values()]
+    return kept, notes
 
 
 def precision_warnings(names: Iterable[str], device: torch.device) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Sequence
 from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
 from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import precision_warnings
+from lmperf.runtime.precision import default_regimes, precision_warnings
 from lmperf.workload.build import check_user_models, resolve_optimizer
 from lmperf.workload.spec import Grid, RunSpec
 
@@ -47,16 +47,19 @@ def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = N
     dev_ = dev.resolve_device(device)
     defaults = device_defaults("bench", dev_.type, course)
     sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
+    # Default regimes too slow on this CPU (bf16 without native support) are left out, saying so.
+    given = as_list(precision)
+    precisions, left_out = (given, []) if given else default_regimes(defaults["precision"], dev_)
     fixed = dict(model_context_length=model_context,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
                  device=dev_.type, model=model, threads=resolve_threads(threads, dev_.type),
                  clip=clip, course=course, compile_mode=compile_mode)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
-                batches=as_list(batch), precisions=as_list(precision) or defaults["precision"],
+                batches=as_list(batch), precisions=precisions,
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),
                 compiles=as_list(compile), fixed=fixed)
     specs = list(dict.fromkeys(grid.expand()))  # a value given twice in a list runs once
-    plan = Plan(specs=specs, device_name=dev.device_name(dev_))
+    plan = Plan(specs=specs, device_name=dev.device_name(dev_), notes=left_out)
     if model:
         check_user_models(specs)
         shapes = ", ".join(dict.fromkeys(f"{s.size} ({s.shape()})" for s in specs))

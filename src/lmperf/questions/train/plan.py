@@ -16,7 +16,7 @@ from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.model.presets import VOCAB_SIZE
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import precision_warnings
+from lmperf.runtime.precision import default_regimes, precision_warnings
 from lmperf.questions.train.data import BYTE_VOCAB
 from lmperf.questions.train.runner import load_data
 from lmperf.questions.train.spec import TrainSpec
@@ -47,7 +47,9 @@ def plan_train(*, size: str | None, precision: Sequence[str] | str | None, conte
     dev_ = dev.resolve_device(device)
     d = device_defaults("train", dev_.type)
     pick = lambda value, key: d[key] if value is None else value  # noqa: E731
-    names = [precision] if isinstance(precision, str) else list(pick(precision, "precision"))
+    # Default regimes too slow on this CPU (bf16 without native support) are left out, saying so.
+    names, left_out = (([precision] if isinstance(precision, str) else list(precision), [])
+                       if precision is not None else default_regimes(d["precision"], dev_))
     if not names:
         raise SpecError("give at least one --precision")
     if data is not None and tokens is not None:
@@ -68,7 +70,7 @@ def plan_train(*, size: str | None, precision: Sequence[str] | str | None, conte
     # before anything runs rather than one error row per regime.
     corpus = load_data(specs[0])
     s = specs[0]
-    plan = Plan(specs)
+    plan = Plan(specs, notes=left_out)
     source = "the bundled corpus" if corpus.source == "builtin" else f"{corpus.source} {corpus.name}"
     plan.notes.append(f"training {len(specs)} regime(s) x {s.steps} steps of {s.size} "
                       f"(B={s.batch}, T={s.context}, vocab {s.vocab_size}) on "
