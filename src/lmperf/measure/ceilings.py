@@ -1,0 +1,163 @@
+"""The device's own ceilings, measured: attained matmul FLOP/s per dtype and memory bandwidth.
+
+A roofline needs two numbers per device: how fast it can compute (FLOP/s) and how fast it can
+move bytes to and from memory (bytes/s). Datasheets give peaks (`runtime.peaks`); this module
+measures what the device attains here, in this process, with this thread count:
+
+- matmul: a square (n, n) @ (n, n) product in each dtype, n doubled from 128 until one call
+  takes at least `MIN_CALL_S` (or n reaches the device's cap), then the best of `REPEATS` calls;
+  FLOP/s = 2 n^3 / time (a multiply-add is 2 FLOPs, as torch.utils.flop_counter counts).
+- bandwidth: a copy (`y.copy_(x)`: reads n, writes n bytes) and a STREAM-style triad
+  (`z = x + 2 y`: reads 2n, writes n) over buffers far larger than the caches, best of
+  `REPEATS` after one untimed pass (first touch of the pages); the attained bandwidth is the
+  faster of the two (the best this device demonstrated).
+
+Best-of-N, not median: a ceiling is what the device can do, and on a shared machine the slower
+calls are other processes' interference. Every call is closed by a device synchronisation
+(`runtime.device.PhaseClock`), so on CUDA the times are GPU times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from lmperf.runtime import device as dev
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
+                                  "fp16": torch.float16}
+MIN_CALL_S = 0.02  # one matmul call at least this long: timer and launch costs stay < 1%
+REPEATS = 3
+# Largest n tried: CPU (a 2048^3 fp32 product is 17 GFLOP, ~0.3 s at one thread) and CUDA.
+MAX_N = {"cpu": 2048, "cuda": 8192}
+# Bandwidth buffers: 64 MiB each on the CPU (far above any L3 slice of this project's machines;
+# three of them for the triad), 1 GiB on CUDA (far above any L2).
+STREAM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What the device attained.
+
+    matmul_flops_per_s: dtype name ('fp32', 'bf16', 'fp16') -> attained FLOP/s (square matmul).
+    matmul_n: dtype name -> the n of the (n, n) @ (n, n) product that was timed.
+    copy_bytes_per_s, triad_bytes_per_s: attained bandwidth of the copy and the triad (bytes
+        read + written per second); bandwidth_bytes_per_s: the faster of the two.
+    stream_bytes: the size of each bandwidth buffer (bytes).
+    threads: torch's intra-op threads during the measurement (CPU), device_name: what ran it.
+    """
+
+    device: str
+    device_name: str
+    threads: int
+    matmul_flops_per_s: dict[str, float] = field(default_factory=dict)
+    matmul_n: dict[str, int] = field(default_factory=dict)
+    copy_bytes_per_s: float = float("nan")
+    triad_bytes_per_s: float = float("nan")
+    stream_bytes: int = 0
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """The attained memory bandwidth: the faster of copy and triad (bytes/s)."""
+        return max(self.copy_bytes_per_s, self.triad_bytes_per_s)
+
+    def flops_per_s(self, dtype: str) -> float | None:
+        """Attained matmul FLOP/s in `dtype` ('fp32', 'bf16', 'fp16'); None when not measured."""
+        return self.matmul_flops_per_s.get(dtype)
+
+    def to_dict(self) -> dict:
+        """The ceilings as a record stores them (bandwidth included)."""
+        return asdict(self) | {"bandwidth_bytes_per_s": self.bandwidth_bytes_per_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Ceilings":
+        """Back from `to_dict` (derived fields ignored)."""
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _best_s(fn, device: torch.device, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` calls of `fn`, each closed by a synchronisation."""
+    clock = dev.PhaseClock(device)
+    best = float("inf")
+    for _ in range(repeats):
+        clock.start()
+        fn()
+        clock.lap("call")
+        best = min(best, clock.laps["call"] / 1e3)
+    return best
+
+
+def matmul_flops(device: torch.device, dtype: torch.dtype, repeats: int = REPEATS,
+                 min_call_s: float = MIN_CALL_S, max_n: int | None = None) -> tuple[float, int]:
+    """Attained FLOP/s of a square matmul in `dtype` on `device`, and the n it used.
+
+    n doubles from 128 while one call is shorter than `min_call_s` (so the timed product is
+    large enough to be the device's, not the call's, cost) and n < `max_n`.
+    """
+    max_n = max_n or MAX_N.get(device.type, 2048)
+    n = 128
+    while True:
+        a = torch.randn(n, n, device=device).to(dtype)  # (n, n); randn first: any dtype works
+        b = torch.randn(n, n, device=device).to(dtype)
+        seconds = _best_s(lambda: torch.mm(a, b), device, 1)  # also the warm-up call
+        if seconds >= min_call_s or 2 * n > max_n:
+            break
+        n *= 2
+    seconds = min(seconds, _best_s(lambda: torch.mm(a, b), device, repeats))
+    return 2 * n**3 / seconds, n
+
+
+def bandwidth(device: torch.device, nbytes: int | None = None,
+              repeats: int = REPEATS) -> tuple[float, float, int]:
+    """(copy, triad) attained bytes/s over fp32 buffers of `nbytes` each, and `nbytes`."""
+    nbytes = nbytes or STREAM_BYTES.get(device.type, STREAM_BYTES["cpu"])
+    n = nbytes // 4
+    x = torch.ones(n, device=device)  # written once: every page touched before timing
+    y = torch.ones(n, device=device)
+    z = torch.empty(n, device=device)
+    z.fill_(0.0)
+    y.copy_(x)  # untimed first pass
+    copy_s = _best_s(lambda: y.copy_(x), device, repeats)
+    torch.add(x, y, alpha=2.0, out=z)
+    triad_s = _best_s(lambda: torch.add(x, y, alpha=2.0, out=z), device, repeats)
+    return 2 * n * 4 / copy_s, 3 * n * 4 / triad_s, n * 4
+
+
+def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("fp32", "bf16"),
+                     repeats: int = REPEATS) -> Ceilings:
+    """Measure the attained matmul FLOP/s in each of `dtypes` and the memory bandwidth on
+    `device`, with the thread count in force (lmperf's default: one CPU thread). A few seconds
+    on a CPU (bf16 without native support is slow, so its n stays small), under a second on a
+    GPU after its warm-up. Raises SpecError for an unknown dtype name.
+    """
+    from lmperf.errors import SpecError
+
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise SpecError(f"unknown matmul dtype {', '.join(unknown)}; accepted: {', '.join(DTYPES)}")
+    flops, sizes = {}, {}
+    for name in dtypes:
+        flops[name], sizes[name] = matmul_flops(device, DTYPES[name], repeats)
+    copy, triad, nbytes = bandwidth(device, repeats=repeats)
+    dev.free_memory(device)
+    return Ceilings(device=device.type, device_name=dev.device_name(device),
+                    threads=torch.get_num_threads(), matmul_flops_per_s=flops, matmul_n=sizes,
+                    copy_bytes_per_s=copy, triad_bytes_per_s=triad, stream_bytes=nbytes)
+
+
+def datasheet_peaks(device_name: str) -> dict[str, float]:
+    """The datasheet peaks of `device_name` from `runtime.peaks`: 'fp32' / 'tf32' / 'bf16' /
+    'fp16' -> FLOP/s, and 'bandwidth' -> bytes/s where the table has it; empty for a CPU or a
+    device the table does not list (never another device's figures)."""
+    from lmperf.runtime import peaks as peakmod
+
+    out = {}
+    for dtype in ("fp32", "tf32", "bf16", "fp16"):
+        if (peak := peakmod.lookup_peak(device_name, dtype)) is not None:
+            out[dtype] = peak.tflops * 1e12
+    lookup_bandwidth = getattr(peakmod, "lookup_bandwidth", None)  # newer peak tables only
+    if lookup_bandwidth is not None and (bw := lookup_bandwidth(device_name)) is not None:
+        out["bandwidth"] = float(getattr(bw, "tb_per_s", bw)) * 1e12
+    return out

@@ -1,0 +1,207 @@
+"""What each operator of a step must do: FLOPs and bytes per aten op and phase, counted on fake
+tensors (shapes and dtypes, no data: nothing is allocated and no arithmetic runs).
+
+The step is THE training step (`workload.steps`), driven by an observer that tells the counter
+which phase it is in, so forward, backward and optimizer ops are told apart exactly as the
+clocks and the profiler tell them apart. The model is built on the meta device and moved to
+`FakeTensorMode` CPU tensors (meta tensors have no autocast: fake CPU tensors do, so a
+bf16-mixed step counts its matmuls in bf16, as it runs them).
+
+Per op call (a `TorchDispatchMode`, so below autograd: the backward's ops are seen one by one,
+and composite ops such as `linear` arrive as the `mm` / `addmm` they decompose into):
+- FLOPs: `torch.utils.flop_counter.FlopCounterMode`'s formulas (matmuls, attention kernels,
+  convolutions; elementwise ops count 0), as the counter's total before and after the call.
+- bytes: every distinct input tensor read once, plus every output that is not an input, plus
+  every input the op's schema marks as written (`Tensor(a!)`: in-place and optimizer updates
+  read and write their operand). View ops (`t`, `view`, `transpose`, `detach`...) move nothing:
+  0 bytes. A broadcast input counts its storage, not its expanded size.
+These are the bytes an operator must move at the least (each operand once); a kernel that
+re-reads a tile from memory moves more, which the roofline ratio then shows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+# aten ops whose FLOPs are a matrix product (the "matmul" class of a roofline or a prediction)
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                        "aten::linear", "aten::_addmm_activation", "aten::addbmm"})
+# Ops that alias their input without saying so in their schema (moves nothing either).
+VIEW_OPS = frozenset({"aten::_unsafe_view", "aten::alias", "aten::lift_fresh"})
+CLASSES: tuple[str, ...] = ("matmul", "attention", "elementwise/norm", "optimizer")
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+               torch.float64: "fp64"}
+COLUMNS = ["phase", "op", "dtype", "op_class", "calls", "flops", "bytes_read", "bytes_written"]
+
+
+def op_class(op: str, phase: str) -> str:
+    """The class of an aten op for attainable fractions: every optimizer-phase op is
+    'optimizer'; scaled-dot-product / flash kernels 'attention'; matrix products 'matmul';
+    the rest (elementwise, norms, reductions, copies) 'elementwise/norm'."""
+    if phase == "optimizer":
+        return "optimizer"
+    if "scaled_dot_product" in op or "flash_attention" in op or "efficient_attention" in op:
+        return "attention"
+    return "matmul" if op in MATMUL_OPS else "elementwise/norm"
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    """Bytes a kernel must touch for `t`: its elements, or its storage when smaller (a
+    broadcast / expanded view reads its storage once)."""
+    size = t.numel() * t.element_size()
+    try:
+        return min(size, t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):  # a tensor subclass without storage
+        return size
+
+
+def _written_inputs(func, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The input tensors the op's schema marks as written (`Tensor(a!)`, `Tensor(a!)[]`)."""
+    out = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        out += [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+    return out
+
+
+class _CostMode(TorchDispatchMode):
+    """Adds each op call's FLOPs and bytes to (phase, op, dtype) rows."""
+
+    def __init__(self, flops: FlopCounterMode):
+        super().__init__()
+        self.flops = flops
+        self.phase = "forward"
+        self.rows: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        before = self.flops.get_total_flops()
+        out = func(*args, **kwargs)
+        name = func._schema.name
+        if name.startswith("prim::"):  # device / layout queries, not operators
+            return out
+        inputs = {id(t): t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        read = written = 0
+        if not (func.is_view or name in VIEW_OPS):
+            read = sum(_nbytes(t) for t in inputs.values())
+            fresh = {id(t): t for t in outputs if id(t) not in inputs}
+            fresh |= {id(t): t for t in _written_inputs(func, args, kwargs)}
+            written = sum(_nbytes(t) for t in fresh.values())
+        first = next((t for t in list(inputs.values()) + outputs if t.is_floating_point()), None)
+        dtype = DTYPE_NAMES.get(first.dtype, str(first.dtype)) if first is not None else "-"
+        row = self.rows[(self.phase, name, dtype)]
+        row[0] += 1
+        row[1] += self.flops.get_total_flops() - before
+        row[2] += read
+        row[3] += written
+        return out
+
+
+class _PhaseObserver:
+    """The step's observer: moves the counter to the next phase at each lap."""
+
+    def __init__(self, mode: _CostMode, phases: tuple[str, ...]):
+        self.mode, self.phases, self.index = mode, phases, 0
+
+    def start(self) -> None:
+        self.index = 0
+        self.mode.phase = self.phases[0]
+
+    def lap(self, phase: str) -> None:
+        self.index = min(self.index + 1, len(self.phases) - 1)
+        self.mode.phase = self.phases[self.index]
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """Per-op costs of one step: `table` has COLUMNS (FLOPs and bytes per step, summed over
+    the op's calls in that phase and dtype); method says how they were counted; count_s is how
+    long counting took (seconds)."""
+
+    table: pd.DataFrame
+    method: str
+    count_s: float
+
+    def by_phase(self) -> pd.DataFrame:
+        """FLOPs, bytes and calls per phase (one step)."""
+        return self.table.groupby("phase", sort=False)[
+            ["calls", "flops", "bytes_read", "bytes_written"]].sum().reset_index()
+
+
+_Rows = dict[tuple[str, str, str], list[int]]
+
+
+def count_op_costs(spec, precision: str | None = None) -> OpCosts:
+    """FLOPs and bytes per (phase, aten op, dtype) of one step of `spec` (a RunSpec: its model,
+    shape, context, batch, mode, optimizer and precision, or `precision` instead), counted on
+    fake CPU tensors after one uncounted step (AdamW creates its state in the first step, which
+    measured steps never do). Loss scaling is left out (its few elementwise ops would need the
+    data to decide whether to skip the step). Raises what the model raises on fake tensors.
+
+    The reference LM's blocks are identical, so every count is exactly linear in the number of
+    layers L: it is counted at L = 1 and L = 2 and extrapolated (count(1) + (L - 1) x
+    (count(2) - count(1))), which takes seconds where counting `medium` whole would take a
+    minute (fake tensors cost ~1 ms per op). A user's model is counted whole.
+    """
+    from dataclasses import replace
+
+    start = time.perf_counter()
+    layers = spec.num_layers
+    if spec.model is None and layers > 2:
+        one, two = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
+        rows = {k: [a + (layers - 1) * (b - a) for a, b in zip(one.get(k, [0] * 4),
+                                                               two.get(k, [0] * 4))]
+                for k in dict.fromkeys(list(one) + list(two))}
+        method = f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to {layers}"
+    else:
+        rows = _count(spec, precision)
+        method = "counted on fake tensors"
+    table = pd.DataFrame([{"phase": phase, "op": op, "dtype": dtype,
+                           "op_class": op_class(op, phase), "calls": c, "flops": f,
+                           "bytes_read": r, "bytes_written": w}
+                          for (phase, op, dtype), (c, f, r, w) in rows.items()
+                          if phase != "after"], columns=COLUMNS)
+    return OpCosts(table, method, time.perf_counter() - start)
+
+
+def _count(spec, precision: str | None) -> _Rows:
+    """(phase, op, dtype) -> [calls, FLOPs, bytes read, bytes written] of one step of `spec`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from lmperf.model.custom import build_model
+    from lmperf.runtime.precision import autocast, get_regime
+    from lmperf.workload.build import OPTIMIZER_FLAGS
+    from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
+
+    regime = get_regime(precision or spec.precision)
+    cpu = torch.device("cpu")
+    with torch.device("meta"):  # shapes only; outside the fake mode (it keeps weak references)
+        model = build_model(spec.model_config(), spec.model).to(dtype=regime.param_dtype)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = model.to_empty(device=cpu)
+        tokens = torch.zeros((spec.batch_size, spec.context_length), dtype=torch.long,
+                             device=cpu)  # (B, T)
+        optimizer = None
+        if spec.mode == "train-step":
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                          **OPTIMIZER_FLAGS.get(spec.optimizer, {}))
+        state = StepState(model, tokens, tokens, lambda: autocast(regime, cpu),
+                          torch.amp.GradScaler("cpu", enabled=False), optimizer,
+                          clip=spec.clip_norm())
+        step = STEPS[spec.mode]
+        if optimizer is not None:
+            step(state, NO_OBSERVER)  # AdamW's state is created here, not counted
+        with FlopCounterMode(display=False) as flops, _CostMode(flops) as mode:
+            step(state, _PhaseObserver(mode, PHASES[spec.mode] + ("after",)))
+    return dict(mode.rows)

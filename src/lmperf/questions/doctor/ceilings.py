@@ -1,0 +1,42 @@
+"""The device's measured ceilings (the roof of lmperf's roofline): attained matmul FLOP/s per
+dtype and memory bandwidth, recorded beside the datasheet peaks where the peak table has them.
+
+On the CPU the doctor measures with the thread count in force (lmperf's default: one thread, so
+the figures are a single core's, the same as every run's); on CUDA in fp32 (TF32 off), bf16 and
+fp16. A ceiling that is not positive and finite fails the check: the roofline would divide by it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lmperf.questions.doctor.checks import Context, Outcome, passed
+
+DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
+
+
+def check_ceilings(ctx: Context) -> Outcome:
+    """Measure the attained matmul FLOP/s (fp32, bf16; fp16 too on CUDA) and the copy / triad
+    bandwidth on this device (`measure.ceilings`); values: the ceilings and the peaks."""
+    from lmperf.measure.ceilings import datasheet_peaks, measure_ceilings
+    from lmperf.runtime import device as dev
+
+    saved = dev.get_tf32()
+    dev.set_tf32(False)  # fp32 means fp32 FMA here, as the peak table's 'fp32' does
+    try:
+        ceilings = measure_ceilings(ctx.device, DTYPES.get(ctx.device.type, ("fp32",)))
+    finally:
+        dev.restore_tf32(saved)
+    peaks = datasheet_peaks(ceilings.device_name)
+    flops = ", ".join(
+        f"{d} {v / 1e9:.1f} GFLOP/s" + (f" ({v / peaks[d]:.0%} of peak)" if d in peaks else "")
+        for d, v in ceilings.matmul_flops_per_s.items())
+    bw = ceilings.bandwidth_bytes_per_s
+    result = (f"matmul {flops}; bandwidth {bw / 1e9:.1f} GB/s (copy "
+              f"{ceilings.copy_bytes_per_s / 1e9:.1f}, triad {ceilings.triad_bytes_per_s / 1e9:.1f})"
+              + (f", {bw / peaks['bandwidth']:.0%} of peak" if "bandwidth" in peaks else "")
+              + (f"; {ceilings.threads} thread(s)" if ctx.device.type == "cpu" else ""))
+    values = list(ceilings.matmul_flops_per_s.values()) + [bw]
+    good = all(math.isfinite(v) and v > 0 for v in values)
+    return passed(good, result, "every ceiling positive and finite (the roofline divides by "
+                  "them); best of 3 calls each", ceilings=ceilings.to_dict(), peaks=peaks)

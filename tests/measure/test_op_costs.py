@@ -1,0 +1,77 @@
+"""measure.op_costs: FLOPs and bytes per aten op and phase, counted on fake tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from lmperf.measure import op_costs as oc
+from lmperf.measure.flops import analytic_flops
+from lmperf.workload.spec import RunSpec
+
+
+def _rows(fn):
+    with FakeTensorMode():
+        with FlopCounterMode(display=False) as flops, oc._CostMode(flops) as mode:
+            fn()
+    return dict(mode.rows)
+
+
+def test_a_matmul_reads_its_operands_and_writes_its_result():
+    def fn():
+        a, b = torch.empty(8, 16), torch.empty(16, 32)  # (M, K), (K, N)
+        torch.mm(a, b)
+    (calls, flops, read, written), = [v for k, v in _rows(fn).items() if k[1] == "aten::mm"]
+    assert (calls, flops) == (1, 2 * 8 * 16 * 32)
+    assert read == (8 * 16 + 16 * 32) * 4 and written == 8 * 32 * 4
+
+
+def test_in_place_ops_write_their_operand_and_views_move_nothing():
+    def fn():
+        x, y = torch.empty(100), torch.empty(100)
+        x.add_(y)  # reads x and y, writes x
+        x.view(10, 10).t()
+        torch.empty(1, 100).expand(50, 100).clone()  # a broadcast read counts its storage
+    rows = {k[1]: v for k, v in _rows(fn).items()}
+    assert rows["aten::add_"][2:] == [800, 400]
+    assert rows["aten::view"][2:] == [0, 0] and rows["aten::t"][2:] == [0, 0]
+    assert rows["aten::clone"][2:] == [400, 50 * 100 * 4]
+
+
+def test_op_classes():
+    assert oc.op_class("aten::mm", "backward") == "matmul"
+    assert oc.op_class("aten::_scaled_dot_product_flash_attention_for_cpu", "forward") == "attention"
+    assert oc.op_class("aten::mul", "forward") == "elementwise/norm"
+    assert oc.op_class("aten::mm", "optimizer") == "optimizer"
+
+
+@pytest.mark.slow
+def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
+    spec = RunSpec.from_size("tiny", num_layers=3, context_length=32, batch_size=2,
+                             optimizer="fused")
+    costs = oc.count_op_costs(spec)
+    assert "extrapolated linearly to 3" in costs.method
+    whole = oc._count(spec, None)
+    counted = {k: v for k, v in whole.items() if k[0] != "after"}
+    rows = {(r.phase, r.op, r.dtype): [r.calls, r.flops, r.bytes_read, r.bytes_written]
+            for r in costs.table.itertuples()}
+    assert rows == {k: v for k, v in counted.items() if any(v)} | {
+        k: v for k, v in rows.items() if not any(v)}
+    expected = analytic_flops(spec.d_model, 3, spec.d_ff, spec.vocab_size, 2, 32, "train-step")
+    assert costs.table["flops"].sum() == expected.total
+    phases = costs.by_phase().set_index("phase")
+    assert phases.loc["backward", "flops"] == 2 * phases.loc["forward", "flops"]
+    assert phases.loc["optimizer", "flops"] == 0 and phases.loc["optimizer", "bytes_written"] > 0
+    # AdamW's state is made in the uncounted first step: no zeros_like in the counted one
+    assert not ((costs.table["phase"] == "optimizer") & (costs.table["op"] == "aten::zeros_like")).any()
+
+
+@pytest.mark.slow
+def test_bf16_mixed_counts_its_matmuls_in_bf16():
+    spec = RunSpec.from_size("tiny", context_length=16, batch_size=1, precision="bf16-mixed",
+                             mode="forward")
+    table = oc.count_op_costs(spec).table
+    mm = table[table["op"] == "aten::mm"]
+    assert set(mm["dtype"]) == {"bf16"} and set(table["phase"]) == {"forward"}
