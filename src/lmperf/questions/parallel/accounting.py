@@ -12,7 +12,16 @@ Where the intervals come from (torch.profiler's Chrome trace, parsed once):
   other thread, minus the `c10d::` ops that only issue collectives. Innermost, because an
   enclosing event (an autograd node, a custom Function's backward) also spans the time its
   thread sits blocked in a synchronous collective, which is not compute.
-- NCCL: communication is the NCCL kernels on the device, compute every other kernel.
+- NCCL: communication is the NCCL kernels on the device, compute every other kernel. A kernel
+  belongs to the step whose host range holds its launch (the `cuda_runtime` / `cuda_driver`
+  call with the same correlation id, as `questions/profile/trace.py` places kernels), and counts
+  in full: with NCCL nothing blocks the host inside a step, so kernels still run after the host
+  closes the range, and clipping them to it read comm, compute, overlap and exposed low.
+- The step ranges and the `gloo:` / `nccl:` events are the host's (`user_annotation`): Kineto
+  copies each range onto the device stream (`gpu_user_annotation`), which would count twice.
+Both backends' collective time includes waiting for the peers: an NCCL kernel starts when it
+is launched and spins until the slowest rank arrives, a gloo collective blocks its thread the
+same way. Comm time is therefore not transfer time (`WAIT_NOTE`, in every result).
 Bytes come from the `gloo:` / `nccl:` events' input shapes and dtypes (record_shapes=True): S as
 nccl-tests defines it (all_gather: n x the input shard), and the bus bytes S x busbw factor that a
 ring moves through each rank. gloo runs reduce_scatter as an all-reduce of the whole input, and
@@ -21,12 +30,18 @@ it is counted as what it is (`gloo:all_reduce`).
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 
 from lmperf.questions.parallel.formulas import bus_factor
 
 STEP_RANGE = "lmperf.questions.parallel.step"
+DEVICE_RANGE_CAT = "gpu_user_annotation"  # Kineto's copy of a host range on a device stream
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+WAIT_NOTE = ("collective time includes waiting for the peers (an NCCL kernel spins from its "
+             "launch until the slowest rank arrives; a gloo collective blocks its thread): "
+             "it is not transfer time")
 _ELEMENT_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "long int": 8,
                   "int": 4, "signed char": 1, "unsigned char": 1, "bool": 1, "short int": 2}
 
@@ -107,32 +122,60 @@ def message_bytes(event: dict, n: int) -> tuple[str, int]:
     return collective, size
 
 
-def analyse(trace: str | Path | dict, n: int, device_type: str = "cpu") -> dict:
+def kernels_by_launch(events: list[dict], steps: list[tuple[float, float]]) -> tuple[list[list[dict]], int]:
+    """The kernels of each step, placed by their launch: the host call (`cuda_runtime` /
+    `cuda_driver`, any thread) with the kernel's correlation id must start inside the step's
+    [start, end). `steps` are sorted and disjoint. Returns (kernels per step, kernels whose
+    launch is not in the trace)."""
+    launched = {(e.get("args") or {}).get("correlation"): float(e["ts"])
+                for e in events if e.get("cat") in LAUNCH_CATS}
+    starts = [lo for lo, _ in steps]
+    out: list[list[dict]] = [[] for _ in steps]
+    orphans = 0
+    for k in events:
+        if k.get("cat") != "kernel":
+            continue
+        ts = launched.get((k.get("args") or {}).get("correlation"))
+        if ts is None:
+            orphans += 1
+            continue
+        i = bisect.bisect_right(starts, ts) - 1
+        if i >= 0 and ts < steps[i][1]:
+            out[i].append(k)
+    return out, orphans
+
+
+def analyse(trace: str | Path | dict, n: int, device_type: str = "cpu",
+            step_range: str = STEP_RANGE) -> dict:
     """Per profiled step: comm / compute / overlap / exposed milliseconds and bytes by
-    collective, from a Chrome trace (a path or the loaded JSON). Raises ValueError when the
-    trace holds no `lmperf.questions.parallel.step` range."""
+    collective, from a Chrome trace (a path or the loaded JSON). `step_range` names the host
+    range of a step (lmperf's own by default). Raises ValueError when the trace holds none."""
     data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text(encoding="utf-8"))
     events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
-    steps = sorted(span(e) for e in events if e["name"] == STEP_RANGE)
+    host = [e for e in events if e.get("cat") != DEVICE_RANGE_CAT]
+    steps = sorted(span(e) for e in host if e["name"] == step_range)
     if not steps:
-        raise ValueError(f"the trace holds no {STEP_RANGE!r} range")
-    issued = [e for e in events if e["name"].startswith(("gloo:", "nccl:"))]
+        raise ValueError(f"the trace holds no {step_range!r} range")
+    issued = [e for e in host if e["name"].startswith(("gloo:", "nccl:"))]
     if device_type == "cuda":
-        kernels = [e for e in events if e.get("cat") == "kernel"]
-        comm = [span(e) for e in kernels if "nccl" in e["name"].lower()]
-        compute = [span(e) for e in kernels if "nccl" not in e["name"].lower()]
-        source = "torch.profiler: NCCL kernels vs other kernels"
+        per_kernels, orphans = kernels_by_launch(events, steps)
+        is_comm = lambda k: "nccl" in k["name"].lower()  # noqa: E731
+        splits = [overlap_split([span(k) for k in ks if is_comm(k)],
+                                [span(k) for k in ks if not is_comm(k)]) for ks in per_kernels]
+        source = ("torch.profiler: NCCL kernels vs other kernels, each in the step that launched "
+                  "it, in full")
     else:
         comm_threads = {e.get("tid") for e in issued}
         comm = [span(e) for e in issued]
         ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") not in comm_threads
                and not e["name"].startswith("c10d::")]
         compute = innermost(ops)
+        splits = [overlap_split(clip(comm, lo, hi), clip(compute, lo, hi)) for lo, hi in steps]
+        orphans = 0
         source = "torch.profiler: gloo:* events on gloo's threads vs CPU ops on the others"
     per_step = []
-    for lo, hi in steps:
-        split = overlap_split(clip(comm, lo, hi), clip(compute, lo, hi))
+    for (lo, hi), split in zip(steps, splits):
         moved: dict[str, dict] = {}
         for e in issued:
             if lo <= float(e["ts"]) < hi:
@@ -145,7 +188,8 @@ def analyse(trace: str | Path | dict, n: int, device_type: str = "cpu") -> dict:
         per_step.append({**{f"{k}_ms": v / 1e3 for k, v in split.items()},
                          "step_ms": (hi - lo) / 1e3, "collectives": moved,
                          "bus_bytes": sum(m["bus_bytes"] for m in moved.values())})
-    return {"source": source, "steps": per_step}
+    return {"source": source, "note": WAIT_NOTE, "unattributed_kernels": orphans,
+            "steps": per_step}
 
 
 _FACTORS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")

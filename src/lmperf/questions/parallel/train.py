@@ -33,7 +33,7 @@ from lmperf.questions.parallel.spec import TrainJob
 from lmperf.questions.parallel.worker import RankContext
 from lmperf.measure.stats import summarize
 from lmperf.runtime import device as dev
-from lmperf.workload.steps import NO_OBSERVER, Observer
+from lmperf.workload.steps import Observer
 
 PHASES: tuple[str, ...] = ("forward", "backward", "sync", "optimizer")
 # Parameters must match the reference within atol + rtol x |ref| (torch.allclose). fp32 differs
@@ -114,15 +114,34 @@ class HeldBytes:
             self.out["peak_kind"] = self.peak.kind
 
 
+class DrainAtStepEnd:
+    """An observer that waits for the device when the step's last phase ends, inside the step's
+    range: on CUDA the host closes the range only once the step's kernels (NCCL ones included)
+    have run, so the range's length is the step and the next step's kernels start after it.
+    (The accounting also places kernels by their launch, so a trace without it reads right.)"""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def start(self) -> None:
+        """Nothing to do when a step starts."""
+
+    def lap(self, phase: str) -> None:
+        """Synchronise after the last phase."""
+        if phase == PHASES[-1]:
+            dev.synchronize(self.device)
+
+
 def _profiled(setup: strategies.Setup, batch: Callable[[int], tuple], first: int, count: int,
               n: int, device: torch.device) -> dict:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    drain = DrainAtStepEnd(device)
     with tempfile.TemporaryDirectory(prefix="lmperf-dist-trace-") as tmp:
         with profile(activities=activities, record_shapes=True) as prof:
             for s in range(first, first + count):
-                train_step(setup, *batch(s), NO_OBSERVER, record_function)
+                train_step(setup, *batch(s), drain, record_function)
             dev.synchronize(device)
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -241,7 +260,9 @@ def _comm(ranks: list[dict]) -> dict | None:
                 for r in ranks]
     worst = max(range(len(per_rank)), key=lambda i: per_rank[i]["exposed_ms"])
     steps0 = ranks[0]["accounting"]["steps"]
-    return {"source": ranks[0]["accounting"]["source"], "rank": worst, **per_rank[worst],
-            "per_rank": per_rank,
+    acct0 = ranks[0]["accounting"]
+    return {"source": acct0["source"], "note": acct0.get("note"), "rank": worst,
+            **per_rank[worst], "per_rank": per_rank,
+            "unattributed_kernels": [r["accounting"].get("unattributed_kernels", 0) for r in ranks],
             "bytes": {"counted_bus_bytes": statistics.median(s["bus_bytes"] for s in steps0),
                       "collectives": steps0[0]["collectives"]}}
