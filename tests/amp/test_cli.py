@@ -99,3 +99,58 @@ def test_the_python_api_returns_a_report():
 
     with pytest.raises(SpecError, match="unknown option"):
         lmperf.amp("accumulate", bogus=1)
+
+
+def test_bad_value_is_refused_before_anything_runs(capsys, tmp_path):
+    out = tmp_path / "a.jsonl"
+    code = main(["amp", "norms", "--dim", "1", "--out", str(out)])
+    assert code == 2 and "--dim" in capsys.readouterr().err
+    assert not out.exists()  # nothing ran, nothing written
+
+
+def test_every_experiment_checks_its_options_without_running():
+    import inspect
+
+    from lmperf.questions.amp import get_experiment
+
+    for name in EXPERIMENT_NAMES:
+        module = get_experiment(name)
+        # check() takes run()'s options with run()'s defaults, so the parent can refuse bad input
+        assert (inspect.signature(module.check).parameters.keys()
+                == inspect.signature(module.run).parameters.keys()), name
+
+
+def test_all_keeps_going_when_an_experiment_raises_inside_torch(capsys, tmp_path, monkeypatch):
+    """An exception raised by torch during a measurement (a ValueError here) is that
+    experiment's error row; every other experiment still runs and is recorded."""
+    import torch
+
+    from lmperf.questions.amp import get_experiment
+    from lmperf.questions.amp.base import ExperimentResult
+
+    ran: list[str] = []
+
+    def fake(name):
+        def run(device, **options):
+            ran.append(name)
+            return ExperimentResult(name, {"fake": True}, notes=[f"{name} ran"])
+        return run
+
+    def raises_in_torch(device, **options):
+        ran.append("softmax")
+        torch.optim.AdamW([], lr=0.1)  # torch: ValueError("optimizer got an empty parameter list")
+
+    for name in EXPERIMENT_NAMES:
+        module = get_experiment(name)
+        monkeypatch.setattr(module, "run", raises_in_torch if name == "softmax" else fake(name))
+        monkeypatch.delattr(module, "plot", raising=False)
+    out = tmp_path / "amp.jsonl"
+    code = main(["amp", "all", "--inline", "--out", str(out), "--report", str(tmp_path / "rep")])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert ran == list(EXPERIMENT_NAMES)
+    assert [r["spec"]["experiment"] for r in records] == list(EXPERIMENT_NAMES)
+    bad = [r for r in records if r["status"] != "ok"]
+    assert [(r["spec"]["experiment"], r["status"]) for r in bad] == [("softmax", "error")]
+    assert "ValueError" in bad[0]["message"] and "empty parameter list" in bad[0]["message"]
+    assert code == 1 and "1 failed: softmax" in capsys.readouterr().err
+    assert "**error:**" in (tmp_path / "rep" / "report.md").read_text()

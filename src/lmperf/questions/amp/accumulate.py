@@ -18,6 +18,7 @@ import torch
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.questions.amp.formats import spacing, stored
+from lmperf.errors import SpecError
 
 NAME = "accumulate"
 SUMMARY = "add x to s n times in fp32/fp16/bf16 and mixed: error, the value where s stalls, and fixes"
@@ -176,9 +177,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check(n: int, addend: float, n_flag: str, addend_flag: str) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
-        raise ValueError(f"{n_flag} must be an integer from 1 to {MAX_N}, got {n!r}")
+        raise SpecError(f"{n_flag} must be an integer from 1 to {MAX_N}, got {n!r}")
     if not isinstance(addend, (int, float)) or not math.isfinite(addend) or addend == 0:
-        raise ValueError(f"{addend_flag} must be a finite non-zero number, got {addend!r}")
+        raise SpecError(f"{addend_flag} must be a finite non-zero number, got {addend!r}")
+
+
+def check(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int = 10000,
+          long_addend: float = 0.001) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+    _check(n, addend, "--n", "--addend")
+    _check(long_n, long_addend, "--long-n", "--long-addend")
 
 
 def run(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int = 10000,

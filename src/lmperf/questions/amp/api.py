@@ -7,39 +7,55 @@ from pathlib import Path
 from lmperf.core.report import Report
 
 
-def amp(experiment: str, *, device: str = "auto", out: str | Path | None = None,
-        plots: str | Path | None = None, **options: object) -> Report:
-    """Run precision experiment `experiment` (see `lmperf amp`; "all" runs every one) on this
-    device and torch, and return its Report: for one experiment `frame` is its first table and
-    `tables` the others, `findings` its findings; for "all", one summary row per experiment.
-
-    `options` are the experiment's own (named as its CLI flags: `n`, `addend`, ...; unknown
-    ones raise SpecError); `plots` is a folder for its PNG; `out` appends the records to a
-    JSONL file (None: in memory only). A failure inside an experiment is an 'error' row.
-    """
+def plan_amp(experiment: str, device: str = "auto", plots: str | Path | None = None,
+             threads: int | None = None, **options: object) -> list:
+    """The AmpSpec jobs of `lmperf amp EXPERIMENT` ("all": every experiment with its defaults),
+    options checked here, before anything runs (SpecError for a bad name or value)."""
+    from lmperf.core.vocabulary import resolve_threads
+    from lmperf.errors import SpecError
     from lmperf.questions.amp import EXPERIMENT_NAMES, get_experiment
-    from lmperf.questions.amp.report import build_report
-    from lmperf.questions.amp.runner import check_options, run_experiment
-    from lmperf.results.store import append_record, ensure_writable
+    from lmperf.questions.amp.runner import check_options
+    from lmperf.questions.amp.spec import AmpSpec
     from lmperf.runtime.device import resolve_device
 
     names = list(EXPERIMENT_NAMES) if experiment == "all" else [experiment]
     try:
         modules = [get_experiment(n) for n in names]
     except ValueError as exc:
-        from lmperf.errors import SpecError
-
         raise SpecError(str(exc)) from None
-    if experiment != "all":
-        check_options(modules[0], options)
     dev = resolve_device(device)
-    if out is not None:
-        ensure_writable(Path(out))
-    records = []
-    for name, module in zip(names, modules):
-        png = Path(plots) / f"{name}.png" if plots is not None and hasattr(module, "plot") else None
-        outcome = run_experiment(name, dev, options if experiment != "all" else {}, png)
-        if out is not None:
-            append_record(Path(out), outcome.record)
-        records.append(outcome.record)
-    return build_report(records)
+    if experiment == "all" and options:
+        raise SpecError("lmperf amp all runs every experiment with its defaults; options go to "
+                        "one experiment (lmperf amp NAME --help)")
+    if experiment != "all":
+        check_options(modules[0], options, dev)
+    n_threads = resolve_threads(threads, dev.type)
+    return [AmpSpec(experiment=name, device=dev.type, options=tuple(options.items()),
+                    plot=str(Path(plots) / f"{name}.png") if plots is not None
+                    and hasattr(module, "plot") else None, threads=n_threads)
+            for name, module in zip(names, modules)]
+
+
+def amp(experiment: str, *, device: str = "auto", out: str | Path | None = None,
+        plots: str | Path | None = None, threads: int | None = None, inline: bool = False,
+        timeout: float | None = None, max_memory_gib: float | None = None,
+        resume: bool = False, progress: bool = False, **options: object) -> Report:
+    """Run precision experiment `experiment` (see `lmperf amp`; "all" runs every one) on this
+    device and torch, and return its Report: for one experiment `frame` is its first table and
+    `tables` the others, `findings` its findings; for "all", one summary row per experiment.
+
+    `options` are the experiment's own (named as its CLI flags: `n`, `addend`, ...; unknown
+    names and bad values raise SpecError before anything runs); `plots` is a folder for its
+    PNG; `out` appends the records to a JSONL file (None: in memory only). Each experiment runs
+    as a job (its own process unless `inline`, with `timeout`, `max_memory_gib` and `resume` as
+    in every command); one that fails (it raises, runs out of memory, crashes or times out) is
+    an 'error' / 'oom' row and the others still run.
+    """
+    from lmperf.core.command import sweep_options
+    from lmperf.core.sweep import run_sweep
+    from lmperf.questions.amp.report import build_report
+
+    specs = plan_amp(experiment, device=device, plots=plots, threads=threads, **options)
+    sweep = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
+                          resume=resume, progress=progress)
+    return build_report(run_sweep(specs, out, sweep))

@@ -36,8 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_common(p: argparse.ArgumentParser, plots: bool) -> None:
-    add_options(p, ("device", "out", "format") + (("plots",) if plots else ()),
-                defaults={"out": DEFAULT_OUT})
+    add_options(p, ("device", "threads", "out", "format", "inline", "timeout", "max_memory_gib",
+                    "resume") + (("plots",) if plots else ()), defaults={"out": DEFAULT_OUT})
     if plots:  # the old flag: one PNG path
         p.add_argument("--plot", type=Path, metavar="PNG", help=argparse.SUPPRESS)
 
@@ -69,7 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         err("lmperf: warning: --plot PNG is deprecated; use --plots DIR")
         plots = args.plot.parent
     code = run_command(args, lambda: amp(args.experiment, device=args.device, out=args.out,
-                                         plots=plots, **options), noun="experiment")
+                                         plots=plots, **_launch(args), **options),
+                       noun="experiment")
     png = Path(plots) / f"{args.experiment}.png" if plots is not None else None
     if png is not None and png.exists():
         if getattr(args, "plot", None) is not None and png != args.plot:  # the old flag named
@@ -79,25 +80,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _launch(args: argparse.Namespace) -> dict:
+    """The launcher's keywords of the API from the shared flags."""
+    return {"threads": args.threads, "inline": args.inline, "timeout": args.timeout,
+            "max_memory_gib": args.max_memory_gib, "resume": args.resume}
+
+
 def cmd_all(args: argparse.Namespace) -> int:
-    """`lmperf amp all`: every experiment, one report."""
-    from lmperf.questions.amp.report import build_report, run_all
-    from lmperf.core.command import emit_json, err
-    from lmperf.results.store import append_record, ensure_writable
-    from lmperf.runtime.device import resolve_device
+    """`lmperf amp all`: every experiment as its own job, one Markdown report; exit 1 when one
+    of them failed (its row says why; the others ran)."""
+    from lmperf.core.command import emit_json
+    from lmperf.questions.amp.api import amp
+    from lmperf.questions.amp.report import write_markdown
 
-    device = resolve_device(args.device)
-    ensure_writable(args.out)
-
-    def done(outcome) -> None:
-        append_record(args.out, outcome.record)
-        status = "ok" if outcome.result is not None else f"FAILED: {outcome.record['message']}"
-        err(f"{outcome.name:<11} {outcome.seconds:5.1f} s  {status}")
-
-    path, outcomes = run_all(device, args.report, done)
+    report = amp("all", device=args.device, out=args.out, plots=args.report, progress=True,
+                 **_launch(args))
+    path = write_markdown(report.records, args.report)
     if args.json:
-        emit_json(build_report([o.record for o in outcomes]), args.json)
-    failed = [o.name for o in outcomes if o.result is None]
+        emit_json(report, args.json)
+    failed = [r["spec"].get("experiment", "?") for r in report.records if r["status"] != "ok"]
     print(f"report: {path}" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""),
           file=sys.stderr)
     return 1 if failed else 0

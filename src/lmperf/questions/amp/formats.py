@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from lmperf.questions.amp.base import ExperimentResult
+from lmperf.errors import SpecError
 
 NAME = "formats"
 SUMMARY = "floating formats (fp32, tf32, bf16, fp16, fp8): bits, spacing, range, decoding a value, FTZ"
@@ -273,10 +274,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: no decoding table)")
 
 
+def check(device: torch.device, value: float | None = None) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+    if value is not None and (not isinstance(value, (int, float)) or math.isnan(value)):
+        raise SpecError(f"--value must be a number (inf allowed, nan not), got {value!r}")
+
+
 def run(device: torch.device, value: float | None = None) -> ExperimentResult:
     """The formats table, the FTZ probe, and (with `value`) how each format stores that value."""
-    if value is not None and (not isinstance(value, (int, float)) or math.isnan(value)):
-        raise ValueError(f"--value must be a number (inf allowed, nan not), got {value!r}")
+    check(device, value)
     rows = [tf32_row() if dtype is None else _guarded(format_row, name, dtype, device)
             for name, dtype in available_formats()]
     formats = pd.DataFrame(rows)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.model.transformer import RMSNorm
 from lmperf.runtime import device as dev
+from lmperf.errors import SpecError
 
 NAME = "norms"
 SUMMARY = "LayerNorm / RMSNorm in fp16 and bf16: x^2 overflow, 1/rms underflow, eps, small variance"
@@ -257,7 +258,7 @@ def small_variance_table(device: torch.device, dim: int, rows: int, offset: floa
 def _check_positive_floats(name: str, values: list[float]) -> list[float]:
     values = [float(v) for v in values]
     if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise ValueError(f"--{name} must be one or more positive finite numbers, got {values}")
+        raise SpecError(f"--{name} must be one or more positive finite numbers, got {values}")
     return values
 
 
@@ -278,15 +279,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random rows (default: 0)")
 
 
+def check(device: torch.device, dim: int = 64, rows: int = 16, scales: list[float] | None = None,
+          offset: float = 1e3, noise_stds: list[float] | None = None, seed: int = 0) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
+        raise SpecError(f"--dim must be an integer >= 2, got {dim!r}")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise SpecError(f"--rows must be a positive integer, got {rows!r}")
+    if not isinstance(offset, (int, float)) or not math.isfinite(offset):
+        raise SpecError(f"--offset must be a finite number, got {offset!r}")
+    _check_positive_floats("scales", DEFAULT_SCALES if scales is None else scales)
+    _check_positive_floats("noise-stds", DEFAULT_NOISE_STDS if noise_stds is None else noise_stds)
+
+
 def run(device: torch.device, dim: int = 64, rows: int = 16, scales: list[float] | None = None,
         offset: float = 1e3, noise_stds: list[float] | None = None, seed: int = 0) -> ExperimentResult:
-    """Run the norms experiment on `device`; raises ValueError for a bad option."""
+    """Run the norms experiment on `device`; raises SpecError for a bad option."""
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
-        raise ValueError(f"--dim must be an integer >= 2, got {dim!r}")
+        raise SpecError(f"--dim must be an integer >= 2, got {dim!r}")
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise ValueError(f"--rows must be a positive integer, got {rows!r}")
+        raise SpecError(f"--rows must be a positive integer, got {rows!r}")
     if not isinstance(offset, (int, float)) or not math.isfinite(offset):
-        raise ValueError(f"--offset must be a finite number, got {offset!r}")
+        raise SpecError(f"--offset must be a finite number, got {offset!r}")
     # Sorted so that "first breaks at" in the notes means the smallest magnitude / largest spread.
     scales = sorted(_check_positive_floats("scales", DEFAULT_SCALES if scales is None else scales))
     noise_stds = sorted(_check_positive_floats(

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.runtime import device as dev
+from lmperf.errors import SpecError
 
 NAME = "policy"
 SUMMARY = "which ops autocast casts to fp16/bf16, upcasts to fp32 or leaves alone, on this device"
@@ -201,7 +202,7 @@ def _parse_dtypes(dtypes: Iterable[str]) -> list[str]:
     names = list(dict.fromkeys(dtypes))
     bad = [n for n in names if n not in LOW_DTYPES]
     if bad or not names:
-        raise ValueError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
+        raise SpecError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
     return names
 
 
@@ -211,7 +212,7 @@ def _parse_ops(ops: Iterable[str] | None) -> list[str]:
     names = list(dict.fromkeys(ops))
     bad = [n for n in names if n not in OPS]
     if bad or not names:
-        raise ValueError(f"unknown op(s) {bad or names!r}; accepted: {', '.join(OPS)}")
+        raise SpecError(f"unknown op(s) {bad or names!r}; accepted: {', '.join(OPS)}")
     return names
 
 
@@ -263,6 +264,13 @@ def _notes(df: pd.DataFrame, devices: Sequence[torch.device], dtypes: Sequence[s
         notes.append("torch sees no CUDA device here, so only the CPU columns appear; CUDA's "
                      "autocast policy (its own op lists) was not measured in this run.")
     return notes
+
+
+def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
+          ops: Sequence[str] | None = None) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+    _parse_dtypes(dtypes)
+    _parse_ops(ops)
 
 
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
-import torch
-
-from lmperf.questions.amp import EXPERIMENT_NAMES, get_experiment
-from lmperf.questions.amp.base import render
-from lmperf.questions.amp.runner import Outcome, run_experiment
 from lmperf.core.report import Report
+from lmperf.questions.amp import get_experiment
 
 
 def build_report(records: list[dict]) -> Report:
@@ -43,42 +38,36 @@ def build_report(records: list[dict]) -> Report:
                   title="precision lab experiments")
 
 
-def run_all(device: torch.device, report_dir: Path,
-            on_done: Callable[[Outcome], None] | None = None) -> tuple[Path, list[Outcome]]:
-    """Run every experiment with its defaults, write `report_dir/report.md` and its PNGs.
+def write_markdown(records: list[dict], report_dir: Path) -> Path:
+    """`report_dir/report.md`: every experiment's tables and findings (rebuilt from its record)
+    and its plot, in `lmperf amp all`'s order; returns its path."""
+    import pandas as pd
 
-    Returns the report's path and the outcomes (in order). `on_done` is called after each one.
-    """
     report_dir.mkdir(parents=True, exist_ok=True)
-    outcomes = []
-    for name in EXPERIMENT_NAMES:
-        has_plot = hasattr(get_experiment(name), "plot")
-        outcome = run_experiment(name, device, plot_path=report_dir / f"{name}.png" if has_plot else None)
-        outcomes.append(outcome)
-        if on_done:
-            on_done(outcome)
-    path = report_dir / "report.md"
-    path.write_text(_markdown(device, outcomes), encoding="utf-8")
-    return path, outcomes
-
-
-def _markdown(device: torch.device, outcomes: list[Outcome]) -> str:
-    env = outcomes[0].record["env"] if outcomes else {}
+    env = records[0].get("env") or {} if records else {}
     lines = [
         "# lmperf precision lab",
         "",
-        f"Measured on {env.get('device_name', device.type)} ({device.type}) with torch "
+        f"Measured on {env.get('device_name', env.get('device'))} ({env.get('device')}) with torch "
         f"{env.get('torch')}, lmperf {env.get('lmperf')} ({env.get('git_commit') or 'no git commit'}), "
         f"{env.get('timestamp')}. Every number below was computed on this run.",
         "",
     ]
-    for o in outcomes:
-        module = get_experiment(o.name)
-        lines += [f"## {o.name}", "", module.SUMMARY, "", f"_{o.seconds:.1f} s_", ""]
-        if o.result is None:
-            lines += [f"**failed:** {o.record['message']}", ""]
+    for r in records:
+        name = r["spec"].get("experiment", "?")
+        metrics = r.get("metrics") or {}
+        seconds = metrics.get("seconds")
+        lines += [f"## {name}", "", get_experiment(name).SUMMARY, ""]
+        lines += [f"_{seconds:.1f} s_", ""] if isinstance(seconds, (int, float)) else []
+        if r["status"] != "ok":
+            lines += [f"**{r['status']}:** {r.get('message', '')}", ""]
             continue
-        lines.append(render(o.result, "markdown"))
-        if o.plot_path is not None:
-            lines += [f"![{o.name}]({o.plot_path.name})", ""]
-    return "\n".join(lines)
+        tables = {t: pd.DataFrame(rows) for t, rows in (metrics.get("tables") or {}).items()}
+        lines.append(Report(kind="amp", tables=tables,
+                            findings=list(metrics.get("notes") or [])).render("markdown"))
+        plot = metrics.get("plot")
+        if plot and Path(plot).exists():
+            lines += [f"![{name}]({Path(plot).name})", ""]
+    path = report_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.runtime import device as dev
+from lmperf.errors import SpecError
 
 NAME = "softmax"
 SUMMARY = "naive vs max-subtracted softmax and naive vs stable softplus; exp overflow; attention logits"
@@ -187,17 +188,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of logits, q and k (default: 0)")
 
 
-def run(device: torch.device, magnitudes: list[float] | None = None, dims: list[int] | None = None,
-        tokens: int = 64, seed: int = 0) -> ExperimentResult:
-    """Run the softmax experiment on `device`; raises ValueError for a bad option."""
+def check(device: torch.device, magnitudes: list[float] | None = None,
+          dims: list[int] | None = None, tokens: int = 64, seed: int = 0) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
     magnitudes = [float(m) for m in (DEFAULT_MAGNITUDES if magnitudes is None else magnitudes)]
     if not magnitudes or not all(math.isfinite(m) and m > 0 for m in magnitudes):
-        raise ValueError(f"--magnitudes must be one or more positive finite numbers, got {magnitudes}")
+        raise SpecError(f"--magnitudes must be one or more positive finite numbers, got {magnitudes}")
     dims = list(DEFAULT_DIMS if dims is None else dims)
     if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
-        raise ValueError(f"--dims must be one or more positive integers, got {dims}")
+        raise SpecError(f"--dims must be one or more positive integers, got {dims}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"--tokens must be a positive integer, got {tokens!r}")
+        raise SpecError(f"--tokens must be a positive integer, got {tokens!r}")
+
+
+def run(device: torch.device, magnitudes: list[float] | None = None, dims: list[int] | None = None,
+        tokens: int = 64, seed: int = 0) -> ExperimentResult:
+    """Run the softmax experiment on `device`; raises SpecError for a bad option."""
+    check(device, magnitudes, dims, tokens, seed)
+    magnitudes = [float(m) for m in (DEFAULT_MAGNITUDES if magnitudes is None else magnitudes)]
+    if not magnitudes or not all(math.isfinite(m) and m > 0 for m in magnitudes):
+        raise SpecError(f"--magnitudes must be one or more positive finite numbers, got {magnitudes}")
+    dims = list(DEFAULT_DIMS if dims is None else dims)
+    if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise SpecError(f"--dims must be one or more positive integers, got {dims}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise SpecError(f"--tokens must be a positive integer, got {tokens!r}")
     magnitudes = sorted(magnitudes)  # "from magnitude M on" in the notes reads in this order
     seed = int(seed)
 

@@ -16,6 +16,7 @@ import torch
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.questions.amp.formats import spacing, stored
+from lmperf.errors import SpecError
 
 NAME = "stagnation"
 SUMMARY = "w <- w - delta in fp16/bf16/fp32 and with an fp32 master: how many updates actually change w"
@@ -119,11 +120,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check(w0: float, delta: float, steps: int) -> None:
     fp16_max = torch.finfo(torch.float16).max
     if not isinstance(w0, (int, float)) or not math.isfinite(w0) or abs(w0) > fp16_max:
-        raise ValueError(f"--w0 must be finite and within fp16's range (|w0| <= {fp16_max:g}), got {w0!r}")
+        raise SpecError(f"--w0 must be finite and within fp16's range (|w0| <= {fp16_max:g}), got {w0!r}")
     if not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta == 0:
-        raise ValueError(f"--delta must be a finite non-zero number, got {delta!r}")
+        raise SpecError(f"--delta must be a finite non-zero number, got {delta!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise ValueError(f"--steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}")
+        raise SpecError(f"--steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}")
+
+
+def check(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+    _check(w0, delta, steps)
 
 
 def run(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> ExperimentResult:

@@ -22,6 +22,7 @@ from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.questions.amp.policy import CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES
 from lmperf.runtime import device as dev
 from lmperf.validate import positive_int
+from lmperf.errors import SpecError
 
 NAME = "toy"
 SUMMARY = "the course's ToyModel under fp16/bf16 autocast: dtypes of params, outputs, loss, grads"
@@ -174,7 +175,7 @@ def _check(dtypes: Sequence[str], in_features: int, out_features: int, batch: in
     names = list(dict.fromkeys(dtypes))
     bad = [n for n in names if n not in LOW_DTYPES]
     if bad or not names:
-        raise ValueError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
+        raise SpecError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
     for label, value in (("in_features", in_features), ("out_features", out_features),
                          ("batch", batch)):
         positive_int(label, value)
@@ -237,6 +238,12 @@ def _notes(df: pd.DataFrame, names: list[str], cuda_measured: bool,
                "fp32 list) or inside the kernel." if rel > 0.1 else
                "on this row bf16 alone kept the statistics usable."))
     return notes
+
+
+def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_features: int = 16,
+          out_features: int = 4, batch: int = 8, seed: int = 0) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+    _check(dtypes, in_features, out_features, batch)
 
 
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_features: int = 16,

@@ -25,6 +25,7 @@ from lmperf.model.presets import PRESETS, resolve_preset
 from lmperf.runtime.precision import (REGIMES, autocast, get_regime, grad_scaler,
                                       slowness_warning, unsupported_reason)
 from lmperf.validate import positive_int
+from lmperf.errors import SpecError
 
 NAME = "trace"
 SUMMARY = "dtypes of each module's inputs, outputs and parameters, then loss and grads, per regime"
@@ -268,10 +269,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check(model: str, size: str, context: int, batch: int, attention: str) -> None:
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; accepted: {', '.join(MODELS)}")
+        raise SpecError(f"unknown model {model!r}; accepted: {', '.join(MODELS)}")
     resolve_preset(size)  # ValueError naming the presets
     if attention not in ATTENTION:
-        raise ValueError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
+        raise SpecError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
     positive_int("context", context)
     positive_int("batch", batch)
 
@@ -308,6 +309,21 @@ def _notes(df: pd.DataFrame, grads: pd.DataFrame, precision: str, device: torch.
     return notes
 
 
+def check(device: torch.device, model: str = "lm", size: str = "tiny",
+          precision: str = "bf16-mixed", context: int = 16, batch: int = 2,
+          attention: str = "naive", seed: int = 0, full: bool = False) -> None:
+    """Raise SpecError for a bad option or a regime this device cannot run (called before the
+    experiment runs anywhere)."""
+    try:
+        regime = get_regime(precision)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    _check(model, size, context, batch, attention)
+    reason = unsupported_reason(regime, device)
+    if reason:
+        raise SpecError(f"--precision {precision} cannot run here: {reason}")
+
+
 def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: str = "bf16-mixed",
         context: int = 16, batch: int = 2, attention: str = "naive", seed: int = 0,
         full: bool = False) -> ExperimentResult:
@@ -318,11 +334,8 @@ def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: 
     (param_dtype, grad_dtype, tensors, elements, examples). Raises ValueError for a bad option
     or a regime this device cannot run.
     """
+    check(device, model, size, precision, context, batch, attention, seed, full)
     regime = get_regime(precision)
-    _check(model, size, context, batch, attention)
-    reason = unsupported_reason(regime, device)
-    if reason:
-        raise ValueError(f"--precision {precision} cannot run here: {reason}")
     net, x, y = _build(model, size, context, batch, attention, seed, device, regime.param_dtype)
     calls, extra, grads = trace(net, x, y, precision, device)
     table = module_table(calls)

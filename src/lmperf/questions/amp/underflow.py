@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.runtime import device as dev
 from lmperf.validate import positive_int
+from lmperf.errors import SpecError
 
 NAME = "underflow"
 SUMMARY = "gradient underflow in fp16/bf16, loss scaling by S, and GradScaler's backoff and growth"
@@ -253,22 +254,32 @@ def _positive_int(name: str, value: object) -> int:
     return positive_int(f"--{name}", value)
 
 
-def run(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
-        loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
-        init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> ExperimentResult:
-    """Run the underflow experiment on `device`; raises ValueError for a bad option."""
+def check(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
+          loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
+          init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
     count, steps = _positive_int("count", count), _positive_int("steps", steps)
     growth_interval = _positive_int("growth-interval", growth_interval)
     inf_step = _positive_int("inf-step", inf_step)
     if inf_step > steps:
-        raise ValueError(f"--inf-step must be at most --steps ({steps}), got {inf_step}")
+        raise SpecError(f"--inf-step must be at most --steps ({steps}), got {inf_step}")
     scales = sorted(float(s) for s in (DEFAULT_SCALES if scales is None else scales))
     if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
-        raise ValueError(f"--scales must be one or more positive finite numbers, got {scales}")
+        raise SpecError(f"--scales must be one or more positive finite numbers, got {scales}")
     if not isinstance(loss_factor, (int, float)) or not (math.isfinite(loss_factor) and loss_factor > 0):
-        raise ValueError(f"--loss-factor must be a positive finite number, got {loss_factor!r}")
+        raise SpecError(f"--loss-factor must be a positive finite number, got {loss_factor!r}")
     if not isinstance(init_scale, (int, float)) or not (math.isfinite(init_scale) and init_scale > 0):
-        raise ValueError(f"--init-scale must be a positive finite number, got {init_scale!r}")
+        raise SpecError(f"--init-scale must be a positive finite number, got {init_scale!r}")
+
+
+def run(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
+        loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
+        init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> ExperimentResult:
+    """Run the underflow experiment on `device`; raises SpecError for a bad option."""
+    check(device, count, scales, loss_factor, steps, inf_step, growth_interval, init_scale, seed)
+    count, steps, growth_interval = int(count), int(steps), int(growth_interval)
+    inf_step = int(inf_step)
+    scales = sorted(float(s) for s in (DEFAULT_SCALES if scales is None else scales))
     seed = int(seed)
 
     thresholds = pd.DataFrame([{"dtype": dtype_name(d), **format_thresholds(d, device)}
