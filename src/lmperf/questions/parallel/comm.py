@@ -23,7 +23,7 @@ from lmperf.questions.parallel.formulas import bandwidths, bus_factor
 from lmperf.questions.parallel.ops import DTYPES, all_gather_flat, reduce_scatter_flat
 from lmperf.questions.parallel.spec import CommJob
 from lmperf.questions.parallel.worker import RankContext
-from lmperf.measure.stats import summarize
+from lmperf.measure.stats import spread_warning, summarize
 from lmperf.runtime import device as dev
 
 # Where a backend's figure does not measure what the formula assumes.
@@ -83,13 +83,17 @@ def run_item(job: CommJob, item: str, ctx: RankContext) -> dict | None:
     median_s = statistics.median(slowest) / 1e3
     algbw, busbw = bandwidths(size, median_s, collective, n)
     warnings = [NOT_COMPARABLE[(job.backend, collective)]] if (job.backend, collective) in NOT_COMPARABLE else []
+    time_ms = summarize(slowest)
+    # bench, train and attention warn the same way (torch.utils.benchmark's IQR/median rule)
+    if (noisy := spread_warning({"time": time_ms})):
+        warnings.append(f"{collective} {size} B n={n}: {noisy}")
     metrics = {
         "timer": "perf_counter" + (" after cuda synchronize" if device.type == "cuda" else
                                    " after wait()"),
         "bytes": size, "count": count, "element_bytes": elem,
-        "time_ms": summarize(slowest), "spread_ms": summarize(spread), "per_rank_ms": per_rank,
+        "time_ms": time_ms, "spread_ms": summarize(spread), "per_rank_ms": per_rank,
         "bus_factor": bus_factor(collective, n),
         "algbw_gbps": algbw, "busbw_gbps": busbw,
-        "comparable": not warnings,
+        "comparable": (job.backend, collective) not in NOT_COMPARABLE,
     }
     return {"metrics": metrics, "warnings": warnings}

@@ -10,6 +10,14 @@ from pathlib import Path
 
 from lmperf.questions.parallel.report import comm_frame, train_frame
 
+FOLDER = "dist-plots"
+
+
+def default_folder(out: str | Path) -> Path:
+    """Where the CLI draws the plots without --plots: dist-plots/ beside the results file `out`
+    (not in the working directory: a run with --out elsewhere leaves nothing behind here)."""
+    return Path(out).parent / FOLDER
+
 
 def _figure(width: float, height: float, panels: int):
     from matplotlib.backends.backend_agg import FigureCanvasAgg

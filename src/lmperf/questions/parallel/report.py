@@ -15,6 +15,7 @@ import math
 import pandas as pd
 
 from lmperf.core.report import Report, caption_axes, status_notes
+from lmperf.measure.stats import NOISY_IQR_RATIO, VERY_NOISY_IQR_RATIO
 from lmperf.questions.parallel.predict import prediction_table
 
 MIB = 2**20
@@ -180,6 +181,23 @@ def _comm_findings(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def _noise_findings(df: pd.DataFrame) -> list[str]:
+    """One line for every collective timing whose IQR/median is above torch.utils.benchmark's
+    10% (as bench, train and attention warn), naming the worst; each record carries its own."""
+    ok = df[(df["status"] == "ok") & (df["time_ms"] > 0)]
+    ratio = ok["time_iqr_ms"] / ok["time_ms"]
+    noisy = ratio[ratio > NOISY_IQR_RATIO]
+    if noisy.empty:
+        return []
+    w = ok.loc[noisy.idxmax()]
+    how = ("the environment had a significant influence (other load, frequency scaling or too "
+           "few --iters)" if noisy.max() > VERY_NOISY_IQR_RATIO else "the machine was noisy")
+    return [f"{len(noisy)} of {len(ok)} collective timings have an IQR/median above "
+            f"{NOISY_IQR_RATIO:.0%} (worst {noisy.max():.0%}: {w['collective']} n={w['world_size']} "
+            f"at {int(w['bytes'])} bytes, IQR {w['time_iqr_ms']:.3g} ms of median "
+            f"{w['time_ms']:.3g} ms): {how}"]
+
+
 def _prediction_findings(df: pd.DataFrame) -> list[str]:
     if df.empty:
         return []
@@ -203,8 +221,11 @@ def build_report(records: list[dict]) -> Report:
     if not predicted.empty:
         tables["communication per step: measured vs predicted from dist comm"] = predicted
     findings = (_train_findings(train) if not train.empty else []) + \
-               (_comm_findings(comm) if not comm.empty else []) + _prediction_findings(predicted)
-    notes = {w for r in records for w in r.get("warnings", [])}
+               (_comm_findings(comm) + _noise_findings(comm) if not comm.empty else []) + \
+        _prediction_findings(predicted)
+    # per-item noise warnings are summed up by _noise_findings (they stay in each record)
+    notes = {w for r in records for w in r.get("warnings", []) if "IQR/median" not in w
+             or r["spec"].get("what") != "comm"}
     findings += sorted(notes)
     device = (records or [{}])[0].get("env", {}).get("device_name", "")
     title = "lmperf dist" + (f" on {device}" if device else "")

@@ -33,8 +33,8 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     Keywords and defaults are `lmperf profile`'s flags (None: the device's default, see
     core.vocabulary.DEFAULTS["profile"]; threads None: 1 on the CPU), except `out`: None keeps
     the record in memory (the CLI appends to results/profile.jsonl). `trace` None writes
-    results/traces/<run>.json. An out-of-memory run is an 'oom' row of the Report, a crash or
-    timeout an 'error' row. Raises SpecError / ModelLoadError before anything runs for bad input,
+    traces/<run>.json beside `out` (results/traces/<run>.json when `out` is None). An
+    out-of-memory run is an 'oom' row of the Report, a crash or timeout an 'error' row. Raises SpecError / ModelLoadError before anything runs for bad input,
     SweepInterrupted on Ctrl-C.
 
     `from_trace` (a torch.profiler Chrome trace, .json or .json.gz, from any program) analyses
@@ -61,7 +61,8 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
                         precision=precision, mode=mode, attention=attention, warmup=warmup,
                         steps=steps, seed=seed, optimizer=optimizer, device=device,
                         threads=threads, model_context=model_context, backend=backend, top=top,
-                        trace=trace, course=course, compile=compile, compile_mode=compile_mode)
+                        trace=trace, out=out, course=course, compile=compile,
+                        compile_mode=compile_mode)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     spec = plan.spec

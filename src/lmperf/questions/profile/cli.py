@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="rows per top table (default: 10)")
     p.add_argument("--trace", type=Path, metavar="FILE",
-                   help="where to write the trace (default: results/traces/<run>.json)")
+                   help="where to write the trace (default: traces/<run>.json beside --out)")
     add_compile(p, many=False)
     p.add_argument("--csv", type=Path, metavar="DIR", help="also write every table as CSV into DIR")
     p.add_argument("--from-trace", type=Path, metavar="FILE",

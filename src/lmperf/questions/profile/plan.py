@@ -31,9 +31,12 @@ class ProfilePlan:
     warnings: list[str] = field(default_factory=list)
 
 
-def default_trace(run: RunSpec) -> Path:
-    """results/traces/<the run's label, spaces as underscores, '=' dropped>.json"""
-    return DEFAULT_TRACE_DIR / (run.label().replace(" ", "_").replace("=", "") + ".json")
+def default_trace(run: RunSpec, out: str | Path | None = None) -> Path:
+    """traces/<the run's label, spaces as underscores, '=' dropped>.json beside the results file
+    `out` (so a run with --out elsewhere writes nothing into the working directory), or under
+    results/ when the record stays in memory (out None)."""
+    folder = Path(out).parent / DEFAULT_TRACE_DIR.name if out is not None else DEFAULT_TRACE_DIR
+    return folder / (run.label().replace(" ", "_").replace("=", "") + ".json")
 
 
 def _one(name: str, value: object) -> object:
@@ -51,14 +54,15 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
                  mode: str = "train-step", attention: str = "naive", warmup: int = 2,
                  steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
                  threads: int | None = None, model_context: int = 0, backend: str = "torch",
-                 top: int = 10, trace: str | Path | None = None,
+                 top: int = 10, trace: str | Path | None = None, out: str | Path | None = None,
                  course: str = DEFAULT_COURSE, compile: bool = False,
                  compile_mode: str = "default") -> ProfilePlan:
     """The checked ProfileSpec of `lmperf profile` (keywords as its flags).
 
     None takes the device's default (core.vocabulary.DEFAULTS["profile"]); with `model` and no
     `size`, the default size gives the one shape the user's factory receives. `trace` None:
-    results/traces/<run>.json. Raises SpecError or ModelLoadError.
+    traces/<run>.json beside `out` (the results file; None: results/traces/<run>.json).
+    Raises SpecError or ModelLoadError.
     """
     dev_ = dev.resolve_device(device)
     defaults = device_defaults("profile", dev_.type, course)
@@ -78,7 +82,7 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
         if nsys_path() is None:
             raise SpecError(NO_NSYS)
     spec = ProfileSpec.from_run(run, backend=backend, top=top,
-                                trace=str(trace if trace is not None else default_trace(run)))
+                                trace=str(trace if trace is not None else default_trace(run, out)))
     ensure_folder(Path(spec.trace).parent, "trace folder")  # a bad path fails before the run
     plan = ProfilePlan(spec)
     if model:
