@@ -22,6 +22,7 @@ foreign trace still gets phases:
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -63,22 +64,20 @@ def implicit_phase(name: str, cat: str, autograd_thread: bool = False) -> str | 
     return None
 
 
-def autograd_threads(events: list[dict]) -> set[tuple]:
-    """(pid, tid) of the threads Kineto's metadata names as autograd's device threads."""
-    return {(e.get("pid"), e.get("tid")) for e in events
-            if e.get("ph") == "M" and e.get("name") == "thread_name"
-            and _AUTOGRAD_THREAD in str((e.get("args") or {}).get("name", ""))}
+def autograd_threads(thread_names: Mapping[tuple, str]) -> set[tuple]:
+    """(pid, tid) of the threads Kineto's thread_name metadata names as autograd's device
+    threads; `thread_names` maps (pid, tid) to that name."""
+    return {key for key, name in thread_names.items() if _AUTOGRAD_THREAD in name}
 
 
-def is_marker_candidate(event: dict, autograd: set[tuple] = frozenset()) -> bool:
-    """Whether a complete event may be an implicit marker (cheap pre-filter before framing)."""
-    name = event.get("name", "")
-    cat = event.get("cat")
-    if cat == "cpu_op":
-        return name.startswith(_AUTOGRAD) or (event.get("pid"), event.get("tid")) in autograd
-    if cat == "python_function":
-        return name.startswith("nn.Module: ")
-    return False
+def marker_candidates(ops: pd.DataFrame, autograd: set[tuple] = frozenset()) -> np.ndarray:
+    """Which cpu_ops (a frame with name, pid, tid) may be implicit markers: autograd nodes and
+    every op on an autograd thread (a bool mask)."""
+    node = ops["name"].str.startswith(_AUTOGRAD).to_numpy(dtype=bool)
+    if not autograd or ops.empty:
+        return node
+    keys = pd.MultiIndex.from_arrays([ops["pid"], ops["tid"]])
+    return node | keys.isin(list(autograd))
 
 
 def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = frozenset()
@@ -91,7 +90,7 @@ def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = f
         if df.empty:
             continue
         # Vectorised where it is cheap: cpu_op / python_function rows come pre-filtered by
-        # is_marker_candidate (tens of thousands on a real trace), so their cat is their label.
+        # marker_candidates (tens of thousands on a real trace), so their cat is their label.
         on_thread = np.array([(p, t) in autograd for p, t in zip(df["pid"], df["tid"])], bool)
         if df is events:
             label = np.where(df["cat"].to_numpy() == "cpu_op", BACKWARD, FORWARD).astype(object)

@@ -41,13 +41,9 @@ write absolute epoch times (~1.7e15 us) keep starts to 0.25 us, durations exactl
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
-
 import numpy as np
 import pandas as pd
 
@@ -56,15 +52,13 @@ from lmperf.questions.profile import phase_names
 from lmperf.questions.profile.annotate import ATTENTION_RANGES, FORWARD, LOSS, STEP, WARMUP
 from lmperf.questions.profile.intervals import containing, first_containing, innermost, merged, self_times
 from lmperf.questions.profile.phase_names import EXPLICIT_LABELS, IMPLICIT_PRIORITY
+from lmperf.questions.profile.trace_read import RawTrace, read_trace
 
 # Innermost-range labels an op or kernel can get; `phase` folds `loss` into `forward`, as
 # steps.py nests the loss range inside the forward range.
 PHASE_LABELS: tuple[str, ...] = EXPLICIT_LABELS
 UNATTRIBUTED = "unattributed"  # a device activity whose launch is not in the trace
 
-_RANGE_CATS = ("user_annotation", "gpu_user_annotation")
-_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -97,6 +91,7 @@ class Trace:
     phase_sources: phase -> the names of the ranges and events that marked it (explicit ranges
         first), e.g. {"backward": ["## backward ##", "autograd::engine::evaluate_function: *"]}.
     device_names: the GPUs the trace's `deviceProperties` names (the machine that recorded it).
+    distributed: the trace's `distributedInfo` (backend, rank, world_size, ...), {} if none.
     """
 
     path: str
@@ -109,6 +104,7 @@ class Trace:
     profiler_steps: list[int] = field(default_factory=list)
     phase_sources: dict[str, list[str]] = field(default_factory=dict)
     device_names: list[str] = field(default_factory=list)
+    distributed: dict = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -119,50 +115,6 @@ class Trace:
     def unattributed_kernels(self) -> int:
         """How many device activities have no launch in the trace."""
         return int((self.kernels["phase"] == UNATTRIBUTED).sum()) if len(self.kernels) else 0
-
-
-def _read_doc(path: Path) -> tuple[list, dict]:
-    """The trace's events and its other top-level fields (deviceProperties, ...)."""
-    try:
-        with open(path, "rb") as f:  # gzip by its magic bytes, whatever the file is called
-            opener = gzip.open if f.read(2) == b"\x1f\x8b" else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError, EOFError) as exc:  # JSONDecodeError, bad or truncated gzip
-        raise TraceFormatError(f"cannot read trace {path}: {exc}") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        raise TraceFormatError(f"{path} is not a Chrome trace: no 'traceEvents' list")
-    return events, ({k: v for k, v in doc.items() if k != "traceEvents"}
-                    if isinstance(doc, dict) else {})
-
-
-def _split(events: list[dict]) -> dict[str, list[dict]]:
-    """Complete ("X") events grouped by category; everything else is dropped."""
-    groups: dict[str, list[dict]] = {}
-    for e in events:
-        if e.get("ph") == "X":
-            groups.setdefault(e.get("cat", ""), []).append(e)
-    return groups
-
-
-def _base_frame(events: Iterable[dict]) -> pd.DataFrame:
-    """name, pid, tid, start_us, end_us, dur_us of complete events (pid/tid kept as given)."""
-    events = list(events)
-    start = np.fromiter((float(e["ts"]) for e in events), float, len(events))
-    dur = np.fromiter((float(e.get("dur", 0.0)) for e in events), float, len(events))
-    return pd.DataFrame({
-        "name": pd.Series([str(e.get("name", "")) for e in events], dtype=object),
-        "pid": [e.get("pid") for e in events],
-        "tid": [e.get("tid") for e in events],
-        "start_us": start,
-        "end_us": start + dur,
-        "dur_us": dur,
-    })
-
-
-def _arg(events: list[dict], key: str) -> list:
-    return [(e.get("args") or {}).get(key) for e in events]
 
 
 @dataclass(frozen=True)
@@ -243,24 +195,12 @@ class _Attribution:
 # Tables.
 
 
-def _ranges(groups: dict[str, list[dict]]) -> pd.DataFrame:
-    evs = [e for cat in _RANGE_CATS for e in groups.get(cat, [])]
-    df = _base_frame(evs)
-    df["cat"] = [e["cat"] for e in evs]
-    df["on_device"] = df["cat"] == "gpu_user_annotation"
-    df["external_id"] = pd.array(_arg(evs, "External id"), dtype="Int64")
+def _ranges(raw: RawTrace) -> pd.DataFrame:
+    df = raw.ranges
+    df["on_device"] = (df["cat"] == "gpu_user_annotation").to_numpy(dtype=bool)
     df["label"] = [None if dev else phase_names.explicit_phase(n)
                    for n, dev in zip(df["name"], df["on_device"])]
     return df.sort_values("start_us", kind="stable").reset_index(drop=True)
-
-
-def _marker_events(groups: dict[str, list[dict]], autograd: set[tuple]) -> pd.DataFrame:
-    """cpu_op / python_function events that may be implicit phase markers, with their cat."""
-    evs = [e for cat in ("cpu_op", "python_function") for e in groups.get(cat, [])
-           if phase_names.is_marker_candidate(e, autograd)]
-    df = _base_frame(evs)
-    df["cat"] = [e["cat"] for e in evs]
-    return df
 
 
 def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
@@ -285,32 +225,20 @@ def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
     ranges["phase"] = [None if pd.isna(p) else p for p in phase]
 
 
-def _ops(groups: dict[str, list[dict]], attr: _Attribution) -> pd.DataFrame:
-    ops = _base_frame(groups.get("cpu_op", []))
+def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
+    ops = raw.ops
     ops["self_us"], ops["depth"] = self_times(ops)
     for col, values in attr.label(ops["start_us"].to_numpy()).items():
         ops[col] = values
     return ops
 
 
-def _launches(groups: dict[str, list[dict]]) -> pd.DataFrame:
-    evs = [e for cat in _LAUNCH_CATS for e in groups.get(cat, [])]
-    df = _base_frame(evs)
-    df["cat"] = [e.get("cat") for e in evs]
-    df["correlation"] = pd.array(_arg(evs, "correlation"), dtype="Int64")
-    return df
-
-
-def _kernels(groups: dict[str, list[dict]], launches: pd.DataFrame, attr: _Attribution) -> pd.DataFrame:
-    evs = [e for cat in _DEVICE_CATS for e in groups.get(cat, [])]
-    k = _base_frame(evs)
-    k["kind"] = [_DEVICE_CATS[e["cat"]] for e in evs]
-    # Peer copies (CUpti_ActivityMemcpy2) write "inDevice" instead of "device"; pid is the device.
-    k["device"] = [a if a is not None else p for a, p in zip(_arg(evs, "device"), k["pid"])]
-    k["stream"] = [s if s is not None else t for s, t in zip(_arg(evs, "stream"), k["tid"])]
-    k["correlation"] = pd.array(_arg(evs, "correlation"), dtype="Int64")
+def _kernels(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
+    k = raw.device
     # The launch: the runtime/driver call with the same correlation id (one per id; keep the
-    # first should a runtime call and a driver call ever share one).
+    # first should a runtime call and a driver call ever share one). Which calls carry it:
+    # `launch_names`.
+    launches = raw.launches
     first = launches.dropna(subset=["correlation"]).drop_duplicates("correlation")
     link = first.set_index("correlation")[["name", "tid", "start_us"]]
     link.columns = ["launch_name", "launch_tid", "launch_us"]
@@ -333,37 +261,40 @@ def load_trace(path: str | Path) -> Trace:
     or holds events that are not Chrome trace events (no numeric ts, not objects, ...).
     """
     path = Path(path)
-    events, meta = _read_doc(path)
+    raw = read_trace(path)
     try:
-        return _parse(path, events, meta)
+        return _parse(path, raw)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a malformed event
         raise TraceFormatError(f"{path} is not a torch.profiler trace: {type(exc).__name__}: "
                                f"{exc}") from None
 
 
-def _parse(path: Path, events: list, meta: dict) -> Trace:
-    groups = _split(events)
-    ranges = _ranges(groups)
+def _parse(path: Path, raw: RawTrace) -> Trace:
+    ranges = _ranges(raw)
     host = ranges[~ranges["on_device"]]
-    autograd = phase_names.autograd_threads(events)
-    marks = phase_names.markers(host, _marker_events(groups, autograd), autograd)
+    autograd = phase_names.autograd_threads(raw.thread_names)
+    candidates = phase_names.marker_candidates(raw.ops, autograd)
+    marker_events = pd.concat([raw.ops.loc[candidates].assign(cat="cpu_op"), raw.modules])
+    marks = phase_names.markers(host, marker_events, autograd)
     steps = _Steps.of(host)
     attr = _Attribution(host, marks, steps)
     _place_ranges(ranges, attr)
 
-    launches = _launches(groups)
-    kernels = _kernels(groups, launches, attr)
+    kernels = _kernels(raw, attr)
     profiler_steps = [int(m.group(1)) for n in host["name"] if (m := _PROFILER_STEP.match(n))]
+    meta = raw.meta
     devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
     return Trace(
         path=str(path),
         ranges=ranges,
-        ops=_ops(groups, attr),
+        ops=_ops(raw, attr),
         kernels=kernels,
-        launches=launches,
+        launches=raw.launches,
         n_steps=len(steps),
         device_type="cuda" if len(kernels) else "cpu",
         profiler_steps=profiler_steps,
         phase_sources=phase_names.sources(host, marks),
         device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
+        distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict)
+        else {},
     )

@@ -1,0 +1,96 @@
+"""The streaming trace reader (`trace_read`): a real trace's steps repeated (`bigtrace`) reads as
+that many more steps with the same numbers, in memory that does not hold the document, and the
+top-level fields and formats Kineto writes are read as before."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmperf.errors import TraceFormatError
+from lmperf.questions.profile.from_trace import step_table
+from lmperf.questions.profile.trace import load_trace
+from lmperf.questions.profile.trace_read import read_trace
+
+from tests.profile.bigtrace import write_repeated
+
+DATA = Path(__file__).parent / "data"
+NCCL = DATA / "a100_ddp_nccl_rank0of2.json.gz"
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("big") / "nccl_x2.json.gz"
+    write_repeated(NCCL, path, copies=2)
+    return path
+
+
+def test_repeated_steps_read_as_more_steps_with_the_same_numbers(repeated):
+    one, two = load_trace(NCCL), load_trace(repeated)
+    assert one.n_steps == 3 and two.n_steps == 6
+    assert len(two.ops) == 2 * len(one.ops) and len(two.kernels) == 2 * len(one.kernels)
+    assert two.unattributed_kernels == 2 * one.unattributed_kernels
+    a, b = step_table(one), step_table(two)
+    first = int(a["profiler_step"].iloc[0])
+    assert list(b["profiler_step"]) == list(range(first, first + 6))
+    for col in ("cpu_ms", "gpu_span_ms", "gpu_busy_ms", "gpu_activities"):
+        # Copy k of step i is step i + 3k; shifted epoch timestamps keep starts to 0.25 us.
+        np.testing.assert_allclose(b[col].to_numpy(float), np.tile(a[col].to_numpy(float), 2),
+                                   atol=2e-3, err_msg=col)
+
+
+@pytest.mark.slow  # tracemalloc slows the parse ~3x
+def test_memory_follows_the_kept_events_not_the_document(tmp_path):
+    """json.load of this 9.8 MB document holds ~50 MB of Python objects; the reader keeps typed
+    columns of the events it uses (well under half the text), never the document."""
+    path = tmp_path / "nccl.json"
+    path.write_bytes(gzip.decompress(NCCL.read_bytes()))
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        raw = read_trace(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(raw.ops) == 14346
+    assert peak < 0.5 * size, (peak, size)
+
+
+def test_header_fields_and_thread_names_are_read():
+    raw = read_trace(NCCL)
+    assert raw.meta["distributedInfo"]["rank"] == 0 and raw.meta["distributedInfo"]["world_size"] == 2
+    assert raw.meta["deviceProperties"][0]["name"].startswith("NVIDIA A100")
+    assert "traceEvents" not in raw.meta
+    trace = load_trace(NCCL)
+    assert trace.distributed["world_size"] == 2
+    assert any("pt_autograd" in name for name in raw.thread_names.values()) or raw.thread_names
+
+
+def test_a_bare_event_array_reads_like_the_document(tmp_path):
+    events = json.loads(gzip.decompress(NCCL.read_bytes()))["traceEvents"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(events))
+    a, b = load_trace(NCCL), load_trace(bare)
+    assert b.n_steps == a.n_steps and len(b.kernels) == len(a.kernels)
+    pd.testing.assert_frame_equal(step_table(a), step_table(b))
+    assert b.device_names == []  # a bare array has no deviceProperties
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schemaVersion": 1, "other": []}', "no 'traceEvents' list"),
+    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, ',
+     "cannot read trace"),
+    ('{"traceEvents": [1, 2]}', "is not a torch.profiler trace"),
+])
+def test_bad_documents_are_one_line_errors(tmp_path, text, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    with pytest.raises(TraceFormatError, match=message) as info:
+        read_trace(bad)
+    assert "\n" not in str(info.value)
