@@ -229,7 +229,7 @@ def test_nsys_present_runs_its_version(ctx, monkeypatch, code, status):
 
 
 @pytest.mark.parametrize("record, status", [
-    ({"status": "oom", "message": "out of memory while allocating 4 GiB: ...",
+    ({"status": "oom", "message": "out of memory while allocating 2 GiB: ...", "failed_at": "large",
       "memory_cap": "process address space capped at 1.5 GiB (RLIMIT_AS)"}, "ok"),
     ({"status": "error", "message": "the child process died with SIGKILL"}, "fail"),
     ({"status": "ok", "message": "", "memory_cap": "..."}, "fail"),

@@ -4,23 +4,33 @@ It goes through the very machinery every capped run uses: `core.launch.ChildProc
 `python -m lmperf.core.child` with `--max-memory-gib`, the child caps itself
 (`runtime.device.cap_memory`: RLIMIT_AS on the CPU, the caching allocator's fraction on CUDA),
 runs `run_alloc`, and `core.outcome.failure` decides oom vs error. The job first allocates a
-little (so a cap that breaks the child at start-up reads as an error, not a pass), then more
-than the cap allows.
+little, then more than the cap allows; the check passes only when the small allocation fitted
+and the large one is the one that failed (every oom message reads "out of memory while ...", so
+the message alone would pass a cap that broke the child at its first allocation).
+
+On the CPU the cap is the address-space limit, which counts everything the process has mapped:
+~0.6 GiB after importing a CPU build of torch, several GiB for a CUDA build. So the cap is sized
+from what an uncapped child maps after the same imports (a first, uncapped run of the job with
+nothing large to allocate): that plus `HEADROOM_GIB`, with twice the headroom to allocate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar
 
 from lmperf.questions.doctor.checks import Context, Outcome, passed
 
 KIND = "doctor"
-CAP_GIB = {"cpu": 1.5, "cuda": 1.0}
-"""The cap per device: the CPU's counts the ~0.6 GiB of address space Python and torch map."""
-ALLOC_GIB = {"cpu": 4.0, "cuda": 2.0}
-"""What the job then tries to allocate and touch: well over the cap."""
+CAP_GIB = {"cuda": 1.0}
+"""The CUDA cap (the caching allocator's fraction: nothing else counts against it)."""
+HEADROOM_GIB = 1.0
+"""On the CPU: the cap is the child's address space after import plus this."""
+ALLOC_GIB = {"cpu": 2 * HEADROOM_GIB, "cuda": 2.0}
+"""What the job then tries to allocate and touch: well over what the cap leaves."""
 SMALL_MIB = 64
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -49,48 +59,82 @@ class AllocSpec:
 
 
 def run_alloc(spec: AllocSpec) -> dict:
-    """Allocate SMALL_MIB, then `spec.gib` GiB (every page touched) on the spec's device; return
-    the record ('ok' when both fit, else what `core.outcome.failure` decides)."""
+    """Allocate SMALL_MIB, then `spec.gib` GiB (every page touched; nothing when 0) on the spec's
+    device; return the record ('ok' when both fit, else what `core.outcome.failure` decides).
+
+    The record says which allocation failed (`failed_at`: 'small' / 'large', None when both
+    fitted) and the process's address space before the first one (`address_space_gib`).
+    """
     import torch
 
     from lmperf.core.outcome import Stage, failure
     from lmperf.results.schema import make_record
+    from lmperf.runtime import device as dev
     from lmperf.runtime import env as envmod
 
     device = torch.device(spec.device)
     environment = envmod.capture(device)
-    stage = Stage(f"allocating {SMALL_MIB} MiB")
+    mapped = dev.address_space_bytes()
+    seen = {"address_space_gib": mapped / GIB if mapped is not None else None}
+    stage, failed_at = Stage(f"allocating {SMALL_MIB} MiB"), "small"
     try:
         small = torch.ones(SMALL_MIB * 2**20, dtype=torch.uint8, device=device)
-        stage.now = f"allocating {spec.gib:g} GiB"
-        big = torch.empty(int(spec.gib * 2**30), dtype=torch.uint8, device=device)
+        stage.now, failed_at = f"allocating {spec.gib:g} GiB", "large"
+        big = torch.empty(int(spec.gib * GIB), dtype=torch.uint8, device=device)
         big.fill_(1)  # touch every page: a lazily mapped CPU buffer must really be resident
-        total = int(small.sum().item()) + int(big[:1].item())
-        return make_record(KIND, spec.to_dict(), "ok", environment, metrics={"touched": total})
+        total = int(small.sum().item()) + (int(big[:1].item()) if big.numel() else 0)
+        return make_record(KIND, spec.to_dict(), "ok", environment, metrics={"touched": total},
+                           failed_at=None, **seen)
     except Exception as exc:  # noqa: BLE001 - the decision oom / error is the point
         fields = failure(exc, stage)
-        return make_record(KIND, spec.to_dict(), fields.pop("status"), environment, **fields)
+        return make_record(KIND, spec.to_dict(), fields.pop("status"), environment,
+                           failed_at=failed_at, **seen, **fields)
+
+
+def cpu_cap_gib(probe: dict) -> float | None:
+    """The CPU cap from an uncapped probe's record: its address space after import plus
+    HEADROOM_GIB, rounded up to 1/16 GiB; None when the probe did not say."""
+    mapped = probe.get("address_space_gib") if probe.get("status") == "ok" else None
+    if mapped is None:
+        return None
+    return math.ceil((mapped + HEADROOM_GIB) * 16) / 16
 
 
 def start_cap_job(ctx: Context) -> Callable[[], list[dict]]:
-    """The background part: run the capped child (seconds: it imports torch)."""
+    """The background part: run the capped child (seconds: it imports torch); on the CPU an
+    uncapped probe of the same job first, to size the cap (`cpu_cap_gib`)."""
     from lmperf.core.launch import ChildProcess
 
     kind = ctx.device.type
     spec = AllocSpec(device=kind, gib=ALLOC_GIB[kind])
-    return ChildProcess(spec, timeout_s=120, max_memory_gib=CAP_GIB[kind]).run
+    if kind != "cpu":
+        return ChildProcess(spec, timeout_s=120, max_memory_gib=CAP_GIB[kind]).run
+
+    def sized() -> list[dict]:
+        probe = ChildProcess(AllocSpec(device=kind, gib=0.0), timeout_s=120).run()
+        cap = cpu_cap_gib(probe[0]) if probe else None
+        if cap is None:  # the probe's own failure is the answer
+            return probe
+        return ChildProcess(spec, timeout_s=120, max_memory_gib=cap).run()
+
+    return sized
 
 
 def check_cap(ctx: Context, name: str) -> Outcome:
-    """The capped child's record must be 'oom', carry its cap, and say out of memory."""
+    """The capped child's record must be 'oom' at the large allocation (the small one fitted)
+    and carry its cap."""
     kind = ctx.device.type
     records = ctx.background[name].result()
     record = records[0] if records else {}
     status, message = record.get("status"), " ".join(str(record.get("message", "")).split())
+    failed_at = record.get("failed_at")
     cap = str(record.get("memory_cap", "no cap recorded"))
     how = cap[cap.find("(") + 1:cap.find(")")] if "(" in cap else cap
-    result = f"{status} row: {message.split(': ')[0][:80]} (cap {CAP_GIB[kind]:g} GiB, {how})"
-    return passed(status == "oom" and "out of memory" in message and "memory_cap" in record,
-                  result, "a job over its cap must be an 'oom' row with its cap",
-                  status=status, message=message, memory_cap=cap, cap_gib=CAP_GIB[kind],
-                  alloc_gib=ALLOC_GIB[kind])
+    where = {"large": f"at the {ALLOC_GIB[kind]:g} GiB allocation",
+             "small": f"already at the {SMALL_MIB} MiB allocation"}.get(failed_at, "")
+    result = f"{status} row {where}: {message.split(': ')[0][:80]} ({cap.split(' (')[0]}, {how})"
+    return passed(status == "oom" and failed_at == "large" and "memory_cap" in record,
+                  result, f"a job over its cap must be an 'oom' row at its large allocation, "
+                          f"after a {SMALL_MIB} MiB one fitted, with its cap",
+                  status=status, message=message, failed_at=failed_at, memory_cap=cap,
+                  address_space_gib=record.get("address_space_gib"), alloc_gib=ALLOC_GIB[kind])

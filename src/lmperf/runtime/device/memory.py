@@ -95,6 +95,15 @@ def _proc_status_kib(field: str) -> float:
     return float("nan")
 
 
+def address_space_bytes() -> int | None:
+    """This process's virtual address space (VmSize) in bytes, what RLIMIT_AS limits; None
+    without /proc. A CUDA build of torch maps several times more at import than a CPU build."""
+    if not _has_proc():
+        return None
+    kib = _proc_status_kib("VmSize")
+    return None if kib != kib else int(kib * 1024)  # NaN: no VmSize line
+
+
 def device_memory_gib(device: torch.device) -> float | None:
     """Total memory of a CUDA device in GiB (2**30 bytes); None for any other device."""
     if device.type != "cuda":
