@@ -24,7 +24,8 @@ def train(tmp_path_factory):
     path = tmp_path_factory.mktemp("prof") / "trace.json"
     stage = Stage()
     result = profile_torch(RunSpec.from_size("tiny", **QUICK), path, top=5, stage=stage)
-    assert stage.now == "analysing the trace"  # the stage followed the capture to its end
+    # the stage followed the capture and the analysis to the end (the roofline comes last)
+    assert stage.now == "counting FLOPs and bytes per operator (roofline)"
     return result
 
 
@@ -38,6 +39,26 @@ def test_answers_each_question_with_a_table_and_a_finding(train):
     assert "attention: runtime vs FLOPs per forward step" in titles
     for q in ("(a)", "(b)", "(c)", "(d)", "(e)"):
         assert any(n.startswith(q) for n in train.notes), q
+
+
+def test_the_roofline_tables_follow_from_their_numbers(train):
+    from lmperf.questions.profile import roofline
+
+    tables = dict(train.tables)
+    ops, phases = tables[roofline.PER_OP], tables[roofline.PER_PHASE]
+    assert set(ops["phase"]) == {"forward", "backward", "optimizer"}
+    counted = ops[ops["ideal_ms"] > 0]
+    assert (counted["ideal_ms"] == counted[["compute_ms", "memory_ms"]].max(axis=1)).all()
+    for r in counted.itertuples():  # each label is read off its row
+        if r.bound != "-":
+            assert r.bound == roofline.label(r.compute_ms, r.memory_ms, r.measured_ms)
+    mm = ops[(ops["op"] == "aten::mm") & (ops["phase"] == "forward")].iloc[0]
+    assert mm["gflop"] > 0 and mm["bound"] in ("compute-bound", "memory-bound", "overhead-bound")
+    step = phases.set_index("phase").loc["step"]
+    assert step["ideal_ms"] == pytest.approx(ops["ideal_ms"].sum())
+    assert step["measured_over_ideal"] == pytest.approx(step["measured_ms"] / step["ideal_ms"])
+    assert any(n.startswith("Roofline: the step took") for n in train.notes)
+    assert "roofline_s" in train.timings
 
 
 def test_phase_times_are_numbers_of_every_profiled_step(train):

@@ -11,6 +11,9 @@ measures what the device attains here, in this process, with this thread count:
   (`z = x + 2 y`: reads 2n, writes n) over buffers far larger than the caches, best of
   `REPEATS` after one untimed pass (first touch of the pages); the attained bandwidth is the
   faster of the two (the best this device demonstrated).
+- op overhead: the time per call of an aten op on a one-element tensor (`torch.add(x, y,
+  out=z)`, `OVERHEAD_CALLS` calls back to back, best of `REPEATS`): what every eager op costs
+  besides its arithmetic and memory traffic (dispatch; on CUDA the launch as the host sees it).
 
 Best-of-N, not median: a ceiling is what the device can do, and on a shared machine the slower
 calls are other processes' interference. Every call is closed by a device synchronisation
@@ -34,6 +37,7 @@ MAX_N = {"cpu": 2048, "cuda": 8192}
 # Bandwidth buffers: 64 MiB each on the CPU (far above any L3 slice of this project's machines;
 # three of them for the triad), 1 GiB on CUDA (far above any L2).
 STREAM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
+OVERHEAD_CALLS = 1000
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Ceilings:
     matmul_n: dtype name -> the n of the (n, n) @ (n, n) product that was timed.
     copy_bytes_per_s, triad_bytes_per_s: attained bandwidth of the copy and the triad (bytes
         read + written per second); bandwidth_bytes_per_s: the faster of the two.
+    op_overhead_s: seconds per call of a one-element aten op (dispatch / launch cost).
     stream_bytes: the size of each bandwidth buffer (bytes).
     threads: torch's intra-op threads during the measurement (CPU), device_name: what ran it.
     """
@@ -56,6 +61,7 @@ class Ceilings:
     copy_bytes_per_s: float = float("nan")
     triad_bytes_per_s: float = float("nan")
     stream_bytes: int = 0
+    op_overhead_s: float = float("nan")
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -125,6 +131,20 @@ def bandwidth(device: torch.device, nbytes: int | None = None,
     return 2 * n * 4 / copy_s, 3 * n * 4 / triad_s, n * 4
 
 
+def op_overhead(device: torch.device, calls: int = OVERHEAD_CALLS,
+                repeats: int = REPEATS) -> float:
+    """Seconds per call of `torch.add` on one-element tensors, `calls` calls per timing (the
+    cost of an eager op with no work in it)."""
+    x, y, z = (torch.ones(1, device=device) for _ in range(3))
+
+    def run() -> None:
+        for _ in range(calls):
+            torch.add(x, y, out=z)
+
+    run()  # warm-up
+    return _best_s(run, device, repeats) / calls
+
+
 def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("fp32", "bf16"),
                      repeats: int = REPEATS) -> Ceilings:
     """Measure the attained matmul FLOP/s in each of `dtypes` and the memory bandwidth on
@@ -141,10 +161,12 @@ def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("fp32", "b
     for name in dtypes:
         flops[name], sizes[name] = matmul_flops(device, DTYPES[name], repeats)
     copy, triad, nbytes = bandwidth(device, repeats=repeats)
+    overhead = op_overhead(device, repeats=repeats)
     dev.free_memory(device)
     return Ceilings(device=device.type, device_name=dev.device_name(device),
                     threads=torch.get_num_threads(), matmul_flops_per_s=flops, matmul_n=sizes,
-                    copy_bytes_per_s=copy, triad_bytes_per_s=triad, stream_bytes=nbytes)
+                    copy_bytes_per_s=copy, triad_bytes_per_s=triad, stream_bytes=nbytes,
+                    op_overhead_s=overhead)
 
 
 def datasheet_peaks(device_name: str) -> dict[str, float]:
@@ -157,7 +179,7 @@ def datasheet_peaks(device_name: str) -> dict[str, float]:
     for dtype in ("fp32", "tf32", "bf16", "fp16"):
         if (peak := peakmod.lookup_peak(device_name, dtype)) is not None:
             out[dtype] = peak.tflops * 1e12
-    lookup_bandwidth = getattr(peakmod, "lookup_bandwidth", None)  # newer peak tables only
-    if lookup_bandwidth is not None and (bw := lookup_bandwidth(device_name)) is not None:
-        out["bandwidth"] = float(getattr(bw, "tb_per_s", bw)) * 1e12
+    spec_of = getattr(peakmod, "spec_for_device_name", None)  # tables with memory bandwidth
+    if spec_of is not None and (spec := spec_of(device_name)) is not None:
+        out["bandwidth"] = float(spec.memory_bandwidth)
     return out

@@ -29,7 +29,7 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
           out: str | Path | None = None,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
-          progress: bool = False) -> Report:
+          progress: bool = False, predict: Sequence[str] | str | None = None) -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
@@ -42,7 +42,15 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     results/bench.jsonl). Failed runs (oom, error, unsupported) are rows of the Report.
     Raises SpecError / ModelLoadError before anything runs for bad input, SweepInterrupted on
     Ctrl-C (finished rows are kept in `out`).
+
+    `predict` (GPU names of the peak table, or "cpu") runs nothing: it PREDICTS each phase's
+    time on those devices from per-op counts of the model (lmperf.questions.bench.predict) and
+    returns their Report; its records (kind "prediction") are appended to `out`.
     """
+    if predict:
+        return _predict(predict, size=size, model=model, context=context, batch=batch,
+                        precision=precision, mode=mode, attention=attention, clip=clip,
+                        course=course, model_context=model_context, threads=threads, out=out)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     plan = plan_bench(size=size, model=model, context=context, batch=batch, precision=precision,
@@ -61,6 +69,21 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     if rounds > 1:
         records = _pool(plan.specs, records, rounds, Path(out) if out is not None else None)
     return build_report(records)
+
+
+def _predict(devices: Sequence[str] | str, *, threads: int | None, out: str | Path | None,
+             **request: object) -> Report:
+    """`bench(predict=...)`: plan the specs for the devices, predict, append, report."""
+    from lmperf.questions.bench import predict as pred
+
+    devices = [devices] if isinstance(devices, str) else list(devices)
+    if not devices:
+        raise SpecError("predict needs at least one device (a GPU of the peak table, or cpu)")
+    records = pred.predict(pred.plan_predictions(devices, **request), devices, threads)
+    if out is not None:
+        for record in records:
+            append_record(out, record)
+    return pred.build_report(records)
 
 
 def _pool(specs: list, records: list[dict], rounds: int, out: Path | None) -> list[dict]:

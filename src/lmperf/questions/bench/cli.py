@@ -43,6 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
                    help="train-step: unscale and clip gradients to this norm, as `lmperf train` "
                         "does (0: no clip step) (default: 1.0)")
+    p.add_argument("--predict", nargs="+", metavar="DEVICE", default=None,
+                   help="run nothing: PREDICT each phase's time on these devices (GPUs of the "
+                        "peak table, e.g. H100 B200 A100, or cpu: this machine's measured "
+                        "ceilings) from per-operator counts of the model; a range in seconds, "
+                        "ideal roofline .. typical attained fractions")
     p.set_defaults(func=cmd_bench)
 
 
@@ -56,4 +61,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                            rounds=args.rounds,
                                            compile=compile_values(args),
                                            compile_mode=args.compile_mode,
-                                           out=args.out, progress=True, **launch_kwargs(args)))
+                                           out=args.out, progress=True,
+                                           predict=args.predict, **launch_kwargs(args)))

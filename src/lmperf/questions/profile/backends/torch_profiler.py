@@ -20,7 +20,7 @@ import pandas as pd
 from lmperf.core.outcome import Stage
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import PHASES
-from lmperf.questions.profile import views
+from lmperf.questions.profile import roofline, views
 from lmperf.questions.profile.annotate import SCORES, SOFTMAX
 from lmperf.questions.profile.backends.torch_capture import Capture, capture
 from lmperf.questions.profile.classify import classify
@@ -77,7 +77,25 @@ def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10,
         f"Profiling cost: {spec.steps} profiled steps took {steps_s:.2f} s; exporting the trace "
         f"{cap.export_s:.2f} s, parsing it {parse_s:.2f} s and the whole analysis {analysis_s:.2f} s "
         f"({(cap.export_s + analysis_s) / steps_s:.2f}x the steps).")
+    _roofline(result, trace, spec, cap, top, stage)
     return result
+
+
+def _roofline(result: ProfileResult, trace, spec: RunSpec, cap: Capture, top: int,
+              stage: Stage) -> None:
+    """Ideal vs actual per op and phase (`profile.roofline`); the phases' measured times are
+    the benchmarked ones (no profiler). A model the op counter cannot run is a note, not a
+    failed profile."""
+    start = time.perf_counter()
+    bench_ms = {p: statistics.fmean(xs) for p, xs in cap.unprofiled_ms.items() if xs}
+    try:
+        tables, notes = roofline.analyse(trace, spec, bench_ms, top, stage)
+    except Exception as exc:  # noqa: BLE001 - the profile itself succeeded
+        result.notes.append(f"Roofline skipped: {type(exc).__name__}: {str(exc)[:160]}")
+        return
+    result.tables += tables
+    result.notes += notes
+    result.timings["roofline_s"] = time.perf_counter() - start
 
 
 def _mean_std(xs: list[float]) -> tuple[float, float]:

@@ -1,0 +1,262 @@
+"""`lmperf bench --predict DEVICE...`: predicted per-phase times on a device you may not have.
+
+PREDICTIONS, NOT MEASUREMENTS: nothing runs on the target device. From the per-operator FLOPs
+and bytes of the real model at the asked size, context, batch, precision and mode
+(`measure.op_costs`: counted on fake tensors, nothing allocated), each phase gets a range:
+
+    ideal   = sum over ops of max(FLOPs / peak FLOP/s in the op's dtype, bytes / peak bandwidth)
+    typical = max(sum over ops of max(FLOPs / (peak x f_compute[class]),
+                                      bytes / (bandwidth x f_memory[class])),
+                  calls x host time per op)
+
+The ideal is the roofline at the datasheet peaks (`runtime.peaks`): no run can beat it. The
+typical time holds each op class to a fraction of peak that such kernels usually attain
+(FRACTIONS, each with its source) and never below the host's time to issue the ops (an eager
+op costs the CPU ~HOST_OP_S whatever the GPU does; the GPU runs behind the host, so the phase
+takes the longer of the two totals). Precision maps to peaks as the run would: fp32 -> FP32
+FMA (lmperf's fp32 regime turns TF32 off), tf32 -> TF32, bf16/fp16 ops -> tensor-core figures.
+
+`--predict cpu` predicts for this machine instead, from its own measured ceilings
+(`measure.ceilings`: attained matmul FLOP/s and bandwidth, fractions 1) plus its measured time
+per eager op call, added per call (the CPU runs each op to completion before the next).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from lmperf.errors import SpecError
+
+KIND = "prediction"
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
+HOST_OP_S = 10e-6
+HOST_OP_SOURCE = ("assumption: ~10 us of host time per eager aten op (Python, dispatcher, "
+                  "kernel launch), the order of torch.profiler's CPU self times per op on a GPU "
+                  "run")
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """The attained fraction of peak for one op class, of compute and of memory bandwidth."""
+
+    compute: float
+    memory: float
+    source: str
+
+
+FRACTIONS: dict[str, Fraction] = {
+    "matmul": Fraction(0.7, 0.7, "cuBLAS GEMMs of LM shapes reach roughly 60-80% of dense peak "
+                       "(NVIDIA Deep Learning Performance Guide, 'Matrix Multiplication "
+                       "Background'; Megatron-LM, Narayanan et al. SC'21: 52% of peak for a "
+                       "whole training step)"),
+    "attention": Fraction(0.5, 0.5, "FlashAttention-2 (Dao, 2023): 50-73% of A100 peak forward, "
+                          "less backward"),
+    "elementwise/norm": Fraction(1.0, 0.5, "assumption: unfused elementwise and reduction kernels "
+                                 "reach about half of DRAM peak (STREAM-like copies reach "
+                                 "80-90%: BabelStream, Deakin et al. 2018; broadcasts, strides "
+                                 "and small tensors less)"),
+    "optimizer": Fraction(1.0, 0.6, "assumption: fused AdamW streams parameters, gradients and "
+                          "both moments once: long contiguous reads at ~60% of DRAM peak"),
+}
+METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes of the real model counted on fake "
+          "tensors; ideal = roofline at the datasheet peaks, typical = per-class attained "
+          "fractions of peak, never below 10 us of host time per op (see "
+          "lmperf.questions.bench.predict)")
+CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes counted on fake tensors; ideal = "
+              "roofline at this CPU's measured ceilings, typical = ideal + measured time per op "
+              "call x calls")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A device to predict for: its name, FLOP/s per math dtype, bandwidth (bytes/s), the
+    attained fractions (None: the figures are measured, fractions 1), the host time per op and
+    whether it adds to the device time (CPU) or overlaps it (GPU)."""
+
+    name: str
+    flops_per_s: dict[str, float]
+    bandwidth: float
+    fractions: dict[str, Fraction] | None
+    op_s: float
+    additive: bool
+    source: str
+
+
+def gpu_targets(name: str) -> list[Target]:
+    """The Targets a `--predict` GPU name means: one device of the peak table, or every device
+    of a family the name leaves ambiguous ('A100': its 40GB / 80GB, SXM / PCIe forms, whose
+    bandwidths differ). Raises SpecError for an unknown name."""
+    from lmperf.runtime import peaks
+
+    found = peaks.device_spec(name)
+    specs = [found] if found is not None else [
+        d for d in peaks.DEVICES.values() if d.name.lower().startswith(name.lower())]
+    if not specs:
+        peaks.require_device(name)  # raises the one-line error naming the accepted GPUs
+    out = []
+    for spec in specs:
+        flops = {d: spec.peak_tflops(d) * 1e12 for d in peaks.DTYPES if spec.peak_tflops(d)}
+        if not flops:
+            raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from")
+        out.append(Target(spec.name, flops, spec.memory_bandwidth, FRACTIONS, HOST_OP_S, False,
+                          spec.source))
+    return out
+
+
+def cpu_target(threads: int | None = None) -> Target:
+    """This CPU from its measured ceilings (fp32, bf16), with `threads` torch threads
+    (None: lmperf's default, one)."""
+    import torch
+
+    from lmperf.core.launch import cpu_threads
+    from lmperf.measure.ceilings import measure_ceilings
+
+    with cpu_threads(1 if threads is None else threads):
+        c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16"))
+    return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)",
+                  dict(c.matmul_flops_per_s), c.bandwidth_bytes_per_s, None, c.op_overhead_s,
+                  True, "measured now (lmperf.measure.ceilings)")
+
+
+def _math_dtype(dtype: str, tf32: bool) -> str:
+    """The peak-table dtype an op row runs at: fp32 rows at TF32 in the tf32 regime."""
+    return "tf32" if dtype == "fp32" and tf32 else dtype
+
+
+def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False) -> dict[str, tuple]:
+    """phase -> (ideal s, typical s, FLOPs, bytes, calls) of one step on `target`;
+    `costs` is `OpCosts.table`."""
+    out = {}
+    fp32 = target.flops_per_s.get("tf32" if tf32 else "fp32") or max(target.flops_per_s.values())
+    for phase, ops in costs.groupby("phase", sort=False):
+        ideal = typical = 0.0
+        for r in ops.itertuples():
+            rate = target.flops_per_s.get(_math_dtype(r.dtype, tf32), fp32)
+            nbytes = r.bytes_read + r.bytes_written
+            f = (target.fractions or {}).get(r.op_class)
+            fc, fm = (f.compute, f.memory) if f else (1.0, 1.0)
+            ideal += max(r.flops / rate, nbytes / target.bandwidth)
+            typical += max(r.flops / (rate * fc), nbytes / (target.bandwidth * fm))
+        host = float(ops["calls"].sum()) * target.op_s
+        typical = typical + host if target.additive else max(typical, host)
+        out[phase] = (ideal, typical, int(ops["flops"].sum()),
+                      int((ops["bytes_read"] + ops["bytes_written"]).sum()), int(ops["calls"].sum()))
+    return out
+
+
+def plan_predictions(devices: Sequence[str], *, size=None, model: str | None = None,
+                     context=None, batch=4, precision=None, mode="train-step",
+                     attention="naive", clip: float = 1.0, course: str | None = None,
+                     model_context: int = 0) -> list:
+    """The RunSpecs to predict (bench's keywords; lists sweep). Values left None take the
+    defaults of the device predicted for: CUDA's (the `course` edition's table, fp32) for GPUs,
+    the CPU's for `cpu` alone. The optimizer is what `auto` picks there: fused AdamW."""
+    from lmperf.core.vocabulary import as_list, device_defaults
+    from lmperf.model.presets import DEFAULT_COURSE
+    from lmperf.workload.spec import Grid
+
+    course = course or DEFAULT_COURSE
+    device = "cpu" if [d.lower() for d in devices] == ["cpu"] else "cuda"
+    defaults = device_defaults("bench", device, course)
+    sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
+    fixed = dict(model_context_length=model_context, optimizer="fused", device=device,
+                 model=model, threads=0, clip=clip, course=course)
+    grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
+                batches=as_list(batch), precisions=as_list(precision) or defaults["precision"],
+                modes=as_list(mode), attentions=as_list(attention), warmups=[0], fixed=fixed)
+    return list(dict.fromkeys(grid.expand()))
+
+
+def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None) -> list[dict]:
+    """One prediction record per (spec, device): metrics {phase: {ideal_s, typical_s, flops,
+    bytes, calls}} for each phase of the spec's mode and 'step'. Raises SpecError for an unknown
+    device before counting anything."""
+    from lmperf.measure.op_costs import count_op_costs
+    from lmperf.runtime.precision import get_regime
+
+    if not devices:
+        raise SpecError("--predict needs at least one device (a GPU of the peak table, or cpu)")
+    targets = [t for name in devices for t in (
+        [cpu_target(threads)] if name.lower() == "cpu" else gpu_targets(name))]
+    records = []
+    for spec in specs:
+        costs = count_op_costs(spec)
+        tf32 = get_regime(spec.precision).tf32
+        for target in targets:
+            times = phase_times(costs.table, target, tf32)
+            metrics = {p: dict(zip(("ideal_s", "typical_s", "flops", "bytes", "calls"), v))
+                       for p, v in times.items()}
+            metrics["step"] = {k: sum(m[k] for m in metrics.values())
+                               for k in ("ideal_s", "typical_s", "flops", "bytes", "calls")}
+            records.append(_record(spec, target, metrics, costs.method))
+    return records
+
+
+def _record(spec, target: Target, metrics: dict, count_method: str) -> dict:
+    from lmperf.results.schema import make_record, to_jsonable
+    from lmperf.runtime import env as envmod
+
+    fractions = {k: {"compute": f.compute, "memory": f.memory, "source": f.source}
+                 for k, f in (target.fractions or {}).items()}
+    prediction = {"predicted": True, "target": target.name, "target_source": target.source,
+                  "method": CPU_METHOD if target.additive else METHOD,
+                  "count_method": count_method, "fractions": fractions,
+                  "host_op_s": target.op_s,
+                  "host_op_source": "measured" if target.additive else HOST_OP_SOURCE,
+                  "flops_per_s": target.flops_per_s, "bandwidth_bytes_per_s": target.bandwidth}
+    import torch
+
+    env = envmod.capture(torch.device("cpu"))  # the machine that computed the prediction
+    return to_jsonable(make_record(KIND, spec.to_dict(), "ok", env, metrics=metrics,
+                                   prediction=prediction))  # type: ignore[return-value]
+
+
+def build_report(records: list[dict]):
+    """The Report of prediction records: one row per (run, device) with the predicted range of
+    each phase in seconds (ideal .. typical); the method in the caption."""
+    from lmperf.core.report import Report
+
+    records = [r for r in records if r.get("kind") == KIND]
+    rows = []
+    for r in records:
+        spec, m, p = r["spec"], r["metrics"], r["prediction"]
+        row = {"size": spec.get("model") or spec["size"], "context": spec["context_length"],
+               "batch": spec["batch_size"], "precision": spec["precision"],
+               "mode": spec["mode"], "device": p["target"]}
+        for phase in PHASES + ("step",):
+            if phase in m:
+                row[f"{phase}_ideal_s"] = m[phase]["ideal_s"]
+                row[f"{phase}_typical_s"] = m[phase]["typical_s"]
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    findings = sorted({r["prediction"]["method"] for r in records})
+    findings += [f"attained fraction for {k}: compute {v['compute']:g}, memory {v['memory']:g} "
+                 f"of peak ({v['source']})" for k, v in
+                 (records[0]["prediction"]["fractions"] if records else {}).items()]
+    if records and not records[0]["prediction"]["host_op_source"] == "measured":
+        findings.append(f"host time per op: {HOST_OP_S * 1e6:g} us ({HOST_OP_SOURCE})")
+    return Report(kind=KIND, frame=frame, findings=findings, records=records,
+                  title="lmperf bench --predict (PREDICTED times, not measurements)",
+                  display=_display)
+
+
+def _display(report):
+    """Seconds per phase as 'ideal .. typical' ranges; the caption names the method."""
+    df = report.frame
+    out = df[["size", "context", "batch", "precision", "mode", "device"]].copy()
+    for phase in PHASES + ("step",):
+        if f"{phase}_ideal_s" in df:
+            out[f"{phase} (s)"] = [
+                "-" if math.isnan(a) else f"{_fmt(a)} .. {_fmt(b)}"
+                for a, b in zip(df[f"{phase}_ideal_s"], df[f"{phase}_typical_s"])]
+    caption = ("PREDICTED seconds per step, ideal roofline .. typical attained fractions; "
+               "nothing ran on these devices")
+    return out, caption, []
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:.4f}" if seconds < 1 else f"{seconds:.3f}"
