@@ -8,7 +8,10 @@ import pytest
 
 import lmperf.questions.parallel
 from lmperf.cli import main
+from lmperf.questions.memory import estimate as memory_estimate
 from lmperf.questions.parallel import estimate as est
+from lmperf.questions.parallel import formulas as f
+from lmperf.runtime.peaks import DEVICES
 
 GIB = 2**30
 
@@ -22,7 +25,7 @@ def test_xxl_ffn_only_model_states_and_activations() -> None:
     # + fp32 accumulated gradients + AdamW's two fp32 moments: 16 bytes per parameter
     assert est.state_bytes("ddp", shape.params, 1) / GIB == 4 * 819 == 3276
     # saved for backward, bf16: each block's input (16384) and first output (53248) per token
-    assert est.saved_activation_bytes(shape, tokens=1) == 126 * (16384 + 53248) * 2
+    assert f.activation_bytes(shape, tokens=1) == 126 * (16384 + 53248) * 2
     # FSDP shards all 16 bytes: 3276 GiB / N <= 80 GiB from N = 41 (3276 / 80 = 40.95)
     assert est._min_devices("fsdp", shape.params, 80) == 41
     assert est.state_bytes("fsdp", shape.params, 41) / GIB == pytest.approx(3276 / 41)
@@ -76,3 +79,112 @@ def test_estimate_bad_input_is_one_line(argv: list[str], capsys: pytest.CaptureF
     assert main(["dist", "--estimate", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lmperf: error:") and len(err.strip().splitlines()) == 1
+
+
+# A small LM by hand: C = 4, F = 8, L = 2, H = 2, V = 10.
+TOY = f.Shape("toy", 40 + 2 * (64 + 96 + 8) + 4 + 40, 4, 8, 2, 2, 10)
+
+
+def test_tensor_parallel_formulas_by_hand() -> None:
+    assert TOY.params == 420 and TOY.replicated_params == 2 * 2 * 4 + 4 == 20  # norm weights
+    assert f.tp_params(TOY, 2) == 400 / 2 + 20
+    # 4 L + 2 = 10 all-reduces of 100 tokens x C x 2 bytes, 2 (t-1)/t = 1 of that each
+    assert f.tp_comm_bytes(TOY, 100, 2, 2) == 10 * 1 * 100 * 4 * 2
+    # per block and token: 16 C + 8 + 5 a C whole = 112, (5 a C + 4 H + 5 a F) / 2 = 64
+    # head: 10 x (8 C + 4 + a C + 4 V / 2) + 4 = 644; copies a (L (4 C^2 + 3 C F) + C V) / 2 = 360
+    assert f.activation_bytes(TOY, 10, t=2) == 2 * 10 * (112 + 64) + 644 + 360
+    assert f.step_flops(TOY.params, 10) == 6 * 420 * 10
+
+
+@pytest.mark.parametrize("size, batch, context", [("tiny", 2, 16), ("small", 1, 128)])
+def test_unsplit_activations_are_the_memory_estimates(size: str, batch: int, context: int) -> None:
+    # t = 1 must be lmperf memory --estimate's saved bytes (bf16 autocast, sdpa, CUDA op lists)
+    shape = est.preset_shape(size, "2026", context)
+    from lmperf.workload.spec import RunSpec
+
+    config = RunSpec.from_size(size, "2026", context_length=context).model_config()
+    m = memory_estimate.estimate(config, batch, context, "bf16-mixed", "sdpa", "train-step",
+                                 device="cuda")
+    assert f.activation_bytes(shape, batch * context) == m.activation_bytes + m.weight_copy_bytes
+
+
+def test_tp_and_2d_rows_by_hand() -> None:
+    # leaderboard: P = 8,125,698,048, L = 34, C = 4096; G = 2**20 tokens, W = 100 GB/s, 400 TFLOP/s
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[8], tp=[2, 4])
+    df = report.frame
+    assert list(df["strategy"]).count("tp") == 1 and list(df["strategy"]).count("fsdp+tp") == 2
+    p, rep, tokens = 8_125_698_048, 2 * 34 * 4096 + 4096, 2**20
+    tp = df[df["strategy"] == "tp"].iloc[0]
+    assert (tp["tp"], tp["dp"]) == (8, 1)
+    assert tp["states_gib"] == pytest.approx(16 * ((p - rep) / 8 + rep) / 2**30)
+    assert tp["comm_gb"] == pytest.approx(138 * 2 * 7 / 8 * tokens * 4096 * 2 / 1e9)  # 2074 GB
+    assert tp["tflop"] == pytest.approx(6 * p * tokens / 8 / 1e12)
+    assert tp["comm_bound"]  # 20.7 s of communication against 16.0 s of compute
+    # largest t: (4 L + 2) 2 (t-1) C c / W <= 6 P / C_flops  <=>  t <= 1 + 3 P W / (C_f 138 C c)
+    assert tp["largest_n_compute_bound"] == math.floor(
+        1 + 3 * p * 100e9 / (400e12 * 138 * 4096 * 2)) == 6
+    two = df[(df["strategy"] == "fsdp+tp") & (df["tp"] == 2)].iloc[0]
+    p_t = (p - rep) / 2 + rep
+    assert two["dp"] == 4 and two["states_gib"] == pytest.approx(16 * p_t / 4 / 2**30)
+    assert two["comm_gb"] == pytest.approx(
+        (3 * 3 / 4 * 2 * p_t + 138 * 2 * 1 / 2 * tokens / 4 * 4096 * 2) / 1e9)
+    # largest N = 2 d: d - 1 <= (6 P G W / (t C_f) - 138 (t-1)/t 2 G C c) / (3 c P_t)
+    d = 1 + (6 * p * tokens * 100e9 / (2 * 400e12) - 138 * 1 * tokens * 4096 * 2) / (3 * 2 * p_t)
+    assert two["largest_n_compute_bound"] == 2 * math.floor(d)
+    assert any(s.startswith("fsdp+tp (t = 4)") for s in report.findings)
+
+
+@pytest.mark.parametrize("gpu, fits", [("H100-SXM", False), ("H200", True), ("B200", True),
+                                       ("RTX-4090", False)])
+def test_will_it_fit_on_a_gpu(gpu: str, fits: bool) -> None:
+    # ddp keeps all 16 P = 121.08 GiB of the leaderboard model's states on every device
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[8], gpu=gpu)
+    ddp = report.frame.set_index("strategy").loc["ddp"]
+    assert ddp["total_gib"] == pytest.approx(121.08, abs=0.01) and bool(ddp["fits"]) is fits
+    spec = DEVICES[gpu]
+    # the datasheet's link and bf16 peak are W and C: ddp sends 3.5 P bytes per step at N = 8
+    assert ddp["comm_ms"] == pytest.approx(3.5 * 8_125_698_048 / spec.link_bandwidth * 1e3)
+    assert ddp["compute_ms"] == pytest.approx(
+        6 * 8_125_698_048 * 2**20 / 8 / (spec.peak_tflops("bf16") * 1e12) * 1e3)
+
+
+def test_gib_and_bandwidth_override_the_gpu() -> None:
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[8],
+                         gpu="H200", gpu_gib=100, bandwidth=50)
+    ddp = report.frame.set_index("strategy").loc["ddp"]
+    assert not ddp["fits"]  # 121 GiB > 100
+    assert ddp["comm_ms"] == pytest.approx(3.5 * 8_125_698_048 / 50e9 * 1e3)
+    assert "H200" in report.title and "989.4 TFLOP/s" in report.title
+
+
+def test_batch_adds_activations_split_by_tp() -> None:
+    report = lmperf.dist("estimate", size="xl", course="2026", world_size=[8], tp=[2],
+                         batch=2, context=256)
+    df = report.frame.set_index(["strategy", "tp"])
+    shape = est.preset_shape("xl", "2026", 256)
+    assert df.loc[("ddp", 1), "activations_gib"] == pytest.approx(
+        f.activation_bytes(shape, 512) / 2**30)
+    assert df.loc[("tp", 8), "activations_gib"] < df.loc[("fsdp+tp", 2), "activations_gib"] \
+        < df.loc[("fsdp", 1), "activations_gib"]
+
+
+def test_estimate_cli_prints_tp_rows(capsys: pytest.CaptureFixture) -> None:
+    assert main(["dist", "--estimate", "--size", "xl", "--world-size", "8", "--gpu", "h100 sxm",
+                 "--tp", "2", "4"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert sum(1 for line in lines if line.split()[:1] == ["fsdp+tp"]) == 2
+    assert any(line.split()[:1] == ["tp"] for line in lines) and "H100-SXM" in out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--gpu", "H800"], "unknown GPU 'H800'; accepted: B200, H200"),
+    (["--gpu", "A100"], "ambiguous: A100-80GB"),
+    (["--gpu", "A10G"], "A10G has no published dense peak: give --tflops"),
+    (["--tp", "0"], "tensor-parallel degree"),
+    (["--gib", "-1"], "gpu_gib must be a positive number")])
+def test_bad_gpu_options_are_one_line(argv: list[str], fragment: str,
+                                      capsys: pytest.CaptureFixture) -> None:
+    assert main(["dist", "--estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1

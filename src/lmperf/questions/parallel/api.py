@@ -37,7 +37,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     """
     if what == "estimate":
         return estimate(world_size=world_size, size=size, context=context, course=course,
-                        **estimate_options)  # type: ignore[arg-type]
+                        batch=batch, **estimate_options)  # type: ignore[arg-type]
     if estimate_options:
         raise SpecError(f"unknown keyword(s) for dist {what!r}: {', '.join(sorted(estimate_options))}")
     from lmperf.questions.parallel.plan import drop_done, plan_dist
@@ -90,47 +90,63 @@ def _unsupported(rows: list[tuple[dict, str]], out: Path | None, resume: bool) -
 
 
 def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None = None,
-             context: int | None = None, course: str | None = None, d_model: int | None = None, d_ff: int | None = None,
-             num_layers: int | None = None, ffn_only: bool = False, tokens: int = 2**20,
-             bandwidth: float = 100.0, gpu_gib: float = 80.0, tflops: float = 400.0,
-             comm_dtype: str = "bf16") -> Report:
-    """Analytic memory per rank and communication per step for every strategy (nothing runs).
+             context: int | None = None, course: str | None = None, batch: int | None = None,
+             d_model: int | None = None, d_ff: int | None = None, num_layers: int | None = None,
+             ffn_only: bool = False, tokens: int = 2**20, gpu: str | None = None,
+             bandwidth: float | None = None, gpu_gib: float | None = None,
+             tflops: float | None = None, comm_dtype: str = "bf16",
+             tp: Sequence[int] | int | None = None) -> Report:
+    """Analytic memory, FLOPs and communication per device for data-parallel strategies, tensor
+    parallelism and FSDP x TP (nothing runs).
 
-    The model is a preset `size` (of the `course` edition's table; default xl), or `d_model` x `d_ff` x `num_layers` (with `ffn_only`: the
-    course's accounting model, two Linear layers per block and nothing else). `world_size`:
-    the N to tabulate (default 8 64 512); `tokens`: tokens per step over all ranks; `bandwidth`:
-    per-rank link bandwidth W in GB/s (1e9 B/s); `gpu_gib`: memory per device; `tflops`: the
-    compute throughput C achieved per device; `comm_dtype`: what gradients and gathered
-    parameters travel in. Formulas: lmperf.questions.parallel.estimate.
+    The model is a preset `size` (of the `course` edition's table; default xl), or `d_model` x
+    `d_ff` x `num_layers` (with `ffn_only`: the course's accounting model, two Linear layers per
+    block and nothing else). `world_size`: the N to tabulate (default 8 64 512); `tp`: the
+    tensor-parallel degrees of the FSDP x TP rows (default 2 4 8; plain TP uses t = N);
+    `tokens`: tokens per step over all devices; `batch`: sequences of `context` tokens (default
+    1024) per data-parallel replica in one micro-batch, whose activations are added (the
+    FFN-only model always counts its G / d tokens). `gpu`: a device of
+    lmperf.runtime.peaks.DEVICES whose datasheet gives the defaults of `bandwidth` (W, GB/s =
+    1e9 B/s per direction), `gpu_gib` (memory per device) and `tflops` (C, its dense bf16
+    peak); without it 100 GB/s, 80 GiB and 400 TFLOP/s. `comm_dtype`: what gradients, gathered
+    parameters and TP activations travel in. Formulas: lmperf.questions.parallel.estimate.
     """
     from lmperf.core.vocabulary import as_list
     from lmperf.questions.parallel import estimate as est
-    from lmperf.questions.parallel.report import estimate_report
     from lmperf.validate import positive_int
 
     sizes = as_list(world_size) or [8, 64, 512]
     for n in sizes:
         positive_int("world size", n)
+    degrees = as_list(tp) or [2, 4, 8]
+    for t in degrees:
+        positive_int("tensor-parallel degree", t)
     for name, value in (("bandwidth", bandwidth), ("gpu_gib", gpu_gib), ("tflops", tflops)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not value > 0):
             raise SpecError(f"{name} must be a positive number, got {value!r}")
     positive_int("tokens", tokens)
+    if batch is not None:
+        positive_int("batch", batch)
     c = {"fp32": 4, "bf16": 2, "fp16": 2}.get(comm_dtype)
     if c is None:
         raise SpecError(f"unknown comm dtype {comm_dtype!r}; accepted: fp32, bf16, fp16")
+    w, memory, flops, device = est.device_figures(gpu, bandwidth, gpu_gib, tflops)
     shape = _shape(size, d_model, d_ff, num_layers, ffn_only, context, course)
-    rows = []
-    for n in sizes:
-        activations = est.saved_activation_bytes(shape, tokens // n) if shape.ffn_only else 0.0
-        rows += est.estimate_rows(shape, [n], bandwidth_gbps=bandwidth, gpu_gib=gpu_gib,
-                                  tflops=tflops, global_tokens=tokens, comm_dtype_bytes=c,
-                                  activation_bytes=activations)
+    micro = None if batch is None or shape.ffn_only else batch * (context or 1024)
+    rows = est.estimate_rows(shape, sizes, bandwidth_gbps=w, gpu_gib=memory, tflops=flops,
+                             global_tokens=tokens, comm_dtype_bytes=c,
+                             tp_degrees=tuple(degrees), micro_tokens=micro)
+    if shape.ffn_only:
+        saved = "activations: bf16 block inputs and first-layer outputs of the FFN-only model"
+    elif micro:
+        saved = (f"activations: one micro-batch of {batch} x {context or 1024} tokens per "
+                 f"replica, bf16 autocast, fused attention")
+    else:
+        saved = "model states only (--batch adds activations)"
     caption = (f"{shape.name}, P = {shape.params:,} parameters, {tokens:,} tokens/step, "
-               f"W = {bandwidth:g} GB/s, C = {tflops:g} TFLOP/s, {gpu_gib:g} GiB per device, "
-               f"{comm_dtype} communication"
-               + ("; activations: bf16 block inputs and first-layer outputs of the FFN-only model"
-                  if shape.ffn_only else "; model states only (activations: lmperf memory)"))
-    return estimate_report(rows, caption)
+               f"{device}, {comm_dtype} communication; {saved}")
+    return est.estimate_report(rows, caption)
 
 
 def _shape(size, d_model, d_ff, num_layers, ffn_only, context, course):
@@ -146,15 +162,7 @@ def _shape(size, d_model, d_ff, num_layers, ffn_only, context, course):
         if ffn_only:
             return est.ffn_only_shape(d_model, d_ff, num_layers)
         raise SpecError("an explicit shape needs --ffn-only (or use a --size preset for the LM)")
-    from lmperf.questions.memory.estimate import param_count
-    from lmperf.model.presets import DEFAULT_COURSE
-    from lmperf.workload.spec import RunSpec
-
-    spec = RunSpec.from_size(size or "xl", course or DEFAULT_COURSE,
-                             context_length=context or 1024)
-    shape = spec.shape() + ("" if "V=" in spec.shape() else f" V={spec.vocab_size}")
-    return est.Shape(f"{spec.size} ({spec.course}: {shape})",
-                     param_count(spec.model_config()), spec.d_model, spec.d_ff, spec.num_layers)
+    return est.preset_shape(size, course, context)
 
 
 def _make_folder(path: Path) -> None:

@@ -13,8 +13,8 @@ DEFAULT_PLOTS = Path("results") / "dist-plots"
 SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
 COMM = ("collective", "sizes", "dtype", "iters")
 TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
-ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "bandwidth", "gpu_gib",
-            "tflops", "comm_dtype")
+ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth", "gpu_gib",
+            "tflops", "comm_dtype", "tp")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,14 +37,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("what", nargs="?", default="all", choices=["all", "comm", "train"],
                    help="comm, train, or both (default)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the analytic estimate (memory per rank, communication per step, "
-                        "fits in --gpu-gib?, largest N before communication-bound); runs nothing")
+                   help="print the analytic estimate for data-parallel strategies, tensor "
+                        "parallelism and FSDP x TP (memory, FLOPs and communication per device "
+                        "per step, fits on --gpu?, largest degree before communication-bound); "
+                        "runs nothing")
     add_options(p, SHARED + ("out", "format", "plots", "timeout", "max_memory_gib", "resume"),
                 defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
                 helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
                                "--estimate: the preset to estimate (default: xl)",
                        "context": "train: tokens per sequence (default: 64 on CPU, 128 on CUDA)",
-                       "batch": "train: sequences per rank per step (default: 4)",
+                       "batch": "train: sequences per rank per step (default: 4); --estimate: "
+                                "sequences per micro-batch per replica, adds activations",
                        "warmup": "untimed iterations (comm, default 5) or steps (train, "
                                  "default 2 on CPU, 3 on CUDA)",
                        "steps": "train: timed steps (default: 5 on CPU, 10 on CUDA)",
@@ -87,14 +90,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the course's accounting model: two Linear layers per block, nothing else")
     g.add_argument("--tokens", type=int, default=2**20, metavar="T",
                    help="tokens per step over all ranks (default: 1048576)")
-    g.add_argument("--bandwidth", type=float, default=100.0, metavar="GB/s",
-                   help="per-rank link bandwidth W, 1e9 B/s (default: 100)")
-    g.add_argument("--gpu-gib", type=float, default=80.0, metavar="G",
-                   help="memory per device (default: 80)")
-    g.add_argument("--tflops", type=float, default=400.0, metavar="C",
-                   help="achieved TFLOP/s per device (default: 400)")
+    g.add_argument("--gpu", metavar="NAME",
+                   help="will it fit on NAME, and how fast could it go: its datasheet's memory, "
+                        "link bandwidth and dense bf16 peak are the defaults of --gpu-gib, "
+                        "--bandwidth and --tflops (names: lmperf.runtime.peaks.DEVICES, e.g. "
+                        "H100-SXM, B200, RTX-4090)")
+    g.add_argument("--bandwidth", type=float, metavar="GB/s",
+                   help="link bandwidth W per device and direction, 1e9 B/s (default: --gpu's, "
+                        "else 100)")
+    g.add_argument("--gpu-gib", "--gib", type=float, metavar="G",
+                   help="memory per device (default: --gpu's, else 80)")
+    g.add_argument("--tflops", type=float, metavar="C",
+                   help="TFLOP/s per device (default: --gpu's dense bf16 peak, else 400 "
+                        "achieved)")
+    g.add_argument("--tp", type=int, nargs="+", metavar="T",
+                   help="tensor-parallel degrees of the FSDP x TP rows (default: 2 4 8)")
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
-                   help="what gradients and gathered parameters travel in (default: bf16)")
+                   help="what gradients, gathered parameters and TP activations travel in "
+                        "(default: bf16)")
     p.set_defaults(func=cmd_dist)
 
 
@@ -107,7 +120,7 @@ def cmd_dist(args: argparse.Namespace) -> int:
 
         kwargs = {name: getattr(args, name) for name in ESTIMATE}
         emit(dist("estimate", world_size=args.world_size, size=args.size, context=args.context,
-                  course=args.course, **kwargs), args)
+                  course=args.course, batch=args.batch, **kwargs), args)
         return 0
     kwargs = {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
     return run_command(args, lambda: dist(args.what, world_size=args.world_size, **kwargs,

@@ -1,42 +1,61 @@
-"""`lmperf dist --estimate`: memory per rank and communication per step on clusters you do not have.
+"""`lmperf dist --estimate`: memory, FLOPs and communication per device on clusters you do not have.
 
-Every number is one of these hand-checkable formulas (P parameters, N ranks, W link bandwidth in
-GB/s with GB = 1e9 bytes, c bytes per element communicated, GiB = 2**30 bytes):
+Every number is a hand-checkable formula (lmperf.questions.parallel.formulas has the per-device
+terms; P parameters, N devices, W link bandwidth per direction in GB/s with GB = 1e9 bytes,
+C achieved TFLOP/s per device, c bytes per element communicated, GiB = 2**30 bytes, G tokens per
+step over all devices):
 
-Model states, the course's accounting: fp32 master weights (4 P), fp32 accumulated gradients
-(4 P) and AdamW's two fp32 moments (8 P): 16 P bytes on one device. Per rank:
+Model states (16 bytes per parameter held) per device:
     ddp           4 P + 4 P + 8 P              (everything replicated)
     zero1         4 P + 4 P + 8 P / N          (optimizer state sharded)
     zero2         4 P + (4 P + 8 P) / N        (and gradients)
     fsdp (zero3)  (4 P + 4 P + 8 P) / N        (and parameters)
-Activations (with --batch and --context) are per rank and not sharded by any of these.
+    tp            16 P_t, P_t = (P - P_rep) / t + P_rep   (Megatron splits, N = t)
+    fsdp+tp       16 P_t / d                   (a d x t mesh: FSDP shards each TP shard, N = d t)
+Activations (with --batch, or the FFN-only model) are per device: data parallelism does not
+shard them, tensor parallelism splits those inside attention and the MLP (formulas.activation_bytes).
 
-Bytes each rank sends per step on a ring (nccl-tests' bus convention), S = c P:
+Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P:
     ddp, zero2, zero1 (reduce-scatter + all-gather)   2 (N-1)/N S   (one all-reduce's worth)
     zero1 (all-reduce + broadcast, lmperf's zero1)     2 (N-1)/N S + S   (-> 1.5x ddp)
     fsdp (gather in forward and backward, reduce-scatter gradients)   3 (N-1)/N S
-Communication time = bytes / W. Compute time per step = 6 P x tokens per rank / C (C: achieved
-TFLOP/s per device), with the global batch fixed, so tokens per rank = global tokens / N.
-A step is communication-bound (if nothing overlaps) when communication time > compute time; the
-largest N before that is found by bisection (communication grows with N, compute shrinks).
+    tp            (4 L + 2) x 2 (t-1)/t x G C c       (activations: the group sees all G tokens)
+    fsdp+tp       3 (d-1)/d c P_t + (4 L + 2) x 2 (t-1)/t x (G/d) C c
+Communication time = bytes / W (nothing overlapped, every collective at W). Compute time per step
+= 6 P G / (N C), with the global batch G fixed. A step is communication-bound when communication
+time > compute time; the largest degree before that (N for the data-parallel strategies and
+fsdp+tp at its t, t for tp) is found by bisection: communication per device grows with the
+degree while compute per device shrinks.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from lmperf.core.report import Report
+from lmperf.errors import SpecError
+from lmperf.questions.parallel.formulas import (STATE_BYTES, Shape, activation_bytes,
+                                                ffn_only_shape, step_flops, tp_comm_bytes,
+                                                tp_params)
+
+__all__ = ["Shape", "ffn_only_shape", "estimate_rows", "estimate_report", "preset_shape",
+           "device_figures", "state_bytes", "comm_bytes", "largest_n", "largest_tp",
+           "largest_n_2d", "STRATEGIES"]
 
 GIB = 2**30
 GB = 1e9
 
-# strategy -> (what it shards, bytes per rank as a function of P and N)
+# strategy -> model-state bytes per device for P parameters and N devices
 _STATE_BYTES = {
     "ddp": lambda p, n: 16 * p,
     "zero1": lambda p, n: 8 * p + 8 * p / n,
     "zero2": lambda p, n: 4 * p + 12 * p / n,
     "fsdp": lambda p, n: 16 * p / n,
 }
-# strategy -> bytes sent per rank per step, for S communicated bytes and N ranks
+# strategy -> bytes sent per device per step, for S communicated bytes and N devices
 _COMM_BYTES = {
     "ddp": lambda s, n: 2 * (n - 1) / n * s,
     "zero1": lambda s, n: 2 * (n - 1) / n * s,
@@ -44,98 +63,226 @@ _COMM_BYTES = {
     "zero2": lambda s, n: 2 * (n - 1) / n * s,
     "fsdp": lambda s, n: 3 * (n - 1) / n * s,
 }
-STRATEGIES: tuple[str, ...] = tuple(_COMM_BYTES)
+DATA_PARALLEL: tuple[str, ...] = tuple(_COMM_BYTES)
+STRATEGIES: tuple[str, ...] = DATA_PARALLEL + ("tp", "fsdp+tp")
 
 
-@dataclass(frozen=True)
-class Shape:
-    """What the estimate needs of a model: parameters P, and for activations the widths."""
-
-    name: str
-    params: int
-    d_model: int
-    d_ff: int
-    num_layers: int
-    ffn_only: bool = False
-
-
-def ffn_only_shape(d_model: int, d_ff: int, num_layers: int) -> Shape:
-    """The course's accounting model: per block two Linear layers d_model -> d_ff -> d_model
-    (no attention, embeddings or output layer): P = 2 x d_model x d_ff x layers."""
-    return Shape(f"ffn d={d_model} ff={d_ff} L={num_layers}", 2 * d_model * d_ff * num_layers,
-                 d_model, d_ff, num_layers, ffn_only=True)
-
-
-def saved_activation_bytes(shape: Shape, tokens: int, dtype_bytes: int = 2) -> int:
-    """What backward needs per rank for the FFN-only model: each block's input (d_model) and
-    first layer's output (d_ff) per token, in the activation dtype (bf16: 2 bytes)."""
-    return shape.num_layers * tokens * (shape.d_model + shape.d_ff) * dtype_bytes
-
-
-def state_bytes(strategy: str, params: int, n: int) -> float:
-    """Model-state bytes per rank (see the module docstring); zero1-ar-bcast holds zero1's."""
+def state_bytes(strategy: str, params: float, n: int) -> float:
+    """Model-state bytes per device of a data-parallel strategy (see the module docstring);
+    zero1-ar-bcast holds zero1's."""
     return _STATE_BYTES["zero1" if strategy == "zero1-ar-bcast" else strategy](params, n)
 
 
-def comm_bytes(strategy: str, params: int, n: int, comm_dtype_bytes: int) -> float:
-    """Bytes each rank sends per step (see the module docstring)."""
+def comm_bytes(strategy: str, params: float, n: int, comm_dtype_bytes: int) -> float:
+    """Bytes each device of a data-parallel strategy sends per step (see the module docstring)."""
     return _COMM_BYTES[strategy](params * comm_dtype_bytes, n)
 
 
-def compute_seconds(params: int, tokens_per_rank: float, tflops: float) -> float:
+def compute_seconds(params: int, tokens_per_device: float, tflops: float) -> float:
     """6 P tokens / C: forward (2 P per token) + backward (4 P per token) at C TFLOP/s."""
-    return 6 * params * tokens_per_rank / (tflops * 1e12)
+    return step_flops(params, tokens_per_device) / (tflops * 1e12)
 
 
-def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: float,
-              tflops: float, comm_dtype_bytes: int, cap: int = 2**24) -> int | None:
-    """The largest N at which communication time <= compute time per step, with the global
-    batch fixed; None if even N = 2 is communication-bound; `cap` if never within it."""
-    def ok(n: int) -> bool:
-        comm = comm_bytes(strategy, params, n, comm_dtype_bytes) / (bandwidth_gbps * GB)
-        return comm <= compute_seconds(params, global_tokens / n, tflops)
-
+def _largest(ok: Callable[[int], bool], cap: int = 2**24) -> int | None:
+    """The largest degree k >= 2 with ok(k), for ok true up to some k and false after; None if
+    ok(2) is false, `cap` if ok(cap)."""
     if not ok(2):
         return None
-    lo, hi = 2, cap
-    if ok(hi):
+    if ok(cap):
         return cap
+    lo, hi = 2, cap
     while hi - lo > 1:  # ok(lo) and not ok(hi)
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
 
 
-def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float,
-                  gpu_gib: float, tflops: float, global_tokens: int, comm_dtype_bytes: int,
-                  activation_bytes: float = 0.0) -> list[dict]:
-    """One row per (strategy, N): memory per rank, whether it fits, communication and compute
-    per step, and the largest N before communication dominates."""
-    rows = []
-    for n in world_sizes:
-        for strategy in STRATEGIES:
-            states = state_bytes(strategy, shape.params, n)
-            total = states + activation_bytes
-            sent = comm_bytes(strategy, shape.params, n, comm_dtype_bytes)
-            comm_s = sent / (bandwidth_gbps * GB)
-            compute_s = compute_seconds(shape.params, global_tokens / n, tflops)
-            rows.append({
-                "strategy": strategy, "world_size": n, "params": shape.params,
-                "states_gib": states / GIB, "activations_gib": activation_bytes / GIB,
-                "total_gib": total / GIB, "fits": total <= gpu_gib * GIB,
-                "min_devices_states": _min_devices(strategy, shape.params, gpu_gib),
-                "comm_gb": sent / GB, "comm_ms": comm_s * 1e3, "compute_ms": compute_s * 1e3,
-                "comm_bound": comm_s > compute_s,
-                "largest_n_compute_bound": largest_n(strategy, shape.params, global_tokens,
-                                                     bandwidth_gbps, tflops, comm_dtype_bytes),
-            })
-    return rows
+def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: float,
+              tflops: float, comm_dtype_bytes: int, cap: int = 2**24) -> int | None:
+    """The largest N at which a data-parallel strategy's communication time <= its compute time
+    per step, with the global batch fixed; None if even N = 2 is communication-bound; `cap` if
+    never within it."""
+    def ok(n: int) -> bool:
+        comm = comm_bytes(strategy, params, n, comm_dtype_bytes) / (bandwidth_gbps * GB)
+        return comm <= compute_seconds(params, global_tokens / n, tflops)
+
+    return _largest(ok, cap)
+
+
+def tp_step_bytes(shape: Shape, n: int, t: int, global_tokens: int, c: int) -> float:
+    """Bytes each device of a d x t FSDP x TP mesh (d = n / t) sends per step: FSDP's gathers
+    and reduce-scatter of its TP shard over d, TP's all-reduces of its replica's G / d tokens
+    over t (d = 1 is plain tensor parallelism)."""
+    d = n // t
+    return 3 * (d - 1) / d * c * tp_params(shape, t) + tp_comm_bytes(shape, global_tokens / d, t, c)
+
+
+def largest_tp(shape: Shape, global_tokens: int, bandwidth_gbps: float, tflops: float,
+               c: int, cap: int = 2**24) -> int | None:
+    """The largest t at which plain tensor parallelism's communication time <= its compute time
+    per step. G cancels out: (4 L + 2) 2 (t-1) C c / W <= 6 P / C_flops."""
+    def ok(t: int) -> bool:
+        comm = tp_step_bytes(shape, t, t, global_tokens, c) / (bandwidth_gbps * GB)
+        return comm <= compute_seconds(shape.params, global_tokens / t, tflops)
+
+    return _largest(ok, cap)
+
+
+def largest_n_2d(shape: Shape, t: int, global_tokens: int, bandwidth_gbps: float,
+                 tflops: float, c: int, cap: int = 2**24) -> int | None:
+    """The largest N = d t (d >= 2) at which FSDP x TP with TP degree `t` stays compute-bound;
+    None if d = 2 is already communication-bound."""
+    def ok(d: int) -> bool:
+        comm = tp_step_bytes(shape, d * t, t, global_tokens, c) / (bandwidth_gbps * GB)
+        return comm <= compute_seconds(shape.params, global_tokens / (d * t), tflops)
+
+    d = _largest(ok, cap)
+    return None if d is None else d * t
 
 
 def _min_devices(strategy: str, params: int, gpu_gib: float) -> int | None:
-    """The fewest ranks whose per-rank model states fit in `gpu_gib` (None if none does)."""
+    """The fewest devices whose per-device model states fit in `gpu_gib` (None if none does)."""
     floor = {"ddp": 16, "zero1": 8, "zero1-ar-bcast": 8, "zero2": 4, "fsdp": 0}[strategy] * params
     if floor >= gpu_gib * GIB:
         return None
     sharded = 16 * params - floor  # the part divided by N
     return max(1, math.ceil(sharded / (gpu_gib * GIB - floor)))
+
+
+def _min_devices_tp(shape: Shape, t: int | None, gpu_gib: float) -> int | None:
+    """tp (t None): the fewest t with 16 P_t <= memory; fsdp+tp: the fewest N = d t with
+    16 P_t / d <= memory. None when the replicated norm weights alone do not fit."""
+    budget = gpu_gib * GIB
+    replicated = STATE_BYTES * shape.replicated_params
+    if t is None:
+        if replicated >= budget:
+            return None
+        return max(1, math.ceil(STATE_BYTES * (shape.params - shape.replicated_params)
+                                / (budget - replicated)))
+    return t * max(1, math.ceil(STATE_BYTES * tp_params(shape, t) / budget))
+
+
+def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations: float,
+         sent: float, *, bandwidth_gbps: float, gpu_gib: float, tflops: float,
+         global_tokens: int, fewest: int | None, largest: int | None) -> dict:
+    comm_s = sent / (bandwidth_gbps * GB)
+    flops = step_flops(shape.params, global_tokens / n)
+    compute_s = flops / (tflops * 1e12)
+    total = states + activations
+    return {"strategy": strategy, "world_size": n, "tp": t, "dp": n // t, "params": shape.params,
+            "states_gib": states / GIB, "activations_gib": activations / GIB,
+            "total_gib": total / GIB, "fits": total <= gpu_gib * GIB,
+            "min_devices_states": fewest, "tflop": flops / 1e12, "comm_gb": sent / GB,
+            "comm_ms": comm_s * 1e3, "compute_ms": compute_s * 1e3, "comm_bound": comm_s > compute_s,
+            "largest_n_compute_bound": largest}
+
+
+def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float,
+                  gpu_gib: float, tflops: float, global_tokens: int, comm_dtype_bytes: int,
+                  tp_degrees: tuple[int, ...] = (2, 4, 8),
+                  micro_tokens: int | None = None) -> list[dict]:
+    """One row per (strategy, N), plus a tp row per N and an fsdp+tp row per TP degree that
+    divides N (1 < t < N): memory per device and whether it fits, FLOPs, communication and
+    compute per step, and the largest degree before communication dominates.
+
+    Activations: with `micro_tokens` (tokens of one micro-batch per data-parallel replica, an LM
+    preset) those of that micro-batch; for the FFN-only model those of all G / d tokens of a
+    replica (the course's accounting); else none (model states only)."""
+    c = comm_dtype_bytes
+    common = dict(bandwidth_gbps=bandwidth_gbps, gpu_gib=gpu_gib, tflops=tflops,
+                  global_tokens=global_tokens)
+
+    def saved(d: int, t: int) -> float:
+        if micro_tokens is not None:
+            return activation_bytes(shape, micro_tokens, t)
+        return activation_bytes(shape, global_tokens // d, t) if shape.ffn_only else 0.0
+
+    rows = []
+    for n in world_sizes:
+        for strategy in DATA_PARALLEL:
+            rows.append(_row(
+                strategy, shape, n, 1, state_bytes(strategy, shape.params, n), saved(n, 1),
+                comm_bytes(strategy, shape.params, n, c),
+                fewest=_min_devices(strategy, shape.params, gpu_gib),
+                largest=largest_n(strategy, shape.params, global_tokens, bandwidth_gbps,
+                                  tflops, c), **common))
+        rows.append(_row(
+            "tp", shape, n, n, STATE_BYTES * tp_params(shape, n), saved(1, n),
+            tp_step_bytes(shape, n, n, global_tokens, c),
+            fewest=_min_devices_tp(shape, None, gpu_gib),
+            largest=largest_tp(shape, global_tokens, bandwidth_gbps, tflops, c), **common))
+        for t in tp_degrees:
+            if 1 < t < n and n % t == 0:
+                rows.append(_row(
+                    "fsdp+tp", shape, n, t, STATE_BYTES * tp_params(shape, t) / (n // t),
+                    saved(n // t, t), tp_step_bytes(shape, n, t, global_tokens, c),
+                    fewest=_min_devices_tp(shape, t, gpu_gib),
+                    largest=largest_n_2d(shape, t, global_tokens, bandwidth_gbps, tflops, c),
+                    **common))
+    return rows
+
+
+def preset_shape(size: str | None, course: str | None, context: int | None) -> Shape:
+    """The Shape of a preset LM of the `course` edition's table (default xl); `context` only
+    checks the preset allows it (P does not depend on it)."""
+    from lmperf.model.presets import DEFAULT_COURSE
+    from lmperf.questions.memory.estimate import param_count
+    from lmperf.workload.spec import RunSpec
+
+    spec = RunSpec.from_size(size or "xl", course or DEFAULT_COURSE,
+                             context_length=context or 1024)
+    shape = spec.shape() + ("" if "V=" in spec.shape() else f" V={spec.vocab_size}")
+    return Shape(f"{spec.size} ({spec.course}: {shape})", param_count(spec.model_config()),
+                 spec.d_model, spec.d_ff, spec.num_layers, spec.num_heads, spec.vocab_size)
+
+
+def device_figures(gpu: str | None, bandwidth: float | None, gpu_gib: float | None,
+                   tflops: float | None) -> tuple[float, float, float, str]:
+    """(W GB/s, memory GiB, C TFLOP/s, what they are) from `--gpu NAME`'s datasheet where not
+    given: W its link bandwidth per direction, memory its capacity, C its dense bf16 peak (fp16
+    where it has no bf16); without a GPU, 100 GB/s, 80 GiB and 400 TFLOP/s. SpecError for an
+    unknown GPU, or one without a published peak when `tflops` is not given."""
+    from lmperf.runtime.peaks import require_device
+
+    if gpu is None:
+        w, m, c = bandwidth or 100.0, gpu_gib or 80.0, tflops or 400.0
+        return w, m, c, f"W = {w:g} GB/s, C = {c:g} TFLOP/s, {m:g} GiB per device"
+    spec = require_device(gpu)
+    peak_dtype = "bf16" if spec.peak_tflops("bf16") else "fp16"
+    peak = spec.peak_tflops(peak_dtype)
+    if tflops is None and peak is None:
+        raise SpecError(f"{spec.name} has no published dense peak: give --tflops")
+    w = bandwidth or spec.link_bandwidth / GB
+    m = gpu_gib or spec.memory_gib
+    c = tflops or peak
+    said = [f"W = {w:g} GB/s" + ("" if bandwidth else f" per direction ({spec.interconnect})"),
+            f"C = {c:g} TFLOP/s" + ("" if tflops else f" (dense {peak_dtype} peak, not achieved)"),
+            f"{m:g} GiB per device" + ("" if gpu_gib else " (datasheet; CUDA reports a little less)")]
+    return w, m, c, f"{spec.name}: " + ", ".join(said)
+
+
+def estimate_report(rows: list[dict], caption: str) -> Report:
+    """The Report of `--estimate` (no records: nothing ran)."""
+    frame = pd.DataFrame(rows)
+    return Report(kind="dist", frame=frame, title=f"lmperf dist --estimate: {caption}",
+                  findings=_findings(frame))
+
+
+def _findings(df: pd.DataFrame) -> list[str]:
+    """Per strategy (fsdp+tp per TP degree): the fewest devices and the largest degree."""
+    out = []
+    for (strategy, t), group in df.groupby(["strategy", df["tp"].where(df["strategy"] == "fsdp+tp", 0)],
+                                           sort=False):
+        row = group.iloc[0]
+        name = f"fsdp+tp (t = {t})" if strategy == "fsdp+tp" else strategy
+        fewest, largest = row["min_devices_states"], row["largest_n_compute_bound"]
+        degree = "t" if strategy == "tp" else "N"
+        out.append(f"{name}: model states fit with "
+                   + (f">= {int(fewest)} device(s)" if _known(fewest) else "no number of devices")
+                   + f"; communication stays below compute up to {degree} = "
+                   + (f"{int(largest)}" if _known(largest) else "none (already at 2)"))
+    return out
+
+
+def _known(value: object) -> bool:
+    return value is not None and value == value  # not None, not NaN

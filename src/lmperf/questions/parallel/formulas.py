@@ -1,11 +1,34 @@
-"""nccl-tests' bandwidth definitions (its doc/PERFORMANCE.md), without torch.
+"""Closed-form costs of parallel training, without torch: nccl-tests' bus factors, and the memory,
+FLOPs and bytes communicated per device of data, tensor (Megatron) and 2D (FSDP x TP) parallelism.
 
-algbw = S / t with S the whole array of the collective (all_gather's output, reduce_scatter's
-input, all_to_all's send buffer), in GB/s (GB = 1e9 bytes); busbw = algbw x a factor that makes
-the figure comparable with a link's peak bandwidth whatever the number of ranks n.
+Bandwidths (nccl-tests' doc/PERFORMANCE.md): algbw = S / t with S the whole array of the
+collective (all_gather's output, reduce_scatter's input, all_to_all's send buffer), in GB/s
+(GB = 1e9 bytes); busbw = algbw x a factor that makes the figure comparable with a link's peak
+bandwidth whatever the number of ranks n.
+
+Training costs (P parameters, L blocks, C d_model, F d_ff, H heads, V vocabulary; N devices, t the
+tensor-parallel degree, d = N / t the data-parallel one; c bytes per communicated element, a per
+saved activation element; bytes sent per device on a ring, the convention `lmperf dist comm`
+measures as busbw):
+    model states   16 bytes per parameter held: fp32 master weights 4, fp32 gradients 4, AdamW's
+                   two fp32 moments 8 (the course's accounting)
+    tp             Megatron: q, k, v and w1, w3 split by columns (heads / hidden units), the
+                   attention output projection and w2 by rows, the embedding and lm_head by
+                   vocabulary; the norm weights P_rep = 2 L C + C stay whole on every device, so
+                   a device holds P_t = (P - P_rep) / t + P_rep parameters. Each block all-reduces
+                   its (tokens, C) activations twice in forward (after attention, after the MLP)
+                   and twice in backward (their input gradients), plus the embedding's output in
+                   forward and lm_head's input gradient in backward: 4 L + 2 all-reduces of
+                   tokens x C x c bytes, each 2 (t-1)/t of that sent per device.
+    FLOPs          6 P per token (forward 2 P, backward 4 P), divided among the devices that share
+                   the tokens; attention's T^2 term is left out, as in the course's accounting.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+STATE_BYTES = 16  # fp32 master weights 4 + fp32 gradients 4 + AdamW exp_avg 4 + exp_avg_sq 4
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -28,3 +51,77 @@ def bandwidths(size_bytes: int, time_s: float, collective: str, n: int) -> tuple
     """(algbw, busbw) in GB/s (GB = 1e9 bytes), nccl-tests' definitions: algbw = S / t."""
     algbw = size_bytes / time_s / 1e9
     return algbw, algbw * bus_factor(collective, n)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimates need of a model: parameters P and the widths (see the docstring)."""
+
+    name: str
+    params: int
+    d_model: int
+    d_ff: int
+    num_layers: int
+    num_heads: int = 0
+    vocab_size: int = 0
+    ffn_only: bool = False
+
+    @property
+    def replicated_params(self) -> int:
+        """Parameters tensor parallelism keeps whole on every device: the RMSNorm weights
+        (two per block and the final one); none in the FFN-only model."""
+        return 0 if self.ffn_only else 2 * self.num_layers * self.d_model + self.d_model
+
+    @property
+    def tp_all_reduces(self) -> int:
+        """All-reduces of (tokens, d_model) activations per step under tensor parallelism:
+        4 L + 2 for the LM (see the docstring); 2 L for the FFN-only model (one column/row
+        pair per block: its output in forward, its input gradient in backward)."""
+        return 2 * self.num_layers if self.ffn_only else 4 * self.num_layers + 2
+
+
+def ffn_only_shape(d_model: int, d_ff: int, num_layers: int) -> Shape:
+    """The course's accounting model: per block two Linear layers d_model -> d_ff -> d_model
+    (no attention, embeddings or output layer): P = 2 x d_model x d_ff x layers."""
+    return Shape(f"ffn d={d_model} ff={d_ff} L={num_layers}", 2 * d_model * d_ff * num_layers,
+                 d_model, d_ff, num_layers, ffn_only=True)
+
+
+def tp_params(shape: Shape, t: int) -> float:
+    """Parameters one device of a tensor-parallel group of `t` holds: (P - P_rep) / t + P_rep."""
+    return (shape.params - shape.replicated_params) / t + shape.replicated_params
+
+
+def tp_comm_bytes(shape: Shape, tokens: float, t: int, c: int) -> float:
+    """Bytes each device of a `t`-way tensor-parallel group sends per step when the group
+    processes `tokens` tokens: (4 L + 2) all-reduces of tokens x C x c bytes, 2 (t-1)/t each."""
+    return shape.tp_all_reduces * 2 * (t - 1) / t * tokens * shape.d_model * c
+
+
+def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
+    """Bytes saved for backward on one device of a `t`-way tensor-parallel group whose micro-batch
+    has `tokens` tokens, activations in an a-byte dtype (bf16 autocast: a = 2).
+
+    FFN-only model: each block's input (C, whole on every device) and first layer's output
+    (F / t) per token. The LM (bf16 autocast, fused attention: lmperf memory --estimate's terms):
+    per block and token 16 C + 8 (the two RMSNorms' fp32 input, normalised input and rsqrt) and
+    5 a C (the casts q, k, v, w1, w3 each save of their whole input) on every device, and
+    (5 a C + 4 H + 5 a F) / t split with the heads and hidden units (q and k after RoPE; v, the
+    attention output and its copy; the fp32 logsumexp; SwiGLU's five F-wide tensors); after the
+    blocks 8 C + 4 + a C per token (final norm, lm_head's input) and 4 V / t (fp32
+    log-probabilities, split by vocabulary); and autocast's a-byte weight copies, split as the
+    weights are: a (L (4 C^2 + 3 C F) + C V) / t.
+    """
+    C, F, L = shape.d_model, shape.d_ff, shape.num_layers
+    if shape.ffn_only:
+        return L * tokens * (C + F / t) * a
+    H, V = shape.num_heads, shape.vocab_size
+    block = tokens * (16 * C + 8 + 5 * a * C + (5 * a * C + 4 * H + 5 * a * F) / t)
+    head = tokens * (8 * C + 4 + a * C + 4 * V / t) + 4
+    copies = a * (L * (4 * C * C + 3 * C * F) + C * V) / t
+    return L * block + head + copies
+
+
+def step_flops(params: int, tokens: float) -> float:
+    """6 P per token: forward 2 P, backward 4 P (multiply-adds counted as two FLOPs)."""
+    return 6 * params * tokens
