@@ -44,21 +44,10 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
         return {**out, "job_id": jid, "rounds": len(rounds)}
     last = rounds[-1]
     metrics = copy.deepcopy(last["metrics"])
-    for phase in PHASES:
-        key = f"{phase}_ms"
-        if not metrics.get(key):
-            continue
-        samples, which, medians = [], [], []
-        for r in rounds:
-            xs = r["metrics"][key]["samples"]
-            samples += xs
-            which += [r["round"]] * len(xs)
-            medians.append(r["metrics"][key]["median"])
-        pooled = summarize(samples)
-        pooled["sample_round"] = which
-        pooled["round_medians"] = medians
-        pooled["round_spread"] = (max(medians) - min(medians)) / pooled["median"]
-        metrics[key] = pooled
+    _pool_phases(metrics, [r["metrics"] for r in rounds], [r["round"] for r in rounds])
+    if metrics.get("cpu_time"):  # the CPU times of the same steps, pooled alike
+        _pool_phases(metrics["cpu_time"], [r["metrics"].get("cpu_time") or {} for r in rounds],
+                     [r["round"] for r in rounds])
     step_s = metrics["step_ms"]["median"] / 1e3
     if step_s > 0:  # the derived figures follow the pooled median step
         metrics["tokens_per_s"] = metrics["tokens_per_step"] / step_s
@@ -69,6 +58,27 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
     warnings = list(dict.fromkeys(w for r in rounds for w in r.get("warnings", [])))
     out = {k: v for k, v in last.items() if k != "round"}
     return {**out, "metrics": metrics, "warnings": warnings, "job_id": jid, "rounds": len(rounds)}
+
+
+def _pool_phases(out: dict, per_round: list[dict], numbers: list[int]) -> None:
+    """Replace each '<phase>_ms' summary of `out` by the pool of the rounds' (`per_round`, in
+    round order, numbered `numbers`): their samples concatenated with each sample's round, the
+    round medians and their spread. A phase missing from a round is left as it was."""
+    for phase in PHASES:
+        key = f"{phase}_ms"
+        if not out.get(key) or not all(m.get(key) for m in per_round):
+            continue
+        samples, which, medians = [], [], []
+        for m, k in zip(per_round, numbers):
+            xs = m[key]["samples"]
+            samples += xs
+            which += [k] * len(xs)
+            medians.append(m[key]["median"])
+        pooled = summarize(samples)
+        pooled["sample_round"] = which
+        pooled["round_medians"] = medians
+        pooled["round_spread"] = (max(medians) - min(medians)) / pooled["median"]
+        out[key] = pooled
 
 
 def latest_view(records: list[dict]) -> list[dict]:

@@ -12,11 +12,14 @@ import time
 import torch
 
 from lmperf.core.outcome import Stage, failure, first_line
-from lmperf.measure.flops import BACKWARD_MODES, analytic_flops, attention_flops_counted, count_flops
+from lmperf.measure.flops import (
+    BACKWARD_MODES, COUNTED_CONVENTION, StepFlops, count_flops, reference_step_flops,
+)
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.results.schema import make_record
 from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
+from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.peaks import lookup_peak
 from lmperf.runtime.precision import (
     Regime, compute_dtype, get_regime, matmul_precision, slowness_warning, unsupported_reason,
@@ -27,6 +30,10 @@ from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
 
 KIND = "bench"
+STEP_TIMING = ("step: one device synchronisation per step, at its end (as lmperf train); phases: "
+               "the boundaries inside the same steps, read without a synchronisation (CUDA "
+               "events on the GPU's timeline), so they sum to the step; tokens/s, TFLOP/s and "
+               "MFU from the median step")
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -79,19 +86,26 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
     # Nothing else runs the model before the warm-up steps, so that with --warmup 0 the first
     # timed step is the first step this process runs (its outlier stays in the raw samples).
     stage.now = f"warming up ({spec.warmup} steps)"
-    clock = dev.PhaseClock(device)  # warm-up steps run under the same clock as timed ones
+    # One device sync per step, as `lmperf train` runs: the step time is the unsynchronised one
+    # (tokens/s and MFU follow from it); the phases are its boundaries, read without a sync.
+    clock = dev.PhaseClock(device, sync="step")  # warm-up steps run under the same clock
     for _ in range(spec.warmup):
         step(state, clock)
 
     stage.now = f"measuring ({spec.steps} steps)"
     phases = PHASES[spec.mode]
-    samples: dict[str, list[float]] = {p: [] for p in phases}
-    samples["step"] = []
+    samples: dict[str, list[float]] = {p: [] for p in (*phases, "step")}
+    cpu: dict[str, list[float]] = {p: [] for p in (*phases, "step")}  # CPU devices only
     for _ in range(spec.steps):
         step(state, clock)
+        laps, cpu_laps = clock.laps, clock.cpu_laps
         for p in phases:
-            samples[p].append(clock.laps[p])
+            samples[p].append(laps[p])
+            if clock.cpu_kind:
+                cpu[p].append(cpu_laps[p])
         samples["step"].append(clock.total_ms)
+        if clock.cpu_kind:
+            cpu["step"].append(clock.cpu_total_ms)
 
     stage.now = "checking the model's output"
     check_user_model(spec, state)
@@ -109,9 +123,11 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
     probe = PhaseProbe(dev.PeakMemory(device))
     step(state, probe)
 
-    metrics: dict = {"timer": clock.kind, "compile_s": compile_s}
+    metrics: dict = {"timer": clock.kind, "timer_sync": clock.sync, "step_timing": STEP_TIMING,
+                     "compile_s": compile_s}
     for name in ("forward", "backward", "optimizer", "step"):
         metrics[f"{name}_ms"] = summarize(samples[name]) if name in samples else None
+    metrics["cpu_time"] = cpu_time(clock.cpu_kind, cpu)
     if (w := spread_warning({n: metrics[f"{n}_ms"] for n in samples})):
         warnings.append(w)
     metrics.update(_throughput(spec, device, regime, metrics["step_ms"]["median"], counted, per_op,
@@ -122,22 +138,30 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
     return params, metrics
 
 
+def cpu_time(kind: str | None, samples: dict[str, list[float]]) -> dict | None:
+    """The CPU-time figures of a run beside its wall times: which clock (`PhaseClock.cpu_kind`),
+    what it covers, and a `summarize()` dict per phase ('<phase>_ms', CPU milliseconds, raw
+    samples kept). None on CUDA, where the host's CPU time is not the work's."""
+    if kind is None:
+        return None
+    out: dict = {"clock": kind, "covers": CPU_CLOCK_COVERS[kind]}
+    for name in ("forward", "backward", "optimizer", "step"):  # as the wall times: None if untimed
+        out[f"{name}_ms"] = summarize(samples[name]) if samples.get(name) else None
+    return out
+
+
 def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: float, counted: int,
                 per_op: dict[str, int], counted_on: str) -> dict:
     """Tokens/s, FLOPs per step (counted, with the analytic check), TFLOP/s and MFU."""
     tokens = spec.batch_size * spec.context_length
     step_s = step_ms / 1e3
-    analytic = None
-    flops, source = counted, f"torch.utils.flop_counter on {counted_on}"
-    if spec.model is None:
-        est = analytic_flops(spec.d_model, spec.num_layers, spec.d_ff, spec.vocab_size,
-                             spec.batch_size, spec.context_length, spec.mode)
-        analytic = est.total
-        on_meta = counted_on == "the meta device"  # SDPA runs its math path there: counted
-        if spec.attention == "sdpa" and not on_meta and attention_flops_counted(per_op) == 0:
-            # The fused SDPA kernel on this device has no FLOP formula in the counter.
-            flops += est.attention
-            source = "torch.utils.flop_counter + analytic attention (SDPA kernel not counted here)"
+    if spec.model is None:  # the reference LM: one convention whatever --attention runs
+        fl = reference_step_flops(counted, counted_on == "the meta device", spec.d_model,
+                                  spec.num_layers, spec.d_ff, spec.vocab_size, spec.batch_size,
+                                  spec.context_length, spec.mode)
+    else:
+        fl = StepFlops(counted, f"torch.utils.flop_counter on {counted_on}", COUNTED_CONVENTION)
+    flops = fl.flops
     math_dtype = _DTYPE_NAMES.get(compute_dtype(regime), "fp32")
     if regime.tf32:
         math_dtype = "tf32"
@@ -148,8 +172,9 @@ def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: fl
         "tokens_per_step": tokens,
         "tokens_per_s": tokens / step_s if step_s > 0 else None,
         "flops_per_step": flops,
-        "flops_per_step_analytic": analytic,
-        "flops_source": source,
+        "flops_per_step_analytic": fl.analytic,
+        "flops_source": fl.source,
+        "flops_convention": fl.convention,
         "flops_includes": "forward" + (" + backward" if spec.mode in BACKWARD_MODES else ""),
         "tflops": tflops,
         "math_dtype": math_dtype,
