@@ -247,23 +247,3 @@ def summary_line(record: dict) -> str:
     return (f"{s['strategy']} n={s['world_size']}: step {m['step_ms']['median']:.1f} ms, exposed "
             f"comm {comm.get('exposed_ms', 0):.1f} ms, {same}")
 
-
-def estimate_report(rows: list[dict], caption: str) -> Report:
-    """The Report of `--estimate` (no records: nothing ran)."""
-    frame = pd.DataFrame(rows)
-    return Report(kind="dist", frame=frame, title=f"lmperf dist --estimate: {caption}",
-                  findings=_estimate_findings(frame))
-
-
-def _estimate_findings(df: pd.DataFrame) -> list[str]:
-    out = []
-    for strategy, group in df.groupby("strategy", sort=False):
-        row = group.iloc[0]
-        fewest = row["min_devices_states"]
-        largest = row["largest_n_compute_bound"]
-        out.append(f"{strategy}: model states fit with "
-                   + (f">= {int(fewest)} device(s)" if fewest == fewest and fewest is not None
-                      else "no number of devices")
-                   + "; communication stays below compute up to N = "
-                   + (f"{int(largest)}" if largest == largest and largest is not None else "none (already at N=2)"))
-    return out
