@@ -121,9 +121,9 @@ def _three_phases(state, obs):
 
 def test_phase_clock_fails_when_the_phases_do_not_sum(ctx, monkeypatch):
     class Skewed(dev.PhaseClock):
-        def lap(self, phase):
-            super().lap(phase)
-            self.total_ms += 5.0  # a clock whose step is not its phases
+        @property
+        def total_ms(self):
+            return super().total_ms + 5.0  # a clock whose step is not its phases
 
     monkeypatch.setattr(timing, "tiny_step", lambda device: Prepared(None, _three_phases, 0))
     assert timing.check_phase_clock(ctx).status == "ok"

@@ -25,6 +25,14 @@ from lmperf.questions.doctor.checks import Context, Outcome, passed, skip
 SHAPE = (1, 2, 40, 16)
 """(batch, heads, seq, head dim): 40 is not a multiple of the tiles, so ragged edges are used."""
 CHILD_TIMEOUT_S = 300
+SHAPES: tuple[tuple[int, int, int, int], ...] = ((2, 3, 257, 64), (1, 2, 300, 128))
+"""The shape sweep (CUDA): ragged lengths one past and well past the tiles, d = 64 and 128 (the
+launch table's largest), several batches and heads (the grid's second axis)."""
+LONG_BF16 = (1, 2, 1030, 64)
+"""bf16, causal: many query tiles, so every program walks several key tiles before the diagonal
+tile (the multi-tile causal path), and a ragged last tile."""
+SHAPES_CPU_SKIP = ("Triton's interpreter needs ~90 s for this sweep on a 2-core CPU (measured "
+                   "2026-11-25); the small-shape row above checks the interpreter path")
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
@@ -40,7 +48,8 @@ def _forward_backward(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.T
 
 
 def compare_with_sdpa(fn: Callable, device: torch.device, dtype: torch.dtype,
-                      seed: int = 0) -> dict[str, float]:
+                      seed: int = 0, shape: tuple[int, int, int, int] = SHAPE,
+                      causal_only: bool = False) -> dict[str, float]:
     """fn and SDPA against the float64 reference, over o, dq, dk, dv, causal and not.
 
     Returns {'max_abs_err': fn's worst |error|, 'sdpa_abs_err': SDPA's, 'vs_sdpa': the worst
@@ -52,11 +61,11 @@ def compare_with_sdpa(fn: Callable, device: torch.device, dtype: torch.dtype,
     atol, rtol = tolerance(dtype)
     gen = torch.Generator().manual_seed(seed)
     # (B, H, T, d) each: q, k, v and the upstream gradient dO
-    q, k, v, do = (torch.randn(SHAPE, generator=gen).to(device=device, dtype=dtype)
+    q, k, v, do = (torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
                    for _ in range(4))
     out = {"max_abs_err": 0.0, "sdpa_abs_err": 0.0, "vs_sdpa": 0.0, "worst_excess": -float("inf"),
            "atol": atol, "rtol": rtol}
-    for causal in (False, True):
+    for causal in (True,) if causal_only else (False, True):
         ref = reference_forward_backward(q, k, v, do, causal)
         mine = _forward_backward(fn, q, k, v, do, causal)
         sdpa = _forward_backward(_sdpa, q, k, v, do, causal)
@@ -101,14 +110,15 @@ def check_flash_torch(ctx: Context) -> Outcome:
 
 # --- flash-triton, in a child process ---------------------------------------------------------
 
-def start_flash_triton(ctx: Context) -> Callable[[], dict]:
-    """The background part: `python -m lmperf.questions.doctor.numerics DEVICE` with TRITON_INTERPRET set
-    for the CPU and cleared for CUDA; returns its JSON answer (or {'error': ...})."""
+def start_flash_triton(ctx: Context, mode: str = "small") -> Callable[[], dict]:
+    """The background part: `python -m lmperf.questions.doctor.numerics DEVICE MODE` with
+    TRITON_INTERPRET set for the CPU and cleared for CUDA; returns its JSON answer (or
+    {'error': ...}). mode: 'small' (SHAPE) or 'shapes' (the CUDA sweep)."""
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
     if ctx.device.type == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    cmd = [sys.executable, "-m", "lmperf.questions.doctor.numerics", ctx.device.type]
+    cmd = [sys.executable, "-m", "lmperf.questions.doctor.numerics", ctx.device.type, mode]
 
     def run() -> dict:
         try:
@@ -139,13 +149,62 @@ def check_flash_triton(ctx: Context, name: str) -> Outcome:
     return judged(f"flash-triton ({how})", answer["dtypes"])
 
 
-def _child(device_type: str) -> dict:
+def start_flash_triton_shapes(ctx: Context) -> Callable[[], dict]:
+    """The background part of the shape sweep: the same child, in its 'shapes' mode."""
+    return start_flash_triton(ctx, mode="shapes")
+
+
+def check_flash_triton_shapes(ctx: Context, name: str) -> Outcome:
+    """flash-triton against the float64 reference on SHAPES in fp32, fp16 and bf16, causal and
+    not, and on LONG_BF16 causal (compiled; the interpreter is too slow for these sizes)."""
+    from lmperf.kernels.flash_triton import triton_available
+
+    if not triton_available():
+        return skip("Triton is not installed (pip install triton): --attention flash-triton is "
+                    "unavailable")
+    if ctx.device.type != "cuda":
+        return skip(SHAPES_CPU_SKIP)
+    answer = ctx.background[name].result()
+    if "error" in answer:
+        return passed(False, answer["error"][:160], "the child must run the kernels")
+    cases = answer["dtypes"]
+    # the worst case relative to its own bound: excess over atol + rtol |ref| (<= 0: within)
+    worst = max(cases, key=lambda c: cases[c]["worst_excess"])
+    bad = [c for c, r in cases.items() if r["worst_excess"] > 0]
+    result = (f"{len(cases)} cases (o, dq, dk, dv vs fp64): "
+              + (f"beyond the bound: {', '.join(bad)}" if bad else "all within their bound")
+              + f"; closest {worst}: max |err| {cases[worst]['max_abs_err']:.1e} "
+              f"(SDPA {cases[worst]['sdpa_abs_err']:.1e})")
+    return passed(not bad, result, "each dtype's kernel-test bound (kernels.reference), causal "
+                  "and not; bf16 multi-tile causal", **cases)
+
+
+def sweep_cases(device: torch.device) -> list[tuple[str, tuple[int, int, int, int], torch.dtype, bool]]:
+    """(label, shape, dtype, causal only) of the shape sweep on `device`."""
+    from lmperf.runtime import device as dev
+
+    dtypes = {"fp32": torch.float32, "fp16": torch.float16}
+    if dev.bf16_supported(device):
+        dtypes["bf16"] = torch.bfloat16
+    cases = [(f"{name} {'x'.join(map(str, shape))}", shape, dt, False)
+             for shape in SHAPES for name, dt in dtypes.items()]
+    if "bf16" in dtypes:
+        cases.append((f"bf16 {'x'.join(map(str, LONG_BF16))} causal", LONG_BF16, torch.bfloat16,
+                      True))
+    return cases
+
+
+def _child(device_type: str, mode: str = "small") -> dict:
     from lmperf.kernels.flash_triton import flash_attention_triton
 
     device = torch.device(device_type)
+    if mode == "shapes":
+        return {"dtypes": {label: compare_with_sdpa(flash_attention_triton, device, dt,
+                                                    shape=shape, causal_only=causal_only)
+                           for label, shape, dt, causal_only in sweep_cases(device)}}
     return {"dtypes": {name: compare_with_sdpa(flash_attention_triton, device, dt)
                        for name, dt in dtypes_for(device).items()}}
 
 
 if __name__ == "__main__":  # the child: one JSON line on stdout
-    print(json.dumps(_child(sys.argv[1])))
+    print(json.dumps(_child(sys.argv[1], *sys.argv[2:3])))

@@ -99,3 +99,25 @@ def check_nsys(ctx: Context) -> Outcome:
     note = "" if ctx.device.type == "cuda" else " (it profiles CUDA runs only)"
     return ok(f"{nsys}: {version}", "`lmperf profile --backend nsys` can run" + note,
               path=nsys, version=version)
+
+
+def check_nsys_capture(ctx: Context) -> Outcome:
+    """A real Nsight Systems capture of the tiny train step (`lmperf profile --backend nsys`'s
+    own path: the child under nsys, `nsys stats` on its report, the per-phase kernel tables)."""
+    from lmperf.questions.profile.backends.nsys import profile_nsys
+    from lmperf.questions.profile.backends.nsys_commands import nsys_path
+    from lmperf.workload.spec import RunSpec
+
+    if nsys_path() is None:
+        return skip("nsys is not on PATH: `lmperf profile --backend nsys` cannot run here")
+    spec = RunSpec.from_size("tiny", context_length=32, batch_size=2, device="cuda", warmup=1,
+                             steps=2)
+    result = profile_nsys(spec, ctx.workdir / "doctor_nsys", top=5)
+    found = {title.split(": ", 1)[1]: len(df) for title, df in result.tables
+             if title.startswith("top kernels (nsys): ")}
+    missing = [p for p in PHASES if not found.get(p)]
+    shown = ", ".join(f"{p} {n}" for p, n in found.items())
+    return passed(not missing, f"top-kernel rows per phase: {shown or 'none'}",
+                  "every phase's NVTX range must hold kernels in nsys's report"
+                  + (f" (none in {', '.join(missing)})" if missing else ""),
+                  rows=found, notes=result.notes[:3])
