@@ -1,0 +1,179 @@
+"""The doctor's GPU-path checks (issue 19): listed and skipped with their reason on this CPU, and
+each one's judgement exercised with fakes at the device layer (no GPU here); the 2-rank gloo
+job's verdicts from fabricated records (the real launch runs in test_cli's whole doctor)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+import torch
+
+import lmperf
+from lmperf.questions.doctor import distjob, gpu, numerics, registry
+from lmperf.questions.doctor.checks import Context
+from lmperf.runtime import device as dev
+
+CPU = torch.device("cpu")
+NEW_CUDA = ["flash-triton shapes, fp16/bf16 (compiled)", "TF32 regimes change cuBLAS results",
+            "per-call timer (lmperf attention)", "bf16 GEMM vs peak table",
+            "out-of-memory snapshot dump", "nsys capture + parse",
+            "NCCL collectives vs reference (2+ GPUs)", "1 step per strategy = 1 process (NCCL)",
+            "memory cap per rank (NCCL)"]
+NEW_CPU = ["collectives vs reference (gloo, 2 ranks)", "1 step per strategy = 1 process (gloo)"]
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Context:
+    return Context(CPU, tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _torch_state():
+    rng, precision = torch.random.get_rng_state(), torch.get_float32_matmul_precision()
+    yield
+    torch.random.set_rng_state(rng)
+    torch.set_float32_matmul_precision(precision)
+
+
+@pytest.mark.skipif(dev.cuda_available(), reason="the CPU machine's acceptance")
+def test_every_new_gpu_check_is_listed_and_skipped_with_its_reason():
+    assert set(NEW_CUDA + NEW_CPU) <= set(registry.NAMES)
+    report = lmperf.doctor("auto", checks=NEW_CUDA)
+    rows = report.records[0]["metrics"]["checks"]
+    assert [r["check"] for r in rows] == NEW_CUDA
+    for row in rows:
+        assert row["status"] == "skip" and row["device"] == "cuda", row
+        assert row["why"].startswith("no CUDA device: "), row
+
+
+def _answer(ctx: Context, name: str, answer) -> None:
+    done: Future = Future()
+    done.set_result(answer)
+    ctx.background[name] = done
+
+
+# --- the distributed job ------------------------------------------------------------------------
+
+def test_plan_cpu_is_two_gloo_ranks_and_cuda_needs_two_gpus(monkeypatch):
+    job = distjob.plan(CPU)
+    assert isinstance(job, distjob.DistCheck) and job.world_size == 2 and job.backend == "gloo"
+    assert job.items() == ["collectives", "strategies"] and job.max_memory_gib == 0
+    monkeypatch.setattr(dev, "cuda_device_count", lambda: 1)
+    assert distjob.plan(torch.device("cuda")).startswith("needs 2 or more GPUs (this machine has 1)")
+    monkeypatch.setattr(dev, "cuda_device_count", lambda: 4)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    job = distjob.plan(torch.device("cuda"))
+    assert (job.world_size, job.backend, job.device) == (4, "nccl", "cuda")
+    assert "memory-cap" in job.items() and job.max_memory_gib == distjob.CAP_GIB
+    assert distjob.DistCheck.from_dict(job.to_dict()) == job
+
+
+def test_a_reason_instead_of_a_job_is_a_skip_row(ctx):
+    _answer(ctx, "x", "needs 2 or more GPUs (this machine has 1): one NCCL rank per GPU")
+    for check in (distjob.check_collectives, distjob.check_strategies, distjob.check_memory_cap):
+        out = check(ctx, name="x")
+        assert out.status == "skip" and out.why.startswith("needs 2 or more GPUs")
+
+
+def _record(item: str, ranks: list, status: str = "ok") -> dict:
+    return {"spec": {"item": item}, "status": status, "message": "", "env": {"backend": "nccl"},
+            "metrics": {"ranks": ranks}}
+
+
+def test_one_wrong_collective_on_one_rank_fails_naming_it(ctx):
+    good = {"all_reduce 4 KiB": True, "broadcast 16 MiB": True}
+    _answer(ctx, "x", {"collectives": _record("collectives", [good, good])})
+    assert distjob.check_collectives(ctx, name="x").status == "ok"
+    _answer(ctx, "x", {"collectives": _record("collectives", [good, {**good, "broadcast 16 MiB": False}])})
+    out = distjob.check_collectives(ctx, name="x")
+    assert out.status == "fail" and "broadcast 16 MiB (rank 1)" in out.result
+
+
+def test_a_rank_capped_on_another_gpu_fails(ctx):
+    # issue 19 finding 1: every rank's cap landing on GPU 0 leaves rank 1 uncapped on GPU 1
+    capped = [{"device_index": r, "local_rank": r, "small_ok": True, "big_oom": True, "message": "oom"}
+              for r in range(2)]
+    _answer(ctx, "x", {"memory-cap": _record("memory-cap", capped)})
+    assert distjob.check_memory_cap(ctx, name="x").status == "ok"
+    uncapped = {"device_index": 1, "local_rank": 1, "small_ok": True, "big_oom": False,
+                "message": "allocated 3 GiB on cuda:1 under the cap"}
+    _answer(ctx, "x", {"memory-cap": _record("memory-cap", [capped[0], uncapped])})
+    out = distjob.check_memory_cap(ctx, name="x")
+    assert out.status == "fail" and "rank 1" in out.result and "allocated 3 GiB" in out.result
+
+
+def test_strategies_fail_beyond_the_bound_or_when_fsdp_exact_is_not_bitwise(ctx):
+    def result(diff, bitwise=("a.weight",)):
+        return {"equal": diff < 1e-5, "max_abs_diff": diff, "worst": "a.weight",
+                "sharded": ["a.weight"], "bitwise": list(bitwise)}
+
+    fine = {"naive": result(1e-7), "fsdp-exact": result(0.0)}
+    _answer(ctx, "x", {"strategies": _record("strategies", [fine, fine])})
+    assert distjob.check_strategies(ctx, name="x").status == "ok"
+    _answer(ctx, "x", {"strategies": _record("strategies", [{**fine, "naive": result(1e-3)}])})
+    assert distjob.check_strategies(ctx, name="x").status == "fail"
+    _answer(ctx, "x", {"strategies": _record("strategies", [{**fine, "fsdp-exact": result(0.0, ())}])})
+    out = distjob.check_strategies(ctx, name="x")
+    assert out.status == "fail" and out.values["not_bitwise"] == ["a.weight"]
+
+
+def test_a_crashed_item_is_a_fail_row_with_its_message(ctx):
+    _answer(ctx, "x", {"collectives": {"spec": {"item": "collectives"}, "status": "error",
+                                       "message": "rank 1: NCCL error: unhandled system error"}})
+    out = distjob.check_collectives(ctx, name="x")
+    assert out.status == "fail" and "NCCL error" in out.result
+    _answer(ctx, "x", {})
+    assert distjob.check_strategies(ctx, name="x").status == "fail"
+
+
+# --- the GPU checks' judgements, with the device layer faked --------------------------------------
+
+def test_flash_triton_shapes_say_why_not_on_the_cpu(ctx):
+    out = numerics.check_flash_triton_shapes(ctx, name="x")
+    assert out.status == "skip" and ("interpreter" in out.why or "not installed" in out.why)
+    cases = numerics.sweep_cases(CPU)  # the CPU has native bf16: the long causal case is there
+    assert {c[1] for c in cases} == set(numerics.SHAPES) | {numerics.LONG_BF16}
+    assert {str(c[2]) for c in cases} == {"torch.float32", "torch.float16", "torch.bfloat16"}
+
+
+def test_tf32_that_changes_nothing_on_sm80_fails(ctx, monkeypatch):
+    monkeypatch.setattr(gpu, "TF32_N", 64)
+    monkeypatch.setattr(dev, "cuda_capability", lambda device: (8, 0))
+    out = gpu.check_tf32(ctx)  # the CPU ignores the TF32 setting: both regimes agree
+    assert out.status == "fail" and out.values["errors"]["tf32"] == out.values["errors"]["fp32"]
+    monkeypatch.setattr(dev, "cuda_capability", lambda device: (7, 0))
+    assert gpu.check_tf32(ctx).status == "ok"  # no TF32 below sm_80: no change is right
+
+
+@pytest.mark.parametrize("ms, status", [(1.6, "ok"), (5.0, "fail"), (0.9, "fail")])
+def test_gemm_against_the_peak_table(ctx, monkeypatch, ms, status):
+    # (8192)^3 x 2 = 1.1 PFLOP: 1.6 ms is 687 TFLOP/s (69% of H100 SXM's 989), 5 ms 22%
+    # (throttled), 0.9 ms 124% (a wrong entry)
+    monkeypatch.setattr(dev, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(dev, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(gpu, "GEMM_N", 8192)
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: torch.zeros(2, 2, dtype=torch.bfloat16))
+    monkeypatch.setattr(dev, "time_cuda_calls", lambda fn, device, warmup, repeats: [ms] * repeats)
+    out = gpu.check_gemm_peak(ctx)
+    assert out.status == status, out
+    assert out.values["fraction"] == pytest.approx(2 * 8192**3 / (ms * 1e-3) / 1e12 / 989, rel=1e-3)
+
+
+def test_gemm_without_a_peak_entry_is_skipped(ctx, monkeypatch):
+    monkeypatch.setattr(dev, "device_name", lambda device: "Some Unknown GPU")
+    out = gpu.check_gemm_peak(ctx)
+    assert out.status == "skip" and "no bf16 entry" in out.why
+
+
+def test_call_timer_far_from_the_host_clock_fails(ctx, monkeypatch):
+    monkeypatch.setattr(gpu, "TIMER_N", 32)
+    monkeypatch.setattr(dev, "time_cuda_calls", lambda fn, device, warmup, repeats: [50.0] * repeats)
+    out = gpu.check_call_timer(ctx)  # 50 ms per call against microseconds on the host clock
+    assert out.status == "fail" and out.values["host_ms"] < 50
+
+
+def test_oom_dump_without_the_hook_is_skipped(ctx):
+    out = gpu.check_oom_snapshot(ctx)  # the CPU: on_oom_dump refuses
+    assert out.status == "skip" and "observer" in out.why
