@@ -30,8 +30,13 @@ def _bench(report: Report) -> list[Plot]:
 
 
 def _profile(report: Report) -> list[Plot]:
+    from lmperf.questions.writeup.roofline_figure import roofline_png
+
     return [Plot("operator categories: share of each phase", figures.profile_shares(report.records),
-                 "no ok profile with a category table")]
+                 "no ok profile with a category table"),
+            Plot("roofline: operators as points sized by their measured time",
+                 roofline_png(report.records),
+                 "no ok profile with a roofline (records from before it, or failed runs)")]
 
 
 def _memory(report: Report) -> list[Plot]:
