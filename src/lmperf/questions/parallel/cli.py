@@ -34,8 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "communication on clusters you do not have. Many nodes: run `torchrun "
                     "--nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
                     "-m lmperf dist comm|train ...` on each node (rank 0 appends to --out).")
-    p.add_argument("what", nargs="?", default="all", choices=["all", "comm", "train"],
-                   help="comm, train, or both (default)")
+    p.add_argument("what", nargs="?", default="all",
+                   choices=["all", "comm", "train", "leaderboard"],
+                   help="comm, train, or both (default); leaderboard: the 2026 leaderboard's "
+                        "timed step (FSDP2 + activation checkpointing, see --warmup-ms)")
     p.add_argument("--estimate", action="store_true",
                    help="print the analytic estimate for data-parallel strategies, tensor "
                         "parallelism and FSDP x TP (memory, FLOPs and communication per device "
@@ -108,12 +110,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
                    help="what gradients, gathered parameters and TP activations travel in "
                         "(default: bf16)")
+    from lmperf.questions.parallel import leaderboard
+
+    leaderboard.add_arguments(p)
     p.set_defaults(func=cmd_dist)
 
 
 def cmd_dist(args: argparse.Namespace) -> int:
     """`lmperf dist`: plan, launch torchrun per (command, world size), print the tables."""
     from lmperf.questions.parallel.api import dist
+
+    if args.what == "leaderboard":
+        from lmperf.questions.parallel import leaderboard
+
+        return leaderboard.cmd(args, DEFAULT_OUT)
 
     if args.estimate:  # nothing runs, nothing is written: no closing line
         from lmperf.core.command import emit

@@ -1,0 +1,362 @@
+"""`lmperf dist leaderboard`: the 2026 course leaderboard's measurement, on `lmperf dist train`'s
+machinery: one full training step (forward + loss, backward, gradient sync, AdamW step) of the
+`leaderboard` preset (8.1 B parameters) at context 32,768, global batch 2 in bf16 on two GPUs,
+with torch's fully_shard (FSDP2) and activation checkpointing of every block, timed as
+`triton.testing.do_bench` times a call: one untimed call, a few calls to estimate its time,
+then as many warm-up calls as fit in `warmup_ms` and timed calls as fit in `rep_ms` (at least
+one each), every call's wall time read from the host clock after a device synchronisation.
+
+Ranks run in lock-step (every step all-gathers and reduce-scatters), so a repetition's time is
+the slowest rank's. `batch` is the GLOBAL batch: each of the n ranks trains on batch / n
+sequences (the leaderboard's batch 2 on two GPUs is one sequence of 32,768 tokens per GPU).
+The cold start (process start to the end of the first step: imports, NCCL, building and
+sharding the model, the first step's cuBLAS and allocator warm-up; the slowest rank's) is
+recorded too: the leaderboard allows
+10 minutes. On the CPU the same path runs with gloo on a scaled-down model (the tests).
+
+Precision: 'bf16-mixed' (fp32 master weights, gradients reduced in fp32, bf16 compute:
+FSDP2's MixedPrecisionPolicy, as `dist train --compute-dtype bf16`) or 'bf16-true' (the
+parameters, gradients and AdamW state themselves in bf16: half the memory of the states).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+from lmperf.errors import SpecError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from lmperf.core.report import Report
+
+PRECISIONS: tuple[str, ...] = ("bf16-mixed", "bf16-true")
+ESTIMATE_CALLS = 5  # do_bench's: calls timed to estimate one call before choosing the counts
+DEFAULT_OUT = Path("results") / "leaderboard.jsonl"
+COLD_START_BUDGET_S = 600.0
+
+
+@dataclass(frozen=True)
+class LeaderboardJob:
+    """One leaderboard measurement (one item) at one world size.
+
+    Attributes: size/course and the shape fields: the reference LM; context_length: tokens per
+    sequence; batch_size: the GLOBAL batch (sequences per step over all ranks); precision: see
+    the module docstring; checkpointing: activation checkpointing of every block; attention:
+    the reference LM's attention implementation; warmup_ms, rep_ms: do_bench's budgets (ms);
+    lr, seed: AdamW and the weights / data; backend, device, threads, timeout_s,
+    max_memory_gib: as `lmperf dist train`'s jobs.
+    """
+
+    kind: ClassVar[str] = "dist"
+    what: ClassVar[str] = "leaderboard"
+    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    worker: ClassVar[str] = "lmperf.questions.parallel.leaderboard:run_item"
+
+    world_size: int
+    size: str
+    d_model: int
+    num_layers: int
+    num_heads: int
+    d_ff: int
+    vocab_size: int
+    context_length: int = 32768
+    batch_size: int = 2
+    precision: str = "bf16-mixed"
+    checkpointing: bool = True
+    attention: str = "sdpa"
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    lr: float = 1e-4
+    seed: int = 0
+    course: str = "2026"
+    backend: str = "nccl"
+    device: str = "cuda"
+    threads: int = 1
+    timeout_s: float = 1800.0
+    max_memory_gib: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        for name in ("world_size", "context_length", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{name} must be a positive integer, got {value!r}")
+        if self.batch_size % self.world_size:
+            raise SpecError(f"the global batch ({self.batch_size}) must split evenly over "
+                            f"{self.world_size} ranks")
+        for name in ("warmup_ms", "rep_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise SpecError(f"{name} must be a non-negative number of milliseconds, got {value!r}")
+
+    def to_dict(self) -> dict:
+        """The spec as JSON."""
+        return asdict(self)
+
+    to_full_dict = to_dict
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LeaderboardJob":
+        """Inverse of `to_dict`."""
+        return cls(**data)
+
+    def items(self) -> list[str]:
+        """One item: the step."""
+        return ["step"]
+
+    def item_spec(self, item: str) -> dict:
+        """The record spec."""
+        return {"what": self.what, **self.to_dict()}
+
+    def with_items(self, items: list[str]) -> "LeaderboardJob":
+        """The same job (it has one item)."""
+        return self
+
+    def label(self) -> str:
+        """Short name for progress lines."""
+        return (f"leaderboard n={self.world_size} {self.size} ctx={self.context_length} "
+                f"b={self.batch_size} {self.precision}")
+
+
+def do_bench(fn: Callable[[], object], sync: Callable[[], None], warmup_ms: float,
+             rep_ms: float, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Time `fn` as `triton.testing.do_bench` does, with the host clock: one untimed call,
+    ESTIMATE_CALLS calls to estimate its time, then max(1, warmup_ms / estimate) warm-up calls
+    and max(1, rep_ms / estimate) timed calls, `sync()` after each. Returns {'estimate_ms',
+    'n_warmup', 'n_rep', 'times_ms': each timed call's wall milliseconds}."""
+    fn()
+    sync()
+    begin = clock()
+    for _ in range(ESTIMATE_CALLS):
+        fn()
+    sync()
+    estimate_ms = (clock() - begin) * 1e3 / ESTIMATE_CALLS
+    n_warmup = max(1, int(warmup_ms / estimate_ms)) if estimate_ms > 0 else 1
+    n_rep = max(1, int(rep_ms / estimate_ms)) if estimate_ms > 0 else 1
+    for _ in range(n_warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(n_rep):
+        begin = clock()
+        fn()
+        sync()
+        times.append((clock() - begin) * 1e3)
+    return {"estimate_ms": estimate_ms, "n_warmup": n_warmup, "n_rep": n_rep, "times_ms": times}
+
+
+def _setup(job: LeaderboardJob, device):
+    """The model on `device` (built there: no host copy of 8 B parameters), checkpointed and
+    wrapped by fully_shard, with its optimizer: a `strategies.Setup`."""
+    import torch
+
+    from lmperf.model.custom import build_model
+    from lmperf.model.presets import ModelConfig
+    from lmperf.questions.parallel import strategies
+    from lmperf.runtime import device as dev
+
+    dev.seed_all(job.seed)
+    config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context_length,
+                         d_model=job.d_model, num_layers=job.num_layers, num_heads=job.num_heads,
+                         d_ff=job.d_ff, attention=job.attention)
+    with device:  # parameters are created on the device, not copied there
+        model = build_model(config)
+    if job.checkpointing:
+        model.set_checkpointing(1)  # every block recomputed in backward: only its input kept
+    if job.precision == "bf16-true":
+        model = model.to(torch.bfloat16)
+    compute = "bf16" if job.precision == "bf16-mixed" else "fp32"  # bf16-true: nothing to cast
+    return strategies.build("fsdp2", model, lr=job.lr, bucket_mb=1.0, compute_dtype=compute,
+                            compress="none", device=device)
+
+
+def run_item(job: LeaderboardJob, item: str, ctx) -> dict | None:
+    """Build, shard, step and time on this rank; rank 0 returns the record's fields."""
+    import torch
+    import torch.distributed as dist
+
+    from lmperf.measure.stats import summarize
+    from lmperf.questions.parallel.train import _no_range, train_step
+    from lmperf.runtime import device as dev
+    from lmperf.workload.steps import NO_OBSERVER
+
+    device, n, rank = ctx.device, ctx.world_size, ctx.rank
+    ctx.stage.now = "building and sharding the model"
+    setup = _setup(job, device)
+    b = job.batch_size // n
+    gen = torch.Generator().manual_seed(job.seed)
+    tokens = torch.randint(0, job.vocab_size, (job.batch_size, job.context_length + 1),
+                           generator=gen)[rank * b:(rank + 1) * b].to(device)  # (b, T + 1)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    peak = dev.PeakMemory(device)
+    peak.reset()
+    ctx.stage.now = "timing steps (do_bench style)"
+    first: list[float] = []
+
+    def step() -> None:
+        train_step(setup, inputs, targets, NO_OBSERVER, _no_range)
+        if not first:
+            first.append(time.time())
+
+    timing = do_bench(step, lambda: dev.synchronize(device), job.warmup_ms, job.rep_ms)
+    mine = {"times_ms": timing["times_ms"], "peak": peak.read(), "peak_kind": peak.kind,
+            "cold_start_s": first[0] - _process_start()}
+    setup.close()
+    gathered = [None] * n if rank == 0 else None
+    dist.gather_object({**timing, **mine}, gathered, dst=0)
+    if rank != 0:
+        return None
+    per_rep = [max(col) for col in zip(*(r["times_ms"] for r in gathered))]  # slowest rank
+    step_ms = summarize(per_rep)
+    tokens_per_step = job.batch_size * job.context_length
+    cold = max(r["cold_start_s"] for r in gathered)
+    metrics = {"step_ms": step_ms, "timer": "host clock after device synchronize, per step",
+               "estimate_ms": timing["estimate_ms"], "n_warmup": timing["n_warmup"],
+               "n_rep": timing["n_rep"], "per_rank_times_ms": [r["times_ms"] for r in gathered],
+               "tokens_per_step": tokens_per_step,
+               "tokens_per_s": tokens_per_step / (step_ms["median"] / 1e3),
+               "cold_start_s": cold, "peak_memory": [r["peak"] for r in gathered],
+               "peak_kind": gathered[0]["peak_kind"]}
+    warnings = []
+    if cold > COLD_START_BUDGET_S:
+        warnings.append(f"cold start {cold:.0f} s: over the leaderboard's {COLD_START_BUDGET_S:.0f} s")
+    params = sum(p.numel() for p in setup.model.parameters())  # a DTensor's numel is global
+    return {"metrics": metrics, "warnings": warnings, "params": params}
+
+
+def _process_start() -> float:
+    """When this process started (seconds since the epoch), from /proc; now where unavailable."""
+    try:
+        ticks = int(Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def plan(size: str = "leaderboard", *, world_size: int | None = None, context: int = 32768,
+         batch: int = 2, precision: str = "bf16-mixed", checkpointing: bool = True,
+         attention: str = "sdpa", warmup_ms: float = 25.0, rep_ms: float = 100.0,
+         vocab_size: int | None = None, device: str = "auto", course: str = "2026",
+         timeout: float | None = None, max_memory_gib: float | None = None,
+         seed: int = 0) -> LeaderboardJob:
+    """The job: the preset's shape, NCCL with one rank per GPU on CUDA (default 2), gloo with 2
+    ranks on the CPU. Raises SpecError for bad input."""
+    from lmperf.model.presets import resolve_preset
+    from lmperf.runtime import device as dev
+
+    try:
+        preset = resolve_preset(size, course)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    resolved = dev.resolve_device(device)
+    n = world_size if world_size is not None else 2
+    if resolved.type == "cuda" and dev.cuda_device_count() < n:
+        raise SpecError(f"{n} ranks need {n} GPUs; this machine has {dev.cuda_device_count()}")
+    return LeaderboardJob(
+        world_size=n, size=size, d_model=preset.d_model, num_layers=preset.num_layers,
+        num_heads=preset.num_heads, d_ff=preset.d_ff,
+        vocab_size=vocab_size or preset.vocab_size or 10_000, context_length=context,
+        batch_size=batch, precision=precision, checkpointing=checkpointing, attention=attention,
+        warmup_ms=warmup_ms, rep_ms=rep_ms, course=course, seed=seed,
+        backend="nccl" if resolved.type == "cuda" else "gloo", device=resolved.type,
+        timeout_s=timeout or 1800.0, max_memory_gib=max_memory_gib or 0.0)
+
+
+def leaderboard(size: str = "leaderboard", *, out: str | Path | None = None,
+                **options: object) -> "Report":
+    """Run the leaderboard step (see the module docstring and `plan` for the options) under
+    torchrun and return its Report (one row); the record is appended to `out` when given. A
+    rank that runs out of memory, crashes or hangs is a row naming the rank."""
+    from lmperf.questions.parallel.launch import run_job
+    from lmperf.results import store
+
+    job = plan(size, **options)  # type: ignore[arg-type]
+    if out is not None:
+        store.ensure_writable(Path(out))
+    records = run_job(job)
+    if out is not None:
+        for record in records:
+            store.append_record(Path(out), record)
+    return build_report(records)
+
+
+COLUMNS = ("world_size", "size", "context", "batch", "precision", "checkpointing", "status",
+           "step_ms", "step_ms_min", "step_ms_max", "n_rep", "tokens_per_s", "peak_mib",
+           "cold_start_s", "message")
+
+
+def build_report(records: list[dict]) -> "Report":
+    """One row per leaderboard record: the median step (ms, slowest rank per repetition), its
+    range, the repetitions, tokens/s, the largest per-rank peak memory (MiB) and the cold start."""
+    import pandas as pd
+
+    from lmperf.core.report import Report
+
+    rows = []
+    for r in records:
+        s, m = r["spec"], r.get("metrics") or {}
+        step = m.get("step_ms") or {}
+        peaks = [p.get("allocated") or p.get("rss") for p in m.get("peak_memory", []) if p]
+        rows.append({"world_size": s["world_size"], "size": s["size"],
+                     "context": s["context_length"], "batch": s["batch_size"],
+                     "precision": s["precision"], "checkpointing": s["checkpointing"],
+                     "status": r["status"], "step_ms": step.get("median"),
+                     "step_ms_min": step.get("min"), "step_ms_max": step.get("max"),
+                     "n_rep": m.get("n_rep"), "tokens_per_s": m.get("tokens_per_s"),
+                     "peak_mib": max(peaks) if peaks else None,
+                     "cold_start_s": m.get("cold_start_s"), "message": r.get("message", "")})
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    findings = [f"{row.world_size} ranks: {row.step_ms:.1f} ms per step (median of {row.n_rep}, "
+                f"do_bench-style, slowest rank), cold start {row.cold_start_s:.0f} s"
+                for row in frame.itertuples() if row.status == "ok"]
+    return Report(kind="leaderboard", frame=frame, findings=findings, records=records,
+                  title="leaderboard step (FSDP2 + activation checkpointing)")
+
+
+# --- `lmperf dist leaderboard` (registered by questions/parallel/cli.py) --------------------------
+
+def add_arguments(p: "argparse.ArgumentParser") -> None:
+    """The leaderboard's own flags on `lmperf dist`'s parser (the shared ones are dist's)."""
+    g = p.add_argument_group("leaderboard")
+    g.add_argument("--precision", dest="lb_precision", default="bf16-mixed", choices=PRECISIONS,
+                   help="leaderboard: bf16-mixed (fp32 master weights) or bf16-true (default: "
+                        "bf16-mixed)")
+    g.add_argument("--warmup-ms", type=float, default=25.0, metavar="MS",
+                   help="leaderboard: do_bench's warm-up budget (default: 25)")
+    g.add_argument("--rep-ms", type=float, default=100.0, metavar="MS",
+                   help="leaderboard: do_bench's timed budget; at least one timed step (default: 100)")
+    g.add_argument("--no-checkpointing", action="store_true",
+                   help="leaderboard: keep every activation (default: checkpoint every block)")
+    g.add_argument("--attention", dest="lb_attention", default="sdpa",
+                   help="leaderboard: the reference LM's attention (default: sdpa)")
+
+
+def cmd(args: "argparse.Namespace", default_out: Path) -> int:
+    """`lmperf dist leaderboard`: plan, launch, print the row; results/leaderboard.jsonl unless
+    --out names another file."""
+    from lmperf.core.command import run_command
+
+    world = args.world_size
+    if world is not None and len(world) != 1:
+        raise SpecError("leaderboard runs at one world size (--world-size N)")
+    out = DEFAULT_OUT if Path(args.out) == default_out else Path(args.out)
+    options = dict(world_size=world[0] if world else None,
+                   context=args.context or 32768, batch=args.batch or 2,
+                   precision=args.lb_precision, checkpointing=not args.no_checkpointing,
+                   attention=args.lb_attention, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                   vocab_size=args.vocab_size, device=args.device, course=args.course or "2026",
+                   timeout=args.timeout, max_memory_gib=args.max_memory_gib, seed=args.seed)
+    args.out = out
+    return run_command(args, lambda: leaderboard(args.size or "leaderboard", out=out, **options),
+                       noun="run")
