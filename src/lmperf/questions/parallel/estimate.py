@@ -271,16 +271,18 @@ def estimate_report(rows: list[dict], caption: str) -> Report:
 def _findings(df: pd.DataFrame) -> list[str]:
     """Per strategy (fsdp+tp per TP degree): the fewest devices and the largest degree."""
     out = []
-    for (strategy, t), group in df.groupby(["strategy", df["tp"].where(df["strategy"] == "fsdp+tp", 0)],
-                                           sort=False):
+    two_d = df["strategy"] == "fsdp+tp"
+    for (strategy, t), group in df.groupby(["strategy", df["tp"].where(two_d, 0)], sort=False):
         row = group.iloc[0]
         name = f"fsdp+tp (t = {t})" if strategy == "fsdp+tp" else strategy
         fewest, largest = row["min_devices_states"], row["largest_n_compute_bound"]
         degree = "t" if strategy == "tp" else "N"
+        smallest = f"N = {2 * t} (d = 2)" if strategy == "fsdp+tp" else f"{degree} = 2"
         out.append(f"{name}: model states fit with "
                    + (f">= {int(fewest)} device(s)" if _known(fewest) else "no number of devices")
-                   + f"; communication stays below compute up to {degree} = "
-                   + (f"{int(largest)}" if _known(largest) else "none (already at 2)"))
+                   + "; communication stays below compute "
+                   + (f"up to {degree} = {int(largest)}" if _known(largest)
+                      else f"at no degree (already above it at {smallest})"))
     return out
 
 
