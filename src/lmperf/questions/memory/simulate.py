@@ -1,0 +1,311 @@
+"""Simulate one step's memory: lmperf's own step, run on phantom tensors, its live bytes over time.
+
+`simulate_step(spec)` builds what `workload.build.prepare` builds (the model from the spec, or
+the user's factory; AdamW with the spec's implementation; autocast and the GradScaler of the
+precision regime) on `Phantom` tensors, creates AdamW's state as a first step would (the measured
+step of `lmperf memory` follows a warm-up step), then runs `workload.steps.STEPS[spec.mode]`,
+the one training step every lmperf command runs, under `PhantomMode`. Nothing is allocated: an
+xl step at context 32768 simulates like a tiny one, in the time its ~10^4 ops take to dispatch.
+
+Every storage is then put in one category (CATEGORIES), from what it was and when it lived:
+parameters; inputs & buffers; optimizer state (in `optimizer.state` after the step); gradients
+(a parameter's `.grad`, seen by a post-accumulate-grad hook); autocast copies (`_to_copy` of a
+parameter under autocast: its weight cache); activations (made in forward and still alive when
+backward starts, or remade by checkpointing's recompute); temporaries (everything else: made and
+freed within a phase). The peak and its composition are exact for what tensors hold, as
+MemTracker counts it on real tensors (tests/memory/test_simulate.py checks both agree).
+
+On 'cuda' each storage costs its size rounded up to 512 B (the caching allocator's block); the
+allocator's segments (2 MiB for small blocks, 20 MiB or 2 MiB multiples for large ones) and
+fragmentation are not modelled: they, the CUDA context and cuBLAS workspaces are the stated
+`allowance_bytes`. Under autocast the simulation applies the CPU's op lists (this torch has no
+CUDA backend); on CUDA, `CUDA_FP32_OPS` additionally run in fp32 (emulated in `cuda_autocast`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+
+from lmperf.errors import LmperfError, SpecError
+from lmperf.questions.memory.phantom import PhantomError, PhantomMode
+from lmperf.runtime.precision import Regime, autocast, get_regime
+from lmperf.workload.spec import RunSpec
+
+GIB = 2**30
+MIB = 2**20
+CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer state", "activations",
+                               "autocast copies", "temporaries", "inputs & buffers")
+PHASE_AFTER = {"forward": "backward", "backward": "optimizer", "optimizer": "end"}
+
+# What the simulation cannot see on a GPU, as a stated allowance (assumed, not measured here:
+# this machine has no GPU). Basis: the CUDA context lives outside torch's allocator and takes a
+# few hundred MiB with CUDA's lazy module loading (the default since CUDA 11.7); cuBLAS and
+# cuBLASLt each get a workspace through the caching allocator, 32 MiB recommended on Hopper and
+# newer (cublasSetWorkspace; 4 MiB before); the caching allocator rounds large blocks to 2 MiB
+# and keeps freed blocks in segments it cannot always reuse (fragmentation).
+CUDA_CONTEXT_BYTES = 512 * MIB
+CUBLAS_WORKSPACE_BYTES = 2 * 32 * MIB
+FRAGMENTATION = 0.10  # of the simulated peak
+ALLOWANCE_NOTE = ("allowance (assumed, not measured: no GPU here): CUDA context 512 MiB (outside "
+                  "torch's allocator), cuBLAS + cuBLASLt workspaces 2 x 32 MiB, allocator "
+                  "fragmentation and segment rounding 10% of the simulated peak; NCCL buffers "
+                  "(multi-GPU) are not included")
+
+
+@dataclass
+class SimResult:
+    """One simulated step. Bytes throughout (MiB = 2**20, GiB = 2**30 in tables).
+
+    timeline: one row per allocation/free event from the step's start: 'event', 'phase', one
+        column per category (live bytes of that category after the event) and 'total'.
+    phase_peaks: phase -> peak live bytes within it ('start' is what the step starts with).
+    composition: category -> live bytes at the (shard-weighted) peak; sums to `peak_bytes`.
+    shard: category -> fraction this rank keeps (1 for categories not named).
+    """
+
+    mode: str
+    precision: str
+    device: str
+    batch: int
+    context: int
+    checkpoint_group: int
+    optimizer: str | None
+    timeline: pd.DataFrame
+    ops: int
+    seconds: float
+    shard: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def _weighted(self, shard: dict[str, float] | None) -> np.ndarray:
+        w = {**self.shard, **(shard or {})}
+        return sum(self.timeline[c].to_numpy(dtype=float) * w.get(c, 1.0) for c in CATEGORIES)
+
+    def peak_with(self, shard: dict[str, float] | None = None) -> int:
+        """Peak live bytes with each category scaled by `shard` (the fraction a rank keeps)."""
+        _check_shard(shard)
+        return int(round(self._weighted(shard).max()))
+
+    @property
+    def peak_bytes(self) -> int:
+        """Peak live bytes over the step (the tensors only; see `allowance_bytes`)."""
+        return self.peak_with()
+
+    @property
+    def peak_event(self) -> int:
+        """Index (timeline row) of the peak; the first one when several are equal."""
+        return int(np.argmax(self._weighted(None)))
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase in which the peak happens."""
+        return str(self.timeline["phase"].iat[self.peak_event])
+
+    @property
+    def start_bytes(self) -> int:
+        """Live bytes when the step starts (parameters, AdamW state, inputs, buffers)."""
+        return int(round(self._weighted(None)[0]))
+
+    @property
+    def phase_peaks(self) -> dict[str, int]:
+        """Phase -> peak live bytes within it ('start' first)."""
+        total = self._weighted(None)
+        out = {"start": int(round(total[0]))}
+        for phase, idx in self.timeline.groupby("phase", sort=False).indices.items():
+            if phase != "start":
+                out[str(phase)] = int(round(total[idx].max()))
+        return out
+
+    @property
+    def composition(self) -> dict[str, int]:
+        """Category -> live bytes at the peak (the shard's fractions applied)."""
+        row = self.timeline.iloc[self.peak_event]
+        return {c: int(round(row[c] * self.shard.get(c, 1.0))) for c in CATEGORIES}
+
+    @property
+    def allowance_bytes(self) -> int:
+        """What the simulation cannot see, on 'cuda' (0 on the CPU; see ALLOWANCE_NOTE)."""
+        if self.device != "cuda":
+            return 0
+        return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + int(FRAGMENTATION * self.peak_bytes)
+
+    @property
+    def total_bytes(self) -> int:
+        """The estimate of the device memory the step needs: peak + allowance."""
+        return self.peak_bytes + self.allowance_bytes
+
+
+def _check_shard(shard: dict[str, float] | None) -> None:
+    for name, frac in (shard or {}).items():
+        if name not in CATEGORIES:
+            raise SpecError(f"unknown memory category {name!r}; accepted: {', '.join(CATEGORIES)}")
+        if not 0 <= frac <= 1:
+            raise SpecError(f"shard fraction of {name} must be in [0, 1], got {frac!r}")
+
+
+class _PhaseObserver:
+    """The step's observer: its phase boundaries become the mode's phases."""
+
+    def __init__(self, mode: PhantomMode):
+        self.mode = mode
+
+    def start(self) -> None:
+        self.mode.set_phase("forward")
+
+    def lap(self, phase: str) -> None:
+        self.mode.set_phase(PHASE_AFTER.get(phase, "end"))
+
+
+@contextlib.contextmanager
+def _module_depth(mode: PhantomMode) -> Iterator[None]:
+    """Count running module forwards (global hooks), so recompute in backward is recognised."""
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+
+    def pre(*_: object) -> None:
+        mode.module_depth += 1
+
+    def post(*_: object) -> None:
+        mode.module_depth -= 1
+
+    handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: int):
+    """The model (phantom parameters in the regime's dtype), inputs, targets and AdamW."""
+    from lmperf.model.custom import build_model
+    from lmperf.questions.memory.saved import set_checkpointing
+    from lmperf.workload.build import OPTIMIZER_FLAGS
+
+    with torch.device("meta"):  # no initialisation arithmetic, no bytes
+        model = build_model(spec.model_config(), spec.model)
+    set_checkpointing(model, checkpoint_group)
+    shape = (spec.batch_size, spec.context_length)
+    with mode:
+        model._apply(lambda t: torch.empty_like(
+            t, dtype=regime.param_dtype if t.is_floating_point() else t.dtype))
+        inputs = torch.zeros(shape, dtype=torch.long)  # (B, T) token ids
+        targets = torch.zeros(shape, dtype=torch.long)
+    optimizer = None
+    if spec.mode == "train-step":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                      **OPTIMIZER_FLAGS[spec.optimizer])
+    return model, inputs, targets, optimizer
+
+
+def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
+                  shard: dict[str, float] | None = None) -> SimResult:
+    """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
+    return its live bytes over time; nothing is allocated. `checkpoint_group`: activation
+    checkpointing in groups of that many blocks (0: off). `shard`: category -> fraction this
+    rank keeps (e.g. {"optimizer state": 1/8} for ZeRO-1 over 8 ranks), applied to the peak and
+    its composition. Raises SpecError when the model cannot run on phantom tensors."""
+    from lmperf.questions.memory.cuda_autocast import cuda_fp32_ops
+    from lmperf.workload.steps import STEPS, StepState
+
+    _check_shard(shard)
+    t0 = time.perf_counter()
+    regime = get_regime(spec.precision)
+    device = torch.device(spec.device)
+    mode = PhantomMode(torch.device("cpu"), round_blocks=device.type == "cuda")
+    notes: list[str] = []
+    try:
+        model, inputs, targets, optimizer = _build(spec, regime, mode, checkpoint_group)
+        # A disabled scaler: loss scaling (fp16-mixed) multiplies the loss and unscales the
+        # gradients in place, a few scalars of memory; its inf check reads values.
+        state = StepState(model, inputs, targets, lambda: autocast(regime, torch.device("cpu")),
+                          torch.amp.GradScaler("cpu", enabled=False), optimizer,
+                          clip=spec.clip_norm())
+        params = list(model.parameters())
+        grads: set[int] = set()
+        hooks = [p.register_post_accumulate_grad_hook(
+            lambda p: grads.add(mode.storage_id(p.grad))) for p in params if p.requires_grad]
+        with mode:
+            if optimizer is not None:  # AdamW's state, as the warm-up step leaves it
+                for p in params:
+                    p.grad = torch.zeros_like(p)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                grads.clear()
+            mode.param_storages = {mode.storage_id(p) for p in params}
+            fp32_ops = cuda_fp32_ops() if device.type == "cuda" and regime.autocast_dtype \
+                else contextlib.nullcontext()
+            mode.set_phase("start")
+            with _module_depth(mode), fp32_ops:
+                STEPS[spec.mode](state, _PhaseObserver(mode))
+        for h in hooks:
+            h.remove()
+        fixed = {"parameters": mode.param_storages,
+                 "inputs & buffers": {mode.storage_id(t) for t in
+                                      [inputs, targets, *model.buffers()]},
+                 "optimizer state": {mode.storage_id(v) for s in
+                                     (optimizer.state.values() if optimizer else ())
+                                     for v in s.values() if isinstance(v, torch.Tensor)},
+                 "gradients": grads}
+        timeline = _timeline(mode, fixed)
+    except (PhantomError, NotImplementedError, RuntimeError, TypeError, ValueError) as exc:
+        if isinstance(exc, LmperfError):
+            raise
+        what = spec.model or "the reference LM"
+        raise SpecError(f"cannot simulate {what} on phantom tensors: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+    if device.type == "cuda" and regime.autocast_dtype is not None:
+        notes.append("autocast simulated with the CPU's op lists plus CUDA's fp32 list "
+                     "(cuda_autocast.CUDA_FP32_OPS); this torch has no CUDA backend")
+    if regime.loss_scaling:
+        notes.append("loss scaling simulated without its scalars (a few bytes)")
+    return SimResult(spec.mode, spec.precision, device.type, spec.batch_size,
+                     spec.context_length, checkpoint_group,
+                     spec.optimizer if spec.mode == "train-step" else None, timeline,
+                     mode.ops, time.perf_counter() - t0, dict(shard or {}), notes)
+
+
+def _category(sid: int, info, fixed: dict[str, set[int]], forward_end: int) -> str:
+    for name, sids in fixed.items():
+        if sid in sids:
+            return name
+    if info.cast_of_param and info.phase in ("forward", "backward"):
+        return "autocast copies"
+    if info.recomputed:
+        return "activations"
+    if info.phase == "forward" and (info.freed is None or info.freed >= forward_end):
+        return "activations"
+    return "temporaries"
+
+
+def _timeline(mode: PhantomMode, fixed: dict[str, set[int]]) -> pd.DataFrame:
+    """Live bytes per category after each event from the step's start (row 0: the start)."""
+    log = mode.log
+    n = len(log.sid)
+    start = log.phase_starts["start"]
+    forward_end = log.phase_starts.get("backward", log.phase_starts.get("end", n))
+    cat_index = {c: i for i, c in enumerate(CATEGORIES)}
+    sid_cat = {sid: cat_index[_category(sid, info, fixed, forward_end)]
+               for sid, info in mode.storages.items()}
+    cats = np.array([sid_cat[s] for s in log.sid], dtype=np.int64)
+    delta = np.array(log.delta, dtype=np.int64)
+    live = np.zeros((n + 1, len(CATEGORIES)), dtype=np.int64)
+    np.add.at(live[1:], (np.arange(n), cats), delta)
+    live = live.cumsum(axis=0)[start:]  # row 0: live just before the step's first event
+    phases = np.empty(n - start + 1, dtype=object)
+    phases[:] = "start"
+    # In the order the phases began (two can begin at the same event: 'start' and 'forward').
+    for p, i in log.phase_starts.items():
+        if i >= start and p != "start":
+            phases[i - start + 1:] = p
+    frame = pd.DataFrame(live, columns=list(CATEGORIES))
+    frame.insert(0, "phase", phases)
+    frame.insert(0, "event", np.arange(len(frame)))
+    frame["total"] = live.sum(axis=1)
+    return frame

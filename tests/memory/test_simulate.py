@@ -1,0 +1,109 @@
+"""The memory simulator against torch's MemTracker on real tensors, and its bookkeeping."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmperf.errors import SpecError
+from lmperf.questions.memory.simulate import CATEGORIES, simulate_step
+from lmperf.workload.spec import RunSpec
+
+pytest.importorskip("torch.distributed._tools.mem_tracker")
+from tests.memory.memtracker import memtracker_peak  # noqa: E402
+
+
+def _spec(size: str = "tiny", context: int = 32, **kw: object) -> RunSpec:
+    kw.setdefault("batch_size", 2)
+    return RunSpec.from_size(size, context_length=context, **kw)
+
+
+# The cheapest cases that still cover every path the acceptance matrix has (the full matrix,
+# tiny..small x 2 contexts x fp32/bf16-mixed x foreach/loop, is in docs/benchmarks.md).
+CASES = [
+    dict(context=32, precision="fp32", optimizer="foreach", mode="train-step"),
+    dict(context=64, precision="fp32", optimizer="loop", mode="train-step"),
+    dict(context=32, precision="bf16-mixed", optimizer="foreach", mode="train-step"),
+    dict(context=32, precision="bf16-mixed", optimizer="loop", mode="forward"),
+    dict(context=64, precision="fp32", optimizer="foreach", mode="forward"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c.values())))
+def test_peak_matches_memtracker_on_real_tensors(case: dict) -> None:
+    spec = _spec(**case)
+    simulated = simulate_step(spec).peak_bytes
+    measured = memtracker_peak(spec)
+    assert abs(simulated / measured - 1) <= 0.05, (simulated, measured)
+
+
+def test_mini_train_step_matches_memtracker() -> None:
+    spec = _spec("mini", 32, precision="fp32", optimizer="foreach")
+    assert abs(simulate_step(spec).peak_bytes / memtracker_peak(spec) - 1) <= 0.05
+
+
+def test_composition_sums_to_the_peak_and_names_the_terms() -> None:
+    res = simulate_step(_spec())
+    comp = res.composition
+    assert set(comp) == set(CATEGORIES)
+    assert sum(comp.values()) == res.peak_bytes
+    n = sum(p.numel() for p in _model_params(_spec()))
+    assert comp["parameters"] == 4 * n
+    assert comp["optimizer state"] >= 2 * 4 * n  # exp_avg, exp_avg_sq (+ fp32 step scalars)
+    assert res.phase_peaks["start"] == res.start_bytes < res.peak_bytes
+    assert list(res.phase_peaks) == ["start", "forward", "backward", "optimizer", "end"]
+
+
+def _model_params(spec: RunSpec):
+    from lmperf.model.custom import build_model
+
+    with torch.device("meta"):
+        return list(build_model(spec.model_config()).parameters())
+
+
+def test_forward_under_autocast_keeps_a_bf16_copy_of_every_matmul_weight() -> None:
+    spec = _spec(precision="bf16-mixed", mode="forward")
+    c = spec.model_config()
+    weights = c.num_layers * (4 * c.d_model**2 + 3 * c.d_model * c.d_ff) + c.d_model * c.vocab_size
+    copies = simulate_step(spec).timeline["autocast copies"].max()
+    assert copies == 2 * weights  # bf16: 2 bytes each, alive together (the weight cache)
+
+
+def test_foreach_adamw_peaks_above_the_loop_in_the_optimizer_phase() -> None:
+    foreach = simulate_step(_spec(optimizer="foreach")).phase_peaks["optimizer"]
+    loop = simulate_step(_spec(optimizer="loop")).phase_peaks["optimizer"]
+    assert foreach > loop  # _foreach_sqrt(exp_avg_sq) and friends: parameter-sized lists
+
+
+def test_checkpointing_lowers_the_activations_at_the_peak() -> None:
+    spec = _spec("mini", 64)
+    plain = simulate_step(spec)
+    grouped = simulate_step(spec, checkpoint_group=1)
+    act = lambda r: r.timeline["activations"].max()  # noqa: E731
+    assert act(grouped) < act(plain)
+
+
+def test_cuda_rounds_every_storage_to_512_bytes() -> None:
+    cpu = simulate_step(_spec())
+    cuda = simulate_step(_spec(device="cuda"))
+    assert cuda.peak_bytes >= cpu.peak_bytes
+    assert (cuda.timeline["total"].diff().dropna() % 512 == 0).all()
+    assert cuda.allowance_bytes > 0 == cpu.allowance_bytes
+
+
+def test_shard_scales_its_categories_only() -> None:
+    res = simulate_step(_spec())
+    full = res.peak_bytes
+    zero1 = res.peak_with({"optimizer state": 0.5})
+    assert zero1 < full
+    assert res.peak_with({"optimizer state": 1.0}) == full
+    with pytest.raises(SpecError):
+        res.peak_with({"weights": 0.5})
+    with pytest.raises(SpecError):
+        simulate_step(_spec(), shard={"gradients": 2})
+
+
+def test_nothing_is_allocated_for_a_huge_context() -> None:
+    spec = RunSpec.from_size("tiny", context_length=65536, batch_size=64, mode="forward")
+    res = simulate_step(spec)
+    assert res.peak_bytes > 64 * 2**30  # the naive scores alone are B H T^2 x 4 bytes
