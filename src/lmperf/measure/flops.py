@@ -4,10 +4,19 @@ Analytic count for the reference LM (B batch, T sequence, C d_model, F d_ff, L l
 counting a multiply-add as 2 FLOPs:
     matmul parameters  N = L * (4 C^2 + 3 C F) + C V     (q, k, v, out; w1, w2, w3; lm_head;
                                                            the embedding is a lookup, not a matmul)
-    forward            2 N B T + L * 4 B T^2 C            (QK^T and PV over the full T x T square:
-                                                           the naive kernel computes masked entries)
+    forward            2 N B T + L * 4 B P C              (QK^T and PV over P query-key pairs)
     backward           2 x forward                         (a gradient for each matmul operand)
-so forward + backward = 6 N B T + 12 L B T^2 C.
+so forward + backward = 6 N B T + 12 L B P C. P = T^2 counts the full square, as the naive
+kernel and torch's counter compute it (masked entries included); P = T^2 / 2 is the causal
+convention (FlashAttention's benchmark halves the causal FLOPs the same way).
+
+TFLOP/s and MFU of the reference LM use ONE convention whatever `--attention` runs
+(`FLOPS_CONVENTION`): the counter would otherwise credit naive and SDPA's math path the full
+square, flash-torch only the tiles it computes (about half), a fused SDPA kernel without a FLOP
+formula nothing, and Triton kernels nothing (the counter sees aten ops only). So the counter
+counts the step with attention left out (`no_attention` stands in for the kernel, on the meta
+device) and `attention_flops` adds the causal term. Counting the full square for a kernel that
+skips the masked half is how MFU reads over 100% (torchtitan #341).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 BACKWARD_MODES = ("forward-backward", "train-step")
@@ -37,14 +47,68 @@ def matmul_params(d_model: int, num_layers: int, d_ff: int, vocab_size: int) -> 
     return num_layers * (4 * d_model * d_model + 3 * d_model * d_ff) + d_model * vocab_size
 
 
+FLOPS_CONVENTION = ("model FLOPs: a multiply-add is 2 FLOPs, backward = 2 x forward (no "
+                    "recomputation counted), causal attention counted over half the T x T score "
+                    "square (FlashAttention's convention) whatever --attention computes")
+"""The convention of the reference LM's TFLOP/s and MFU, printed with them."""
+COUNTED_CONVENTION = ("as torch.utils.flop_counter counts the model's aten ops (a fused or "
+                      "Triton attention kernel without a FLOP formula counts 0)")
+"""The convention of a user model's figures, where lmperf cannot tell what the attention is."""
+
+
+def attention_flops(d_model: int, num_layers: int, batch: int, seq: int, mode: str,
+                    causal: bool = True) -> int:
+    """FLOPs of QK^T and PV over one step: 4 B P C per layer forward (P query-key pairs: T^2 / 2
+    when `causal`, else T^2), x3 with the backward."""
+    passes = 3 if mode in BACKWARD_MODES else 1  # forward, plus 2x forward for backward
+    full = passes * num_layers * 4 * batch * seq * seq * d_model
+    return full // 2 if causal else full
+
+
 def analytic_flops(d_model: int, num_layers: int, d_ff: int, vocab_size: int, batch: int,
-                   seq: int, mode: str) -> FlopEstimate:
-    """FLOPs of one step of the reference LM in `mode` (optimizer FLOPs are not counted)."""
+                   seq: int, mode: str, causal: bool = False) -> FlopEstimate:
+    """FLOPs of one step of the reference LM in `mode` (optimizer FLOPs are not counted).
+
+    `causal=False` counts attention's full square (what the naive kernel and the counter
+    compute); `causal=True` is `FLOPS_CONVENTION`'s half square."""
     passes = 3 if mode in BACKWARD_MODES else 1  # forward, plus 2x forward for backward
     n = matmul_params(d_model, num_layers, d_ff, vocab_size)
     matmul = passes * 2 * n * batch * seq
-    attention = passes * num_layers * 4 * batch * seq * seq * d_model
-    return FlopEstimate(matmul=matmul, attention=attention)
+    return FlopEstimate(matmul=matmul,
+                        attention=attention_flops(d_model, num_layers, batch, seq, mode, causal))
+
+
+def no_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """A FLOP-free stand-in for an attention kernel (q, k, v: (B, H, T, D) -> (B, H, T, D)),
+    for counting the rest of a step: the output depends on all three inputs, so the backward
+    still reaches (and counts) the q, k and v projections; an add has no FLOP formula."""
+    return q + k + v
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one step as a run reports them: the figure, how it was obtained, on which
+    convention, and (reference LM) the analytic figure on the same convention."""
+
+    flops: int
+    source: str
+    convention: str
+    analytic: int | None = None
+
+
+def reference_step_flops(counted: int, attention_left_out: bool, d_model: int, num_layers: int,
+                         d_ff: int, vocab_size: int, batch: int, seq: int, mode: str) -> StepFlops:
+    """The reference LM's FLOPs per step on `FLOPS_CONVENTION`: `counted` (the counter's figure
+    with attention left out, `attention_left_out`) plus the causal attention term. A count that
+    includes the implementation's own attention (a real step, when the meta device failed)
+    stays as counted and says so: it does not compare across --attention."""
+    est = analytic_flops(d_model, num_layers, d_ff, vocab_size, batch, seq, mode, causal=True)
+    if attention_left_out:
+        return StepFlops(counted + est.attention,
+                         "torch.utils.flop_counter on the meta device, attention left out, + "
+                         "analytic causal attention", FLOPS_CONVENTION, est.total)
+    return StepFlops(counted, "torch.utils.flop_counter on a real step (attention as the "
+                     "implementation computes it)", COUNTED_CONVENTION, est.total)
 
 
 def count_flops(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:

@@ -62,14 +62,27 @@ def meta_flops(spec: RunSpec) -> tuple[int, dict[str, int]]:
     but no data, so no arithmetic runs (a `small` step costs tenths of a second instead of
     seconds). Forward and backward are counted (the optimizer's elementwise work has no FLOP
     formula in the counter either way); autocast is left out (FLOPs do not depend on dtype).
-    On meta, SDPA takes its math path, whose matmuls the counter sees. Raises whatever the
-    model raises on meta (a user model may not run there): the caller then counts a real step.
+    The reference LM is counted with its attention left out (`measure.flops.no_attention` in
+    every layer, whatever `--attention` names: flash-triton cannot run on meta, and each kernel
+    would be credited differently); the caller adds attention on one convention
+    (`measure.flops.reference_step_flops`). A user model is counted as it is. Raises whatever
+    the model raises on meta (a user model may not run there): the caller then counts a real step.
     """
-    from lmperf.measure.flops import count_flops
+    import dataclasses
+
+    from lmperf.measure.flops import count_flops, no_attention
+    from lmperf.model.transformer import CausalSelfAttention
 
     meta = torch.device("meta")
+    config = spec.model_config()
+    if spec.model is None:
+        config = dataclasses.replace(config, attention="naive")  # replaced below; loads anywhere
     with meta:
-        model = build_model(spec.model_config(), spec.model)
+        model = build_model(config, spec.model)
+    if spec.model is None:
+        for layer in model.modules():
+            if isinstance(layer, CausalSelfAttention):
+                layer.attention = no_attention
     shape = (spec.batch_size, spec.context_length)
     tokens = torch.zeros(shape, dtype=torch.long, device=meta)
     state = StepState(model, tokens, tokens, contextlib.nullcontext,

@@ -86,6 +86,10 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     if df.empty:
         return pd.DataFrame(), "no records", []
     varying, caption = caption_axes(df, [(title, title) for _, title in AXES])
+    # TFLOP/s and MFU mean nothing without the FLOP convention (causal attention halved or not)
+    conventions = sorted({(r.get("metrics") or {}).get("flops_convention") for r in records} - {None})
+    if conventions:
+        caption = "; ".join([c for c in [caption] if c] + [f"FLOPs: {c}" for c in conventions])
     # params from the records, not the frame: a None beside ints would turn the column to floats
     out = pd.DataFrame({"size": df["model"], "shape": df["shape"],
                         "params": [_fmt(r.get("params"), ",") for r in records],
