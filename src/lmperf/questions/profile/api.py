@@ -23,6 +23,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             inline: bool = False, timeout: float | None = None,
             max_memory_gib: float | None = None, resume: bool = False,
             progress: bool = False, from_trace: str | Path | None = None,
+            diff: tuple[str | Path, str | Path] | None = None,
             course: str = DEFAULT_COURSE, compile: bool = False,
             compile_mode: str = "default") -> Report:
     """Profile one run of the reference LM (or `model`, "package.module:factory"): `warmup`
@@ -40,9 +41,16 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     `from_trace` (a torch.profiler Chrome trace, .json or .json.gz, from any program) analyses
     that file instead of running anything: the same tables, steps from its ProfilerStep#N,
     phases from its annotations (`profile.from_trace`); only `top` applies, no record is
-    written. Raises TraceFormatError for a missing or corrupt file, SpecError when a run
-    option is given with it.
+    written. A directory holds one trace per rank (`profile.ranks`): per rank and step the
+    device's computation, communication, overlap and idle time, and the straggler per step.
+    `diff` (two traces A, B) compares them operator by operator and kernel by kernel
+    (`profile.diff`). Raises TraceFormatError for a missing or corrupt file, SpecError when a
+    run option is given with either.
     """
+    if from_trace is not None and diff is not None:
+        raise SpecError("give from_trace or diff, not both")
+    if diff is not None:
+        from_trace = diff  # the same refusal of run options below
     if from_trace is not None:
         given = {name: value for name, value in dict(
             size=size, model=model, context=context, precision=precision, threads=threads,
@@ -52,8 +60,18 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
         if backend != "torch":
             given["backend"] = backend
         if given:
-            raise SpecError(f"from_trace analyses an existing trace; it takes no run options "
-                            f"(got {', '.join(sorted(given))})")
+            raise SpecError(f"{'diff' if diff is not None else 'from_trace'} analyses existing "
+                            f"traces; it takes no run options (got {', '.join(sorted(given))})")
+        if diff is not None:
+            from lmperf.questions.profile.diff import diff_report
+
+            if isinstance(diff, (str, Path)) or len(diff) != 2:
+                raise SpecError("diff takes two trace files (A, B)")
+            return diff_report(diff[0], diff[1], top=top)
+        if Path(from_trace).is_dir():
+            from lmperf.questions.profile.ranks import analyse_ranks
+
+            return analyse_ranks(from_trace, top=top)
         from lmperf.questions.profile.from_trace import analyse_trace
 
         return analyse_trace(from_trace, top=top)

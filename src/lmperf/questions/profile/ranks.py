@@ -1,0 +1,216 @@
+"""`lmperf profile --from-trace DIR`: one torch.profiler trace per rank, read side by side.
+
+The files of DIR (`*.json`, `*.json.gz`: torch.profiler's per-rank exports, or `lmperf dist`'s
+traces) are read one at a time (only each rank's tables stay in memory, so the ranks of a job of
+multi-GB traces are read in the memory of one). A file's rank is its `distributedInfo.rank`
+(Kineto writes it for every distributed run), else a `rank<N>` / `rank-<N>` / `rank_<N>` in its
+name; two files of one rank are refused.
+
+Steps are matched across ranks by their index among each rank's measured steps (the same
+`ProfilerStep#N` in a torch.profiler schedule). Tables:
+- per rank and step: the host step time, the device span, and the device breakdown of
+  `overlap.breakdown` (computation, communication, their overlap, exposed communication, idle);
+- per step: the slowest rank by step time, and the straggler: the rank with the most
+  computation. With NCCL the ranks wait for each other inside the collectives, so every rank's
+  step lasts about as long as the slowest one's and the fastest ranks show the longest
+  communication (it includes their wait); the rank that computes longest is the one the others
+  waited for;
+- per rank: means over the steps, and HTA's whole-window temporal breakdown and comm/comp
+  overlap (`overlap.breakdown(whole=True)`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lmperf.errors import TraceFormatError
+from lmperf.questions.profile import overlap
+from lmperf.questions.profile.classify import short_name
+from lmperf.questions.profile.trace import Trace, load_trace
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class RankTables:
+    """What is kept of one rank's trace: its per-step and whole-window breakdowns."""
+
+    rank: int
+    path: Path
+    steps: pd.DataFrame  # step, profiler_step, cpu_ms, then overlap.BREAKDOWN_COLUMNS
+    whole: pd.DataFrame  # one row: overlap.breakdown(whole=True)
+    n_steps: int
+    unattributed: int
+    world_size: int | None
+    slowed: pd.DataFrame | None = None  # overlap.slowed_by_comm, top rows
+
+
+def trace_files(directory: str | Path) -> list[Path]:
+    """The trace files of `directory` (*.json, *.json.gz), sorted by name; TraceFormatError when
+    there are none."""
+    directory = Path(directory)
+    files = sorted(p for p in directory.iterdir()
+                   if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if not files:
+        raise TraceFormatError(f"no trace files (*.json, *.json.gz) in {directory}")
+    return files
+
+
+def rank_of(trace: Trace, path: Path) -> int | None:
+    """The rank of a trace: distributedInfo.rank, else a rank<N> in the file name, else None."""
+    rank = trace.distributed.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return rank
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def rank_tables(trace: Trace, rank: int, path: Path) -> RankTables:
+    """The per-step table of one rank (host step time beside the device breakdown)."""
+    from lmperf.questions.profile.from_trace import as_one_step, step_table
+
+    if trace.n_steps == 0:
+        trace = as_one_step(trace)
+    host = step_table(trace)[["step", "profiler_step", "cpu_ms"]]
+    dev = overlap.breakdown(trace)
+    steps = host.merge(dev, on="step", how="left") if not dev.empty else host
+    world = trace.distributed.get("world_size")
+    return RankTables(rank=rank, path=path, steps=steps, whole=overlap.breakdown(trace, whole=True),
+                      n_steps=trace.n_steps, unattributed=trace.unattributed_kernels,
+                      world_size=world if isinstance(world, int) else None)
+
+
+def read_ranks(directory: str | Path, top: int = 10) -> list[RankTables]:
+    """Every rank's tables, sorted by rank, with each rank's `top` kernels slowed most by
+    overlapped communication (`overlap.slowed_by_comm`); files with no rank get the ranks after
+    the others' (in name order). One trace is in memory at a time. Raises TraceFormatError for
+    two files of one rank or a bad file."""
+    found: list[RankTables] = []
+    for path in trace_files(directory):
+        trace = load_trace(path)
+        rank = rank_of(trace, path)
+        clash = next((r for r in found if rank is not None and r.rank == rank), None)
+        if clash is not None:
+            raise TraceFormatError(f"{clash.path.name} and {path.name} are both rank {rank}: "
+                                   "one trace per rank in --from-trace DIR")
+        tables = rank_tables(trace, -1 if rank is None else rank, path)
+        slowed = overlap.slowed_by_comm(trace).head(top)
+        slowed["name"] = [short_name(n) for n in slowed["name"]]
+        tables.slowed = slowed
+        found.append(tables)
+        del trace, tables
+    unnamed = [r for r in found if r.rank < 0]  # in name order
+    next_rank = max((r.rank for r in found), default=-1) + 1
+    for i, r in enumerate(unnamed):
+        r.rank = next_rank + i
+    return sorted(found, key=lambda r: r.rank)
+
+
+def per_rank_step(ranks: list[RankTables]) -> pd.DataFrame:
+    """One row per (rank, step): rank, step, profiler_step, cpu_ms and the device breakdown."""
+    return pd.concat([r.steps.assign(rank=r.rank) for r in ranks], ignore_index=True)[
+        ["rank", *ranks[0].steps.columns]] if ranks else pd.DataFrame()
+
+
+def stragglers(table: pd.DataFrame) -> pd.DataFrame:
+    """Per step seen on every rank (steps some rank lacks are left out): ranks, slowest_rank and its step_ms (the device span on a GPU
+    trace, else the host step time), fastest_ms, spread (max/min - 1, a fraction), and on a GPU
+    trace straggler (the rank with the most computation), its compute_ms and the others' mean
+    compute_ms."""
+    time_col = "span_ms" if "span_ms" in table and table["span_ms"].notna().any() else "cpu_ms"
+    rows = []
+    n_ranks = table["rank"].nunique()
+    for step, g in table.groupby("step", sort=True):
+        g = g.dropna(subset=[time_col])
+        if len(g) < n_ranks:
+            continue
+        slow = g.loc[g[time_col].idxmax()]
+        row = {"step": int(step), "ranks": len(g), "slowest_rank": int(slow["rank"]),
+               "step_ms": float(slow[time_col]), "fastest_ms": float(g[time_col].min()),
+               "spread": float(slow[time_col] / g[time_col].min() - 1)}
+        if "compute_ms" in g and g["compute_ms"].notna().any():
+            s = g.loc[g["compute_ms"].idxmax()]
+            rest = g[g["rank"] != s["rank"]]["compute_ms"]
+            row |= {"straggler": int(s["rank"]), "straggler_compute_ms": float(s["compute_ms"]),
+                    "others_compute_ms": float(rest.mean()) if len(rest) else np.nan}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
+    """One row per rank: steps, mean step times, and HTA's whole-window breakdown: span_ms,
+    idle / compute / non_compute shares, comm_ms, overlap_ms, exposed_comm_ms, overlap_of_comm."""
+    rows = []
+    for r in ranks:
+        row = {"rank": r.rank, "file": r.path.name, "steps": r.n_steps,
+               "cpu_step_ms": float(r.steps["cpu_ms"].mean())}
+        if not r.whole.empty:
+            w = r.whole.iloc[0]
+            row |= {"gpu_step_ms": float(r.steps["span_ms"].mean()),
+                    "compute_ms_per_step": float(r.steps["compute_ms"].mean()),
+                    "comm_ms_per_step": float(r.steps["comm_ms"].mean()),
+                    "exposed_comm_ms_per_step": float(r.steps["exposed_comm_ms"].mean()),
+                    "idle_ms_per_step": float(r.steps["idle_ms"].mean()),
+                    **{c: float(w[c]) for c in ("span_ms", "idle_share", "compute_share",
+                                                "non_compute_share", "overlap_of_comm")}}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+RANK_STEP_TABLE = "per rank and step (ms; shares of the device span, 0..1)"
+STRAGGLER_TABLE = "per step: slowest rank and straggler"
+SLOWED_TABLE = "kernels slower beside a collective (rank {rank})"
+
+
+def analyse_ranks(directory: str | Path, top: int = 10) -> "Report":
+    """The Report of a directory of per-rank traces (see the module): frame = per rank summary;
+    tables = per rank and step, stragglers per step, and per rank the `top` kernels slowed most
+    by overlapped communication. Raises TraceFormatError for an empty directory, a bad file or
+    two files of one rank."""
+    from lmperf.core.report import Report
+    from lmperf.questions.profile.record import KIND
+
+    directory = Path(directory)
+    found = read_ranks(directory, top)
+    table = per_rank_step(found)
+    tables = {RANK_STEP_TABLE: table, STRAGGLER_TABLE: stragglers(table)}
+    for r in found:
+        if r.slowed is not None and not r.slowed.empty:
+            tables[SLOWED_TABLE.format(rank=r.rank)] = r.slowed
+    summary = rank_summary(found)
+    findings = _findings(found, summary, tables[STRAGGLER_TABLE])
+    return Report(kind=KIND, frame=summary, tables=tables, findings=findings, records=[],
+                  title=f"lmperf profile --from-trace {directory.name}/ ({len(found)} ranks)")
+
+
+def _findings(ranks: list[RankTables], summary: pd.DataFrame, strag: pd.DataFrame) -> list[str]:
+    out = []
+    worlds = {r.world_size for r in ranks if r.world_size}
+    if worlds and max(worlds) > len(ranks):
+        out.append(f"{len(ranks)} of {max(worlds)} ranks' traces are in the directory: the "
+                   "straggler is the slowest of these.")
+    steps = {r.n_steps for r in ranks}
+    if len(steps) > 1:
+        out.append(f"The ranks hold different numbers of measured steps ({sorted(steps)}): "
+                   "steps are matched by index, and steps some rank lacks are in no straggler row.")
+    if not strag.empty and "straggler" in strag:
+        top = strag["straggler"].value_counts()
+        rank, n = int(top.index[0]), int(top.iloc[0])
+        out.append(f"Rank {rank} computes longest in {n} of {len(strag)} steps (mean "
+                   f"{strag['straggler_compute_ms'].mean():.2f} ms vs {strag['others_compute_ms'].mean():.2f} "
+                   "ms on the others): the others wait for it inside their collectives, so their "
+                   "communication time includes that wait.")
+    if "overlap_of_comm" in summary:
+        for row in summary.itertuples():
+            if row.comm_ms_per_step > 0:
+                out.append(f"Rank {row.rank}: {row.comm_ms_per_step:.2f} ms of communication per "
+                           f"step, {row.overlap_of_comm:.0%} of it under computation, "
+                           f"{row.exposed_comm_ms_per_step:.2f} ms exposed; GPU idle "
+                           f"{row.idle_share:.0%} of its span (HTA's definitions).")
+    return out
