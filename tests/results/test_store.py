@@ -16,6 +16,8 @@ ENV = {"device": "cpu", "timestamp": "2025-01-01T00:00:00+00:00"}
 
 def rec(context: int, status: str = "ok", **kw) -> dict:
     spec = {"size": "tiny", "context_length": context, "batch_size": 2, "precision": "fp32"}
+    if status == "ok":
+        kw.setdefault("metrics", {})
     return make_record("bench", spec, status, ENV, **kw)
 
 
@@ -133,7 +135,7 @@ def test_json_line_that_is_not_a_record(tmp_path, line):
     append_record(path, rec(16))
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
-    with pytest.raises(ResultsFileError, match=r"line 2 is not an lmperf record"):
+    with pytest.raises(ResultsFileError, match=r"r.jsonl line 2 is (not an lmperf record|a bench record with unknown status|a bench record whose spec)"):
         read_records(path)
 
 
@@ -221,3 +223,52 @@ def test_ensure_writable_directory_path(tmp_path):
         ensure_writable(folder)
     assert str(folder) in str(info.value)
     assert folder.is_dir()
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"schema":1,"kind":"bench","status":"ok","spec":{}}', "an ok bench record without metrics"),
+    ('{"schema":1,"kind":"nonsense","status":"ok","spec":{},"metrics":{}}', "unknown kind 'nonsense'"),
+    ('{"schema":9,"kind":"bench","status":"ok","spec":{},"metrics":{}}', "schema 9"),
+    ('{"schema":1,"kind":"bench","status":"fine","spec":{}}', "unknown status 'fine'"),
+    ('{"schema":1,"kind":"bench","status":"oom","spec":[]}', "spec is not an object"),
+])
+def test_a_record_that_cannot_be_read_is_named_by_file_and_line(tmp_path, line, why):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(rec(16)) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(ResultsFileError, match=f"r.jsonl line 2 is .*{why}"):
+        read_records(path)
+
+
+def test_older_records_are_read_in_todays_layout(tmp_path):
+    """A record without the fields later versions added (message, env, warnings, params) reads
+    with their defaults, so a reader never meets a KeyError."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"schema":1,"kind":"bench","status":"oom","spec":{"size":"tiny"}}\n')
+    (r,) = read_records(path)
+    assert r["message"] == "" and r["env"] == {} and r["warnings"] == [] and r["metrics"] is None
+
+
+def test_from_jsonable_inverts_to_jsonable():
+    import math
+
+    from lmperf.results.record import as_number, from_jsonable
+    from lmperf.results.schema import to_jsonable
+
+    values = {"a": [1.5, math.inf, -math.inf], "b": {"c": math.nan}, "d": "text"}
+    back = from_jsonable(json.loads(json.dumps(to_jsonable(values))))
+    assert back["a"] == [1.5, math.inf, -math.inf] and math.isnan(back["b"]["c"]) and back["d"] == "text"
+    assert as_number("inf") == math.inf and math.isnan(as_number(None))
+    with pytest.raises(ValueError):
+        as_number("fast")
+
+
+@pytest.mark.parametrize("command", ["table", "report"])
+def test_table_and_report_refuse_a_bad_record_in_one_line(tmp_path, capsys, command):
+    from lmperf.cli import main
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"schema":1,"kind":"bench","status":"ok","spec":{}}\n', encoding="utf-8")
+    argv = [command, str(path)] + (["--out", str(tmp_path / "r.html")] if command == "report" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "line 1" in err and "without metrics" in err

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 from lmperf.errors import ResultsFileError
-from lmperf.results.schema import is_record
+from lmperf.results.record import migrate, problem
 
 
 def spec_key(kind: str, spec: dict) -> str:
@@ -51,14 +51,53 @@ def append_record(path: Path, record: dict) -> None:
         raise ResultsFileError(f"cannot write results to {path}: {exc.strerror or exc}") from None
 
 
-def read_records(path: Path) -> list[dict]:
-    """All records of a results file, in order; raises ResultsFileError naming a corrupt line."""
+def read_text(path: Path) -> str:
+    """A results file's text; ResultsFileError (one line) when it is missing or unreadable."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsFileError(f"results file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFileError(f"cannot read results file {path}: {exc}") from None
+
+
+def is_json_array(text: str) -> bool:
+    """Whether a results file's text is one JSON array (what every command's `--json FILE`
+    writes) rather than JSON lines: a JSONL file's first character is a record's '{'."""
+    return text.lstrip().startswith("[")
+
+
+def read_json_array(path: Path, text: str | None = None) -> list[dict]:
+    """The objects of a JSON array file (`--json FILE`), in order, each with a 'kind'; raises
+    ResultsFileError naming the line of a syntax error or the item that is not an object."""
+    text = read_text(path) if text is None else text
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsFileError(f"{path} line {exc.lineno} is not valid JSON ({exc.msg}); "
+                               "it looks like a JSON array (--json FILE): repair or rewrite it"
+                               ) from None
+    if not isinstance(items, list):
+        raise ResultsFileError(f"{path} is not a JSON array of lmperf records")
+    for i, item in enumerate(items, start=1):
+        if not (isinstance(item, dict) and "kind" in item):
+            raise ResultsFileError(f"{path} item {i} of its JSON array is not an lmperf record")
+    return items
+
+
+def read_records(path: Path) -> list[dict]:
+    """All records of a results file, in order: JSON lines (--out), or one JSON array of
+    records (--json FILE); raises ResultsFileError naming a corrupt line or item."""
+    text = read_text(path)
+    if is_json_array(text):
+        items = read_json_array(path, text)
+        for i, item in enumerate(items, start=1):
+            why = problem(item)
+            if why is not None:
+                what = (" (lmperf compare's rows: `lmperf report` shows them)"
+                        if item.get("kind") == "compare" else "")
+                raise ResultsFileError(f"{path} item {i} of its JSON array is {why}{what}")
+        return [migrate(item) for item in items]
     records = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -69,9 +108,10 @@ def read_records(path: Path) -> list[dict]:
             raise ResultsFileError(
                 f"{path} line {lineno} is not valid JSON ({exc.msg}); remove or repair that line"
             ) from None
-        if not is_record(obj):
-            raise ResultsFileError(f"{path} line {lineno} is not an lmperf record")
-        records.append(obj)
+        why = problem(obj)
+        if why is not None:
+            raise ResultsFileError(f"{path} line {lineno} is {why}")
+        records.append(migrate(obj))
     return records
 
 
