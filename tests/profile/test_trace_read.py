@@ -4,6 +4,7 @@ top-level fields and formats Kineto writes are read as before."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import tracemalloc
@@ -94,3 +95,48 @@ def test_bad_documents_are_one_line_errors(tmp_path, text, message):
     with pytest.raises(TraceFormatError, match=message) as info:
         read_trace(bad)
     assert "\n" not in str(info.value)
+
+
+def _variant(tmp_path: Path, name: str, change) -> Path:
+    """The NCCL trace with its 150 cudaLaunchKernelExC launches changed by `change(event)`
+    (returning None drops the event)."""
+    doc = json.loads(gzip.decompress(NCCL.read_bytes()))
+    events = []
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_runtime" and e.get("name") == "cudaLaunchKernelExC":
+            e = change(e)
+        if e is not None:
+            events.append(e)
+    doc["traceEvents"] = events
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@functools.cache
+def _original():
+    return load_trace(NCCL)
+
+
+def test_kernels_launched_through_culaunchkernelex_are_attributed(tmp_path):
+    """Triton / torch.compile kernels go through the driver's cuLaunchKernelEx (Kineto: cat
+    cuda_driver): linked by correlation like any launch, whatever its name (HTA #271)."""
+    path = _variant(tmp_path, "driver.json", lambda e: {**e, "cat": "cuda_driver",
+                                                           "name": "cuLaunchKernelEx"})
+    a, b = _original(), load_trace(path)
+    ex = b.kernels["launch_name"] == "cuLaunchKernelEx"
+    assert ex.sum() == 150 and b.unattributed_kernels == 0
+    assert (b.kernels["step"] == a.kernels["step"]).all()
+    assert (b.kernels["phase"] == a.kernels["phase"]).all()
+
+
+def test_kernels_whose_launch_the_trace_lacks_are_placed_by_external_id(tmp_path):
+    """Kineto versions that recorded only cuLaunchKernel among driver calls (kineto #752) leave
+    a cuLaunchKernelEx kernel with no launch: its External id names the op that launched it."""
+    path = _variant(tmp_path, "dropped.json", lambda e: None)
+    a, b = _original(), load_trace(path)
+    via = b.kernels["launch_via"]
+    assert (via == "external id").sum() == 150 and b.unattributed_kernels == 0
+    assert (b.kernels["step"] == a.kernels["step"]).all()
+    assert (b.kernels["phase"] == a.kernels["phase"]).all()
+    assert set(b.kernels.loc[via == "external id", "launch_name"]) <= set(b.ops["name"])

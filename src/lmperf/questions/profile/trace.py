@@ -81,8 +81,10 @@ class Trace:
         missing (NaN) where no range holds the event.
     kernels: device activities (`kernel`, `gpu_memcpy`, `gpu_memset`). Columns name, kind
         (kernel/memcpy/memset), device, stream, start_us, end_us, dur_us, correlation,
-        launch_name, launch_tid, launch_us, and phase/phase_range/in_step/step/attention taken
-        from the launch; phase and phase_range are "unattributed" when no launch matches.
+        external_id, launch_name, launch_tid, launch_us, launch_via ("correlation", or "external
+        id" where the trace lacks the launch call and the launching cpu_op stands in, see
+        `_kernels`), and phase/phase_range/in_step/step/attention taken from the launch; phase
+        and phase_range are "unattributed" when no launch matches.
     launches: runtime/driver API calls (`cuda_runtime`, `cuda_driver`) with their correlation.
     n_steps: number of measured steps (top-level `step` ranges outside `warmup`; the profiler's
         `ProfilerStep#N` ranges when the model was not annotated).
@@ -234,15 +236,38 @@ def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
 
 
 def _kernels(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
+    """Device activities placed by their launch. The launch is the runtime or driver call with
+    the same correlation id, whatever its name: cudaLaunchKernel, cudaLaunchKernelExC, and the
+    driver's cuLaunchKernel / cuLaunchKernelEx that Triton and torch.compile kernels go
+    through (HTA matched launches by name and missed cuLaunchKernelEx, HTA #271). Kineto versions
+    that recorded no driver calls, or only cuLaunchKernel (kineto #752), leave such kernels with
+    no launch; they are then placed by their "External id": CUPTI stamps every activity with
+    the id of the operator open on the launching thread (external correlation kind CUSTOM0,
+    pushed by PyTorch per op), so the cpu_op with that id stands in for the launch (its start
+    is at most the op's length before the real launch). launch_via says which: "correlation",
+    "external id", or None (unattributed)."""
     k = raw.device
-    # The launch: the runtime/driver call with the same correlation id (one per id; keep the
-    # first should a runtime call and a driver call ever share one). Which calls carry it:
-    # `launch_names`.
+    # The launch: one per correlation id (keep the first should a runtime call and a driver
+    # call ever share one).
     launches = raw.launches
     first = launches.dropna(subset=["correlation"]).drop_duplicates("correlation")
     link = first.set_index("correlation")[["name", "tid", "start_us"]]
     link.columns = ["launch_name", "launch_tid", "launch_us"]
     k = k.join(link, on="correlation")
+    via = np.where(k["launch_us"].notna().to_numpy(), "correlation", None).astype(object)
+    missing = pd.isna(via) & k["external_id"].notna().to_numpy()
+    if missing.any() and len(raw.ops):
+        ops = raw.ops.dropna(subset=["external_id"]).drop_duplicates("external_id")
+        op = ops.set_index("external_id")[["name", "tid", "start_us"]]
+        found = k.loc[missing, ["external_id"]].join(op, on="external_id")
+        hit = found["start_us"].notna().to_numpy()
+        rows = np.flatnonzero(missing)[hit]
+        k["launch_name"] = k["launch_name"].astype(object)
+        k.iloc[rows, k.columns.get_loc("launch_name")] = found["name"].to_numpy()[hit]
+        k.iloc[rows, k.columns.get_loc("launch_tid")] = found["tid"].to_numpy()[hit]
+        k.iloc[rows, k.columns.get_loc("launch_us")] = found["start_us"].to_numpy()[hit]
+        via[rows] = "external id"
+    k["launch_via"] = via
     if pd.api.types.is_float_dtype(k["launch_tid"]):  # ints turned float by missing launches
         k["launch_tid"] = k["launch_tid"].astype("Int64")
     found = k["launch_us"].notna().to_numpy()

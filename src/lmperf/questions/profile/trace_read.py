@@ -90,10 +90,11 @@ class RawTrace:
     """What a trace file holds, as DataFrames (times in microseconds, as the file writes them).
 
     ranges: user_annotation and gpu_user_annotation events (name, pid, tid, start_us, end_us,
-        dur_us, cat, external_id); ops: cpu_op events (same base columns); modules:
+        dur_us, cat, external_id); ops: cpu_op events (the base columns and external_id); modules:
         python_function events named "nn.Module: ..." (a module's forward, a phase marker), with
         cat; launches: cuda_runtime / cuda_driver calls with cat and correlation; device:
-        kernel / gpu_memcpy / gpu_memset with kind, device, stream, correlation (device and
+        kernel / gpu_memcpy / gpu_memset with kind, device, stream, correlation, external_id (the
+        "External id" of the cpu_op that launched it; device and
         stream fall back to pid and tid where the args lack them, as peer copies write
         "inDevice"). thread_names: (pid, tid) -> the name Kineto's thread_name metadata gives.
     meta: the document's other top-level fields found before the events.
@@ -176,10 +177,10 @@ def read_trace(path: str | Path) -> RawTrace:
 def _read(f: IO[bytes], prefix: str, meta: dict) -> RawTrace:
     names, ids, cats = _Interner(), _Interner(), _Interner()
     ranges = _Table(extra_int=("External id",))
-    ops = _Table()
+    ops = _Table(extra_int=("External id",))
     modules = _Table()
     launches = _Table(extra_int=("correlation",))
-    device = _Table(extra_int=("correlation",), extra_code=("device", "stream"))
+    device = _Table(extra_int=("correlation", "External id"), extra_code=("device", "stream"))
     table_of = {**{c: ranges for c in RANGE_CATS}, "cpu_op": ops, "python_function": modules,
                 **{c: launches for c in LAUNCH_CATS}, **{c: device for c in DEVICE_CATS}}
     thread_names: dict[tuple, str] = {}
@@ -227,9 +228,10 @@ def _read(f: IO[bytes], prefix: str, meta: dict) -> RawTrace:
     frame = _Framer(names, ids, cats)
     ranges_df = frame(ranges)
     ranges_df = ranges_df.rename(columns={"External id": "external_id"})
-    dev_df = frame(device)
+    dev_df = frame(device).rename(columns={"External id": "external_id"})
     dev_df.insert(6, "kind", dev_df.pop("cat").map(DEVICE_CATS))
-    return RawTrace(ranges=ranges_df, ops=frame(ops, cat=False), modules=frame(modules),
+    ops_df = frame(ops, cat=False).rename(columns={"External id": "external_id"})
+    return RawTrace(ranges=ranges_df, ops=ops_df, modules=frame(modules),
                     launches=frame(launches), device=dev_df, thread_names=thread_names,
                     meta=meta, n_events=n_events)
 
