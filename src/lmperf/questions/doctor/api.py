@@ -51,7 +51,9 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
 
     `device` is `lmperf doctor --device`: 'auto' (the CPU, and CUDA when present), 'cpu' or
     'cuda'. CUDA's checks are rows marked skip, with the reason, where they cannot run. The CPU
-    checks take ~10-20 s (two child processes start, one of them for Triton's interpreter).
+    checks take ~10-20 s (two child processes start, one of them for Triton's interpreter),
+    plus a torchrun launch of 2 gloo ranks in the background (the distributed checks): its
+    start-up dominates (34 s of a 93 s doctor on a 2-core VM at load 18).
     Raises SpecError for an unknown device or check name, ResultsFileError for an unwritable
     `out`.
     """
