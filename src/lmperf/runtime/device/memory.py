@@ -19,15 +19,25 @@ from lmperf.runtime.device.select import GIB, MIB, cuda_index, synchronize
 #   outside the caching allocator (context creation, cudaMalloc in a library, a stream or event);
 #   torch >= 2.8 raises it as torch.AcceleratorError, older ones as RuntimeError (HIP: "HIP error");
 # - cuBLAS / cuSOLVER / cuDNN handles and workspaces that failed to allocate
-#   ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`").
+#   ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`");
+# - NCCL's own buffers, allocated with cudaMalloc outside the caching allocator: torch raises
+#   torch.distributed.DistBackendError (a RuntimeError) whose text ends with NCCL's last
+#   warning (torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr: "...
+#   ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n<warning>"), and NCCL
+#   words that warning "Cuda failure 2 'out of memory'" (its CUDACHECK / CUCHECK macros; older
+#   NCCL without the number), "Failed to CUDA calloc [async] N bytes" (alloc.h, device memory)
+#   or "Failed to malloc N bytes" (alloc.h, host memory). Other NCCL errors ("Cuda failure 999
+#   'unknown error'", a peer that left) stay errors.
 _OOM_TEXT = re.compile(r"can't allocate memory|CUDA out of memory|(?:CUDA|HIP) error: out of memory"
                        r"|CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED"
-                       r"|CUDNN_STATUS_ALLOC_FAILED")
+                       r"|CUDNN_STATUS_ALLOC_FAILED"
+                       r"|Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc"
+                       r"|Failed to malloc \d+ bytes")
 
 
 def is_oom(exc: BaseException) -> bool:
     """True when `exc` is an out-of-memory error of the CPU, the CUDA caching allocator, the CUDA
-    runtime or a CUDA library (cuBLAS, cuSOLVER, cuDNN)."""
+    runtime, a CUDA library (cuBLAS, cuSOLVER, cuDNN) or NCCL's own buffers."""
     if isinstance(exc, MemoryError):
         return True
     oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", ())
@@ -114,8 +124,13 @@ def device_memory_gib(device: torch.device) -> float | None:
 def cap_memory(device: torch.device, gib: float) -> str:
     """Cap this process's memory so that running out is a clean, catchable OOM.
 
-    CUDA: the caching allocator's per-process fraction of the GPU. CPU: the address-space limit
-    (RLIMIT_AS), which also counts the ~0.6 GiB that Python and torch map at import.
+    CUDA: the caching allocator's per-process fraction of the GPU. Only memory that goes through
+    the allocator counts against it: the CUDA context (~0.3-1 GiB per process and device, more
+    with lazy module loading off), cuBLAS / cuDNN handles and workspaces, and NCCL's buffers
+    (cudaMalloc'd by NCCL itself) come on top, so a process can hold more than the cap, and
+    running out there raises a CUDA, cuBLAS or NCCL error that `is_oom` still calls 'oom'.
+    CPU: the address-space limit (RLIMIT_AS), which also counts everything the process has
+    mapped: ~0.6 GiB after importing a CPU build of torch, several GiB for a CUDA build.
     Returns a description of the cap that was set.
     """
     if device.type == "cuda":
