@@ -157,7 +157,13 @@ def test_gib_and_bandwidth_override_the_gpu() -> None:
     assert "H200" in report.title and "989.4 TFLOP/s" in report.title
 
 
-def test_batch_adds_activations_split_by_tp() -> None:
+def test_batch_adds_activations_split_by_tp(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lmperf.questions.parallel import shards
+
+    def missing(*_: object) -> None:
+        raise ImportError("the analytic path")
+
+    monkeypatch.setattr(shards, "simulate", missing)
     report = lmperf.dist("estimate", size="xl", course="2026", world_size=[8], tp=[2],
                          batch=2, context=256)
     df = report.frame.set_index(["strategy", "tp"])

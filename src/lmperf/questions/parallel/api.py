@@ -134,14 +134,22 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
     w, memory, flops, device = est.device_figures(gpu, bandwidth, gpu_gib, tflops)
     shape = _shape(size, d_model, d_ff, num_layers, ffn_only, context, course)
     micro = None if batch is None or shape.ffn_only else batch * (context or 1024)
+    per_rank = allowance = None
+    if micro:  # every rank's memory from one simulated step
+        from lmperf.model.presets import DEFAULT_COURSE
+        from lmperf.questions.parallel.shards import simulated_memory
+
+        per_rank, allowance, simulated = simulated_memory(
+            size or "xl", course or DEFAULT_COURSE, context or 1024, batch, shape)
     rows = est.estimate_rows(shape, sizes, bandwidth_gbps=w, gpu_gib=memory, tflops=flops,
                              global_tokens=tokens, comm_dtype_bytes=c,
-                             tp_degrees=tuple(degrees), micro_tokens=micro)
+                             tp_degrees=tuple(degrees), micro_tokens=micro,
+                             rank_memory=per_rank, allowance=allowance)
     if shape.ffn_only:
         saved = "activations: bf16 block inputs and first-layer outputs of the FFN-only model"
     elif micro:
         saved = (f"activations: one micro-batch of {batch} x {context or 1024} tokens per "
-                 f"replica, bf16 autocast, fused attention")
+                 f"replica, bf16 autocast, fused attention; {simulated}")
     else:
         saved = "model states only (--batch adds activations)"
     caption = (f"{shape.name}, P = {shape.params:,} parameters, {tokens:,} tokens/step, "

@@ -164,13 +164,15 @@ def _min_devices_tp(shape: Shape, t: int | None, gpu_gib: float) -> int | None:
 
 def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations: float,
          sent: float, *, bandwidth_gbps: float, gpu_gib: float, tflops: float,
-         global_tokens: int, fewest: int | None, largest: int | None) -> dict:
+         global_tokens: int, fewest: int | None, largest: int | None, allowance: float = 0.0,
+         method: str = "analytic") -> dict:
     comm_s = sent / (bandwidth_gbps * GB)
     flops = step_flops(shape.params, global_tokens / n)
     compute_s = flops / (tflops * 1e12)
-    total = states + activations
+    total = states + activations + allowance
     return {"strategy": strategy, "world_size": n, "tp": t, "dp": n // t, "params": shape.params,
-            "states_gib": states / GIB, "activations_gib": activations / GIB,
+            "memory_method": method, "states_gib": states / GIB,
+            "activations_gib": activations / GIB, "allowance_gib": allowance / GIB,
             "total_gib": total / GIB, "fits": total <= gpu_gib * GIB,
             "min_devices_states": fewest, "tflop": flops / 1e12, "comm_gb": sent / GB,
             "comm_ms": comm_s * 1e3, "compute_ms": compute_s * 1e3, "comm_bound": comm_s > compute_s,
@@ -180,14 +182,19 @@ def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations
 def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float,
                   gpu_gib: float, tflops: float, global_tokens: int, comm_dtype_bytes: int,
                   tp_degrees: tuple[int, ...] = (2, 4, 8),
-                  micro_tokens: int | None = None) -> list[dict]:
+                  micro_tokens: int | None = None,
+                  rank_memory: Callable[[str, int, int], tuple[float, float]] | None = None,
+                  allowance: Callable[[float], float] | None = None) -> list[dict]:
     """One row per (strategy, N), plus a tp row per N and an fsdp+tp row per TP degree that
     divides N (1 < t < N): memory per device and whether it fits, FLOPs, communication and
     compute per step, and the largest degree before communication dominates.
 
     Activations: with `micro_tokens` (tokens of one micro-batch per data-parallel replica, an LM
     preset) those of that micro-batch; for the FFN-only model those of all G / d tokens of a
-    replica (the course's accounting); else none (model states only)."""
+    replica (the course's accounting); else none (model states only). `rank_memory(strategy,
+    N, t)`, when given, replaces a row's analytic (states, activations) by a simulated rank's
+    (states, everything else) at its peak (lmperf.questions.parallel.shards);
+    `allowance(bytes)` adds what a simulation cannot see (the CUDA context, ...)."""
     c = comm_dtype_bytes
     common = dict(bandwidth_gbps=bandwidth_gbps, gpu_gib=gpu_gib, tflops=tflops,
                   global_tokens=global_tokens)
@@ -197,25 +204,35 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
             return activation_bytes(shape, micro_tokens, t)
         return activation_bytes(shape, global_tokens // d, t) if shape.ffn_only else 0.0
 
+    def memory(strategy: str, n: int, t: int, states: float, activations: float) -> dict:
+        method = "analytic"
+        if rank_memory is not None:
+            (states, activations), method = rank_memory(strategy, n, t), "simulated"
+        extra = allowance(states + activations) if allowance else 0.0
+        return dict(states=states, activations=activations, allowance=extra, method=method)
+
     rows = []
     for n in world_sizes:
         for strategy in DATA_PARALLEL:
             rows.append(_row(
-                strategy, shape, n, 1, state_bytes(strategy, shape.params, n), saved(n, 1),
-                comm_bytes(strategy, shape.params, n, c),
+                strategy, shape, n, 1, sent=comm_bytes(strategy, shape.params, n, c),
                 fewest=_min_devices(strategy, shape.params, gpu_gib),
                 largest=largest_n(strategy, shape.params, global_tokens, bandwidth_gbps,
-                                  tflops, c), **common))
+                                  tflops, c),
+                **memory(strategy, n, 1, state_bytes(strategy, shape.params, n), saved(n, 1)),
+                **common))
         rows.append(_row(
-            "tp", shape, n, n, STATE_BYTES * tp_params(shape, n), saved(1, n),
-            tp_step_bytes(shape, n, n, global_tokens, c),
+            "tp", shape, n, n, **memory("tp", n, n, STATE_BYTES * tp_params(shape, n), saved(1, n)),
+            sent=tp_step_bytes(shape, n, n, global_tokens, c),
             fewest=_min_devices_tp(shape, None, gpu_gib),
             largest=largest_tp(shape, global_tokens, bandwidth_gbps, tflops, c), **common))
         for t in tp_degrees:
             if 1 < t < n and n % t == 0:
                 rows.append(_row(
-                    "fsdp+tp", shape, n, t, STATE_BYTES * tp_params(shape, t) / (n // t),
-                    saved(n // t, t), tp_step_bytes(shape, n, t, global_tokens, c),
+                    "fsdp+tp", shape, n, t,
+                    **memory("fsdp+tp", n, t, STATE_BYTES * tp_params(shape, t) / (n // t),
+                             saved(n // t, t)),
+                    sent=tp_step_bytes(shape, n, t, global_tokens, c),
                     fewest=_min_devices_tp(shape, t, gpu_gib),
                     largest=largest_n_2d(shape, t, global_tokens, bandwidth_gbps, tflops, c),
                     **common))

@@ -100,7 +100,13 @@ def tp_comm_bytes(shape: Shape, tokens: float, t: int, c: int) -> float:
 
 def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
     """Bytes saved for backward on one device of a `t`-way tensor-parallel group whose micro-batch
-    has `tokens` tokens, activations in an a-byte dtype (bf16 autocast: a = 2).
+    has `tokens` tokens, activations in an a-byte dtype (bf16 autocast: a = 2): the saved
+    activations and autocast's weight copies (saved_activation_bytes + weight_copy_bytes)."""
+    return saved_activation_bytes(shape, tokens, t, a) + weight_copy_bytes(shape, t, a)
+
+
+def saved_activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
+    """The activations one device saves (see activation_bytes), without weight copies.
 
     FFN-only model: each block's input (C, whole on every device) and first layer's output
     (F / t) per token. The LM (bf16 autocast, fused attention: lmperf memory --estimate's terms):
@@ -109,8 +115,7 @@ def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> flo
     (5 a C + 4 H + 5 a F) / t split with the heads and hidden units (q and k after RoPE; v, the
     attention output and its copy; the fp32 logsumexp; SwiGLU's five F-wide tensors); after the
     blocks 8 C + 4 + a C per token (final norm, lm_head's input) and 4 V / t (fp32
-    log-probabilities, split by vocabulary); and autocast's a-byte weight copies, split as the
-    weights are: a (L (4 C^2 + 3 C F) + C V) / t.
+    log-probabilities, split by vocabulary), and 4 bytes (the loss's total weight).
     """
     C, F, L = shape.d_model, shape.d_ff, shape.num_layers
     if shape.ffn_only:
@@ -118,8 +123,16 @@ def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> flo
     H, V = shape.num_heads, shape.vocab_size
     block = tokens * (16 * C + 8 + 5 * a * C + (5 * a * C + 4 * H + 5 * a * F) / t)
     head = tokens * (8 * C + 4 + a * C + 4 * V / t) + 4
-    copies = a * (L * (4 * C * C + 3 * C * F) + C * V) / t
-    return L * block + head + copies
+    return L * block + head
+
+
+def weight_copy_bytes(shape: Shape, t: int = 1, a: int = 2) -> float:
+    """Autocast's a-byte copies of the matmul weights, saved for backward, split as the weights
+    are: a (L (4 C^2 + 3 C F) + C V) / t (none in the FFN-only model, counted in fp32 there)."""
+    if shape.ffn_only:
+        return 0.0
+    C, F = shape.d_model, shape.d_ff
+    return a * (shape.num_layers * (4 * C * C + 3 * C * F) + C * shape.vocab_size) / t
 
 
 def step_flops(params: int, tokens: float) -> float:
