@@ -47,7 +47,7 @@ def test_plan_is_the_leaderboards_shape():
     assert (job.d_model, job.num_layers, job.num_heads, job.d_ff, job.vocab_size) == (
         4096, 34, 32, 11008, 151_936)
     assert (job.context_length, job.batch_size, job.world_size) == (32768, 2, 2)
-    assert job.precision == "bf16-mixed" and job.checkpointing and job.backend == "gloo"
+    assert job.precision == "bf16-true" and job.checkpointing and job.backend == "gloo"
     assert leaderboard.LeaderboardJob.from_dict(job.to_dict()) == job
 
 
