@@ -33,7 +33,9 @@ def git_commit() -> str | None:
 
 def capture(device: torch.device) -> dict:
     """Versions, device, CPU, threads, TF32 settings and a UTC timestamp, as a JSON-ready dict;
-    on CUDA also the compute capability ("8.0") and whether the device is a MIG slice."""
+    on CUDA also the compute capability ("8.0"), whether the device is a MIG slice, the NCCL
+    version and what NVML says (driver, clocks, power limit, ECC, temperature, other processes:
+    `runtime.device.gpu_env`; absent on the CPU)."""
     return {
         "lmperf": lmperf.__version__,
         "git_commit": git_commit(),
@@ -43,6 +45,7 @@ def capture(device: torch.device) -> dict:
         "device": device.type,
         "device_name": dev.device_name(device),
         **_cuda_fields(device),
+        **dev.gpu_environment(device),  # driver, NCCL, clocks, power, ECC, other processes
         "cpu_model": dev.cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

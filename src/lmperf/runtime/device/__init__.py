@@ -3,7 +3,8 @@
 Everything else asks it and stays testable on the CPU. One module per job: `select` (which
 device, synchronisation, NVTX), `clocks` (phase timing), `memory` (OOM detection, peaks, the
 cap), `info` (names, capability, bf16, fused AdamW), `state` (TF32 and RNG), `snapshot` (CUDA
-memory history and the OOM dump), `kernel_timer` (do_bench-style per-call timing). Every name
+memory history and the OOM dump), `kernel_timer` (do_bench-style per-call timing), `gpu_env`
+(driver, NCCL, clocks, power, ECC and other processes, through NVML). Every name
 is re-exported here, so `from lmperf.runtime import device as dev; dev.synchronize(...)` works;
 a test that replaces a function used inside the package patches the submodule that defines it.
 """
@@ -11,6 +12,7 @@ a test that replaces a function used inside the package patches the submodule th
 from __future__ import annotations
 
 from lmperf.runtime.device.clocks import PhaseClock
+from lmperf.runtime.device.gpu_env import gpu_environment, nccl_version
 from lmperf.runtime.device.info import (
     bf16_supported, cpu_model, cuda_capability, cuda_versions, device_name, fused_adamw_supported,
 )

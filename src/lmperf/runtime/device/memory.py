@@ -125,8 +125,8 @@ def cap_memory(device: torch.device, gib: float) -> str:
     """Cap this process's memory so that running out is a clean, catchable OOM.
 
     CUDA: the caching allocator's per-process fraction of the GPU. Only memory that goes through
-    the allocator counts against it: the CUDA context (~0.3-1 GiB per process and device, more
-    with lazy module loading off), cuBLAS / cuDNN handles and workspaces, and NCCL's buffers
+    the allocator counts against it: the CUDA context (hundreds of MiB per process and device),
+    cuBLAS / cuDNN handles and workspaces, and NCCL's buffers
     (cudaMalloc'd by NCCL itself) come on top, so a process can hold more than the cap, and
     running out there raises a CUDA, cuBLAS or NCCL error that `is_oom` still calls 'oom'.
     CPU: the address-space limit (RLIMIT_AS), which also counts everything the process has

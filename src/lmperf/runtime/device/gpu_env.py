@@ -1,0 +1,117 @@
+"""What a GPU record's environment needs beyond torch: the driver, NCCL, clocks, power limit, ECC,
+temperature and the other processes on the device, read through NVML (the library behind
+nvidia-smi) where the optional `nvidia-ml-py` package (`import pynvml`) is installed.
+
+Every field is read on its own: a consumer GPU answers NVMLError_NotSupported for ECC, a
+container may hide other processes; such a field is None and the others stay. Without the
+package, or without a driver NVML can talk to, the record says why (`nvml`). Nothing here runs
+for a CPU device.
+
+The NVML device is found by the CUDA device's UUID (`GPU-<uuid>`, `MIG-<uuid>` for a MIG slice),
+never by index: NVML numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, CUDA does not.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+
+from lmperf.runtime.device.select import GIB, cuda_index
+
+INSTALL_HINT = "pip install 'lmperf[gpu]' (nvidia-ml-py)"
+
+
+def nccl_version() -> str | None:
+    """The NCCL version torch was built with ("2.21.5"), or None (a CPU build, no NCCL)."""
+    try:
+        import torch.cuda.nccl as nccl
+
+        version = nccl.version()
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def _text(value: Any) -> str:
+    """NVML strings: bytes in old pynvml releases, str in nvidia-ml-py."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _handle(nvml: Any, device: torch.device) -> Any:
+    """The NVML handle of the CUDA device `device`, by its UUID."""
+    uuid = str(torch.cuda.get_device_properties(cuda_index(device)).uuid)
+    names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]
+    for name in names:
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(name)
+        except nvml.NVMLError:
+            continue
+    raise LookupError(f"NVML knows no device with UUID {uuid}")
+
+
+def _fields(nvml: Any, handle: Any) -> dict[str, Any]:
+    """The record's GPU fields from an NVML handle; a field NVML refuses is None."""
+
+    def read(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except nvml.NVMLError:
+            return None
+
+    def scaled(value: Any, factor: float) -> float | None:
+        return None if value is None else value * factor
+
+    cuda = read(nvml.nvmlSystemGetCudaDriverVersion)  # e.g. 12040 for 12.4
+    ecc = read(nvml.nvmlDeviceGetEccMode, handle)  # [current, pending]
+    # Newer NVML calls them clock event reasons, older ones throttle reasons (same bits).
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+    return {
+        "driver_version": _text(d) if (d := read(nvml.nvmlSystemGetDriverVersion)) else None,
+        "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None,
+        "sm_clock_mhz": read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+        "sm_clock_max_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM),
+        "memory_clock_mhz": read(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM),
+        "memory_clock_max_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM),
+        "clock_event_reasons": read(reasons, handle),  # NVML bitmask, 0 or 1 (idle): not held back
+        "power_limit_w": scaled(read(nvml.nvmlDeviceGetEnforcedPowerLimit, handle), 1e-3),
+        "power_default_limit_w": scaled(
+            read(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle), 1e-3),
+        "temperature_c": read(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+        "ecc_enabled": bool(ecc[0] == nvml.NVML_FEATURE_ENABLED) if ecc else None,
+        "other_processes": _others(read(nvml.nvmlDeviceGetComputeRunningProcesses, handle)),
+    }
+
+
+def _others(processes: list | None) -> list[dict[str, Any]] | None:
+    """The compute processes on the device other than this one: pid and GiB used (None where
+    NVML cannot tell, e.g. without the rights to see them)."""
+    if processes is None:
+        return None
+    mine = os.getpid()
+    return [{"pid": p.pid, "used_gib": p.usedGpuMemory / GIB if p.usedGpuMemory else None}
+            for p in processes if p.pid != mine]
+
+
+def gpu_environment(device: torch.device) -> dict[str, Any]:
+    """The NCCL version and NVML's fields for `device` (see the module docstring), with `nvml`
+    'ok' or why they are missing; {} for a device that is not CUDA."""
+    if device.type != "cuda":
+        return {}
+    out: dict[str, Any] = {"nccl_version": nccl_version()}
+    try:
+        import pynvml as nvml
+    except ImportError:
+        return {**out, "nvml": f"unavailable: nvidia-ml-py is not installed ({INSTALL_HINT})"}
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        return {**out, "nvml": f"unavailable: {_text(exc)}"}
+    try:
+        return {**out, "nvml": "ok", **_fields(nvml, _handle(nvml, device))}
+    except (nvml.NVMLError, LookupError) as exc:
+        return {**out, "nvml": f"unavailable: {_text(exc)}"}
+    finally:
+        nvml.nvmlShutdown()
