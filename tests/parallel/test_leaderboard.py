@@ -84,3 +84,19 @@ def test_the_step_runs_on_two_gloo_ranks(tmp_path, capsys):
                                    num_heads=spec["num_heads"], d_ff=spec["d_ff"]))
     assert record["params"] == count_params(tiny)  # the whole model, not one rank's shard
     assert "leaderboard step" in capsys.readouterr().out
+
+
+def test_the_python_api_plans_the_same_job(monkeypatch):
+    import lmperf
+
+    seen = {}
+    monkeypatch.setattr("lmperf.questions.parallel.launch.run_job",
+                        lambda job: seen.setdefault("job", job) and [])
+    report = lmperf.dist("leaderboard", size="tiny", context=32, device="cpu", precision="bf16-mixed",
+                         rep_ms=5.0)
+    job = seen["job"]
+    assert (job.size, job.context_length, job.batch_size, job.precision, job.rep_ms) == (
+        "tiny", 32, 2, "bf16-mixed", 5.0)
+    assert report.kind == "leaderboard" and report.frame.empty
+    with pytest.raises(SpecError):
+        lmperf.dist("leaderboard", world_size=[2, 4], device="cpu")
