@@ -36,10 +36,33 @@ def test_six_calls_return_reports_with_frames():
         assert report.render("text").strip(), kind
 
 
-def test_packages_stay_importable_as_packages():
-    from lmperf.questions.bench.report import build_report  # the package is callable and still a package
+def test_every_api_function_shows_its_keywords_and_defaults():
+    """`inspect.signature`, `help()` and IDEs see the real functions (no *args/**kwargs
+    wrappers): each is the catalog's API function, with a docstring."""
+    import inspect
 
-    assert callable(lmperf.bench) and callable(build_report)
+    from lmperf.catalog import QUESTIONS
+    from lmperf.core.jobs import resolve
+
+    for q in QUESTIONS:
+        fn = getattr(lmperf, q.command)
+        assert fn is resolve(q.api), q.command
+        assert fn.__doc__ and len(fn.__doc__) > 80, q.command
+        params = inspect.signature(fn).parameters
+        named = [p for p in params.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        assert len(named) >= 3, q.command
+    signature = inspect.signature(lmperf.bench)
+    assert signature.parameters["batch"].default == 4
+    assert signature.parameters["size"].default is None and "context" in signature.parameters
+
+
+def test_import_lmperf_is_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, lmperf; print('torch' in sys.modules, 'pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert out.strip() == "False False"
 
 
 @pytest.mark.slow

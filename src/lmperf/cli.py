@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lmperf import __version__
 from lmperf.catalog import QUESTIONS
+from lmperf.core.vocabulary import check_args
 from lmperf.errors import LmperfError
 
 
@@ -38,8 +39,13 @@ def _add_table(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_table)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `lmperf` argument parser."""
+_ALL = object()
+
+
+def build_parser(command: str | None | object = _ALL) -> argparse.ArgumentParser:
+    """The `lmperf` argument parser: every subcommand in full, or (`command` given, as `main`
+    does) only that one in full and the others by name and question, so that `lmperf --help`,
+    `lmperf bench --help` and a bad flag answer without importing what other commands need."""
     import importlib
 
     parser = _Parser(prog="lmperf", description="A performance lab for training Transformer LMs.")
@@ -47,9 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     for question in QUESTIONS:
-        importlib.import_module(question.cli).add_parser(sub)
+        if command is _ALL or command == question.command:
+            importlib.import_module(question.cli).add_parser(sub)
+        else:
+            sub.add_parser(question.command, help=question.ask)
     _add_table(sub)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named on a command line (its first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def cmd_table(args: argparse.Namespace) -> int:
@@ -89,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _interrupt)
     try:
-        args = build_parser().parse_args(argv)  # inside: Ctrl-C while torch imports is exit 130
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(_command_of(argv)).parse_args(argv)  # Ctrl-C here is exit 130 too
+        check_args(args.command, args)  # bad values in one line, before torch is imported
         return args.func(args)
     except LmperfError as exc:
         print(f"lmperf: error: {exc}", file=sys.stderr)

@@ -154,15 +154,15 @@ def _sizes() -> Sequence[str]:
 
 
 def _regimes() -> Sequence[str]:
-    from lmperf.runtime.precision import REGIMES
+    from lmperf.names import REGIME_NAMES
 
-    return list(REGIMES)
+    return list(REGIME_NAMES)
 
 
 def _attention() -> Sequence[str]:
-    from lmperf.kernels import NAMES
+    from lmperf.names import ATTENTION_NAMES
 
-    return list(NAMES)
+    return list(ATTENTION_NAMES)
 
 
 def _courses() -> Sequence[str]:
@@ -248,6 +248,8 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
         kwargs: dict = {"type": opt.type, "metavar": opt.metavar, "help": text}
         if opt.strict and opt.choices is not None:
             kwargs["choices"] = list(opt.choices())
+            # the help lists the choices; a metavar keeps argparse from listing them again
+            kwargs["metavar"] = opt.metavar or opt.dest.upper()
         if name in lists:
             kwargs["nargs"] = "+"
             default = list(default) if isinstance(default, (list, tuple)) else (
@@ -292,3 +294,43 @@ def add_alias(parser: argparse.ArgumentParser, old: str, new: str, *, many: bool
     opt = OPTIONS[new.lstrip("-").replace("-", "_")]
     parser.add_argument(old, dest=opt.dest, action=_Deprecated, new=new, type=type,
                         nargs="+" if many else None, help=argparse.SUPPRESS)
+
+
+def check_args(command: str, args: argparse.Namespace) -> None:
+    """Refuse a bad value of a shared option in one line that names its flag, before the command
+    imports torch (the specs check everything again, with the same words, for the Python API).
+
+    `--precision` is a tensor dtype in `attention` (its own parser checks it), a regime
+    everywhere else. Raises SpecError.
+    """
+    from lmperf.errors import SpecError
+    from lmperf.model.presets import DEFAULT_COURSE, resolve_preset
+    from lmperf.names import ATTENTION_NAMES, REGIME_NAMES
+
+    def values(name: str) -> list:
+        value = getattr(args, name, None)
+        return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+
+    for name in ("context", "batch", "steps"):
+        for v in values(name):
+            if isinstance(v, int) and v <= 0:
+                raise SpecError(f"--{name} must be a positive integer, got {v}")
+    for name in ("warmup", "threads", "seed"):
+        for v in values(name):
+            if isinstance(v, int) and v < 0:
+                raise SpecError(f"--{name} must be a non-negative integer, got {v}")
+    course = getattr(args, "course", None) or DEFAULT_COURSE
+    for v in values("size"):
+        try:
+            resolve_preset(v, course)
+        except ValueError as exc:
+            raise SpecError(f"--size: {exc}") from None
+    if command != "attention":
+        for v in values("precision"):
+            if v not in REGIME_NAMES:
+                raise SpecError(f"--precision: unknown regime {v!r}; accepted: "
+                                f"{', '.join(REGIME_NAMES)}")
+    for v in values("attention"):
+        if v not in ATTENTION_NAMES:
+            raise SpecError(f"--attention: unknown implementation {v!r}; accepted: "
+                            f"{', '.join(ATTENTION_NAMES)}")

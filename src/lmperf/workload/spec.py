@@ -12,11 +12,10 @@ from lmperf.core.vocabulary import COMPILE_MODES
 from lmperf.errors import SpecError
 from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
+from lmperf.names import MODES, OPTIMIZERS
 from lmperf.model.presets import COURSES, DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
 from lmperf.runtime.precision import REGIMES
 
-MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
-OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 

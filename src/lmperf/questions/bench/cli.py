@@ -15,7 +15,7 @@ SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "att
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf bench`."""
-    from lmperf.workload.spec import MODES
+    from lmperf.names import MODES
 
     p = sub.add_parser("bench", help="time forward, backward and optimizer steps; sweep over lists",
                        description="Benchmark the reference LM (or your own) and append one JSON "

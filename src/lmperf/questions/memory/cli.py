@@ -22,7 +22,7 @@ SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "att
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf memory`."""
-    from lmperf.workload.spec import MODES
+    from lmperf.names import MODES
 
     p = sub.add_parser("memory", help=HELP, description=DESCRIPTION)
     # One model per run: --context and --precision take lists (rows and columns of the tables).

@@ -1,0 +1,19 @@
+"""The names the command line accepts, without importing torch: precision regimes and attention
+implementations (their registries, which need torch, are checked against these in the tests),
+so that `lmperf --help` and a bad name answer in a fraction of a second.
+
+This module imports nothing of lmperf's.
+"""
+
+from __future__ import annotations
+
+# The keys of lmperf.runtime.precision.REGIMES, in its order.
+REGIME_NAMES: tuple[str, ...] = ("fp32", "tf32", "bf16-mixed", "fp16-mixed", "fp16-mixed-noscale",
+                                 "bf16-true", "fp16-true")
+
+# The keys of lmperf.kernels.IMPLEMENTATIONS, in its order.
+ATTENTION_NAMES: tuple[str, ...] = ("naive", "sdpa", "compiled", "flash-torch", "flash-triton")
+
+# What a benchmark step runs, and the AdamW implementations (lmperf.workload.spec).
+MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
+OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
