@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 
 from lmperf.questions.doctor import capjob, environment, numerics, precision, timing, tracing
-from lmperf.questions.doctor import distjob, gpu
+from lmperf.questions.doctor import distjob, gpu, lowp
 from lmperf.questions.doctor.checks import Check
 
 CHECKS: tuple[Check, ...] = (
@@ -19,6 +19,7 @@ CHECKS: tuple[Check, ...] = (
     Check("memory cap -> oom row (cpu)", "cpu",
           partial(capjob.check_cap, name="memory cap -> oom row (cpu)"), capjob.start_cap_job),
     Check("autocast dtypes (cpu)", "cpu", precision.check_autocast),
+    Check("low-precision matmul speed (cpu)", "cpu", lowp.check_lowp_matmuls),
     Check("GradScaler disabled path", "cpu", precision.check_scaler_disabled),
     Check("profiled step, ops by phase", "cpu", tracing.check_profile_cpu),
     Check("flash-torch vs SDPA (cpu)", "cpu", numerics.check_flash_torch),
@@ -38,6 +39,7 @@ CHECKS: tuple[Check, ...] = (
     Check("memory cap -> oom row (cuda)", "cuda",
           partial(capjob.check_cap, name="memory cap -> oom row (cuda)"), capjob.start_cap_job),
     Check("autocast dtypes (cuda)", "cuda", precision.check_autocast),
+    Check("low-precision matmul speed (cuda)", "cuda", lowp.check_lowp_matmuls),
     Check("GradScaler + fused AdamW", "cuda", precision.check_scaler_fused),
     Check("profiled step, kernels by phase", "cuda", tracing.check_profile_cuda),
     Check("memory snapshot", "cuda", tracing.check_snapshot),
