@@ -9,7 +9,6 @@ from lmperf.core.command import run_command
 from lmperf.core.vocabulary import add_options
 
 DEFAULT_OUT = Path("results") / "dist.jsonl"
-DEFAULT_PLOTS = Path("results") / "dist-plots"
 SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
 COMM = ("collective", "sizes", "dtype", "iters")
 TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
@@ -44,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "per step, fits on --gpu?, largest degree before communication-bound); "
                         "runs nothing")
     add_options(p, SHARED + ("out", "format", "plots", "timeout", "max_memory_gib", "resume"),
-                defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
+                defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT},
                 helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
                                "--estimate: the preset to estimate (default: xl)",
                        "context": "train: tokens per sequence (default: 64 on CPU, 128 on CUDA)",
@@ -55,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "steps": "train: timed steps (default: 5 on CPU, 10 on CUDA)",
                        "timeout": "per item (a collective at a size, or a strategy): kill every "
                                   "rank and record an error naming the hung rank (default: 300)",
-                       "plots": "dist-train.png and dist-comm.png are overwritten each run"})
+                       "plots": "dist-train.png and dist-comm.png are overwritten each run "
+                                "(default: dist-plots/ beside --out)"})
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs")
     p.add_argument("--world-size", type=int, nargs="+", metavar="N",
                    help="ranks; several values sweep (default: comm 2 4, train 1 2 on CPU; every "
@@ -132,9 +132,12 @@ def cmd_dist(args: argparse.Namespace) -> int:
         emit(dist("estimate", world_size=args.world_size, size=args.size, context=args.context,
                   course=args.course, batch=args.batch, **kwargs), args)
         return 0
+    from lmperf.questions.parallel.plots import default_folder
+
     kwargs = {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
+    plots = None if args.no_plots else (args.plots or default_folder(args.out))
     return run_command(args, lambda: dist(args.what, world_size=args.world_size, **kwargs,
-                                          plots=None if args.no_plots else args.plots,
+                                          plots=plots,
                                           out=args.out, timeout=args.timeout,
                                           max_memory_gib=args.max_memory_gib, resume=args.resume,
                                           progress=True), noun="item")
