@@ -35,6 +35,7 @@ def check_ceilings(ctx: Context) -> Outcome:
     result = (f"matmul {flops}; bandwidth {bw / 1e9:.1f} GB/s (copy "
               f"{ceilings.copy_bytes_per_s / 1e9:.1f}, triad {ceilings.triad_bytes_per_s / 1e9:.1f})"
               + (f", {bw / peaks['bandwidth']:.0%} of peak" if "bandwidth" in peaks else "")
+              + f"; {ceilings.op_overhead_s * 1e6:.1f} us per eager op call"
               + (f"; {ceilings.threads} thread(s)" if ctx.device.type == "cpu" else ""))
     values = list(ceilings.matmul_flops_per_s.values()) + [bw]
     good = all(math.isfinite(v) and v > 0 for v in values)
