@@ -295,12 +295,7 @@ def check(device: torch.device, dim: int = 64, rows: int = 16, scales: list[floa
 def run(device: torch.device, dim: int = 64, rows: int = 16, scales: list[float] | None = None,
         offset: float = 1e3, noise_stds: list[float] | None = None, seed: int = 0) -> ExperimentResult:
     """Run the norms experiment on `device`; raises SpecError for a bad option."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
-        raise SpecError(f"--dim must be an integer >= 2, got {dim!r}")
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise SpecError(f"--rows must be a positive integer, got {rows!r}")
-    if not isinstance(offset, (int, float)) or not math.isfinite(offset):
-        raise SpecError(f"--offset must be a finite number, got {offset!r}")
+    check(device, dim, rows, scales, offset, noise_stds, seed)
     # Sorted so that "first breaks at" in the notes means the smallest magnitude / largest spread.
     scales = sorted(_check_positive_floats("scales", DEFAULT_SCALES if scales is None else scales))
     noise_stds = sorted(_check_positive_floats(
