@@ -194,3 +194,24 @@ def test_bad_gpu_options_are_one_line(argv: list[str], fragment: str,
     assert main(["dist", "--estimate", *argv]) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_node_bandwidth_for_groups_that_span_nodes() -> None:
+    # H100-SXM: 450 GB/s NVLink inside a node of 8, 50 GB/s between nodes, C_f = 989.4 TFLOP/s
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[64],
+                         tp=[8], gpu="H100-SXM", node_bandwidth=50)
+    df = report.frame.set_index("strategy")
+    p, tokens, cf = 8_125_698_048, 2**20, 989.4e12
+    # ddp's ring over 64 devices crosses nodes: 2 x 63/64 x 2P bytes at 50 GB/s
+    assert df.loc["ddp", "comm_ms"] == pytest.approx(2 * 63 / 64 * 2 * p / 50e9 * 1e3)
+    # beyond one node: N - 1 <= 3 G W_node / (c C_f) = 79.5
+    assert df.loc["ddp", "largest_n_compute_bound"] == math.floor(1 + 3 * tokens * 50e9 / (2 * cf))
+    # tp would reach t = 10 on NVLink (1 + 3PW / (138 C c C_f) = 10.8) but stops at the node
+    assert df.loc["tp", "largest_n_compute_bound"] == 8
+    # fsdp+tp: FSDP's groups (every 8th device) cross nodes, TP's 8 stay on NVLink
+    rep = 2 * 34 * 4096 + 4096
+    p_t = (p - rep) / 8 + rep
+    fsdp, tp = 3 * 7 / 8 * 2 * p_t, 138 * 2 * 7 / 8 * tokens / 8 * 4096 * 2
+    assert df.loc["fsdp+tp", "comm_ms"] == pytest.approx((fsdp / 50e9 + tp / 450e9) * 1e3)
+    assert df.loc["fsdp+tp", "largest_n_compute_bound"] > df.loc["fsdp", "largest_n_compute_bound"]
+    assert "50 GB/s between nodes of 8 devices" in report.title

@@ -108,7 +108,8 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
              ffn_only: bool = False, tokens: int = 2**20, gpu: str | None = None,
              bandwidth: float | None = None, gpu_gib: float | None = None,
              tflops: float | None = None, comm_dtype: str = "bf16",
-             tp: Sequence[int] | int | None = None) -> Report:
+             tp: Sequence[int] | int | None = None, node_bandwidth: float | None = None,
+             gpus_per_node: int = 8) -> Report:
     """Analytic memory, FLOPs and communication per device for data-parallel strategies, tensor
     parallelism and FSDP x TP (nothing runs).
 
@@ -121,8 +122,11 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
     FFN-only model always counts its G / d tokens). `gpu`: a device of
     lmperf.runtime.peaks.DEVICES whose datasheet gives the defaults of `bandwidth` (W, GB/s =
     1e9 B/s per direction), `gpu_gib` (memory per device) and `tflops` (C, its dense bf16
-    peak); without it 100 GB/s, 80 GiB and 400 TFLOP/s. `comm_dtype`: what gradients, gathered
-    parameters and TP activations travel in. Formulas: lmperf.questions.parallel.estimate.
+    peak); without it 100 GB/s, 80 GiB and 400 TFLOP/s. `node_bandwidth`: GB/s per device and
+    direction between nodes of `gpus_per_node` devices, for the collectives whose group spans
+    more than one node (None: every device joined at `bandwidth`). `comm_dtype`: what
+    gradients, gathered parameters and TP activations travel in. Formulas:
+    lmperf.questions.parallel.estimate.
     """
     from lmperf.core.vocabulary import as_list
     from lmperf.questions.parallel import estimate as est
@@ -134,7 +138,9 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
     degrees = as_list(tp) or [2, 4, 8]
     for t in degrees:
         positive_int("tensor-parallel degree", t)
-    for name, value in (("bandwidth", bandwidth), ("gpu_gib", gpu_gib), ("tflops", tflops)):
+    positive_int("gpus per node", gpus_per_node)
+    for name, value in (("bandwidth", bandwidth), ("gpu_gib", gpu_gib), ("tflops", tflops),
+                        ("node_bandwidth", node_bandwidth)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not value > 0):
             raise SpecError(f"{name} must be a positive number, got {value!r}")
@@ -154,7 +160,11 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
 
         per_rank, allowance, simulated = simulated_memory(
             size or "xl", course or DEFAULT_COURSE, context or 1024, batch, shape)
-    rows = est.estimate_rows(shape, sizes, bandwidth_gbps=w, gpu_gib=memory, tflops=flops,
+    links = est.Links(w, node_bandwidth, gpus_per_node)
+    if node_bandwidth is not None:
+        device += (f", {node_bandwidth:g} GB/s between nodes of {gpus_per_node} devices (a "
+                   f"collective spanning more than one node)")
+    rows = est.estimate_rows(shape, sizes, bandwidth_gbps=links, gpu_gib=memory, tflops=flops,
                              global_tokens=tokens, comm_dtype_bytes=c,
                              tp_degrees=tuple(degrees), micro_tokens=micro,
                              rank_memory=per_rank, allowance=allowance)

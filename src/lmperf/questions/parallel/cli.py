@@ -13,7 +13,7 @@ SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "
 COMM = ("collective", "sizes", "dtype", "iters")
 TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
 ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth", "gpu_gib",
-            "tflops", "comm_dtype", "tp")
+            "tflops", "comm_dtype", "tp", "node_bandwidth", "gpus_per_node")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -105,6 +105,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tflops", type=float, metavar="C",
                    help="TFLOP/s per device (default: --gpu's dense bf16 peak, else 400 "
                         "achieved)")
+    g.add_argument("--node-bandwidth", type=float, metavar="GB/s",
+                   help="bandwidth per device and direction between nodes, for collectives "
+                        "whose group spans more than --gpus-per-node devices (default: none, "
+                        "every device joined at --bandwidth)")
+    g.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                   help="devices per node behind --bandwidth (default: 8)")
     g.add_argument("--tp", type=int, nargs="+", metavar="T",
                    help="tensor-parallel degrees of the FSDP x TP rows (default: 2 4 8)")
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,

@@ -21,7 +21,9 @@ Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P
     fsdp (gather in forward and backward, reduce-scatter gradients)   3 (N-1)/N S
     tp            (4 L + 2) x 2 (t-1)/t x G C c       (activations: the group sees all G tokens)
     fsdp+tp       3 (d-1)/d c P_t + (4 L + 2) x 2 (t-1)/t x (G/d) C c
-Communication time = bytes / W (nothing overlapped, every collective at W). Compute time per step
+Communication time = bytes / W (nothing overlapped, every collective at W; with a node bandwidth,
+a collective whose group spans more than one node's devices runs at it instead: DP and FSDP groups
+span all N devices, TP groups are t consecutive ones, see Links). Compute time per step
 = 6 P G / (N C), with the global batch G fixed. A step is communication-bound when communication
 time > compute time; the largest degree before that (N for the data-parallel strategies and
 fsdp+tp at its t, t for tp) is found by bisection: communication per device grows with the
@@ -31,6 +33,7 @@ degree while compute per device shrinks.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
@@ -43,7 +46,7 @@ from lmperf.questions.parallel.formulas import (STATE_BYTES, Shape, activation_b
 
 __all__ = ["Shape", "ffn_only_shape", "estimate_rows", "estimate_report", "preset_shape",
            "device_figures", "state_bytes", "comm_bytes", "largest_n", "largest_tp",
-           "largest_n_2d", "STRATEGIES"]
+           "largest_n_2d", "tp_step_seconds", "Links", "STRATEGIES"]
 
 GIB = 2**30
 GB = 1e9
@@ -97,13 +100,36 @@ def _largest(ok: Callable[[int], bool], cap: int = 2**24) -> int | None:
     return lo
 
 
-def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: float,
+@dataclass(frozen=True)
+class Links:
+    """Link bandwidth per device and direction, GB/s (1e9 B/s): `w` between the devices of a node
+    (NVLink), `node_w` for a collective whose group spans more than `per_node` devices (the
+    network between nodes; None: every device joined at `w`, one NVLink domain)."""
+
+    w: float
+    node_w: float | None = None
+    per_node: int = 8
+
+    def seconds(self, nbytes: float, span: int) -> float:
+        """Time to send `nbytes` in a collective over a group spanning `span` devices (the group
+        is as fast as its slowest link: a ring crosses nodes at `node_w`)."""
+        crosses = self.node_w is not None and span > self.per_node
+        return nbytes / ((self.node_w if crosses else self.w) * GB)
+
+
+def _links(bandwidth: float | Links) -> Links:
+    return bandwidth if isinstance(bandwidth, Links) else Links(float(bandwidth))
+
+
+def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: float | Links,
               tflops: float, comm_dtype_bytes: int, cap: int = 2**24) -> int | None:
     """The largest N at which a data-parallel strategy's communication time <= its compute time
     per step, with the global batch fixed; None if even N = 2 is communication-bound; `cap` if
     never within it."""
+    links = _links(bandwidth_gbps)
+
     def ok(n: int) -> bool:
-        comm = comm_bytes(strategy, params, n, comm_dtype_bytes) / (bandwidth_gbps * GB)
+        comm = links.seconds(comm_bytes(strategy, params, n, comm_dtype_bytes), n)
         return comm <= compute_seconds(params, global_tokens / n, tflops)
 
     return _largest(ok, cap)
@@ -113,27 +139,41 @@ def tp_step_bytes(shape: Shape, n: int, t: int, global_tokens: int, c: int) -> f
     """Bytes each device of a d x t FSDP x TP mesh (d = n / t) sends per step: FSDP's gathers
     and reduce-scatter of its TP shard over d, TP's all-reduces of its replica's G / d tokens
     over t (d = 1 is plain tensor parallelism)."""
+    return sum(_tp_parts(shape, n, t, global_tokens, c))
+
+
+def _tp_parts(shape: Shape, n: int, t: int, global_tokens: int, c: int) -> tuple[float, float]:
+    """(FSDP's bytes over d, TP's bytes over t) of tp_step_bytes."""
     d = n // t
-    return 3 * (d - 1) / d * c * tp_params(shape, t) + tp_comm_bytes(shape, global_tokens / d, t, c)
+    return 3 * (d - 1) / d * c * tp_params(shape, t), tp_comm_bytes(shape, global_tokens / d, t, c)
 
 
-def largest_tp(shape: Shape, global_tokens: int, bandwidth_gbps: float, tflops: float,
+def tp_step_seconds(shape: Shape, n: int, t: int, global_tokens: int, c: int,
+                    links: float | Links) -> float:
+    """Communication time per step of a d x t mesh: TP's groups are t consecutive devices (inside
+    a node when t <= per_node), FSDP's groups take every t-th device, so they span all N."""
+    links = _links(links)
+    fsdp, tp = _tp_parts(shape, n, t, global_tokens, c)
+    return links.seconds(fsdp, n) + links.seconds(tp, t)
+
+
+def largest_tp(shape: Shape, global_tokens: int, bandwidth_gbps: float | Links, tflops: float,
                c: int, cap: int = 2**24) -> int | None:
     """The largest t at which plain tensor parallelism's communication time <= its compute time
     per step. G cancels out: (4 L + 2) 2 (t-1) C c / W <= 6 P / C_flops."""
     def ok(t: int) -> bool:
-        comm = tp_step_bytes(shape, t, t, global_tokens, c) / (bandwidth_gbps * GB)
+        comm = tp_step_seconds(shape, t, t, global_tokens, c, bandwidth_gbps)
         return comm <= compute_seconds(shape.params, global_tokens / t, tflops)
 
     return _largest(ok, cap)
 
 
-def largest_n_2d(shape: Shape, t: int, global_tokens: int, bandwidth_gbps: float,
+def largest_n_2d(shape: Shape, t: int, global_tokens: int, bandwidth_gbps: float | Links,
                  tflops: float, c: int, cap: int = 2**24) -> int | None:
     """The largest N = d t (d >= 2) at which FSDP x TP with TP degree `t` stays compute-bound;
     None if d = 2 is already communication-bound."""
     def ok(d: int) -> bool:
-        comm = tp_step_bytes(shape, d * t, t, global_tokens, c) / (bandwidth_gbps * GB)
+        comm = tp_step_seconds(shape, d * t, t, global_tokens, c, bandwidth_gbps)
         return comm <= compute_seconds(shape.params, global_tokens / (d * t), tflops)
 
     d = _largest(ok, cap)
@@ -163,10 +203,9 @@ def _min_devices_tp(shape: Shape, t: int | None, gpu_gib: float) -> int | None:
 
 
 def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations: float,
-         sent: float, *, bandwidth_gbps: float, gpu_gib: float, tflops: float,
-         global_tokens: int, fewest: int | None, largest: int | None, allowance: float = 0.0,
+         sent: float, comm_s: float, *, gpu_gib: float, tflops: float, global_tokens: int,
+         fewest: int | None, largest: int | None, allowance: float = 0.0,
          method: str = "analytic") -> dict:
-    comm_s = sent / (bandwidth_gbps * GB)
     flops = step_flops(shape.params, global_tokens / n)
     compute_s = flops / (tflops * 1e12)
     total = states + activations + allowance
@@ -179,7 +218,7 @@ def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations
             "largest_n_compute_bound": largest}
 
 
-def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float,
+def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float | Links,
                   gpu_gib: float, tflops: float, global_tokens: int, comm_dtype_bytes: int,
                   tp_degrees: tuple[int, ...] = (2, 4, 8),
                   micro_tokens: int | None = None,
@@ -196,8 +235,8 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
     (states, everything else) at its peak (lmperf.questions.parallel.shards);
     `allowance(bytes)` adds what a simulation cannot see (the CUDA context, ...)."""
     c = comm_dtype_bytes
-    common = dict(bandwidth_gbps=bandwidth_gbps, gpu_gib=gpu_gib, tflops=tflops,
-                  global_tokens=global_tokens)
+    links = _links(bandwidth_gbps)
+    common = dict(gpu_gib=gpu_gib, tflops=tflops, global_tokens=global_tokens)
 
     def saved(d: int, t: int) -> float:
         if micro_tokens is not None:
@@ -214,18 +253,19 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
     rows = []
     for n in world_sizes:
         for strategy in DATA_PARALLEL:
+            sent = comm_bytes(strategy, shape.params, n, c)
             rows.append(_row(
-                strategy, shape, n, 1, sent=comm_bytes(strategy, shape.params, n, c),
+                strategy, shape, n, 1, sent=sent, comm_s=links.seconds(sent, n),
                 fewest=_min_devices(strategy, shape.params, gpu_gib),
-                largest=largest_n(strategy, shape.params, global_tokens, bandwidth_gbps,
-                                  tflops, c),
+                largest=largest_n(strategy, shape.params, global_tokens, links, tflops, c),
                 **memory(strategy, n, 1, state_bytes(strategy, shape.params, n), saved(n, 1)),
                 **common))
         rows.append(_row(
             "tp", shape, n, n, **memory("tp", n, n, STATE_BYTES * tp_params(shape, n), saved(1, n)),
             sent=tp_step_bytes(shape, n, n, global_tokens, c),
+            comm_s=tp_step_seconds(shape, n, n, global_tokens, c, links),
             fewest=_min_devices_tp(shape, None, gpu_gib),
-            largest=largest_tp(shape, global_tokens, bandwidth_gbps, tflops, c), **common))
+            largest=largest_tp(shape, global_tokens, links, tflops, c), **common))
         for t in tp_degrees:
             if 1 < t < n and n % t == 0:
                 rows.append(_row(
@@ -233,8 +273,9 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
                     **memory("fsdp+tp", n, t, STATE_BYTES * tp_params(shape, t) / (n // t),
                              saved(n // t, t)),
                     sent=tp_step_bytes(shape, n, t, global_tokens, c),
+                    comm_s=tp_step_seconds(shape, n, t, global_tokens, c, links),
                     fewest=_min_devices_tp(shape, t, gpu_gib),
-                    largest=largest_n_2d(shape, t, global_tokens, bandwidth_gbps, tflops, c),
+                    largest=largest_n_2d(shape, t, global_tokens, links, tflops, c),
                     **common))
     return rows
 
