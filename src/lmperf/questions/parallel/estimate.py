@@ -2,8 +2,8 @@
 
 Every number is a hand-checkable formula (lmperf.questions.parallel.formulas has the per-device
 terms; P parameters, N devices, W link bandwidth per direction in GB/s with GB = 1e9 bytes,
-C achieved TFLOP/s per device, c bytes per element communicated, GiB = 2**30 bytes, G tokens per
-step over all devices):
+C TFLOP/s per device (an achieved rate, or --gpu's datasheet peak), c bytes per element
+communicated, GiB = 2**30 bytes, G tokens per step over all devices):
 
 Model states (16 bytes per parameter held) per device:
     ddp           4 P + 4 P + 8 P              (everything replicated)
@@ -14,6 +14,8 @@ Model states (16 bytes per parameter held) per device:
     fsdp+tp       16 P_t / d                   (a d x t mesh: FSDP shards each TP shard, N = d t)
 Activations (with --batch, or the FFN-only model) are per device: data parallelism does not
 shard them, tensor parallelism splits those inside attention and the MLP (formulas.activation_bytes).
+With --batch, a row's memory is instead a simulated rank's peak (lmperf.questions.parallel.shards):
+one simulated step, its categories scaled to the rank's share, plus a CUDA allowance.
 
 Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P:
     ddp, zero2, zero1 (reduce-scatter + all-gather)   2 (N-1)/N S   (one all-reduce's worth)
