@@ -19,10 +19,10 @@ tensor-core matmuls, "fp32" plain fp32 FMA; "bf16"/"fp16" are tensor-core matmul
 accumulation (what torch's matmuls use: GeForce cards run fp16 accumulation twice as fast, which
 torch does not use). A dtype a device lacks (bf16 and tf32 before Ampere) is absent: no peak.
 
-Memory is the datasheet capacity in GiB: NVIDIA's and AMD's "80 GB" of HBM or GDDR is 80 GiB of
-DRAM (stacks and chips come in powers of two). What CUDA reports as total memory is a little
-less (ECC and the driver's reserve), and the CUDA context takes more: a fit verdict must leave
-that margin (the memory estimate states its allowance). Bandwidths are bytes per second (GB/s =
+Memory is the datasheet capacity read as GiB: the "80 GB" of a datasheet counts DRAM, whose HBM
+stacks and GDDR chips have binary capacities (GiB), not 80e9 bytes. What CUDA reports as total
+memory is a little less (ECC and the driver's reserve), and the CUDA context takes more: a fit
+verdict must leave that margin (the memory estimate states its allowance). Bandwidths are bytes per second (GB/s =
 1e9 B/s). `link_bandwidth` is per direction (half the bidirectional figure datasheets print) on
 the link that joins every GPU of a node: NVLink through NVSwitch on SXM/OAM boards (Infinity
 Fabric on MI300X), PCIe for PCIe cards, whose NVLink bridges join pairs only.
