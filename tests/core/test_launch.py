@@ -44,7 +44,10 @@ def run_echo(spec: EchoSpec) -> list[dict]:
 
     if spec.die:
         os.abort()
-    if spec.count < 0:  # a job that never ends
+    if spec.count < 0:  # a job that never ends, after finishing two of its steps
+        from lmperf.core.heartbeat import beat
+
+        beat(stage="timed steps", steps_done=2, steps=5, samples_ms=[1.5, 1.25])
         time.sleep(600)
     return [make_record("echo", {**spec.to_dict(), "i": i}, "ok", {},
                         metrics={"threads": torch.get_num_threads(), "cwd": os.getcwd(),
@@ -79,9 +82,19 @@ def test_a_warm_child_past_its_timeout_is_killed():
     import time
 
     start = time.monotonic()
-    (record,) = WarmChild(EchoSpec(count=-1), timeout_s=1.0).run()
-    assert record["status"] == "error" and "timed out after 1 s" in record["message"]
+    (record,) = WarmChild(EchoSpec(count=-1), timeout_s=6.0).run()
+    assert record["status"] == "error" and "timed out after 6 s" in record["message"]
     assert time.monotonic() - start < 30
+    # the row says how far the job got, and keeps what the finished steps measured
+    assert "2 of 5 steps had finished in timed steps" in record["message"]
+    assert record["progress"]["samples_ms"] == [1.5, 1.25]
+
+
+def test_a_fresh_child_past_its_timeout_says_how_far_it_got():
+    (record,) = ChildProcess(EchoSpec(count=-1), timeout_s=8.0).run()
+    assert "timed out after 8 s" in record["message"]
+    assert record["progress"] == {"stage": "timed steps", "steps_done": 2, "steps": 5,
+                                  "samples_ms": [1.5, 1.25]}
 
 
 def test_job_identity_and_class_path_round_trip():

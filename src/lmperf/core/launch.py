@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from lmperf.core import heartbeat
 from lmperf.core.jobs import JobSpec, class_path, job_id, resolve, threads_of
 from lmperf.results.schema import make_record, to_jsonable
 
@@ -78,6 +79,7 @@ class ChildProcess:
         """Write the job file in `tmp`; return core.child's argv, the result and log paths."""
         job_path, result_path, log_path = (Path(tmp) / n for n in
                                            ("job.json", "result.json", "child.log"))
+        self.progress_path = Path(tmp) / "progress.json"  # core.heartbeat: how far it got
         job = {"spec_class": class_path(self.spec), "spec": self.spec.to_dict()}
         job_path.write_text(json.dumps(job), encoding="utf-8")
         argv = [str(job_path), str(result_path)]
@@ -93,8 +95,10 @@ class ChildProcess:
             with open(log_path, "wb") as log:
                 # A new session: Ctrl-C in the terminal reaches the parent only, which then
                 # decides what to do with the child (kill it, keep the finished rows).
+                env = {**os.environ, heartbeat.ENV: str(self.progress_path)}
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             env=env)
                 try:
                     code = self.proc.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired:
@@ -120,8 +124,11 @@ class ChildProcess:
     def _failed(self, why: str, log_path: Path) -> dict:
         tail = _tail(log_path)
         last = next((ln for ln in reversed(tail) if ln.strip()), "")
-        message = why + (f"; last output: {last.strip()}" if last else "")
-        return failed_record(self.spec, "error", message, log_tail=tail)
+        progress = heartbeat.read(self.progress_path)
+        message = why + heartbeat.describe(progress) + (f"; last output: {last.strip()}"
+                                                         if last else "")
+        extra = {"progress": progress} if progress else {}
+        return failed_record(self.spec, "error", message, log_tail=tail, **extra)
 
 
 def failed_record(spec: JobSpec, status: str, message: str, **extra: object) -> dict:
@@ -224,7 +231,8 @@ class WarmChild(ChildProcess):
         with tempfile.TemporaryDirectory(prefix="lmperf-") as tmp:
             argv, result_path, log_path = self._job_files(tmp)
             server = ForkServer.get()
-            box, rid = server.submit({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
+            env = {**os.environ, heartbeat.ENV: str(self.progress_path)}
+            box, rid = server.submit({"argv": argv, "cwd": os.getcwd(), "env": env,
                                       "path": list(sys.path), "log": str(log_path)})
             try:
                 code = self._wait(box)
