@@ -102,7 +102,7 @@ def test_the_record_says_comm_includes_waiting(v100):
 
 
 def test_no_step_range_is_a_clear_error(v100):
-    with pytest.raises(ValueError, match="no 'lmperf.questions.parallel.step' range"):
+    with pytest.raises(ValueError, match="no 'lmperf.dist.step' range"):
         accounting.analyse(v100, 1, "cuda")
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from lmperf.questions.parallel.formulas import bus_factor
 
-STEP_RANGE = "lmperf.questions.parallel.step"
+STEP_RANGE = "lmperf.dist.step"
 DEVICE_RANGE_CAT = "gpu_user_annotation"  # Kineto's copy of a host range on a device stream
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 WAIT_NOTE = ("collective time includes waiting for the peers (an NCCL kernel spins from its "

@@ -69,17 +69,17 @@ def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Ten
                obs: Observer, annotate: Callable[[str], ContextManager]) -> torch.Tensor:
     """One data-parallel step, its phases reported to `obs` and named through `annotate`."""
     obs.start()
-    with annotate("lmperf.questions.parallel.step"):
-        with annotate("lmperf.questions.parallel.forward"), setup.autocast():
+    with annotate("lmperf.dist.step"):
+        with annotate("lmperf.dist.forward"), setup.autocast():
             loss = loss_of(setup.model(inputs), targets)  # logits (b, T, V) -> mean CE
         obs.lap("forward")
-        with annotate("lmperf.questions.parallel.backward"):
+        with annotate("lmperf.dist.backward"):
             loss.backward()  # overlapping strategies start all-reduces from hooks in here
         obs.lap("backward")
-        with annotate("lmperf.questions.parallel.sync"):
+        with annotate("lmperf.dist.sync"):
             setup.sync()  # wait for (or do) the gradient communication
         obs.lap("sync")
-        with annotate("lmperf.questions.parallel.optimizer"):
+        with annotate("lmperf.dist.optimizer"):
             setup.optimizer.step()
             setup.optimizer.zero_grad(set_to_none=True)
         obs.lap("optimizer")
