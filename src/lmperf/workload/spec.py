@@ -13,14 +13,15 @@ from lmperf.errors import SpecError
 from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
 from lmperf.names import MODES, OPTIMIZERS
-from lmperf.model.presets import COURSES, DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig, resolve_preset
+from lmperf.model.presets import COURSES, DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig
+from lmperf.model.shape import ModelShape
 from lmperf.runtime.precision import REGIMES
 
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(ModelShape):
     """One benchmark run. Two runs with equal specs measure the same thing.
 
     Attributes:
@@ -51,11 +52,7 @@ class RunSpec:
     kind: ClassVar[str] = "bench"
     runner: ClassVar[str] = "lmperf.questions.bench.runner:run_spec"
 
-    size: str
-    d_model: int
-    num_layers: int
-    num_heads: int
-    d_ff: int
+    # size, d_model, num_layers, num_heads, d_ff: from ModelShape
     context_length: int = 128
     model_context_length: int = 0  # 0: same as context_length (resolved in __post_init__)
     batch_size: int = 4
@@ -101,15 +98,7 @@ class RunSpec:
     def from_size(cls, size: str, course: str = DEFAULT_COURSE, **overrides: object) -> "RunSpec":
         """A spec whose shape (and vocabulary, for a preset that has its own) comes from `size`
         in the `course` edition's table; other fields from `overrides`."""
-        try:
-            preset = resolve_preset(size, course)
-        except ValueError as exc:
-            raise SpecError(str(exc)) from None
-        shape = dict(d_model=preset.d_model, num_layers=preset.num_layers,
-                     num_heads=preset.num_heads, d_ff=preset.d_ff)
-        if preset.vocab_size is not None:
-            shape["vocab_size"] = preset.vocab_size
-        return cls(size=size, course=course, **{**shape, **overrides})
+        return cls(size=size, course=course, **{**cls.of_size(size, course), **overrides})
 
     def model_config(self) -> ModelConfig:
         """What the model builder (or a user's factory) receives."""
@@ -126,7 +115,7 @@ class RunSpec:
         """The model shape that was run, e.g. 'd=768 L=12 H=12 ff=3072' (and the vocabulary
         when it is not the course's 10k)."""
         vocab = "" if self.vocab_size == VOCAB_SIZE else f" V={self.vocab_size}"
-        return f"d={self.d_model} L={self.num_layers} H={self.num_heads} ff={self.d_ff}{vocab}"
+        return self.dims() + vocab
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `spec` of a record)."""

@@ -9,7 +9,8 @@ from typing import ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.model.attention import ATTENTION
-from lmperf.model.presets import COURSES, DEFAULT_COURSE, ModelConfig, resolve_preset
+from lmperf.model.presets import COURSES, DEFAULT_COURSE, ModelConfig
+from lmperf.model.shape import ModelShape
 from lmperf.runtime.precision import REGIMES
 from lmperf.validate import check_fields
 
@@ -17,7 +18,7 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class TrainSpec:
+class TrainSpec(ModelShape):
     """One training run of the reference LM under one precision regime.
 
     Every regime of one `lmperf train` shares everything but `precision`: the same seed gives
@@ -53,12 +54,8 @@ class TrainSpec:
     kind: ClassVar[str] = "train"
     runner: ClassVar[str] = "lmperf.questions.train.runner:run_train"
 
+    # size, d_model, num_layers, num_heads, d_ff: from ModelShape
     precision: str
-    size: str
-    d_model: int
-    num_layers: int
-    num_heads: int
-    d_ff: int
     vocab_size: int = 256
     context: int = 64
     batch: int = 16
@@ -113,12 +110,9 @@ class TrainSpec:
                   **overrides: object) -> "TrainSpec":
         """A spec with the shape of `size` in the `course` edition's table (the vocabulary comes
         from the data, not the preset); SpecError for an unknown size."""
-        try:
-            p = resolve_preset(size, course)
-        except ValueError as exc:
-            raise SpecError(str(exc)) from None
-        return cls(precision=precision, size=size, d_model=p.d_model, num_layers=p.num_layers,
-                   num_heads=p.num_heads, d_ff=p.d_ff, course=course,
+        dims = cls.of_size(size, course)
+        dims.pop("vocab_size", None)  # the vocabulary comes from the data
+        return cls(precision=precision, size=size, course=course, **dims,
                    **overrides)  # type: ignore[arg-type]
 
     def model_config(self) -> ModelConfig:
