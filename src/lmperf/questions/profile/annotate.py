@@ -16,11 +16,10 @@ from torch.autograd.profiler import record_function
 from lmperf.kernels.naive import NaiveAttention
 from lmperf.runtime import device as dev
 
-# Range names, shared with the trace analysis and the Nsight backend.
-WARMUP, STEP, FORWARD, LOSS, BACKWARD, OPTIMIZER = "warmup", "step", "forward", "loss", "backward", "optimizer"
-PHASE_RANGES: tuple[str, ...] = (FORWARD, BACKWARD, OPTIMIZER)
-SCORES, SOFTMAX, FINAL_MATMUL = "computing attention scores", "computing softmax", "final matmul"
-ATTENTION_RANGES: tuple[str, ...] = (SCORES, SOFTMAX, FINAL_MATMUL)
+# Range names (re-exported), shared with the trace analysis and the Nsight backend.
+from lmperf.questions.profile.range_names import (  # noqa: F401
+    ATTENTION_RANGES, BACKWARD, FINAL_MATMUL, FORWARD, LOSS, OPTIMIZER, PHASE_RANGES, SCORES,
+    SOFTMAX, STEP, WARMUP)
 
 
 @contextlib.contextmanager

@@ -8,10 +8,7 @@ from pathlib import Path
 from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
-from lmperf.core.sweep import run_sweep
 from lmperf.errors import SpecError
-from lmperf.questions.profile.plan import plan_profile
-from lmperf.questions.profile.record import build_report
 
 
 def profile(size: str | None = None, *, model: str | None = None, context: int | None = None,
@@ -75,6 +72,12 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
         from lmperf.questions.profile.from_trace import analyse_trace
 
         return analyse_trace(from_trace, top=top)
+    # Imported here: planning a run imports torch (seconds, ~250 MB), which analysing an
+    # existing trace does not need.
+    from lmperf.core.sweep import run_sweep
+    from lmperf.questions.profile.plan import plan_profile
+    from lmperf.questions.profile.record import build_report
+
     plan = plan_profile(size=size, model=model, context=context, batch=batch,
                         precision=precision, mode=mode, attention=attention, warmup=warmup,
                         steps=steps, seed=seed, optimizer=optimizer, device=device,

@@ -28,14 +28,21 @@ The rules, in order (why the order matters is given after each):
                    NOT under matmul: the matmul share of a run with SDPA excludes attention's
                    matmuls. Before matmul because `fmha_cutlassF` and FlashAttention-3 kernels are
                    cutlass templates.
- 4. other (loss)   `log_softmax` in any spelling (`aten::_log_softmax`, `LogSoftMaxForwardEpilogue`,
+ 4. loss           `log_softmax` in any spelling (`aten::_log_softmax`, `LogSoftMaxForwardEpilogue`,
                    `softmax_warp_forward<..., is_log_softmax=true, ...>`), `nll_loss`,
                    `cross_entropy`, `ClassNLLCriterion`. cross_entropy = log_softmax + nll_loss is
-                   the LM loss; attention never calls log_softmax, so filing it under
-                   attention_softmax would show a softmax share for a model whose attention has no
-                   softmax kernel at all (the naive attention is amax/sub/exp/sum/div). Before the
-                   softmax rule (it contains "softmax") and before reductions
-                   (`nll_loss_forward_reduce_cuda_kernel_2d`).
+                   the LM loss (a quarter of forward for a large vocabulary); attention never
+                   calls log_softmax, so filing it under attention_softmax would show a softmax
+                   share for a model whose attention has no softmax kernel at all (the naive
+                   attention is amax/sub/exp/sum/div). Before the softmax rule (it contains
+                   "softmax") and before reductions (`nll_loss_forward_reduce_cuda_kernel_2d`).
+ 4b. convolution   the aten convolution ops (`aten::conv2d`, `aten::convolution`,
+                   `aten::cudnn_convolution`, `aten::convolution_backward`, `ConvolutionBackward0`)
+                   and cuDNN / cutlass convolution kernels: `scudnn` and winograd kernels,
+                   `implicit_convolve_sgemm`, `ImplicitGemmConvolution`, `dgrad` / `wgrad` /
+                   `fprop` engines (`sm80_xmma_dgrad_implicit_gemm_*`, `wgrad_alg0_engine`,
+                   `dgrad_engine`), depthwise and grouped direct convolutions. Before matmul:
+                   an implicit-GEMM convolution is a convolution even where its name says gemm.
  5. Inductor kernels (`triton_<kind>_fused_<ops>_<n>`): by the op names Inductor writes into the
                    name -- softmax -> attention_softmax, layer/rms/group/batch norm -> normalization
                    -- then by kind: `triton_tem_*` -> matmul (templates are GEMMs in practice; a
@@ -49,7 +56,7 @@ The rules, in order (why the order matters is given after each):
                    _scaled_mm, _addmm_activation, _int_mm`. `aten::matmul`, `aten::linear` and
                    `aten::einsum` are parents of `aten::mm`/`aten::bmm` and carry little self time,
                    but they are matmul wherever they are counted. Before reductions because of
-                   `splitKreduce`. Implicit-GEMM convolutions (`*_implicit_gemm_*`) land here too.
+                   `splitKreduce`.
  7. attention_softmax  any remaining name with "softmax" (`cunn_SoftMaxForward`,
                    `softmax_warp_forward`, `aten::_softmax`, `aten::_softmax_backward_data`).
  8. normalization  layer/RMS/group/batch/instance norm in any spelling (`vectorized_layer_norm_kernel`,
@@ -60,7 +67,8 @@ The rules, in order (why the order matters is given after each):
                    as pow/mean/rsqrt/mul, so on that model its time shows as elementwise and
                    reduction, not here.
  9. copy_cast      `direct_copy_kernel_cuda` (also dtype casts), `*copy_kernel*`,
-                   `CatArrayBatchedCopy`, memcpy/memset in any spelling (`Memcpy HtoD`,
+                   `CatArrayBatchedCopy`, cuDNN's layout changes (`nchwToNhwcKernel`),
+                   memcpy/memset in any spelling (`Memcpy HtoD`,
                    `[CUDA memcpy Host-to-Device]`, `cudaMemcpyAsync`), and the ops `copy_, to,
                    _to_copy, contiguous, clone, cat, stack, type_as, _copy_from`. Before
                    elementwise: a copy runs inside `at::native::elementwise_kernel<...direct_copy...>`.
@@ -87,8 +95,8 @@ from __future__ import annotations
 import re
 
 CATEGORIES: tuple[str, ...] = (
-    "matmul", "attention_softmax", "elementwise", "normalization", "reduction",
-    "copy_cast", "optimizer", "communication", "other",
+    "matmul", "convolution", "attention_softmax", "loss", "elementwise", "normalization",
+    "reduction", "copy_cast", "optimizer", "communication", "other",
 )
 
 
@@ -110,9 +118,15 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     ("attention_softmax", re.compile(
         r"(?i:flash_?(?:fwd|bwd|attn|attention))|FlashAttn|fmha|(?i:scaled_dot_product)|"
         r"(?i:efficient_attention)|MemEffAttention|(?i:_sdpa_|native_sdpa)|^aten::_cudnn_attention")),
-    ("other", re.compile(
+    ("loss", re.compile(
         r"(?i:log_?softmax)|" + _WARP_LOG_SOFTMAX + r"|(?i:nll_?loss)|(?i:cross_?entropy)|"
         r"ClassNLLCriterion")),
+    ("convolution", re.compile(
+        r"^aten::(?:_?convolution|conv(?:_transpose)?[123]d|cudnn_convolution|"
+        r"_?convolution_backward|mkldnn_convolution|slow_conv\w*|thnn_conv\w*)(?:_backward)?$|"
+        r"(?i:convolve|ImplicitGemmConvolution|scudnn|winograd)|(?:^|_)[dw]grad_|"
+        r"(?:^|[_:])(?:fprop|dgrad|wgrad)(?:_|$)|wgrad_alg\d|dgrad_engine|conv2d_grouped_direct|"
+        r"(?i:depthwise_?conv)")),
     # Inductor kernels: the op names it writes into the kernel name, then the kernel kind.
     ("attention_softmax", re.compile(r"^triton_\w*softmax")),
     ("normalization", re.compile(r"^triton_\w*(?:layer|rms|group|batch)_?norm")),
@@ -130,7 +144,7 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
         r"Compute1dBackwardFusedParams|cuApplyLayerNorm|cuApplyRMSNorm|cuComputePartGradGammaBeta|"
         r"cuComputeGradGammaBeta|cuComputeGradInput")),
     ("copy_cast", re.compile(
-        r"(?i:memcpy|memset)|copy_kernel|CatArrayBatchedCopy|" + _aten(
+        r"(?i:memcpy|memset)|copy_kernel|CatArrayBatchedCopy|(?i:nchwToNhwc|nhwcToNchw)|" + _aten(
             "copy", "to", "to_copy", "contiguous", "clone", "cat", "stack", "type_as",
             "copy_from", "copy_from_and_resize"))),
     ("reduction", re.compile(

@@ -15,7 +15,7 @@ import torch
 
 from lmperf.measure.flops import count_flops
 from lmperf.model.attention import NaiveAttention
-from lmperf.questions.profile.annotate import FINAL_MATMUL, SCORES, SOFTMAX
+from lmperf.questions.profile.range_names import FINAL_MATMUL, SCORES, SOFTMAX
 
 
 def attention_flops(batch: int, seq: int, heads: int, head_dim: int, layers: int) -> dict[str, dict[str, int]]:

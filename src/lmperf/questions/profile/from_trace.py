@@ -25,7 +25,7 @@ import pandas as pd
 from lmperf.core.report import Report
 from lmperf.errors import SpecError, TraceFormatError
 from lmperf.questions.profile import views
-from lmperf.questions.profile.annotate import STEP
+from lmperf.questions.profile.range_names import STEP
 from lmperf.questions.profile.classify import classify, short_name
 from lmperf.questions.profile.gemm import describe_gemm
 from lmperf.questions.profile.record import KIND

@@ -7,6 +7,7 @@ m intervals, so attributing every event of a trace stays linear in the events.
 
 from __future__ import annotations
 
+from array import array
 from typing import Iterable
 
 import numpy as np
@@ -107,15 +108,16 @@ def self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         return self_us, depth
     tid_codes = pd.factorize(ops["tid"])[0]  # tids may be ints or strings
     order = np.lexsort((-ops["dur_us"].to_numpy(), ops["start_us"].to_numpy(), tid_codes))
-    tids = tid_codes[order].tolist()
-    starts = ops["start_us"].to_numpy()[order].tolist()
-    ends = ops["end_us"].to_numpy()[order].tolist()
-    durs = ops["dur_us"].to_numpy()[order].tolist()
-    idx = order.tolist()
-    child_sum = [0.0] * n  # per sorted position
+    # Typed arrays, not lists: a list of n Python floats costs 32 bytes an item, and a multi-GB
+    # trace holds millions of ops.
+    tids = array("q", tid_codes[order].astype(np.int64).tobytes())
+    starts = array("d", ops["start_us"].to_numpy(dtype=float)[order].tobytes())
+    ends = array("d", ops["end_us"].to_numpy(dtype=float)[order].tobytes())
+    durs = array("d", ops["dur_us"].to_numpy(dtype=float)[order].tobytes())
+    child_sum = array("d", bytes(8 * n))  # per sorted position
+    depth_sorted = array("q", bytes(8 * n))
     stack: list[int] = []  # sorted positions of open ops
     prev_tid = None
-    depth_sorted = [0] * n
     for k in range(n):
         if tids[k] != prev_tid:
             stack.clear()
@@ -127,8 +129,8 @@ def self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             child_sum[stack[-1]] += durs[k]
         depth_sorted[k] = len(stack)
         stack.append(k)
-    self_us[idx] = np.asarray(durs) - np.asarray(child_sum)
-    depth[idx] = depth_sorted
+    self_us[order] = np.frombuffer(durs, dtype=float) - np.frombuffer(child_sum, dtype=float)
+    depth[order] = np.frombuffer(depth_sorted, dtype=np.int64)
     return self_us, depth
 
 

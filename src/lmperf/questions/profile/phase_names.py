@@ -27,7 +27,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from lmperf.questions.profile.annotate import BACKWARD, FORWARD, LOSS, OPTIMIZER
+from lmperf.questions.profile.intervals import merged
+from lmperf.questions.profile.range_names import BACKWARD, FORWARD, LOSS, OPTIMIZER
 
 EXPLICIT_LABELS: tuple[str, ...] = (FORWARD, LOSS, BACKWARD, OPTIMIZER)
 IMPLICIT_PRIORITY: tuple[str, ...] = (BACKWARD, OPTIMIZER, FORWARD)
@@ -104,6 +105,18 @@ def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = f
         parts.append(part)
     if not parts:
         return pd.DataFrame(columns=["name", "start_us", "end_us", "label", "autograd_thread"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def compact(marks: pd.DataFrame) -> pd.DataFrame:
+    """The markers as disjoint intervals per label (start_us, end_us, label): what the phase
+    lookups use, merged once (overlapping or nested markers of one label count once)."""
+    parts = []
+    for label, g in marks.groupby("label", sort=False):
+        s, e = merged(g["start_us"].to_numpy(), g["end_us"].to_numpy())
+        parts.append(pd.DataFrame({"start_us": s, "end_us": e, "label": label}))
+    if not parts:
+        return pd.DataFrame(columns=["start_us", "end_us", "label"])
     return pd.concat(parts, ignore_index=True)
 
 

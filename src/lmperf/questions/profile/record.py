@@ -135,6 +135,19 @@ def _labels(records: list[dict]) -> list[str]:
     return numbered([_label(r.get("spec") or {}) for r in records])
 
 
+def overhead_within_noise(benchmarked: list[float], profiled: list[float]) -> bool | None:
+    """Whether the profiler's overhead on a phase (mean profiled / mean benchmarked - 1) is
+    within the run-to-run noise: the difference of the two means is within two standard errors
+    of a difference of means (Welch, sqrt(s1^2/n1 + s2^2/n2), ~95% for normal samples), so a
+    "-8.2%" from 10 noisy steps is not read as the profiler speeding the model up. None when
+    either side has fewer than two samples (no spread to judge by)."""
+    if len(benchmarked) < 2 or len(profiled) < 2:
+        return None
+    se = math.sqrt(statistics.variance(benchmarked) / len(benchmarked)
+                   + statistics.variance(profiled) / len(profiled))
+    return abs(statistics.fmean(profiled) - statistics.fmean(benchmarked)) <= 2 * se
+
+
 def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float]]:
     """phase -> (benchmarked mean, benchmarked std, profiled mean) in ms per step: from the
     raw samples, or (older records) from the stored phase-times table."""
@@ -175,6 +188,10 @@ def _row(record: dict) -> dict:
         mean, std, profiled = stats.get(phase, (math.nan,) * 3)
         row[f"{phase}_ms_mean"], row[f"{phase}_ms_std"] = mean, std
         row[f"{phase}_profiled_ms_mean"] = profiled
+        samples = metrics.get("samples_ms") or {}
+        row[f"{phase}_overhead_noise"] = overhead_within_noise(
+            (samples.get("benchmarked") or {}).get(phase) or [],
+            (samples.get("profiled") or {}).get(phase) or [])
     timings = metrics.get("timings_s") or {}
     for name in ("profiled_steps_s", "capture_s", "trace_export_s", "trace_parse_s", "analysis_s"):
         row[name] = timings.get(name, math.nan)
@@ -197,9 +214,12 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
         out[title] = df[col]
     mean_std_columns(out, df, PHASES)
     if df["step_profiled_ms_mean"].notna().any():
+        # Percent at render only; "(noise)" where the difference is within the run's spread.
         out["profiler overhead"] = [
-            "-" if math.isnan(p) or math.isnan(b) else f"{p / b - 1:+.1%}"
-            for p, b in zip(df["step_profiled_ms_mean"], df["step_ms_mean"])]
+            "-" if math.isnan(p) or math.isnan(b) else
+            f"{p / b - 1:+.1%}" + (" (noise)" if noise is True else "")
+            for p, b, noise in zip(df["step_profiled_ms_mean"], df["step_ms_mean"],
+                                   df["step_overhead_noise"])]
     out["status"], notes = status_notes(df["status"], df["message"])
     return out, caption, notes
 

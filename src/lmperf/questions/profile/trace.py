@@ -49,7 +49,7 @@ import pandas as pd
 
 from lmperf.errors import TraceFormatError
 from lmperf.questions.profile import phase_names
-from lmperf.questions.profile.annotate import ATTENTION_RANGES, FORWARD, LOSS, STEP, WARMUP
+from lmperf.questions.profile.range_names import ATTENTION_RANGES, FORWARD, LOSS, STEP, WARMUP
 from lmperf.questions.profile.intervals import containing, first_containing, innermost, merged, self_times
 from lmperf.questions.profile.phase_names import EXPLICIT_LABELS, IMPLICIT_PRIORITY
 from lmperf.questions.profile.trace_read import RawTrace, read_trace
@@ -85,7 +85,8 @@ class Trace:
         id" where the trace lacks the launch call and the launching cpu_op stands in, see
         `_kernels`), and phase/phase_range/in_step/step/attention taken from the launch; phase
         and phase_range are "unattributed" when no launch matches.
-    launches: runtime/driver API calls (`cuda_runtime`, `cuda_driver`) with their correlation.
+    launches: the runtime/driver API calls (`cuda_runtime`, `cuda_driver`) that launched a device
+        activity of the trace, with their correlation.
     n_steps: number of measured steps (top-level `step` ranges outside `warmup`; the profiler's
         `ProfilerStep#N` ranges when the model was not annotated).
     device_type: "cuda" when the trace holds device activities, else "cpu".
@@ -228,11 +229,26 @@ def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
 
 
 def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
-    ops = raw.ops
-    ops["self_us"], ops["depth"] = self_times(ops)
+    ops = raw.ops.drop(columns=["external_id"])  # needed for linking kernels only
+    self_us, depth = self_times(ops)
+    ops["self_us"], ops["depth"] = self_us, depth.astype(np.int32)
     for col, values in attr.label(ops["start_us"].to_numpy()).items():
         ops[col] = values
-    return ops
+    return _compact_labels(ops)
+
+
+# Columns with a handful of distinct values: categorical (1 byte a row instead of 8; a multi-GB
+# trace holds millions of ops). They compare, group and map like the object columns they were.
+_FEW_VALUES = ("pid", "tid", "phase", "phase_range", "attention")
+
+
+def _compact_labels(df: pd.DataFrame) -> pd.DataFrame:
+    for col in _FEW_VALUES:
+        if col in df:
+            df[col] = pd.Categorical(df[col].to_numpy(dtype=object))
+    if "step" in df:
+        df["step"] = df["step"].astype(np.int32)
+    return df
 
 
 def _kernels(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
@@ -276,7 +292,7 @@ def _kernels(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
         k[col] = values
     for col in ("phase", "phase_range"):
         k[col] = np.where(found, k[col], UNATTRIBUTED)
-    return k
+    return _compact_labels(k)
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -301,11 +317,20 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
     candidates = phase_names.marker_candidates(raw.ops, autograd)
     marker_events = pd.concat([raw.ops.loc[candidates].assign(cat="cpu_op"), raw.modules])
     marks = phase_names.markers(host, marker_events, autograd)
+    del marker_events, candidates
+    sources = phase_names.sources(host, marks)
+    # Lookups merge each label's intervals anyway (`intervals.first_containing`): merged once
+    # here, the markers of a multi-GB trace (every op of backward) cost a few rows, not millions.
+    marks = phase_names.compact(marks)
     steps = _Steps.of(host)
     attr = _Attribution(host, marks, steps)
     _place_ranges(ranges, attr)
 
     kernels = _kernels(raw, attr)
+    # Only the calls that launched a device activity are kept (a third of a GPU trace's runtime
+    # calls: event queries, stream and capture queries make up the rest).
+    launches = raw.launches[raw.launches["correlation"].isin(kernels["correlation"].dropna())]
+    raw.launches = launches.reset_index(drop=True)
     profiler_steps = [int(m.group(1)) for n in host["name"] if (m := _PROFILER_STEP.match(n))]
     meta = raw.meta
     devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
@@ -314,11 +339,11 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
         ranges=ranges,
         ops=_ops(raw, attr),
         kernels=kernels,
-        launches=raw.launches,
+        launches=raw.launches,  # those that launched a device activity
         n_steps=len(steps),
         device_type="cuda" if len(kernels) else "cpu",
         profiler_steps=profiler_steps,
-        phase_sources=phase_names.sources(host, marks),
+        phase_sources=sources,
         device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
         distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict)
         else {},

@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, LOSS, SCORES, SOFTMAX, STEP
+from lmperf.questions.profile.range_names import ATTENTION_RANGES, FINAL_MATMUL, LOSS, SCORES, SOFTMAX, STEP
 from lmperf.questions.profile.intervals import union_length
 from lmperf.questions.profile.trace import PHASE_LABELS, Trace
 

@@ -26,7 +26,7 @@ from lmperf.questions.profile.backends.torch_capture import Capture, capture
 from lmperf.questions.profile.classify import classify
 from lmperf.questions.profile.flops import attention_flops
 from lmperf.questions.profile.from_trace import kernel_table
-from lmperf.questions.profile.record import PHASE_TIMES, SIDE_BY_SIDE
+from lmperf.questions.profile.record import PHASE_TIMES, SIDE_BY_SIDE, overhead_within_noise
 from lmperf.questions.profile.trace import load_trace
 
 
@@ -105,6 +105,10 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+def _noise_words(is_noise: bool | None) -> str:
+    return {True: ", within noise", False: "", None: ", too few steps to judge noise"}[is_noise]
+
+
 def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
     """(a) each phase as benchmarked (no profiler), under the profiler, and in the trace."""
     # On CUDA a host range closes when its work is queued; the device copy of the range spans
@@ -118,6 +122,7 @@ def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
         for name, xs in (("benchmarked", bench), ("profiled", prof), ("trace_range", in_trace)):
             row[f"{name}_ms_mean"], row[f"{name}_ms_std"] = _mean_std(xs)
         row["overhead_pct"] = 100 * (row["profiled_ms_mean"] / row["benchmarked_ms_mean"] - 1)
+        row["overhead_is_noise"] = overhead_within_noise(bench, prof)
         rows.append(row)
     result.tables.append((PHASE_TIMES, pd.DataFrame(rows)))
     fwd = rows[0]
@@ -127,7 +132,13 @@ def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
     result.notes.append(
         f"(a) forward: {fwd['benchmarked_ms_mean']:.2f} ± {fwd['benchmarked_ms_std']:.2f} ms "
         f"benchmarked without the profiler, {fwd['profiled_ms_mean']:.2f} ± "
-        f"{fwd['profiled_ms_std']:.2f} ms under it ({fwd['overhead_pct']:+.1f}%), {in_range}.")
+        f"{fwd['profiled_ms_std']:.2f} ms under it ({fwd['overhead_pct']:+.1f}%"
+        f"{_noise_words(fwd['overhead_is_noise'])}), {in_range}.")
+    noisy = [r["phase"] for r in rows if r["overhead_is_noise"]]
+    if noisy:
+        result.notes.append(
+            f"Profiler overhead within the run-to-run noise (|difference of means| <= 2 standard "
+            f"errors) for: {', '.join(noisy)}; those percentages say nothing about the profiler.")
 
 
 def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
