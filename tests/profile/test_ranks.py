@@ -41,7 +41,7 @@ def test_whole_window_breakdown_matches_hta_on_the_rank3_trace():
     assert w["idle_ms"] == pytest.approx(76.007, abs=1e-3)
     assert w["compute_ms"] == pytest.approx(281.336, abs=1e-3)
     assert w["non_compute_ms"] == pytest.approx(107.251, abs=1e-3)
-    assert round(100 * w["overlap_of_comm"], 2) == 46.24
+    assert round(100 * w["comm_hidden_share"], 2) == 46.24
 
 
 def test_per_step_breakdown_adds_up():
@@ -53,7 +53,7 @@ def test_per_step_breakdown_adds_up():
     assert (b["comm_ms"] > 0).all() and (b["compute_ms"] > 0).all()
     # A single-GPU run has no communication at all.
     v = overlap.breakdown(trace(V100))
-    assert (v["comm_ms"] == 0).all() and v["overlap_of_comm"].isna().all()
+    assert (v["comm_ms"] == 0).all() and v["comm_hidden_share"].isna().all()
 
 
 @pytest.mark.parametrize("name, comm", [
@@ -108,7 +108,7 @@ def test_directory_of_ranks(rank_dir):
     assert list(strag["step"]) == [0, 1, 2]  # steps both ranks hold
     assert (strag["slowest_rank"] == 0).all() and (strag["straggler"] == 3).all()
     summary = ranks.rank_summary(found)
-    assert summary.set_index("rank").loc[3, "overlap_of_comm"] == pytest.approx(0.4624, abs=1e-4)
+    assert summary.set_index("rank").loc[3, "comm_hidden_share"] == pytest.approx(0.4624, abs=1e-4)
 
 
 def test_two_files_of_one_rank_are_refused(tmp_path):

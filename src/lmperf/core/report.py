@@ -133,11 +133,20 @@ def _fmt_float(value: float) -> str:
     return f"{value:.{DIGITS}g}"
 
 
+def is_share(column: object) -> bool:
+    """Whether a column holds fractions of a whole (0..1): by convention its name is `share` or
+    ends in `_share`. Tables keep the fraction; only rendering writes it as percent."""
+    return isinstance(column, str) and (column == "share" or column.endswith("_share"))
+
+
 def readable(df: pd.DataFrame) -> pd.DataFrame:
-    """Floats to DIGITS significant digits (as strings) for text, Markdown and LaTeX."""
+    """Floats to DIGITS significant digits (as strings) for text, Markdown and LaTeX; share
+    columns (`is_share`) as percent with one decimal ("12.3%"), as findings write them."""
     out = df.copy()
     for col in out.columns:
-        if pd.api.types.is_float_dtype(out[col]):
+        if is_share(col) and pd.api.types.is_float_dtype(out[col]):
+            out[col] = ["-" if v != v else f"{100 * v:.1f}%" for v in out[col]]
+        elif pd.api.types.is_float_dtype(out[col]):
             out[col] = [_fmt_float(v) for v in out[col]]
         elif out[col].dtype == object:
             out[col] = [_fmt_float(v) if isinstance(v, float) else ("-" if v is None else v)

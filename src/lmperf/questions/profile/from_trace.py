@@ -40,7 +40,7 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
     """The Report of an existing torch.profiler trace (see the module docstring).
 
     frame: one row per step (step, profiler_step, cpu_ms, and on a GPU trace gpu_span_ms,
-    gpu_busy_ms, gpu_kernel_ms, gpu_idle_pct, gpu_activities); tables: time per phase, top
+    gpu_busy_ms, gpu_kernel_ms, gpu_idle_share, gpu_activities); tables: time per phase, top
     kernels (GPU) and top operators (self time) per phase, categories; findings: what the trace
     lacks, in one line each, and what the numbers say. Raises TraceFormatError for a missing or
     corrupt file, SpecError for `top` < 1.
@@ -119,7 +119,7 @@ def as_one_step(trace: Trace) -> Trace:
 def step_table(trace: Trace) -> pd.DataFrame:
     """One row per measured step: step, profiler_step (its ProfilerStep#N), cpu_ms (the host
     range of the step), and on a GPU trace the device's span, busy and summed kernel time (ms),
-    gpu_idle_pct (100 * (1 - busy / span)) and gpu_activities."""
+    gpu_idle_share (1 - busy / span, a fraction: rendered as percent) and gpu_activities."""
     out = pd.DataFrame({"step": range(trace.n_steps)})
     r = trace.ranges
     prof = r[~r["on_device"] & r["name"].str.match(r"^ProfilerStep#\d+$") & (r["step"] >= 0)]
@@ -133,7 +133,7 @@ def step_table(trace: Trace) -> pd.DataFrame:
         dev = dev[dev["phase"] == STEP].set_index("step")
         for col in ("span_ms", "busy_ms", "kernel_ms"):
             out[f"gpu_{col}"] = out["step"].map(dev[col]).astype(float)
-        out["gpu_idle_pct"] = 100 * (1 - out["gpu_busy_ms"] / out["gpu_span_ms"])
+        out["gpu_idle_share"] = 1 - out["gpu_busy_ms"] / out["gpu_span_ms"]
         out["gpu_activities"] = out["step"].map(dev["activities"]).astype("Int64")
     return out
 

@@ -40,7 +40,7 @@ _NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl\w*Kernel")
 
 BREAKDOWN_COLUMNS = ["step", "span_ms", "busy_ms", "idle_ms", "compute_ms", "comm_ms", "overlap_ms",
                      "exposed_comm_ms", "memory_ms", "non_compute_ms", "idle_share",
-                     "compute_share", "non_compute_share", "overlap_of_comm"]
+                     "compute_share", "non_compute_share", "comm_hidden_share"]
 
 
 def is_comm_kernel(name: str) -> bool:
@@ -76,7 +76,7 @@ def _row(k: pd.DataFrame, kinds: np.ndarray, origin: float) -> dict[str, float]:
             "idle_share": idle / span if span > 0 else np.nan,
             "compute_share": compute / span if span > 0 else np.nan,
             "non_compute_share": (span - compute - idle) / span if span > 0 else np.nan,
-            "overlap_of_comm": overlap / comm if comm > 0 else np.nan}
+            "comm_hidden_share": overlap / comm if comm > 0 else np.nan}
 
 
 def breakdown(trace: Trace, whole: bool = False) -> pd.DataFrame:

@@ -145,7 +145,7 @@ def stragglers(table: pd.DataFrame) -> pd.DataFrame:
 
 def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
     """One row per rank: steps, mean step times, and HTA's whole-window breakdown: span_ms,
-    idle / compute / non_compute shares, comm_ms, overlap_ms, exposed_comm_ms, overlap_of_comm."""
+    idle / compute / non_compute shares, comm_ms, overlap_ms, exposed_comm_ms, comm_hidden_share."""
     rows = []
     for r in ranks:
         row = {"rank": r.rank, "file": r.path.name, "steps": r.n_steps,
@@ -158,7 +158,7 @@ def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
                     "exposed_comm_ms_per_step": float(r.steps["exposed_comm_ms"].mean()),
                     "idle_ms_per_step": float(r.steps["idle_ms"].mean()),
                     **{c: float(w[c]) for c in ("span_ms", "idle_share", "compute_share",
-                                                "non_compute_share", "overlap_of_comm")}}
+                                                "non_compute_share", "comm_hidden_share")}}
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -206,11 +206,11 @@ def _findings(ranks: list[RankTables], summary: pd.DataFrame, strag: pd.DataFram
                    f"{strag['straggler_compute_ms'].mean():.2f} ms vs {strag['others_compute_ms'].mean():.2f} "
                    "ms on the others): the others wait for it inside their collectives, so their "
                    "communication time includes that wait.")
-    if "overlap_of_comm" in summary:
+    if "comm_hidden_share" in summary:
         for row in summary.itertuples():
             if row.comm_ms_per_step > 0:
                 out.append(f"Rank {row.rank}: {row.comm_ms_per_step:.2f} ms of communication per "
-                           f"step, {row.overlap_of_comm:.0%} of it under computation, "
+                           f"step, {row.comm_hidden_share:.0%} of it under computation, "
                            f"{row.exposed_comm_ms_per_step:.2f} ms exposed; GPU idle "
                            f"{row.idle_share:.0%} of its span (HTA's definitions).")
     return out
