@@ -215,3 +215,14 @@ def test_node_bandwidth_for_groups_that_span_nodes() -> None:
     assert df.loc["fsdp+tp", "comm_ms"] == pytest.approx((fsdp / 50e9 + tp / 450e9) * 1e3)
     assert df.loc["fsdp+tp", "largest_n_compute_bound"] > df.loc["fsdp", "largest_n_compute_bound"]
     assert "50 GB/s between nodes of 8 devices" in report.title
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["train", "--gpu", "H100", "--tp", "2"], "--gpu, --tp: options of --estimate only"),
+    (["comm", "--tokens", "5"], "--tokens: an option of --estimate only"),
+    (["leaderboard", "--node-bandwidth", "50"], "--node-bandwidth: an option of --estimate only")])
+def test_estimate_options_without_estimate_are_refused(argv: list[str], fragment: str,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    assert main(["dist", *argv]) == 2  # refused before anything runs or is written
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1

@@ -119,13 +119,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from lmperf.questions.parallel import leaderboard
 
     leaderboard.add_arguments(p)
-    p.set_defaults(func=cmd_dist)
+    # what the --estimate options are when not given: cmd_dist refuses them without --estimate
+    p.set_defaults(func=cmd_dist, estimate_defaults={n: p.get_default(n) for n in ESTIMATE})
 
 
 def cmd_dist(args: argparse.Namespace) -> int:
     """`lmperf dist`: plan, launch torchrun per (command, world size), print the tables."""
     from lmperf.questions.parallel.api import dist
 
+    given = [f"--{n.replace('_', '-')}" for n in ESTIMATE
+             if getattr(args, n) != args.estimate_defaults[n]]
+    if given and not args.estimate:
+        from lmperf.errors import SpecError
+
+        raise SpecError(f"{', '.join(given)}: {'an option' if len(given) == 1 else 'options'} "
+                        f"of --estimate only (add --estimate, or leave out)")
     if args.what == "leaderboard":
         from lmperf.questions.parallel import leaderboard
 
