@@ -11,9 +11,10 @@ measures what the device attains here, in this process, with this thread count:
   (`z = x + 2 y`: reads 2n, writes n) over buffers far larger than the caches, best of
   `REPEATS` after one untimed pass (first touch of the pages); the attained bandwidth is the
   faster of the two (the best this device demonstrated).
-- op overhead: the time per call of an aten op on a one-element tensor (`torch.add(x, y,
-  out=z)`, `OVERHEAD_CALLS` calls back to back, best of `REPEATS`): what every eager op costs
-  besides its arithmetic and memory traffic (dispatch; on CUDA the launch as the host sees it).
+- op overhead: the time per call of an aten op on one-element tensors as a training step runs
+  it (`torch.add(x, y)` with x requiring grad: dispatch, an output allocated, an autograd node
+  recorded), `OVERHEAD_CALLS` calls back to back, best of `REPEATS`: what every eager op costs
+  besides its arithmetic and memory traffic (on CUDA, plus the launch as the host sees it).
 
 Best-of-N, not median: a ceiling is what the device can do, and on a shared machine the slower
 calls are other processes' interference. Every call is closed by a device synchronisation
@@ -133,13 +134,15 @@ def bandwidth(device: torch.device, nbytes: int | None = None,
 
 def op_overhead(device: torch.device, calls: int = OVERHEAD_CALLS,
                 repeats: int = REPEATS) -> float:
-    """Seconds per call of `torch.add` on one-element tensors, `calls` calls per timing (the
-    cost of an eager op with no work in it)."""
-    x, y, z = (torch.ones(1, device=device) for _ in range(3))
+    """Seconds per call of `torch.add` on one-element tensors, one of them requiring grad,
+    `calls` calls per timing: the cost of an eager training-step op with no work in it."""
+    x = torch.ones(1, device=device, requires_grad=True)
+    y = torch.ones(1, device=device)
 
     def run() -> None:
-        for _ in range(calls):
-            torch.add(x, y, out=z)
+        with torch.enable_grad():
+            for _ in range(calls):
+                torch.add(x, y)  # allocates its output and records an AddBackward node
 
     run()  # warm-up
     return _best_s(run, device, repeats) / calls
