@@ -7,7 +7,6 @@ m intervals, so attributing every event of a trace stays linear in the events.
 
 from __future__ import annotations
 
-from array import array
 from typing import Iterable
 
 import numpy as np
@@ -95,42 +94,47 @@ def first_containing(ts: np.ndarray, ranges: pd.DataFrame, labels: Iterable[str]
     return label
 
 
-def self_times(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def self_times(ops: pd.DataFrame, chunk: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
     """Self time (dur minus direct children on the same thread) and nesting depth of each op.
 
-    One sweep over ops sorted by (tid, start, -dur): a stack holds the open ancestors; an op
-    whose start is at or past the top's end closes the top. Children are charged to the parent.
+    One sweep over ops sorted by (tid, start, -dur): a stack holds the open ancestors (with
+    their end and the sum of their children so far); an op whose start is at or past the top's
+    end closes the top. The sweep reads the sorted columns `chunk` rows at a time as Python
+    lists, so its working memory stays small on a trace of millions of ops.
     """
     n = len(ops)
-    self_us = ops["dur_us"].to_numpy().copy()
-    depth = np.zeros(n, dtype=np.int64)
+    dur = ops["dur_us"].to_numpy(dtype=float)
+    self_us = dur.copy()
+    depth = np.zeros(n, dtype=np.int32)
     if n == 0:
         return self_us, depth
     tid_codes = pd.factorize(ops["tid"])[0]  # tids may be ints or strings
-    order = np.lexsort((-ops["dur_us"].to_numpy(), ops["start_us"].to_numpy(), tid_codes))
-    # Typed arrays, not lists: a list of n Python floats costs 32 bytes an item, and a multi-GB
-    # trace holds millions of ops.
-    tids = array("q", tid_codes[order].astype(np.int64).tobytes())
-    starts = array("d", ops["start_us"].to_numpy(dtype=float)[order].tobytes())
-    ends = array("d", ops["end_us"].to_numpy(dtype=float)[order].tobytes())
-    durs = array("d", ops["dur_us"].to_numpy(dtype=float)[order].tobytes())
-    child_sum = array("d", bytes(8 * n))  # per sorted position
-    depth_sorted = array("q", bytes(8 * n))
-    stack: list[int] = []  # sorted positions of open ops
+    start = ops["start_us"].to_numpy(dtype=float)
+    order = np.lexsort((-dur, start, tid_codes))
+    end = ops["end_us"].to_numpy(dtype=float)
+    stack: list[list] = []  # [row, end, children's duration] of the open ops, outermost first
     prev_tid = None
-    for k in range(n):
-        if tids[k] != prev_tid:
-            stack.clear()
-            prev_tid = tids[k]
-        st = starts[k]
-        while stack and st >= ends[stack[-1]]:
-            stack.pop()
-        if stack:
-            child_sum[stack[-1]] += durs[k]
-        depth_sorted[k] = len(stack)
-        stack.append(k)
-    self_us[order] = np.frombuffer(durs, dtype=float) - np.frombuffer(child_sum, dtype=float)
-    depth[order] = np.frombuffer(depth_sorted, dtype=np.int64)
+    for lo in range(0, n, chunk):
+        rows = order[lo:lo + chunk]
+        depths = []
+        for row, tid, st, en, du in zip(rows.tolist(), tid_codes[rows].tolist(),
+                                        start[rows].tolist(), end[rows].tolist(),
+                                        dur[rows].tolist()):
+            if tid != prev_tid:
+                for r, _, child in stack:
+                    self_us[r] -= child
+                stack.clear()
+                prev_tid = tid
+            while stack and st >= stack[-1][1]:
+                r, _, child = stack.pop()
+                self_us[r] -= child
+            if stack:
+                stack[-1][2] += du
+            depths.append(len(stack))
+            stack.append([row, en, 0.0])
+        depth[rows] = depths
+    for r, _, child in stack:
+        self_us[r] -= child
     return self_us, depth
 
 

@@ -71,14 +71,18 @@ def autograd_threads(thread_names: Mapping[tuple, str]) -> set[tuple]:
     return {key for key, name in thread_names.items() if _AUTOGRAD_THREAD in name}
 
 
+def _on_threads(df: pd.DataFrame, autograd: set[tuple]) -> np.ndarray:
+    """Whether each row (pid, tid columns) is on one of the `autograd` threads."""
+    if not autograd or df.empty:
+        return np.zeros(len(df), bool)
+    return pd.MultiIndex.from_arrays([df["pid"], df["tid"]]).isin(list(autograd))
+
+
 def marker_candidates(ops: pd.DataFrame, autograd: set[tuple] = frozenset()) -> np.ndarray:
     """Which cpu_ops (a frame with name, pid, tid) may be implicit markers: autograd nodes and
     every op on an autograd thread (a bool mask)."""
     node = ops["name"].str.startswith(_AUTOGRAD).to_numpy(dtype=bool)
-    if not autograd or ops.empty:
-        return node
-    keys = pd.MultiIndex.from_arrays([ops["pid"], ops["tid"]])
-    return node | keys.isin(list(autograd))
+    return node | _on_threads(ops, autograd)
 
 
 def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = frozenset()
@@ -92,17 +96,17 @@ def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = f
             continue
         # Vectorised where it is cheap: cpu_op / python_function rows come pre-filtered by
         # marker_candidates (tens of thousands on a real trace), so their cat is their label.
-        on_thread = np.array([(p, t) in autograd for p, t in zip(df["pid"], df["tid"])], bool)
+        on_thread = _on_threads(df, autograd)
         if df is events:
             label = np.where(df["cat"].to_numpy() == "cpu_op", BACKWARD, FORWARD).astype(object)
         else:
             label = np.array([implicit_phase(n, c, a) for n, c, a in
                               zip(df["name"], df["cat"], on_thread)], dtype=object)
         keep = ~pd.isna(label)
-        part = df.loc[keep, ["name", "start_us", "end_us"]].copy()
-        part["label"] = label[keep]
-        part["autograd_thread"] = on_thread[keep]
-        parts.append(part)
+        parts.append(pd.DataFrame({
+            "name": df["name"].to_numpy(dtype=object)[keep],
+            "start_us": df["start_us"].to_numpy()[keep], "end_us": df["end_us"].to_numpy()[keep],
+            "label": pd.Categorical(label[keep]), "autograd_thread": on_thread[keep]}))
     if not parts:
         return pd.DataFrame(columns=["name", "start_us", "end_us", "label", "autograd_thread"])
     return pd.concat(parts, ignore_index=True)

@@ -230,11 +230,13 @@ def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
 
 def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
     ops = raw.ops.drop(columns=["external_id"])  # needed for linking kernels only
-    self_us, depth = self_times(ops)
-    ops["self_us"], ops["depth"] = self_us, depth.astype(np.int32)
-    for col, values in attr.label(ops["start_us"].to_numpy()).items():
-        ops[col] = values
-    return _compact_labels(ops)
+    _compact_labels(ops, "pid", "tid")
+    ops["self_us"], ops["depth"] = self_times(ops)
+    labels = attr.label(ops["start_us"].to_numpy())
+    for col in list(labels):  # one label column at a time, compacted as it lands
+        ops[col] = labels.pop(col)
+        _compact_labels(ops, col)
+    return ops
 
 
 # Columns with a handful of distinct values: categorical (1 byte a row instead of 8; a multi-GB
@@ -242,12 +244,14 @@ def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
 _FEW_VALUES = ("pid", "tid", "phase", "phase_range", "attention")
 
 
-def _compact_labels(df: pd.DataFrame) -> pd.DataFrame:
-    for col in _FEW_VALUES:
-        if col in df:
+def _compact_labels(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """`df` with its few-valued columns (those of `columns`, default all) categorical and its
+    step int32."""
+    for col in columns or (*_FEW_VALUES, "step"):
+        if col == "step" and col in df:
+            df[col] = df[col].astype(np.int32)
+        elif col in _FEW_VALUES and col in df:
             df[col] = pd.Categorical(df[col].to_numpy(dtype=object))
-    if "step" in df:
-        df["step"] = df["step"].astype(np.int32)
     return df
 
 
@@ -315,7 +319,9 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
     host = ranges[~ranges["on_device"]]
     autograd = phase_names.autograd_threads(raw.thread_names)
     candidates = phase_names.marker_candidates(raw.ops, autograd)
-    marker_events = pd.concat([raw.ops.loc[candidates].assign(cat="cpu_op"), raw.modules])
+    cols = ["name", "pid", "tid", "start_us", "end_us"]
+    marker_events = pd.concat([raw.ops.loc[candidates, cols].assign(cat="cpu_op"),
+                               raw.modules[cols + ["cat"]]])
     marks = phase_names.markers(host, marker_events, autograd)
     del marker_events, candidates
     sources = phase_names.sources(host, marks)
