@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from lmperf.questions.doctor import capjob, environment, numerics, precision, timing, tracing
+from lmperf.questions.doctor import capjob, ceilings, environment, numerics, precision, timing, tracing
 from lmperf.questions.doctor import distjob, gpu, lowp
 from lmperf.questions.doctor.checks import Check
 
@@ -15,6 +15,7 @@ CHECKS: tuple[Check, ...] = (
     Check("nsys on PATH", "any", tracing.check_nsys),
     # The CPU's paths.
     Check("phase timing (host clock)", "cpu", timing.check_phase_clock),
+    Check("measured ceilings (roofline)", "cpu", ceilings.check_ceilings),
     Check("peak RSS per phase", "cpu", timing.check_cpu_peaks),
     Check("memory cap -> oom row (cpu)", "cpu",
           partial(capjob.check_cap, name="memory cap -> oom row (cpu)"), capjob.start_cap_job),
@@ -34,6 +35,7 @@ CHECKS: tuple[Check, ...] = (
     # CUDA's paths.
     Check("CUDA device", "cuda", environment.check_cuda_device),
     Check("synchronize", "cuda", timing.check_synchronize),
+    Check("measured ceilings (roofline, cuda)", "cuda", ceilings.check_ceilings),
     Check("phase timing (CUDA events)", "cuda", timing.check_phase_clock),
     Check("allocator peaks per phase", "cuda", timing.check_cuda_peaks),
     Check("memory cap -> oom row (cuda)", "cuda",
