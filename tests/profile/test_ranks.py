@@ -107,6 +107,7 @@ def test_directory_of_ranks(rank_dir):
     strag = ranks.stragglers(table)
     assert list(strag["step"]) == [0, 1, 2]  # steps both ranks hold
     assert (strag["slowest_rank"] == 0).all() and (strag["straggler"] == 3).all()
+    assert all(set(r.phases["phase"]) >= {"forward", "backward", "step"} for r in found)
     summary = ranks.rank_summary(found)
     assert summary.set_index("rank").loc[3, "comm_hidden_share"] == pytest.approx(0.4624, abs=1e-4)
 

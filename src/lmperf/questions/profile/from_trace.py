@@ -62,7 +62,7 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
     if not gpu:
         notes.append(f"No GPU activity (kernels, memcpys, memsets) in {path.name}: CPU operator "
                      "tables only.")
-    phases = [p for p in PHASE_LABELS if _present(trace, p)]
+    phases = present_phases(trace)
     if phases:
         notes.append("Phases from: " + "; ".join(
             f"{p}: " + ", ".join(repr(n) for n in trace.phase_sources.get(p, []))
@@ -97,6 +97,11 @@ def kernel_table(trace: Trace, phase: str, top: int | None = 10) -> pd.DataFrame
     df["gemm"] = [describe_gemm(n) or "" for n in df["name"]]
     df["name"] = [short_name(n) for n in df["name"]]
     return df
+
+
+def present_phases(trace: Trace) -> list[str]:
+    """The phases (of PHASE_LABELS, in order) that some operator or kernel of `trace` is in."""
+    return [p for p in PHASE_LABELS if _present(trace, p)]
 
 
 def _present(trace: Trace, phase: str) -> bool:

@@ -10,6 +10,7 @@ Steps are matched across ranks by their index among each rank's measured steps (
 `ProfilerStep#N` in a torch.profiler schedule). Tables:
 - per rank and step: the host step time, the device span, and the device breakdown of
   `overlap.breakdown` (computation, communication, their overlap, exposed communication, idle);
+- per rank and phase: `from_trace.phase_times` (host range, operator and device times);
 - per step: the slowest rank by step time, and the straggler: the rank with the most
   computation. With NCCL the ranks wait for each other inside the collectives, so every rank's
   step lasts about as long as the slowest one's and the fastest ranks show the longest
@@ -49,6 +50,7 @@ class RankTables:
     unattributed: int
     world_size: int | None
     slowed: pd.DataFrame | None = None  # overlap.slowed_by_comm, top rows
+    phases: pd.DataFrame | None = None  # from_trace.phase_times: ms per step per phase
 
 
 def trace_files(directory: str | Path) -> list[Path]:
@@ -73,17 +75,18 @@ def rank_of(trace: Trace, path: Path) -> int | None:
 
 def rank_tables(trace: Trace, rank: int, path: Path) -> RankTables:
     """The per-step table of one rank (host step time beside the device breakdown)."""
-    from lmperf.questions.profile.from_trace import as_one_step, step_table
+    from lmperf.questions.profile.from_trace import as_one_step, phase_times, present_phases, step_table
 
     if trace.n_steps == 0:
         trace = as_one_step(trace)
+    phases = phase_times(trace, present_phases(trace))
     host = step_table(trace)[["step", "profiler_step", "cpu_ms"]]
     dev = overlap.breakdown(trace)
     steps = host.merge(dev, on="step", how="left") if not dev.empty else host
     world = trace.distributed.get("world_size")
     return RankTables(rank=rank, path=path, steps=steps, whole=overlap.breakdown(trace, whole=True),
                       n_steps=trace.n_steps, unattributed=trace.unattributed_kernels,
-                      world_size=world if isinstance(world, int) else None)
+                      world_size=world if isinstance(world, int) else None, phases=phases)
 
 
 def read_ranks(directory: str | Path, top: int = 10) -> list[RankTables]:
@@ -165,6 +168,7 @@ def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
 
 RANK_STEP_TABLE = "per rank and step (ms; shares of the device span, 0..1)"
 STRAGGLER_TABLE = "per step: slowest rank and straggler"
+RANK_PHASE_TABLE = "per rank and phase (ms per step, mean over the rank's steps)"
 SLOWED_TABLE = "kernels slower beside a collective (rank {rank})"
 
 
@@ -179,7 +183,10 @@ def analyse_ranks(directory: str | Path, top: int = 10) -> "Report":
     directory = Path(directory)
     found = read_ranks(directory, top)
     table = per_rank_step(found)
-    tables = {RANK_STEP_TABLE: table, STRAGGLER_TABLE: stragglers(table)}
+    tables = {RANK_STEP_TABLE: table, STRAGGLER_TABLE: stragglers(table),
+              RANK_PHASE_TABLE: pd.concat([r.phases.assign(rank=r.rank) for r in found],
+                                          ignore_index=True).pipe(
+                  lambda df: df[["rank", *[c for c in df.columns if c != "rank"]]])}
     for r in found:
         if r.slowed is not None and not r.slowed.empty:
             tables[SLOWED_TABLE.format(rank=r.rank)] = r.slowed
