@@ -74,7 +74,8 @@ def test_csv_is_the_numeric_frame(capsys):
     (["compare", BASE, "--by", "precision", "fp32", "fp64"], "values there: bf16-mixed, fp32"),
     (["compare", BASE, AGAIN, "--fail-above", "-5"], "--fail-above must be"),
     (["compare", BASE, AGAIN, "--confidence", "2"], "--confidence must be"),
-    (["compare", BASE, AGAIN, "--by", "precision"], "expected 3 arguments"),
+    (["compare", BASE, AGAIN, "--by", "precision", "fp32"], "--by takes FIELD, or FIELD A B"),
+    (["compare", BASE, "--by", "size"], "--by size: needs exactly two values of size"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, fragment, capsys):
     code, out, err = _run(argv, capsys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lmperf.questions.bench.plan import plan_bench
+from lmperf.questions.bench.plan import models_of, plan_bench
 from lmperf.questions.bench.rounds import base_id, pool_rounds
 from lmperf.core.jobs import job_id
 from lmperf.questions.bench.report import build_report
@@ -17,7 +17,8 @@ from lmperf.results.store import append_record, read_records
 from lmperf.model.presets import DEFAULT_COURSE
 
 
-def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
+def bench(size: Sequence[str] | str | None = None, *,
+          model: Sequence[str | None] | str | None = None,
           context: Sequence[int] | int | None = None, batch: Sequence[int] | int = 4,
           precision: Sequence[str] | str | None = None,
           mode: Sequence[str] | str = "train-step", attention: Sequence[str] | str = "naive",
@@ -32,6 +33,9 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
           progress: bool = False, predict: Sequence[str] | str | None = None) -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
+
+    `model` may list several factories (None or "reference": the reference LM): an A/B sweep;
+    with `rounds` the sides alternate run by run (README: "A/B on a busy machine").
 
     `compile` (a sweep axis: False, True or [False, True]) runs the whole model through
     torch.compile; the compiling first step is timed apart (metrics.compile_s).
@@ -48,6 +52,9 @@ def bench(size: Sequence[str] | str | None = None, *, model: str | None = None,
     returns their Report; its records (kind "prediction") are appended to `out`.
     """
     if predict:
+        if not (model is None or isinstance(model, str)) and len(models_of(model)) > 1:
+            raise SpecError("--predict takes one --model")
+        model = models_of(model)[0]
         return _predict(predict, size=size, model=model, context=context, batch=batch,
                         precision=precision, mode=mode, attention=attention, clip=clip,
                         course=course, model_context=model_context, threads=threads, out=out)

@@ -22,9 +22,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "record per run to a results file. Every option that takes a "
                                    "list sweeps over the cartesian product.")
     add_options(p, SPEC_OPTIONS + ("out", "format") + LAUNCH,
-                lists=("size", "context", "batch", "precision", "attention", "warmup"),
+                lists=("size", "model", "context", "batch", "precision", "attention", "warmup"),
                 defaults={"warmup": 5, "steps": 10, "out": DEFAULT_OUT},
                 helps={"size": "default: tiny mini on CPU; the --course edition's table on CUDA",
+                       "model": "several values: an A/B sweep, 'reference' naming the reference "
+                                "LM; with --rounds the sides alternate run by run, then "
+                                "`lmperf compare FILE --by model`",
                        "context": "default: 128 on CPU; on CUDA 512 (2026) or 128 256 512 1024 "
                                   "(2025)",
                        "precision": "default: fp32 bf16-mixed on CPU; fp32 on CUDA"})

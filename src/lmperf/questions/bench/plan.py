@@ -28,7 +28,20 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
 
-def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = None,
+# How a command line names the reference LM among several --model values (an A/B sweep).
+REFERENCE_WORDS: tuple[str, ...] = ("none", "reference")
+
+
+def models_of(model: Sequence[str | None] | str | None) -> list[str | None]:
+    """The --model values of a sweep: None or "none"/"reference" is the reference LM, anything
+    else a factory ('package.module:factory'); duplicates run once."""
+    values = [model] if model is None or isinstance(model, str) else list(model)
+    return list(dict.fromkeys(None if v is None or str(v).lower() in REFERENCE_WORDS else str(v)
+                              for v in values)) or [None]
+
+
+def plan_bench(*, size: Sequence[str] | str | None = None,
+               model: Sequence[str | None] | str | None = None,
                context: Sequence[int] | int | None = None, batch: Sequence[int] | int = 4,
                precision: Sequence[str] | str | None = None,
                mode: Sequence[str] | str = "train-step",
@@ -46,23 +59,27 @@ def plan_bench(*, size: Sequence[str] | str | None = None, model: str | None = N
     """
     dev_ = dev.resolve_device(device)
     defaults = device_defaults("bench", dev_.type, course)
-    sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
+    models = models_of(model)
+    user = [m for m in models if m is not None]
+    sizes = as_list(size) or (defaults["size"][:1] if user else defaults["size"])
     # Default regimes too slow on this CPU (bf16 without native support) are left out, saying so.
     given = as_list(precision)
     precisions, left_out = (given, []) if given else default_regimes(defaults["precision"], dev_)
     fixed = dict(model_context_length=model_context,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
-                 device=dev_.type, model=model, threads=resolve_threads(threads, dev_.type),
+                 device=dev_.type, threads=resolve_threads(threads, dev_.type),
                  clip=clip, course=course, compile_mode=compile_mode)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=precisions,
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),
                 compiles=as_list(compile), fixed=fixed)
-    specs = list(dict.fromkeys(grid.expand()))  # a value given twice in a list runs once
+    # Several --model values are the outermost axis (an A/B sweep: with --rounds, the sides
+    # alternate run by run, so both see the same load).
+    specs = list(dict.fromkeys(s.with_(model=m) for m in models for s in grid.expand()))
     plan = Plan(specs=specs, device_name=dev.device_name(dev_), notes=left_out)
-    if model:
-        check_user_models(specs)
+    for m in user:
+        check_user_models([s for s in specs if s.model == m])
         shapes = ", ".join(dict.fromkeys(f"{s.size} ({s.shape()})" for s in specs))
-        plan.notes.append(f"model {model}: its factory receives the shape of {shapes}")
+        plan.notes.append(f"model {m}: its factory receives the shape of {shapes}")
     plan.warnings += precision_warnings((s.precision for s in specs), dev_)
     return plan

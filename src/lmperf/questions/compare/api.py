@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lmperf.questions.compare.match import check_fields, match, select
+from lmperf.questions.compare.match import check_fields, match, select, two_values
 from lmperf.questions.compare.records import MAX_LOAD, latest
 from lmperf.questions.compare.report import build_report
 from lmperf.core.report import Report
@@ -51,6 +51,8 @@ def compare(base: Source, new: Source | None = None, *,
         base, new: results files (or lists of records). Without `new`, `by` must split `base`.
         by: (FIELD, A, B): BASE is the records whose spec FIELD is A, NEW those where it is B
             (e.g. ("precision", "fp32", "bf16-mixed")); FIELD is then left out of matching.
+            FIELD alone: the records must hold exactly two values of it (an A/B sweep, e.g.
+            `lmperf bench --model reference mine:factory --rounds 5`); the first that ran is A.
         ignore: further spec fields left out of matching (e.g. "model", "steps").
         kind: only records of this kind.
         confidence: level of the bootstrap intervals (0.95).
@@ -74,8 +76,13 @@ def compare(base: Source, new: Source | None = None, *,
     sides = (base_name, new_name)
     drop = list(ignore)
     if by is not None:
-        if isinstance(by, str) or len(by) != 3:
-            raise SpecError(f"--by takes FIELD A B, got {' '.join(map(str, by))}")
+        if isinstance(by, str):
+            by = [by]
+        if len(by) == 1:  # an A/B sweep: its two values, in the order they ran
+            by = [by[0], *two_values(base_records if new is None else base_records + new_records,
+                                     str(by[0]))]
+        if len(by) != 3:
+            raise SpecError(f"--by takes FIELD, or FIELD A B; got {' '.join(map(str, by))}")
         field, a, b = (str(x) for x in by)
         base_records = select(base_records, field, a, base_name)
         new_records = select(new_records, field, b, new_name)

@@ -25,9 +25,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "input.")
     p.add_argument("files", type=Path, nargs="+", metavar="FILE",
                    help="BASE NEW (two JSONL results files), or one file with --by")
-    p.add_argument("--by", nargs=3, metavar=("FIELD", "A", "B"),
+    p.add_argument("--by", nargs="+", metavar="FIELD [A B]",
                    help="compare the records whose spec FIELD is B (NEW) with those where it is "
-                        "A (BASE), e.g. --by precision fp32 bf16-mixed ('none' for no user model)")
+                        "A (BASE), e.g. --by precision fp32 bf16-mixed ('none' for no user "
+                        "model); FIELD alone: the file's two values of it, first run first (an "
+                        "A/B sweep: lmperf bench --model reference mine:f --rounds 5)")
     p.add_argument("--ignore", nargs="+", default=[], metavar="FIELD",
                    help="spec fields that need not match (e.g. model steps)")
     p.add_argument("--kind", help="only records of this kind (default: every kind found)")
@@ -54,6 +56,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """`lmperf compare`: print the comparison; exit 1 if --fail-above finds a slower phase."""
     from lmperf.questions.compare.api import compare
     from lmperf.questions.compare.report import failing, spec_columns, spec_label
+    from lmperf.questions.compare.rows import judged_change
     from lmperf.core.command import emit, err
     from lmperf.errors import SpecError
 
@@ -73,9 +76,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     bad = failing(report.frame, args.fail_above)
     columns = [c for c in spec_columns(report.frame) if report.frame[c].nunique(dropna=False) > 1]
     for _, row in bad.iterrows():
+        change, ratio, low, high = judged_change(row)
         err(f"slower: {row['phase']} of {spec_label(row, columns) or row['record_kind']}: "
-            f"{row['change_pct']:+.1f}% (ratio {row['ratio']:.3f} "
-            f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}])")
+            f"{change:+.1f}% (ratio {ratio:.3f} [{low:.3f}, {high:.3f}], {row['judged_on']})")
     unsure = int((report.frame["verdict"] == INCONCLUSIVE).sum()) if len(report.frame) else 0
     if unsure:
         err(f"warning: {unsure} phase(s) inconclusive (machine loaded): not counted by "

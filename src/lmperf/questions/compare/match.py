@@ -72,6 +72,20 @@ def select(records: list[dict], by: str, value: str, where: str) -> list[dict]:
     return chosen
 
 
+def two_values(records: list[dict], by: str) -> tuple[str, str]:
+    """The two values of spec field `by` in `records`, as a command line writes them ('none' for
+    None), in the order they first appear (an A/B sweep's A ran first); SpecError unless there
+    are exactly two."""
+    seen = list(dict.fromkeys(json.dumps(r["spec"][by]) for r in records if by in r["spec"]))
+    texts = ["none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+             for v in map(json.loads, seen)]
+    if len(texts) != 2:
+        found = ", ".join(texts) if texts else "none (no record has that spec field)"
+        raise SpecError(f"--by {by}: needs exactly two values of {by} (or give them: --by {by} A "
+                        f"B); found {len(texts)}: {found}")
+    return texts[0], texts[1]
+
+
 def check_fields(records: Iterable[dict], names: Iterable[str], option: str) -> None:
     """SpecError when a field named by `option` (e.g. --ignore) is in no record's spec."""
     known = {k for r in records for k in r["spec"]}

@@ -9,11 +9,14 @@ Record kinds keep their samples in different places; this module is the one that
 - profile: `metrics["samples_ms"]["benchmarked"][<phase>]` (the steps timed without the
   profiler; the profiled ones are slowed by it and not compared);
 - memory and amp records carry no timing samples: they are reported as not compared.
+CPU time of the same phases (CPU runs of bench and train): `metrics["cpu_time"]["<phase>_ms"]`,
+with the clock that measured it in `metrics["cpu_time"]["clock"]`.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 MIB = 2**20
 
@@ -30,6 +33,14 @@ VERSION_FIELDS: tuple[str, ...] = ("git_commit", "lmperf")
 # fastest run (the 8th, 2x slower, caught a burst the 1-minute average had not yet seen), while
 # every run that started above 1.5 per CPU was 1.6-3.3x slower.
 MAX_LOAD = 1.25
+# Fraction of a step's wall time during which the measuring thread was not running (1 - its CPU
+# time / wall time, medians) above which the run was loaded while it ran, whatever the load
+# average said when it started. One-thread steps on the quiet development machine lose under 1%
+# (page faults and the like count as CPU time); with two busy neighbours on two cores, 50-70%.
+MAX_OFF_CPU = 0.10
+# The CPU clock on which a loaded comparison can be judged: the measuring thread's. The process
+# clock of a multi-threaded run also counts the pool's spin-waits, which a neighbour stretches.
+JUDGED_CPU_CLOCK = "thread_time"
 
 
 def _groups(entry: object) -> list[list[float]] | None:
@@ -63,6 +74,36 @@ def timed_groups(record: dict) -> dict[str, list[list[float]]]:
         if (groups := _groups(entry)) is not None:
             out.setdefault(str(phase), groups)
     return out
+
+
+def cpu_clock(record: dict) -> str | None:
+    """The CPU clock of a record's CPU times ('thread_time', 'process_time'), None without any."""
+    cpu = (record.get("metrics") or {}).get("cpu_time")
+    return cpu.get("clock") if isinstance(cpu, dict) else None
+
+
+def cpu_groups(record: dict) -> dict[str, list[list[float]]]:
+    """Phase name -> CPU-time samples (ms) of an ok record, grouped by round like
+    `timed_groups`; {} without any (CUDA runs, records written before CPU time was kept)."""
+    cpu = (record.get("metrics") or {}).get("cpu_time")
+    if not isinstance(cpu, dict):
+        return {}
+    return {key[: -len("_ms")]: groups for key, entry in cpu.items()
+            if key.endswith("_ms") and (groups := _groups(entry)) is not None}
+
+
+def off_cpu(record: dict) -> float | None:
+    """1 - median CPU time / median wall time of the record's steps: the share of a step during
+    which the measuring thread did not run (other processes had the core). None unless the
+    record has both, measured by the measuring thread's own clock (see MAX_OFF_CPU)."""
+    if cpu_clock(record) != JUDGED_CPU_CLOCK:
+        return None
+    wall, cpu = timed_phases(record).get("step"), cpu_groups(record).get("step")
+    if not wall or not cpu:
+        return None
+    wall_median = statistics.median(wall)
+    cpu_median = statistics.median(x for g in cpu for x in g)
+    return 1.0 - cpu_median / wall_median if wall_median > 0 else None
 
 
 def timed_phases(record: dict) -> dict[str, list[float]]:

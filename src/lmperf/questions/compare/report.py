@@ -10,8 +10,9 @@ import pandas as pd
 
 from lmperf.questions.compare import records as rec
 from lmperf.questions.compare.match import Match, Unmatched
-from lmperf.questions.compare.rows import (STAT_COLUMNS, THROUGHPUT_COLUMNS, cell, not_compared_rows,
-                                 phase_rows, throughput_rows)
+from lmperf.questions.compare.rows import (CPU, STAT_COLUMNS, THROUGHPUT_COLUMNS, cell,
+                                           judged_change, not_compared_rows, phase_rows,
+                                           throughput_rows)
 from lmperf.core.report import Report, caption_axes
 from lmperf.measure.compare import FASTER, INCONCLUSIVE, SAME, SLOWER, TOO_FEW
 
@@ -67,10 +68,20 @@ def make_display(level: float) -> Callable[[Report], tuple[pd.DataFrame, str, li
             f"{_fmt(r, '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
             for r, lo, hi in zip(df["ratio"], df["ci_low"], df["ci_high"])]
         out["change"] = [_fmt(x, "+.1f") + ("%" if x == x else "") for x in df["change_pct"]]
+        if df["cpu_ratio"].notna().any():  # CPU time beside wall time, whichever was judged
+            out[f"CPU NEW/BASE [{level:.0%} CI]"] = [
+                f"{_fmt(r, '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
+                for r, lo, hi in zip(df["cpu_ratio"], df["cpu_ci_low"], df["cpu_ci_high"])]
+            out["CPU change"] = [_fmt(x, "+.1f") + ("%" if x == x else "")
+                                 for x in df["cpu_change_pct"]]
         out["verdict"] = df["verdict"]
-        if (df["verdict"] == INCONCLUSIVE).any():
+        if (df["judged_on"] == CPU).any():
+            out["judged on"] = df["judged_on"]
+        if (df["verdict"] == INCONCLUSIVE).any() or (df["judged_on"] == CPU).any():
             out["load/CPU"] = [f"{_fmt(b, '.2f')} / {_fmt(n, '.2f')}"
                                for b, n in zip(df["base_load_per_cpu"], df["new_load_per_cpu"])]
+            out["off-CPU"] = [f"{_fmt(b, '.0%')} / {_fmt(n, '.0%')}"
+                              for b, n in zip(df["base_off_cpu"], df["new_off_cpu"])]
         return out, "; ".join(p for p in (caption, "medians of the raw samples") if p), []
 
     return display
@@ -135,12 +146,23 @@ def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int, *,
         n_specs = len(frame[spec_columns(frame)].astype(str).drop_duplicates())
         out.append(f"{len(frame)} phase(s) of {n_specs} matched spec(s): "
                    f"{counts_sentence(frame['verdict'].tolist())}")
+        loaded = (f"a CPU run of one side started with a load above {max_load:g} per CPU or "
+                  f"spent more than {rec.MAX_OFF_CPU:.0%} of its step off the CPU"
+                  if max_load is not None else "")
+        on_cpu = int((frame["judged_on"] == CPU).sum())
+        if on_cpu:
+            out.append(f"{on_cpu} phase(s) judged on CPU time, not wall time: {loaded}. Other "
+                       "processes steal wall time from a step but not the CPU time of its "
+                       "measuring thread (time.thread_time); they can still slow it through "
+                       "shared caches and memory bandwidth (false-alarm and detection rates "
+                       "under load: docs/benchmarks.md). Both are shown")
         unsure = int((frame["verdict"] == INCONCLUSIVE).sum())
         if unsure:
-            out.append(f"warning: {unsure} phase(s) changed but are 'inconclusive': a CPU run of "
-                       f"one side started with a load above {max_load:g} per CPU, and other "
-                       "processes slow CPU timings down by up to several times; re-run on a "
-                       "quiet machine, or with --rounds on both sides")
+            out.append(f"warning: {unsure} phase(s) changed but are 'inconclusive': {loaded}, "
+                       "and they have no CPU time of the measuring thread to judge on (CUDA, "
+                       "several torch threads, or older records); other processes slow CPU "
+                       "timings down by up to several times; re-run on a quiet machine, with "
+                       "--threads 1, or as an A/B sweep with --rounds (README)")
     if not_compared:
         out.append(f"{not_compared} spec(s) or phase(s) not compared (see 'not compared')")
     if pooled := sum(len(m.base) > 1 or len(m.new) > 1 for m in matches):
@@ -168,7 +190,9 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
 
     frame: one row per matched spec x phase: record_kind and the spec fields that identify it,
     then phase, base_n, new_n, base_median_ms, new_median_ms, ratio (NEW/BASE), ci_low,
-    ci_high, change_pct, verdict, base_load_per_cpu, new_load_per_cpu. tables: 'throughput and
+    ci_high, change_pct (wall time), verdict, judged_on ('wall time' or 'CPU time'), the same
+    figures in CPU time (base_cpu_median_ms, ..., cpu_change_pct; NaN without CPU times),
+    base/new_load_per_cpu and base/new_off_cpu (see lmperf.questions.compare.rows). tables: 'throughput and
     memory' (tokens/s and peak MiB per matched spec) and 'not compared' (what, and why).
     records: the rows of all three as dicts with kind 'compare' and a 'table' field (--json).
     `sides` describe BASE and NEW (a file, a group of records).
@@ -201,7 +225,9 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
 
 def failing(frame: pd.DataFrame, above_pct: float) -> pd.DataFrame:
     """The rows of a comparison frame that fail `--fail-above above_pct`: verdict 'slower'
-    (significant and beyond the minimum effect) and more than `above_pct` percent slower."""
+    (significant and beyond the minimum effect) and more than `above_pct` percent slower, on
+    the clock the verdict was judged on (`judged_on`)."""
     if frame.empty:
         return frame
-    return frame[(frame["verdict"] == SLOWER) & (frame["change_pct"] > above_pct)]
+    change = pd.Series([judged_change(row)[0] for _, row in frame.iterrows()], index=frame.index)
+    return frame[(frame["verdict"] == SLOWER) & (change > above_pct)]

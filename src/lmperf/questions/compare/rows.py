@@ -14,7 +14,10 @@ from lmperf.measure.compare import (FASTER, INCONCLUSIVE, SLOWER, RatioEstimate,
 
 STAT_COLUMNS: tuple[str, ...] = (
     "phase", "base_n", "new_n", "base_median_ms", "new_median_ms", "ratio", "ci_low", "ci_high",
-    "change_pct", "verdict", "base_load_per_cpu", "new_load_per_cpu")
+    "change_pct", "verdict", "judged_on", "base_cpu_median_ms", "new_cpu_median_ms", "cpu_ratio",
+    "cpu_ci_low", "cpu_ci_high", "cpu_change_pct", "base_load_per_cpu", "new_load_per_cpu",
+    "base_off_cpu", "new_off_cpu")
+WALL, CPU = "wall time", "CPU time"  # what a verdict was judged on
 THROUGHPUT_COLUMNS: tuple[str, ...] = (
     "base_tokens_per_s", "new_tokens_per_s", "tokens_per_s_ratio", "base_peak_mib",
     "new_peak_mib", "peak_delta_mib", "memory_kind")
@@ -35,6 +38,23 @@ def _max_load(records: list[dict]) -> float:
     return max(values) if values else math.nan
 
 
+def _max_off_cpu(records: list[dict]) -> float:
+    values = [x for r in records if (x := rec.off_cpu(r)) is not None]
+    return max(values) if values else math.nan
+
+
+def _cpu_groups(records: list[dict]) -> dict[str, list[list[float]]]:
+    """Phase -> CPU-time groups of the records, when every record has them from the measuring
+    thread's clock (the one a loaded comparison may be judged on); else {}."""
+    if not records or any(rec.cpu_clock(r) != rec.JUDGED_CPU_CLOCK for r in records):
+        return {}
+    out: dict[str, list[list[float]]] = {}
+    for r in records:
+        for phase, groups in rec.cpu_groups(r).items():
+            out.setdefault(phase, []).extend(groups)
+    return out
+
+
 def _groups(records: list[dict]) -> dict[str, list[list[float]]]:
     """Phase -> one group of samples per record, or per round of a record pooled over rounds
     (the groups are resampled one by one: see lmperf.measure.compare)."""
@@ -52,16 +72,44 @@ def _stat_row(phase: str, est: RatioEstimate) -> dict:
             "change_pct": est.change_pct, "verdict": est.verdict}
 
 
+def _cpu_row(est: RatioEstimate | None) -> dict:
+    if est is None:
+        return {"base_cpu_median_ms": math.nan, "new_cpu_median_ms": math.nan,
+                "cpu_ratio": math.nan, "cpu_ci_low": math.nan, "cpu_ci_high": math.nan,
+                "cpu_change_pct": math.nan}
+    return {"base_cpu_median_ms": est.base_median, "new_cpu_median_ms": est.new_median,
+            "cpu_ratio": est.ratio, "cpu_ci_low": est.ci_low, "cpu_ci_high": est.ci_high,
+            "cpu_change_pct": est.change_pct}
+
+
+def is_loaded(loads: tuple[float, float], off_cpu: tuple[float, float],
+              max_load: float | None) -> bool:
+    """Whether a comparison's CPU runs were loaded: a side started above `max_load` load per CPU
+    (None: never judged so), or its measuring thread was off the CPU for more than
+    MAX_OFF_CPU of its median step while it ran."""
+    if max_load is None:
+        return False
+    started = any(x > max_load for x in loads if not math.isnan(x))
+    return started or any(x > rec.MAX_OFF_CPU for x in off_cpu if not math.isnan(x))
+
+
 def phase_rows(matches: list[Match], *, level: float, min_effect: float, resamples: int,
                seed: int, max_load: float | None) -> tuple[list[dict], list[tuple[Match, str]]]:
     """(one row per matched spec x phase with samples on both sides, (match, reason) for the
-    specs and phases that have none). A 'slower' or 'faster' verdict becomes 'inconclusive'
-    when a CPU run of either side started with more than `max_load` load per CPU."""
+    specs and phases that have none).
+
+    Each row compares the wall times and, where both sides have them from the measuring
+    thread's clock, the CPU times. The verdict is judged on wall time, unless the runs were
+    loaded (`is_loaded`): then on CPU time, which other processes do not steal, or, without CPU
+    times, a 'slower' or 'faster' wall verdict becomes 'inconclusive'. `judged_on` says which.
+    """
     rows, skipped = [], []
     for m in matches:
         loads = _max_load(m.base), _max_load(m.new)
-        loaded = max_load is not None and any(x > max_load for x in loads if not math.isnan(x))
+        off = _max_off_cpu(m.base), _max_off_cpu(m.new)
+        loaded = is_loaded(loads, off, max_load)
         base, new = _groups(m.base), _groups(m.new)
+        cpu_base, cpu_new = _cpu_groups(m.base), _cpu_groups(m.new)
         if not base and not new:
             skipped.append((m, f"{m.kind} records carry no raw timing samples"))
             continue
@@ -73,12 +121,27 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
             label = f"{m.kind}|{sorted(m.spec.items())}|{phase}"
             est = compare_samples(base[phase], new[phase], level=level, min_effect=min_effect,
                                   resamples=resamples, seed=seed_for(label, seed))
-            row = _stat_row(phase, est)
-            if loaded and est.verdict in (SLOWER, FASTER):
+            cpu_est = None
+            if phase in cpu_base and phase in cpu_new:
+                cpu_est = compare_samples(cpu_base[phase], cpu_new[phase], level=level,
+                                          min_effect=min_effect, resamples=resamples,
+                                          seed=seed_for(label + "|cpu", seed))
+            row = {**_stat_row(phase, est), "judged_on": WALL, **_cpu_row(cpu_est)}
+            if loaded and cpu_est is not None:
+                row["verdict"], row["judged_on"] = cpu_est.verdict, CPU
+            elif loaded and est.verdict in (SLOWER, FASTER):
                 row["verdict"] = INCONCLUSIVE
             row["base_load_per_cpu"], row["new_load_per_cpu"] = loads
+            row["base_off_cpu"], row["new_off_cpu"] = off
             rows.append({**_identity(m), **row})
     return rows, skipped
+
+
+def judged_change(row: dict | object) -> tuple[float, float, float, float]:
+    """(change_pct, ratio, ci_low, ci_high) of the clock a row's verdict was judged on."""
+    if row["judged_on"] == CPU:
+        return row["cpu_change_pct"], row["cpu_ratio"], row["cpu_ci_low"], row["cpu_ci_high"]
+    return row["change_pct"], row["ratio"], row["ci_low"], row["ci_high"]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

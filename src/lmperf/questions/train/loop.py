@@ -18,6 +18,7 @@ import torch
 from lmperf.core.outcome import Stage
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.runtime import device as dev
+from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.precision import Regime
 from lmperf.questions.train.data import Batches, Corpus
 from lmperf.questions.train.spec import TrainSpec
@@ -45,24 +46,6 @@ def no_progress(regime: str, event: dict) -> None:
     """A progress callback that shows nothing."""
 
 
-class _StepTimer:
-    """The step's observer: times the whole step, from its start to the end of its last phase,
-    with one synchronisation at each end (no sync between phases, which on CUDA would stop the
-    host from queueing the next phase's kernels and inflate the step time)."""
-
-    LAST = "optimizer"
-
-    def __init__(self, device: torch.device):
-        self.clock = dev.PhaseClock(device)
-
-    def start(self) -> None:
-        self.clock.start()
-
-    def lap(self, phase: str) -> None:
-        if phase == self.LAST:
-            self.clock.lap("step")
-
-
 def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.device,
                val: list[tuple[torch.Tensor, torch.Tensor]], *, stage: Stage,
                warnings: list[str], fault: LossFault = no_fault,
@@ -72,7 +55,9 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
     stage.now = "building the model"
     state, params = build_state(spec, regime, device, fault)
     batches = Batches(corpus.train, spec.batch, spec.context, spec.seed)
-    timer, memory = _StepTimer(device), dev.PeakMemory(device)
+    # One device sync per step, at its start and end (none between phases, which on CUDA would
+    # stop the host from queueing the next phase's kernels): the step time bench records too.
+    timer, memory = dev.PhaseClock(device, sync="step"), dev.PeakMemory(device)
     tokens = spec.batch * spec.context
     log: list[dict] = []
     stage.now = "evaluating at step 0"
@@ -88,10 +73,10 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
         scale_before = _scale(state)
         memory.reset()
         out = train_step(state, timer)  # the timer synchronises at the step's start and end
-        ms = timer.clock.total_ms
+        ms, cpu_ms = timer.total_ms, timer.cpu_total_ms
         entry = {"step": step, "lr": spec.lr_at(step), "loss": out.loss.item(),
                  "grad_norm": out.grad_norm.item(), "scale": scale_before,
-                 "skipped": _skipped(state, scale_before), "step_ms": ms,
+                 "skipped": _skipped(state, scale_before), "step_ms": ms, "cpu_step_ms": cpu_ms,
                  "tokens_per_s": tokens / (ms / 1e3) if ms > 0 else None,
                  "peak_mib": _peak(memory.read())}
         log.append(entry)
@@ -116,8 +101,21 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
     metrics = {"outcome": outcome, "outcome_step": outcome_step, "outcome_detail": detail,
                "nonfinite_params": _nonfinite_params(state),
                "summary": summary, "log": log, "evals": evals,
-               "timer": timer.clock.kind, "memory_kind": memory.kind, "memory_unit": "MiB"}
+               "timer": timer.kind, "timer_sync": timer.sync,
+               "cpu_time": _cpu_time(timer.cpu_kind, log),
+               "memory_kind": memory.kind, "memory_unit": "MiB"}
     return params, metrics
+
+
+def _cpu_time(kind: str | None, log: list[dict]) -> dict | None:
+    """The CPU time of the timed steps beside their wall time (`summary.step_ms`): the clock, what
+    it covers, and `step_ms` (CPU milliseconds, raw samples; the same steps skipped). None on
+    CUDA."""
+    times = [e["cpu_step_ms"] for e in log]
+    timed = times[TIMING_SKIP:] if len(times) > TIMING_SKIP else times
+    if kind is None or not timed:
+        return None
+    return {"clock": kind, "covers": CPU_CLOCK_COVERS[kind], "step_ms": summarize(timed)}
 
 
 def _stop_reason(spec: TrainSpec, step: int, loss: float, first_loss: float,

@@ -1,0 +1,89 @@
+"""Compare on a busy machine, simulated: a neighbour steals 0-4x a phase's work in wall time
+(as a descheduled thread loses it: tests/runtime/test_clocks.py shows PhaseClock's CPU time does
+not count it), while the phase's CPU time varies by +-10%, as measured under load on the 2-core
+VM. The 2x model is still flagged, from CPU time; same-work runs are not. Seeded: no timings of
+this machine enter the test."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import lmperf
+from lmperf.measure.compare import INCONCLUSIVE, SAME, SLOWER
+from lmperf.measure.stats import summarize
+from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
+
+WORK_MS = {"forward": 25.0, "backward": 35.0, "optimizer": 4.0}  # tiny at context 64, CPU time
+STEPS = 10
+
+
+def _record(factor: float, rng: np.random.Generator, *, steal: float, load: float) -> dict:
+    """A bench-like record: each phase's CPU time is factor x its work (+-10%), its wall time
+    that plus up to `steal` x as much again, stolen by other processes."""
+    cpu = {p: ms * factor * rng.uniform(0.9, 1.1, STEPS) for p, ms in WORK_MS.items()}
+    wall = {p: xs * (1.0 + rng.uniform(0.0, steal, STEPS)) for p, xs in cpu.items()}
+    cpu["step"], wall["step"] = sum(cpu.values()), sum(wall.values())
+    metrics = {f"{p}_ms": summarize(xs) for p, xs in wall.items()}
+    metrics["cpu_time"] = {"clock": "thread_time", "covers": CPU_CLOCK_COVERS["thread_time"],
+                           **{f"{p}_ms": summarize(xs) for p, xs in cpu.items()}}
+    return {"kind": "bench", "status": "ok", "spec": {"size": "tiny", "model": None},
+            "env": {"device": "cpu", "cpu_count": 2, "load_average_1m": load},
+            "metrics": metrics}
+
+
+def test_a_2x_model_is_flagged_from_cpu_time_under_a_simulated_load():
+    rng = np.random.default_rng(0)
+    # the load average said "quiet" when the runs started; the stolen time says otherwise
+    base, again, twice = (_record(f, rng, steal=4.0, load=0.5) for f in (1.0, 1.0, 2.0))
+    df = lmperf.compare([base], [twice]).frame
+    assert list(df["phase"]) == [*WORK_MS, "step"]
+    assert (df["judged_on"] == "CPU time").all() and (df["base_off_cpu"] > 0.3).all()
+    assert (df["verdict"] == SLOWER).all(), df[["phase", "ratio", "cpu_ratio", "cpu_ci_low"]]
+    assert np.allclose(df["cpu_ratio"], 2.0, rtol=0.15)
+    same = lmperf.compare([base], [again]).frame
+    assert (same["judged_on"] == "CPU time").all() and (same["verdict"] == SAME).all()
+    # judged on wall time the same runs read anything from 0.5x to 5x: no verdict to trust
+    assert (same["ratio"] - 1).abs().max() > 0.15
+    # without CPU times, a change seen when the load average was high is inconclusive
+    for r in (base, twice):
+        r["metrics"].pop("cpu_time")
+        r["env"]["load_average_1m"] = 6.0
+    verdicts = set(lmperf.compare([base], [twice]).frame["verdict"])
+    assert INCONCLUSIVE in verdicts and verdicts <= {INCONCLUSIVE, SAME}
+
+
+def test_quiet_runs_are_judged_on_wall_time_with_cpu_time_shown():
+    rng = np.random.default_rng(1)
+    base, twice = (_record(f, rng, steal=0.02, load=0.5) for f in (1.0, 2.0))
+    df = lmperf.compare([base], [twice]).frame
+    assert (df["judged_on"] == "wall time").all() and (df["verdict"] == SLOWER).all()
+    assert df["cpu_ratio"].notna().all() and (df["base_off_cpu"] < 0.10).all()
+    text = lmperf.compare([base], [twice]).render("text")
+    assert "CPU NEW/BASE" in text and "judged on CPU time" not in text
+
+
+def test_fail_above_reads_the_clock_the_verdict_was_judged_on():
+    from lmperf.questions.compare.report import failing
+
+    rng = np.random.default_rng(2)
+    base, twice = (_record(f, rng, steal=4.0, load=0.5) for f in (1.0, 2.0))
+    frame = lmperf.compare([base], [twice]).frame
+    assert len(failing(frame, 60.0)) == len(frame)     # CPU time: about +100%
+    assert len(failing(frame, 150.0)) == 0             # though wall time may read more
+
+
+def test_by_field_alone_reads_an_ab_sweep_in_the_order_it_ran(tmp_path):
+    from lmperf.results.schema import make_record
+    from lmperf.results.store import append_record
+
+    rng = np.random.default_rng(3)
+    out = tmp_path / "ab.jsonl"
+    for k in range(2):  # two rounds, each running the reference (A) then the user model (B)
+        for model, f in ((None, 1.0), ("mine:twice", 2.0)):
+            r = _record(f, rng, steal=0.02, load=0.5)
+            r["spec"]["model"] = model
+            append_record(out, make_record("bench", r["spec"], "ok", r["env"],
+                                           metrics=r["metrics"], job_id=f"{model}-r{k}", round=k))
+    report = lmperf.compare(out, by="model")
+    assert report.title == "lmperf compare: NEW model=mine:twice vs BASE model=none"
+    assert (report.frame["verdict"] == SLOWER).all() and (report.frame["base_n"] == 2 * STEPS).all()
