@@ -50,17 +50,55 @@ def test_estimate_allocates_nothing_and_answers_fits(tmp_path, capsys, monkeypat
     from lmperf.workload import build
 
     monkeypatch.setattr(build, "prepare", lambda *a, **k: pytest.fail("--estimate built a model"))
-    text, _, records = run(["--course", "2025", "--size", "xl", "--context", "512", "1024",
-                            "--gib", "80"], tmp_path, capsys)
-    assert "context 512, fp32: 61.95 GiB estimated -> fits in 80 GiB: yes" in text
-    assert "context 1024, fp32: 123.06 GiB estimated -> fits in 80 GiB: no" in text
+    text, _, records = run(["--size", "small", "--context", "256", "--gib", "2"], tmp_path,
+                           capsys)
+    # one simulated row per mode (default: forward, train-step), each with its own answer
+    assert [r["spec"]["mode"] for r in records] == ["forward", "train-step"]
+    totals = [r["metrics"]["simulation"]["total_bytes"] for r in records]
+    assert totals[0] < 2 * 2**30 < totals[1]
     assert [r["metrics"]["fits"] for r in records] == [True, False]
+    assert f"forward, fp32, context 256, group none: {totals[0] / 2**30:.2f} GiB estimated -> " \
+           "fits in 2 GiB: yes" in text
+    assert "not an upper bound" in text and "total (upper bound)" not in text
     latex, _, _ = run(["--size", "tiny", "--estimate", "--format", "latex"], tmp_path, capsys)
-    assert "\\begin{tabular}" in latex and "AdamW state" in latex
-    # an estimate for a GPU needs no GPU
-    cuda, _, _ = run(["--size", "small", "--context", "1024", "--precision", "bf16-mixed",
-                      "--device", "cuda", "--estimate"], tmp_path, capsys)
-    assert "estimate (cuda): train-step, bf16-mixed" in cuda
+    assert "\\begin{tabular}" in latex and "optimizer state" in latex
+    # an estimate for a GPU needs no GPU: 512 B blocks and the stated allowance
+    cuda, _, recs = run(["--size", "tiny", "--context", "64", "--precision", "bf16-mixed",
+                         "--device", "cuda", "--mode", "train-step", "--estimate"],
+                        tmp_path, capsys)
+    sim = recs[-1]["metrics"]["simulation"]
+    assert "estimate (cuda), simulated step" in cuda and "CUDA context 512 MiB" in cuda
+    assert sim["total_bytes"] == sim["peak_bytes"] + sim["allowance_bytes"] > sim["peak_bytes"]
+
+
+def test_estimate_honours_every_option(tmp_path, capsys):
+    """--mode (each its own row), --precision (several), --optimizer, --attention and
+    --checkpoint (one row per group, plus recursive bisection) reach the simulation."""
+    text, _, records = run([*QUICK, "--context", "16", "32", "--mode", "forward", "train-step",
+                            "--precision", "fp32", "bf16-mixed", "--checkpoint", "1", "2",
+                            "--estimate"], tmp_path, capsys)
+    keys = [(r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context_length"],
+             r["spec"]["checkpoint_schedule"], r["spec"]["checkpoint_group"]) for r in records]
+    assert len(keys) == len(set(keys)) == 2 * 2 * 2 * 3 + 2 * 2  # + bisection per training row
+    assert "lowest simulated peak with groups of" in text and "recursive bisection" in text
+    peaks = {k: r["metrics"]["simulation"]["peak_bytes"] for k, r in zip(keys, records)}
+    assert peaks[("forward", "fp32", 32, "uniform", 1)] == peaks[("forward", "fp32", 32, "uniform", 0)]
+    assert peaks[("forward", "bf16-mixed", 32, "uniform", 0)] != peaks[("forward", "fp32", 32, "uniform", 0)]
+
+    def peak(*argv: str) -> int:
+        _, _, recs = run([*QUICK, "--context", "32", "--mode", "train-step", "--estimate", *argv],
+                         tmp_path, capsys)
+        return recs[-1]["metrics"]["simulation"]["phase_peaks"]
+
+    assert peak("--optimizer", "foreach")["optimizer"] > peak("--optimizer", "loop")["optimizer"]
+    assert peak("--attention", "sdpa")["backward"] < peak("--attention", "naive")["backward"]
+
+
+def test_estimate_simulates_a_users_model(tmp_path, capsys):
+    _, _, records = run([*QUICK, "--model", "tests.fixtures.models:bigram", "--context", "16",
+                         "--estimate"], tmp_path, capsys)
+    assert records and all(r["metrics"]["simulation"]["peak_bytes"] > 0 for r in records)
+    assert all("estimate" not in r["metrics"] for r in records)  # no analytic terms for it
 
 
 def test_checkpoint_sweep_prints_the_tradeoff(tmp_path, capsys):
@@ -131,7 +169,9 @@ def test_bare_json_is_only_the_records(tmp_path, capsys):
     (["--timeout", "0"], "--timeout must be a positive number"),
     (["--checkpoint", "3"], "--checkpoint 3 is larger than the model's 2 blocks"),
     (["--checkpoint", "-1"], "must be non-negative integers"),
-    (["--model", "tests.fixtures.models:bigram", "--estimate"], "reference LM only"),
+    (["--model", "tests.fixtures.models:bigram", "--checkpoint", "1"], "reference LM only"),
+    (["--estimate", "--attention", "flash-triton"], "cannot run on phantom tensors"),
+    (["--estimate", "--warmup", "0"], "--warmup 0 is measured, not simulated"),
     (["--model", "tests.fixtures.models:bigram_short_context", "--context", "64"],
      "longer than the model allows"),
 ])

@@ -127,7 +127,7 @@ def test_fits_and_the_breakdown_table():
     est = estimate(config("xl", 1024), 4, 1024)
     assert not fits(est, 80) and fits(est, est.total_bytes / GIB)
     table = est.table()
-    assert table.iloc[-1]["term"] == "total (upper bound)"
+    assert table.iloc[-1]["term"] == "sum of terms (all at once)"
     assert table["MiB"].iloc[:-1].sum() == pytest.approx(table["MiB"].iloc[-1])
     with pytest.raises(SpecError, match="positive"):
         fits(est, 0)

@@ -37,7 +37,8 @@ def memory(size: str | None = None, *, model: str | None = None,
     memory (the CLI writes results/memory.jsonl).
 
     What runs: peaks per phase for each `mode` and the saved-for-backward tensors (default);
-    the analytic estimate only (`estimate`, or `gib`: does it fit in that many GiB?); the
+    the estimate only (`estimate`, or `gib`: does it fit in that many GiB?): one simulated
+    step per mode, precision, context and `checkpoint` group, nothing allocated; the
     activation checkpointing trade-off over group sizes (`checkpoint`); or the summary of a
     CUDA memory snapshot file (`snapshot`; no records). `warmup`: train steps before measuring
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
@@ -59,8 +60,17 @@ def memory(size: str | None = None, *, model: str | None = None,
         from lmperf.results.store import ensure_folder
 
         ensure_folder(plot_path(plots, CONTEXTS_PNG).parent)
-    if not plan.jobs:  # the estimate: nothing allocated, nothing to launch
-        return build_report(_save(estimate_records(plan, gib), out))
+    if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
+        results: dict = {}
+        report = build_report(_save(estimate_records(plan, gib, results), out))
+        if plots is not None:
+            from lmperf.questions.memory.plots import plot_timelines
+
+            for path in plot_timelines(results, plots):
+                report.findings.append(f"plot: {path}")
+                if progress:
+                    err(f"plot: {path}")
+        return report
     report = build_report(run_sweep(plan.jobs, out, options))
     if plots is not None:
         from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts, plot_path

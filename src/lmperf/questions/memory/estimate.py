@@ -39,7 +39,9 @@ Saved for backward, each storage once (derived op by op; `measure_saved` measure
     ln_final          8 BTC + 4 BT   as in a block; its output r BTC (a BTC under autocast) is
                                      lm_head's input
     loss              l BTV + l      log_softmax output (shared with nll_loss), total weight
-  autocast weight copies (saved, freed by backward): a x (L (4 C^2 + 3 C F) + C V)
+  autocast weight copies: a x (L (4 C^2 + 3 C F) + C V), saved and freed by backward when
+                    training; in a forward-only step too (autocast caches the cast of every
+                    weight that requires grad, no_grad or not, until autocast exits)
 
 So a block saves 16 BTC + 8 BT (norms) + 2 r BTC (norm outputs; 5 a BTC under autocast)
 + 2 a BTC (q, k) + attention + 5 a BTF, where naive attention is 2 a BTC + T^2 + 3 a BHT^2
@@ -54,9 +56,11 @@ time, so g blocks' activations (and their weight copies) exist again transiently
 Transient allowance (approximate, not validated to 10%): the largest short-lived working set,
 max of the loss's (a + l) BTV (logits and log-probabilities forward, their gradients backward)
 and naive attention's 4 a BHT^2 (scores, masked scores, shifted scores, exp alive together).
-The peak estimate adds every term: an upper bound on the tensors (in backward, gradients appear
-as activations are freed), but not on a process, which also holds its runtime (Python, torch,
-thread pools, the autograd engine): tens to hundreds of MiB that a CPU's RSS includes.
+The sum of the terms is the explanation, not the answer: it is not an upper bound (it misses
+the optimizer's temporaries, e.g. foreach AdamW's parameter-sized `_foreach_sqrt` buffers) and
+it counts terms that never live together (in backward, gradients appear as activations are
+freed). `lmperf memory --estimate` reports the simulated peak instead (simulate.py) and shows
+these terms beside it (estimate_sim.py).
 """
 
 from __future__ import annotations
@@ -123,7 +127,8 @@ class MemoryEstimate:
 
     @property
     def total_bytes(self) -> int:
-        """The estimated peak: the sum of every term (an upper bound, see the module docstring)."""
+        """The sum of every term, as if all were alive at once (not an upper bound, and not the
+        peak: see the module docstring)."""
         return (self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.weight_copy_bytes
                 + self.activation_bytes + self.recompute_bytes + self.transient_bytes)
 
@@ -148,7 +153,7 @@ class MemoryEstimate:
                 ("transient allowance (approximate)", self.transient_bytes)]
         total = self.total_bytes or 1
         df = pd.DataFrame([{"term": k, "MiB": v / MIB, "share": v / total} for k, v in rows if v])
-        return pd.concat([df, pd.DataFrame([{"term": "total (upper bound)",
+        return pd.concat([df, pd.DataFrame([{"term": "sum of terms (all at once)",
                                               "MiB": self.total_bytes / MIB, "share": 1.0}])],
                          ignore_index=True)
 
@@ -231,7 +236,9 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
             terms["blocks: SwiGLU"] = L * ffn
         terms["ln_final + lm_head input"] = 8 * BTC + 4 * BT + (a if mixed else r) * BTC
         terms["loss: log-probabilities"] = loss_b * BT * V + loss_b
-    copies = (0 if group else L * block_copies) + head_copies if training else 0
+    # Autocast's weight cache holds a cast of every weight (leaves requiring grad), with or
+    # without grad mode; checkpointed blocks' casts are rebuilt in recompute (in `recompute`).
+    copies = (0 if group and training else L * block_copies) + head_copies
     transient = max((a + loss_b) * BT * V, 4 * a * B * H * T * T if attention == "naive" else 0)
     return MemoryEstimate(
         mode=mode, regime=regime.name, attention=attention, device=device, batch=B, context=T,
@@ -242,7 +249,8 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
 
 
 def fits(est: MemoryEstimate, gib: float) -> bool:
-    """Whether the estimated peak (an upper bound) fits in `gib` GiB (2**30 bytes)."""
+    """Whether the sum of the terms fits in `gib` GiB (2**30 bytes); the simulated estimate
+    (estimate_sim) is the better answer."""
     if not gib > 0:
         raise SpecError(f"memory budget must be positive, got {gib!r} GiB")
     return est.total_bytes <= gib * GIB

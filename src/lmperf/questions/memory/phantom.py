@@ -169,7 +169,7 @@ class PhantomMode(TorchDispatchMode):
             return 1.0 if a[0].dtype.is_floating_point else 1
         if _takes_device(func):  # factories create on the meta device, whatever was asked
             k["device"] = META
-        out = func(*a, **k)
+        out = _run(func, a, k)
         cast = func is _TO_COPY and isinstance(args[0], Phantom) \
             and self._ids.get(args[0].elem.untyped_storage()) in self.param_storages
         return self._wrap(out, outer, cast)
@@ -183,6 +183,76 @@ class PhantomMode(TorchDispatchMode):
         if isinstance(out, (list, tuple)):
             return type(out)(self._wrap(v, outer, cast) for v in out)
         return out
+
+
+# Output metadata of ops that return fresh tensors, by (op, input metadata): the meta kernels of
+# many pointwise ops are Python (torch._refs) and cost ~1 ms each, while a model repeats the same
+# shapes in every block (and every simulation of a sweep repeats them all). Ops whose outputs
+# alias an input (views, in-place, out=) always run, so storage sharing stays exact.
+_CACHE: dict[tuple, Any] = {}
+_CACHE_LIMIT = 200_000
+_FRESH: dict[Any, bool] = {}
+
+
+def _fresh(func: Any) -> bool:
+    known = _FRESH.get(func)
+    if known is None:
+        schema = func._schema
+        known = _FRESH[func] = not schema.is_mutable and all(
+            r.alias_info is None for r in schema.returns) and func is not _ITEM
+    return known
+
+
+def _meta_key(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset())
+    if isinstance(x, (list, tuple)):
+        return tuple(_meta_key(v) for v in x)
+    return x
+
+
+def _describe(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        if out.storage_offset() or out.untyped_storage().nbytes() != torch.empty_strided(
+                out.shape, out.stride(), dtype=out.dtype, device=META).untyped_storage().nbytes():
+            raise _Uncacheable
+        return ("t", tuple(out.shape), out.stride(), out.dtype)
+    if isinstance(out, (list, tuple)):
+        return (type(out), [_describe(v) for v in out])
+    return ("v", out)
+
+
+def _rebuild(d: Any) -> Any:
+    if d[0] == "t":
+        return torch.empty_strided(d[1], d[2], dtype=d[3], device=META)
+    if d[0] == "v":
+        return d[1]
+    return d[0](_rebuild(v) for v in d[1])
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _run(func: Any, args: tuple, kwargs: dict) -> Any:
+    """func(*args, **kwargs) on meta tensors, from the cache when the op returns fresh tensors."""
+    if not _fresh(func):
+        return func(*args, **kwargs)
+    try:
+        key = (func, _meta_key(args), tuple(sorted((k, _meta_key(v)) for k, v in kwargs.items())))
+        hit = _CACHE.get(key)
+    except (TypeError, NotImplementedError, RuntimeError):  # an argument without hash or ==
+        return func(*args, **kwargs)
+    if hit is not None:
+        return _rebuild(hit)
+    out = func(*args, **kwargs)
+    try:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[key] = _describe(out)
+    except _Uncacheable:
+        pass
+    return out
 
 
 _DEVICE_ARG: dict[Any, bool] = {}

@@ -3,8 +3,8 @@
 Everything that can be wrong with the input is found here, so that a bad request ends with one
 line before the first child starts: unknown names, non-positive numbers, a context longer than
 the model allows, checkpoint group sizes larger than the model, a user model that cannot be
-built, or analyses a user model cannot have (the estimate and checkpointing know the reference
-LM only).
+built, or analyses a user model cannot have (checkpointing knows the reference LM only; the
+simulated estimate runs any model), or an attention kernel the simulation cannot run.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class MemoryPlan:
     precisions: list[str]
     modes: list[str]
     jobs: list[MemorySpec] = field(default_factory=list)
+    groups: list[int] = field(default_factory=lambda: [0])  # --estimate's checkpoint groups
 
 
 def _device(name: str, estimate: bool) -> torch.device:
@@ -72,13 +73,20 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
     modes = list(dict.fromkeys(as_list(mode) or []))
     if not modes:
         raise SpecError("--mode needs at least one of: forward, forward-backward, train-step")
-    if model and (estimate or checkpoint):
-        raise SpecError("--estimate and --checkpoint know the reference LM only, not --model")
+    if model and checkpoint:
+        raise SpecError("--checkpoint knows the reference LM only, not --model")
+    if estimate:
+        from lmperf.questions.memory.estimate_sim import check_attention
+
+        check_attention(attention)
+        if warmup == 0 and "train-step" in modes:
+            raise SpecError("--estimate simulates the step after the warm-up (AdamW state "
+                            "allocated); --warmup 0 is measured, not simulated")
     base = RunSpec.from_size(
         size or defaults["size"], course, context_length=contexts[-1],
         model_context_length=model_context, batch_size=batch, precision=precisions[0],
         mode="train-step", attention=attention,
-        optimizer="fused" if estimate else resolve_optimizer(optimizer, dev_),
+        optimizer=resolve_optimizer(optimizer, dev_),
         warmup=warmup, steps=steps, seed=seed, device=dev_.type, model=model,
         threads=resolve_threads(threads, dev_.type))
     for value in precisions[1:]:
@@ -87,6 +95,12 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
         base.with_(mode=value)
     plan = MemoryPlan(base, contexts, precisions, modes)
     if estimate:
+        if model:
+            check_user_models([base])
+        if checkpoint is not None:
+            from lmperf.questions.memory.checkpointing import check_groups
+
+            plan.groups = check_groups(as_list(checkpoint), base.num_layers)
         return plan
     if model:
         check_user_models([base])
@@ -104,18 +118,25 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
     return plan
 
 
-def estimate_records(plan: MemoryPlan, gib: float | None) -> list[dict]:
-    """The analytic breakdown per (precision, context) as 'estimate' records (allocates
-    nothing; the mode is train-step when it was asked for, else the last mode)."""
-    from lmperf.questions.memory.estimate import estimate
+def estimate_records(plan: MemoryPlan, gib: float | None,
+                     results: dict | None = None) -> list[dict]:
+    """One simulated step per (mode, precision, context, checkpoint group) as 'estimate'
+    records (allocates nothing). With several groups, recursive bisection is simulated too.
+    `results`, if given, receives each case's SimResult (for the timeline plots)."""
+    from lmperf.questions.memory.estimate_sim import analytic, cases, metrics, run_case
     from lmperf.questions.memory.job import make_records
 
     base = plan.base
-    mode = "train-step" if "train-step" in plan.modes else plan.modes[-1]
-    ests = [estimate(base.model_config(), base.batch_size, t, p, base.attention, mode,
-                     device=base.device) for p in plan.precisions for t in plan.contexts]
-    items = [({"context_length": e.context, "precision": e.regime, "mode": e.mode}, "ok",
-              {"estimate": {**e.__dict__, "total_bytes": e.total_bytes}, "gib": gib,
-               "fits": None if gib is None else e.total_bytes <= gib * 2**30})
-             for e in ests]
-    return make_records(base, "estimate", items, ests[0].params if ests else None)
+    cache: dict = {}
+    items, params = [], None
+    for case in cases(plan.modes, plan.precisions, plan.contexts, plan.groups,
+                      bisection=len(plan.groups) > 1):
+        res = run_case(base, case, cache)
+        if results is not None:
+            results[case] = res
+        est = analytic(base, case)
+        params = params or (est.params if est else None)
+        items.append(({"context_length": case.context, "precision": case.precision,
+                       "mode": case.mode, "checkpoint_group": case.group,
+                       "checkpoint_schedule": case.schedule}, "ok", metrics(res, est, gib)))
+    return make_records(base, "estimate", items, params)

@@ -59,3 +59,46 @@ def plot_contexts(records: list[dict], path: str | Path) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
+    """PNGs of simulated steps: live bytes per category over the step's events, stacked, with
+    the phase boundaries; one figure per (mode, precision, context), its cases (checkpoint
+    groups) side by side (at most 4). `results`: estimate_sim.Case -> SimResult."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from lmperf.questions.memory.simulate import CATEGORIES
+
+    folder = Path(plots)
+    if folder.suffix.lower() == ".png":  # the deprecated --plot PNG: its folder
+        folder = folder.parent
+    by_key: dict[tuple, list] = {}
+    for case, res in results.items():
+        by_key.setdefault((case.mode, case.precision, case.context), []).append((case, res))
+    paths = []
+    for (mode, precision, context), items in by_key.items():
+        items = items[:4]
+        fig = Figure(figsize=(5 * len(items) + 1, 4.2), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(1, len(items), squeeze=False)[0]
+        for ax, (case, res) in zip(axes, items):
+            tl = res.timeline
+            ax.stackplot(tl["event"], *[tl[c] / MIB for c in CATEGORIES], labels=CATEGORIES,
+                         step="post")
+            for phase, first in tl.groupby("phase", sort=False)["event"].min().items():
+                ax.axvline(first, color="k", lw=0.6, alpha=0.5)
+                ax.annotate(str(phase), (first, 1.0), xycoords=("data", "axes fraction"),
+                            fontsize=7, rotation=90, va="top")
+            ax.set_title(f"checkpoint {case.label}: peak {res.peak_bytes / MIB:,.0f} MiB",
+                         fontsize=9)
+            ax.set_xlabel("allocation/free event")
+            ax.set_ylabel("live MiB (simulated)")
+            ax.grid(True, alpha=0.3)
+        axes[0].legend(fontsize=7, loc="upper left")
+        fig.suptitle(f"simulated step: {mode}, {precision}, context {context}", fontsize=10)
+        path = folder / f"memory_timeline_{mode}_{precision}_ctx{context}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+        paths.append(path)
+    return paths

@@ -140,7 +140,9 @@ def estimates(records: list[dict]) -> list[tuple[MemoryEstimate, float | None]]:
     """(estimate, the GiB budget asked about) for every ok 'estimate' record."""
     out = []
     for r in of(records, "estimate"):
-        if r["status"] != "ok" or not r.get("metrics"):
+        # Simulated estimates have their own section (estimate_tables); these are the
+        # analytic-only records written before the simulator.
+        if r["status"] != "ok" or not r.get("metrics") or "simulation" in r["metrics"]:
             continue
         fields_ = {k: v for k, v in r["metrics"]["estimate"].items() if k in _ESTIMATE_FIELDS}
         out.append((MemoryEstimate(**fields_), r["metrics"].get("gib")))

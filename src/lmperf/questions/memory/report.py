@@ -9,6 +9,7 @@ import pandas as pd
 from lmperf.core.report import Report
 from lmperf.questions.memory import readback
 from lmperf.questions.memory.estimate import MIB
+from lmperf.questions.memory.estimate_tables import estimate_sim_section
 from lmperf.questions.memory.tables import (
     checkpoint_section, estimate_section, phases_section, saved_section,
 )
@@ -43,8 +44,8 @@ def _estimate_bytes(record: dict) -> float | None:
     analysis, m = record["spec"].get("analysis"), record.get("metrics") or {}
     if readback.is_job_record(record):
         return None
-    if analysis == "estimate":
-        return (m.get("estimate") or {}).get("total_bytes")
+    if analysis == "estimate":  # the simulated estimate; older records: the analytic sum
+        return (m.get("simulation") or m.get("estimate") or {}).get("total_bytes")
     if analysis == "checkpoint":
         return m.get("expected_saved_bytes")
     est = readback.estimate_for(record, "train-step" if analysis == "saved" else None)
@@ -148,6 +149,7 @@ def _sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
         findings += notes
     for part in (saved_section(readback.saved(records)),
                  estimate_section(readback.estimates(records)),
+                 estimate_sim_section(records),
                  checkpoint_section(readback.checkpoint_rows(records))):
         tables.update(part[0])
         findings += part[1]

@@ -82,6 +82,17 @@ class SimResult:
     seconds: float
     shard: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    schedule: str = "uniform"  # checkpointing schedule: 'uniform' groups or 'bisection'
+    block_forwards: int | None = None  # forwards of the model's blocks in the step (recompute
+    num_blocks: int | None = None      # included); None for a model without `layers`
+
+    @property
+    def recomputed_blocks(self) -> float | None:
+        """Block forwards beyond one per block: checkpointing's recompute, in whole forwards
+        of the block stack (1.0: every block ran its forward twice)."""
+        if not self.block_forwards or not self.num_blocks:
+            return None
+        return self.block_forwards / self.num_blocks - 1
 
     def _weighted(self, shard: dict[str, float] | None) -> np.ndarray:
         w = {**self.shard, **(shard or {})}
@@ -163,13 +174,16 @@ class _PhaseObserver:
 
 
 @contextlib.contextmanager
-def _module_depth(mode: PhantomMode) -> Iterator[None]:
-    """Count running module forwards (global hooks), so recompute in backward is recognised."""
+def _module_depth(mode: PhantomMode, blocks: set[int], calls: list[int]) -> Iterator[None]:
+    """Count running module forwards (global hooks), so recompute in backward is recognised;
+    `calls[0]` counts the forwards of the modules whose ids are in `blocks`."""
     from torch.nn.modules.module import (register_module_forward_hook,
                                          register_module_forward_pre_hook)
 
-    def pre(*_: object) -> None:
+    def pre(module: torch.nn.Module, *_: object) -> None:
         mode.module_depth += 1
+        if id(module) in blocks:
+            calls[0] += 1
 
     def post(*_: object) -> None:
         mode.module_depth -= 1
@@ -205,16 +219,22 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: i
 
 
 def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
-                  shard: dict[str, float] | None = None) -> SimResult:
+                  shard: dict[str, float] | None = None, schedule: str = "uniform") -> SimResult:
     """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
     return its live bytes over time; nothing is allocated. `checkpoint_group`: activation
-    checkpointing in groups of that many blocks (0: off). `shard`: category -> fraction this
-    rank keeps (e.g. {"optimizer state": 1/8} for ZeRO-1 over 8 ranks), applied to the peak and
-    its composition. Raises SpecError when the model cannot run on phantom tensors."""
+    checkpointing in groups of that many blocks (0: off); `schedule` 'bisection' checkpoints
+    recursively instead (checkpoint_plan.bisection; the group is ignored). `shard`: category ->
+    fraction this rank keeps (e.g. {"optimizer state": 1/8} for ZeRO-1 over 8 ranks), applied to
+    the peak and its composition. Raises SpecError when the model cannot run on phantom tensors.
+    """
+    from lmperf.questions.memory.checkpoint_plan import SCHEDULES, bisection
     from lmperf.questions.memory.cuda_autocast import cuda_fp32_ops
     from lmperf.workload.steps import STEPS, StepState
 
     _check_shard(shard)
+    if schedule not in SCHEDULES:
+        raise SpecError(f"unknown checkpointing schedule {schedule!r}; accepted: "
+                        f"{', '.join(SCHEDULES)}")
     t0 = time.perf_counter()
     regime = get_regime(spec.precision)
     device = torch.device(spec.device)
@@ -241,8 +261,12 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
             mode.param_storages = {mode.storage_id(p) for p in params}
             fp32_ops = cuda_fp32_ops() if device.type == "cuda" and regime.autocast_dtype \
                 else contextlib.nullcontext()
+            layers = getattr(model, "layers", None)
+            blocks = {id(m) for m in layers} if isinstance(layers, torch.nn.ModuleList) else set()
+            calls = [0]
+            recursive = bisection(model) if schedule == "bisection" else contextlib.nullcontext()
             mode.set_phase("start")
-            with _module_depth(mode), fp32_ops:
+            with _module_depth(mode, blocks, calls), fp32_ops, recursive:
                 STEPS[spec.mode](state, _PhaseObserver(mode))
         for h in hooks:
             h.remove()
@@ -268,7 +292,8 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
     return SimResult(spec.mode, spec.precision, device.type, spec.batch_size,
                      spec.context_length, checkpoint_group,
                      spec.optimizer if spec.mode == "train-step" else None, timeline,
-                     mode.ops, time.perf_counter() - t0, dict(shard or {}), notes)
+                     mode.ops, time.perf_counter() - t0, dict(shard or {}), notes, schedule,
+                     calls[0] if blocks else None, len(blocks) or None)
 
 
 def _category(sid: int, info, fixed: dict[str, set[int]], forward_end: int) -> str:

@@ -123,10 +123,9 @@ def estimate_section(ests: list[tuple[MemoryEstimate, float | None]]) -> tuple[T
             notes.append(f"context {e.context}, {e.regime}: {e.total_bytes / GIB:.2f} GiB "
                          f"estimated -> fits in {gib:g} GiB: {verdict}")
     if ests:
-        notes.append("the total adds every term (gradients and activations never peak "
-                     "together): an upper bound on the tensors; parameters, gradients and AdamW "
-                     "state are exact. Leave room for the runtime: the CUDA context, or Python + "
-                     "torch on a CPU")
+        notes.append("analytic records (written before the simulator): the total adds every "
+                     "term, which never peak together, and misses the optimizer's temporaries: "
+                     "neither a bound nor the peak; --estimate now simulates the step")
     return tables, notes
 
 

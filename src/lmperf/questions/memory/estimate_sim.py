@@ -1,0 +1,133 @@
+"""`lmperf memory --estimate`: one simulated step per (mode, precision, context, checkpointing),
+as records, with the analytic terms beside it as the explanation.
+
+The figure reported is the simulation's (simulate.py): the peak of the live bytes of lmperf's own
+step run on phantom tensors, plus, for CUDA, the stated allowance for what tensors do not show.
+The analytic terms (estimate.py) say where memory goes; they are put in the same categories and
+shown next to what is alive at the simulated peak, so the two never give two totals: the sum of
+the terms is what would be held if everything lived at once, which it does not (gradients
+appear while activations are freed; temporaries come and go).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lmperf.errors import SpecError
+from lmperf.questions.memory.estimate import GIB, MIB, MemoryEstimate, estimate
+from lmperf.questions.memory.simulate import CATEGORIES, SimResult, simulate_step
+from lmperf.workload.spec import RunSpec
+
+METHOD = ("simulated: lmperf's train step run on phantom tensors (meta storage, nothing "
+          "allocated), live tensor bytes tracked op by op; checked against torch's MemTracker on "
+          "real tensors (docs/benchmarks.md)")
+# Attention kernels the simulation cannot run as they would run for real: refused in one line.
+UNSIMULATED = {
+    "compiled": "torch.compile's fused kernels cannot run on phantom tensors (they would run "
+                "eagerly, which is the naive kernel's memory)",
+    "flash-triton": "a Triton kernel cannot run on phantom tensors",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One simulated step: mode, precision, context, checkpoint group (0: none), schedule."""
+
+    mode: str
+    precision: str
+    context: int
+    group: int = 0
+    schedule: str = "uniform"
+
+    @property
+    def label(self) -> str:
+        """The group column: 'none', the group size, or 'bisection'."""
+        if self.schedule == "bisection":
+            return "bisection"
+        return str(self.group) if self.group else "none"
+
+
+def cases(modes: list[str], precisions: list[str], contexts: list[int],
+          groups: list[int], bisection: bool) -> list[Case]:
+    """Every (mode, precision, context, group), in that order; with `bisection`, one more row
+    per training mode for recursive bisection."""
+    out = []
+    for m in modes:
+        for p in precisions:
+            for t in contexts:
+                out += [Case(m, p, t, g) for g in groups]
+                if bisection and m != "forward":
+                    out.append(Case(m, p, t, 0, "bisection"))
+    return out
+
+
+def check_attention(attention: str) -> None:
+    """SpecError (one line) for an attention kernel the simulation cannot run."""
+    if attention in UNSIMULATED:
+        raise SpecError(f"--estimate --attention {attention}: {UNSIMULATED[attention]}; "
+                        "estimate with naive, sdpa or flash-torch")
+
+
+def run_case(base: RunSpec, case: Case, cache: dict[tuple, SimResult]) -> SimResult:
+    """Simulate one case. A forward step builds no autograd graph, so checkpointing changes
+    nothing in it: its rows share one simulation (kept in `cache`)."""
+    spec = base.with_(mode=case.mode, precision=case.precision, context_length=case.context)
+    key = (case.mode, case.precision, case.context) + (
+        () if case.mode == "forward" else (case.group, case.schedule))
+    if key not in cache:
+        cache[key] = simulate_step(spec, case.group, schedule=case.schedule)
+    return cache[key]
+
+
+def analytic(base: RunSpec, case: Case) -> MemoryEstimate | None:
+    """The analytic terms of a case (the reference LM only; None for a user's model)."""
+    if base.model is not None or case.schedule != "uniform":
+        return None
+    return estimate(base.model_config(), base.batch_size, case.context, case.precision,
+                    base.attention, case.mode, case.group, device=base.device)
+
+
+def analytic_by_category(est: MemoryEstimate) -> dict[str, int]:
+    """The analytic terms in the simulator's categories (bytes)."""
+    return {"parameters": est.param_bytes, "gradients": est.grad_bytes,
+            "optimizer state": est.optimizer_bytes,
+            "activations": est.activation_bytes + est.recompute_bytes,
+            "autocast copies": est.weight_copy_bytes, "temporaries": est.transient_bytes,
+            "inputs & buffers": 0}
+
+
+def metrics(res: SimResult, est: MemoryEstimate | None, gib: float | None) -> dict:
+    """An 'estimate' record's metrics: the simulation, the analytic terms, the budget verdict."""
+    sim = {"peak_bytes": res.peak_bytes, "start_bytes": res.start_bytes,
+           "peak_phase": res.peak_phase, "phase_peaks": res.phase_peaks,
+           "composition": res.composition, "allowance_bytes": res.allowance_bytes,
+           "total_bytes": res.total_bytes, "ops": res.ops, "seconds": res.seconds,
+           "recomputed_blocks": res.recomputed_blocks, "schedule": res.schedule,
+           "notes": res.notes, "method": METHOD}
+    out: dict = {"simulation": sim, "gib": gib,
+                 "fits": None if gib is None else res.total_bytes <= gib * GIB}
+    if est is not None:
+        out["estimate"] = {**est.__dict__, "total_bytes": est.total_bytes}
+    return out
+
+
+def reconcile_rows(sim: dict, est: dict | None) -> list[dict]:
+    """Category rows: the analytic terms (all counted at once) beside what is alive at the
+    simulated peak (MiB), then the totals and the estimate (peak + allowance)."""
+    ana = analytic_by_category(MemoryEstimate(**{k: v for k, v in est.items()
+                                                 if k in MemoryEstimate.__dataclass_fields__})
+                               ) if est else {}
+    rows = [{"category": c, "analytic terms MiB": ana[c] / MIB if ana else None,
+             "alive at the simulated peak MiB": sim["composition"][c] / MIB}
+            for c in CATEGORIES]
+    rows.append({"category": "sum of terms / simulated peak",
+                 "analytic terms MiB": sum(ana.values()) / MIB if ana else None,
+                 "alive at the simulated peak MiB": sim["peak_bytes"] / MIB})
+    if sim["allowance_bytes"]:
+        rows.append({"category": "allowance (CUDA context, workspaces, fragmentation)",
+                     "analytic terms MiB": None,
+                     "alive at the simulated peak MiB": sim["allowance_bytes"] / MIB})
+        rows.append({"category": "estimate (simulated peak + allowance)",
+                     "analytic terms MiB": None,
+                     "alive at the simulated peak MiB": sim["total_bytes"] / MIB})
+    return rows
