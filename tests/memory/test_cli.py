@@ -94,6 +94,19 @@ def test_estimate_honours_every_option(tmp_path, capsys):
     assert peak("--attention", "sdpa")["backward"] < peak("--attention", "naive")["backward"]
 
 
+def test_gpu_name_is_the_budget(tmp_path, capsys):
+    from lmperf.runtime.peaks import require_device
+
+    text, _, records = run([*QUICK, "--context", "16", "--mode", "train-step", "--gpu", "t4"],
+                           tmp_path, capsys)
+    m = records[0]["metrics"]
+    assert records[0]["spec"]["device"] == "cuda" and m["gpu"] == "T4"
+    assert m["gib"] == require_device("T4").memory_gib and m["fits"] is True
+    assert f"fits on T4 ({m['gib']:g} GiB): yes" in text
+    code = main(["memory", *QUICK, "--gpu", "T4", "--gib", "8"])
+    assert code == 2 and "give one" in capsys.readouterr().err
+
+
 def test_estimate_simulates_a_users_model(tmp_path, capsys):
     _, _, records = run([*QUICK, "--model", "tests.fixtures.models:bigram", "--context", "16",
                          "--estimate"], tmp_path, capsys)

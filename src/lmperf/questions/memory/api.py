@@ -24,7 +24,7 @@ def memory(size: str | None = None, *, model: str | None = None,
            mode: Sequence[str] | str = DEFAULT_MODES, attention: str = "naive",
            optimizer: str = "auto", warmup: int = 1, steps: int = 3, seed: int = 0,
            device: str = "auto", threads: int | None = None, model_context: int = 0,
-           estimate: bool = False, gib: float | None = None,
+           estimate: bool = False, gib: float | None = None, gpu: str | None = None,
            checkpoint: Sequence[int] | int | None = None, snapshot: str | Path | None = None,
            top: int = 10, course: str = DEFAULT_COURSE, plots: str | Path | None = None,
            out: str | Path | None = None,
@@ -40,7 +40,8 @@ def memory(size: str | None = None, *, model: str | None = None,
     the estimate only (`estimate`, or `gib`: does it fit in that many GiB?): one simulated
     step per mode, precision, context and `checkpoint` group, nothing allocated; the
     activation checkpointing trade-off over group sizes (`checkpoint`); or the summary of a
-    CUDA memory snapshot file (`snapshot`; no records). `warmup`: train steps before measuring
+    CUDA memory snapshot file (`snapshot`; no records). `gpu`: a GPU of the peak table whose
+    memory is the budget (implies `estimate` on CUDA). `warmup`: train steps before measuring
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
     `top`: rows of the largest saved activations; `plots`: a folder for the PNG.
     Failed measurements (oom, error, unsupported) are rows of the Report. Raises SpecError /
@@ -48,6 +49,16 @@ def memory(size: str | None = None, *, model: str | None = None,
     """
     if snapshot is not None:
         return snapshot_report(snapshot, plots)
+    if gpu is not None:  # "will it fit on NAME": its memory is the budget, CUDA the device
+        from lmperf.errors import SpecError
+        from lmperf.runtime.peaks import require_device
+
+        card = require_device(gpu)
+        if gib is not None:
+            raise SpecError("--gpu and --gib both set the memory budget: give one")
+        if device not in ("auto", "cuda"):
+            raise SpecError(f"--gpu {gpu} estimates for CUDA; --device {device} contradicts it")
+        gib, device, estimate = card.memory_gib, "cuda", True
     plan = plan_memory(size=size, model=model, context=context, batch=batch,
                        precision=precision, mode=mode, attention=attention, optimizer=optimizer,
                        warmup=warmup, steps=steps, seed=seed, device=device, threads=threads,
@@ -62,7 +73,10 @@ def memory(size: str | None = None, *, model: str | None = None,
         ensure_folder(plot_path(plots, CONTEXTS_PNG).parent)
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
         results: dict = {}
-        report = build_report(_save(estimate_records(plan, gib, results), out))
+        records = estimate_records(plan, gib, results)
+        for record in records if gpu is not None else ():
+            record["metrics"]["gpu"] = card.name
+        report = build_report(_save(records, out))
         if plots is not None:
             from lmperf.questions.memory.plots import plot_timelines
 

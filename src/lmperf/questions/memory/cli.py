@@ -13,7 +13,7 @@ HELP = "where the memory goes: peaks per phase, saved activations, estimates, ch
        "CUDA snapshots"
 DESCRIPTION = (
     "Peak memory per phase (forward-only and train step) across context lengths, what autograd "
-    "saves per block, the analytic estimate (--estimate, --gib), activation checkpointing's "
+    "saves per block, the simulated estimate (--estimate, --gib, --gpu), activation checkpointing's "
     "trade-off (--checkpoint) and CUDA snapshot summaries (--snapshot). Measurements run in a "
     "child process per precision and analysis. CPU figures are process RSS, never GPU memory.")
 SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention", "device",
@@ -45,9 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-context", type=int, default=0, metavar="T",
                    help="the model's maximum context length (default: the longest --context)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the analytic estimate only (nothing is allocated; --device cuda "
-                        "estimates for a GPU from any machine)")
+                   help="simulate each step instead of running it (nothing is allocated; "
+                        "--device cuda estimates for a GPU from any machine)")
     p.add_argument("--gib", type=float, metavar="N", help="will it fit in N GiB? (implies --estimate)")
+    p.add_argument("--gpu", metavar="NAME",
+                   help="will it fit on this GPU (its memory from the peak table; implies "
+                        "--estimate --device cuda; e.g. H100-SXM, A100-40GB, RTX4090)")
     p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
                    help="activation checkpointing trade-off over block-group sizes (0: none)")
     p.add_argument("--snapshot", type=Path, metavar="FILE",
@@ -66,5 +69,5 @@ def cmd_memory(args: argparse.Namespace) -> int:
     kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
     return run_command(args, lambda: memory(
         **kwargs, mode=args.mode, optimizer=args.optimizer, model_context=args.model_context,
-        estimate=args.estimate, gib=args.gib, checkpoint=args.checkpoint, top=args.top,
+        estimate=args.estimate, gib=args.gib, gpu=args.gpu, checkpoint=args.checkpoint, top=args.top,
         plots=args.plots, out=args.out, progress=True, **launch_kwargs(args)))

@@ -88,7 +88,9 @@ def estimate_sim_section(records: list[dict]) -> tuple[Tables, list[str]]:
         if m.get("gib") is not None:
             notes.append(f"{s['mode']}, {s['precision']}, context {s['context_length']}, group "
                          f"{_group(s)}: {m['simulation']['total_bytes'] / GIB:.2f} GiB estimated "
-                         f"-> fits in {m['gib']:g} GiB: {'yes' if m['fits'] else 'no'}")
+                         f"-> fits {'on ' + m['gpu'] + ' (' if m.get('gpu') else 'in '}"
+                         f"{m['gib']:g} GiB{')' if m.get('gpu') else ''}: "
+                         f"{'yes' if m['fits'] else 'no'}")
     notes += _checkpoint_notes(records)
     return tables, notes
 
