@@ -7,36 +7,41 @@ import datetime as _dt
 from pathlib import Path
 from typing import Sequence
 
+from lmperf.catalog import BY_COMMAND
+from lmperf.catalog import QUESTIONS as CATALOG
 from lmperf.errors import LmperfError, SpecError
 from lmperf.questions.writeup.sections import Section, build_section
 
 FORMATS: tuple[str, ...] = ("html", "markdown")
 DEFAULT_OUT: dict[str, Path] = {"html": Path("results") / "report.html",
                                 "markdown": Path("results") / "report.md"}
-# The question each kind of record answers (docs/architecture.md): the sections' headings.
-QUESTIONS: dict[str, str] = {
-    "bench": "how long do forward, backward and the optimizer step take?",
-    "profile": "where does the time go?",
-    "memory": "where does the memory go?",
-    "train": "how do precision regimes train?",
-    "attention": "what does attention cost?",
-    "amp": "what does precision do? (the precision lab)",
-}
+# The question each kind of record answers: the sections' headings, from the one table of
+# questions (every kind has one; compare's rows are read from `lmperf compare --json FILE`).
+QUESTIONS: dict[str, str] = {**{q.kind: q.ask for q in CATALOG if q.kind},
+                             "compare": BY_COMMAND["compare"].ask}
 
 
-def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[tuple[str, dict[str, int]]]]:
-    """All records of `files` in order, and (file, records per kind) for the page's header."""
-    from lmperf.results.store import read_records
+def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[dict],
+                                                list[tuple[str, dict[str, int]]]]:
+    """(all records of `files` in order, `lmperf compare --json` rows, (file, items per kind)
+    for the page's header). A file is JSON lines or one JSON array (any command's --json FILE)."""
+    from lmperf.results.store import is_json_array, read_json_array, read_records, read_text
 
-    records, inputs = [], []
+    records, compared, inputs = [], [], []
     for f in files:
-        mine = read_records(Path(f))
+        text = read_text(Path(f))
+        items = read_json_array(Path(f), text) if is_json_array(text) else None
+        if items and all(i.get("kind") == "compare" and "table" in i for i in items):
+            compared += items  # a comparison's rows: not runs, no envelope of their own
+            mine = items
+        else:
+            mine = read_records(Path(f))
+            records += mine
         kinds: dict[str, int] = {}
         for r in mine:
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
         inputs.append((str(f), kinds))
-        records += mine
-    return records, inputs
+    return records, compared, inputs
 
 
 def build_sections(records: list[dict]) -> list[Section]:
@@ -73,13 +78,17 @@ def report(files: Sequence[str | Path] | str | Path, *, out: str | Path | None =
     files = [files] if isinstance(files, (str, Path)) else list(files)
     if not files:
         raise SpecError("no results file given")
-    records, inputs = _read(files)
-    if not records:
+    records, compared, inputs = _read(files)
+    if not records and not compared:
         raise LmperfError(f"{', '.join(map(str, files))} hold(s) no records")
     path = Path(out) if out is not None else DEFAULT_OUT[format]
     if path.is_dir():
         raise LmperfError(f"cannot write the report to {path}: it is a directory")
     sections = build_sections(records)
+    if compared:
+        from lmperf.questions.writeup.compared import compare_section
+
+        sections.append(compare_section(compared))
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = title or "lmperf report"
     try:

@@ -144,3 +144,39 @@ def profile_shares(records: list[dict]) -> bytes | None:
     ax.grid(True, axis="x", alpha=0.3)
     fig.legend(fontsize=8, ncols=min(len(categories), 6), loc="outside lower center")
     return png(fig)
+
+
+STATUS_COLOURS: dict[str, str] = {"ok": "#2ca02c", "fail": "#d62728", "skip": "#b0b7c3"}
+LOWP_CHECK = "low-precision matmul speed"  # the doctor check whose values `doctor_checks` draws
+
+
+def doctor_checks(records: list[dict]) -> bytes | None:
+    """PNG of the latest doctor record: left, seconds per check coloured by status (ok / fail /
+    skip); right, where the low-precision matmul check ran, each dtype's matmul time relative
+    to fp32 per device (log scale: 1 = as fast as fp32). None without a check to draw."""
+    checks = ((records[-1].get("metrics") or {}).get("checks") or []) if records else []
+    if not checks:
+        return None
+    speeds = [(c["check"], c["values"]["time_over_fp32"]) for c in checks
+              if str(c.get("check", "")).startswith(LOWP_CHECK) and c.get("status") == "ok"
+              and isinstance((c.get("values") or {}).get("time_over_fp32"), dict)]
+    fig = _figure(12 if speeds else 8, 1.4 + 0.22 * len(checks))
+    axes = fig.subplots(1, 2 if speeds else 1, squeeze=False, width_ratios=[3, 1] if speeds else None)[0]
+    ys = list(range(len(checks)))[::-1]
+    axes[0].barh(ys, [float(c.get("seconds") or 0) for c in checks], height=0.7,
+                 color=[STATUS_COLOURS.get(c.get("status"), "#555") for c in checks])
+    axes[0].set_yticks(ys, [f"{c['check']} ({c.get('status')})" for c in checks], fontsize=7)
+    axes[0].set(xlabel="seconds", title="checks: time taken, coloured by status")
+    axes[0].grid(True, axis="x", alpha=0.3)
+    if speeds:
+        ax = axes[1]
+        labels = [f"{d}\n{name[len(LOWP_CHECK):].strip(' ()') or 'cpu'}"
+                  for name, ratios in speeds for d in ratios]
+        values = [float(r) for _, ratios in speeds for r in ratios.values()]
+        ax.bar(range(len(values)), values, color="#1f77b4")
+        ax.axhline(1.0, color="#555", linewidth=1, linestyle="--")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(values)), labels, fontsize=8)
+        ax.set(ylabel="matmul time / fp32's", title="low precision vs fp32")
+        ax.grid(True, axis="y", alpha=0.3)
+    return png(fig)

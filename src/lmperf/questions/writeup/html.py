@@ -32,7 +32,7 @@ nav a { margin-right: 14px; }
 a { color: #1f5fbf; text-decoration: none; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 12.5px; margin: 4px 0; }
-th, td { border: 1px solid #dde2ea; padding: 3px 7px; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #dde2ea; padding: 3px 6px; text-align: left; vertical-align: top; }
 td { white-space: nowrap; }
 td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 7em; }
 th { background: #eef1f5; font-weight: 600; white-space: normal; }
@@ -81,7 +81,7 @@ def table_html(table: Table, text_columns: tuple[str, ...] = ()) -> str:
             elif col in text_columns:
                 cells.append(f'<td class="text"><div>{_e(text)}</div></td>')
             elif col in table.numeric:
-                cells.append(f'<td class="num">{_e(text)}</td>')
+                cells.append(f'<td class="num">{_number(text)}</td>')
             elif len(text) > WRAP_CHARS:
                 cells.append(f'<td class="wrap">{_e(text)}</td>')
             else:
@@ -96,6 +96,14 @@ def table_html(table: Table, text_columns: tuple[str, ...] = ()) -> str:
         parts.append(f'<p class="note">{table.hidden_rows} more row(s) not shown: '
                      "<code>lmperf table FILE</code> prints them all.</p>")
     return "\n".join(parts)
+
+
+def _number(text: str) -> str:
+    """A numeric cell's text, escaped; "mean ± std" on two lines (the ± under the mean), so that
+    a table of four phases stays inside a 1400 px window (one line each made the course's bench
+    table ~1450 px wide)."""
+    mean, sep, spread = text.partition(" ± ")
+    return f"{_e(mean)}<br>± {_e(spread)}" if sep else _e(text)
 
 
 def plot_html(plot: Plot) -> str:

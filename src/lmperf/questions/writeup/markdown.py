@@ -62,7 +62,8 @@ def section_md(section: Section, question: str, stem: str, folder: Path) -> str:
             out += [f"### {md(extra.title)}", table_md(extra)]
     for table in section.tables[1:]:
         out += [f"### {md(table.title)}", table_md(table)]
-    out += [f"### {md(section.environment.title)}", table_md(section.environment)]
+    if not section.environment.frame.empty:  # compare's rows have no environment of their own
+        out += [f"### {md(section.environment.title)}", table_md(section.environment)]
     return "\n\n".join(p for p in out if p)
 
 

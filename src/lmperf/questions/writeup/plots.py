@@ -126,9 +126,27 @@ def _amp(report: Report) -> list[Plot]:
     return plots
 
 
+def _dist(report: Report) -> list[Plot]:
+    """`lmperf dist`'s own two figures, redrawn from the records."""
+    from lmperf.questions.parallel.plots import plot_comm, plot_train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        train = plot_train(report.records, Path(tmp) / "train.png")
+        comm = plot_comm(report.records, Path(tmp) / "comm.png")
+        return [Plot("data-parallel strategies: step time by phase; communication hidden vs "
+                     "exposed", train.read_bytes() if train else None, "no ok dist train run"),
+                Plot("collectives: bus bandwidth and time vs message size",
+                     comm.read_bytes() if comm else None, "no ok dist comm run")]
+
+
+def _doctor(report: Report) -> list[Plot]:
+    return [Plot("doctor: seconds per check by status; low-precision matmul time vs fp32",
+                 figures.doctor_checks(report.records), "no doctor record with checks")]
+
+
 PLOTTERS: dict[str, Callable[[Report], list[Plot]]] = {
     "bench": _bench, "profile": _profile, "memory": _memory, "train": _train,
-    "attention": _attention, "amp": _amp,
+    "attention": _attention, "amp": _amp, "dist": _dist, "doctor": _doctor,
 }
 
 
