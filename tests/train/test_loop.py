@@ -66,8 +66,11 @@ def test_records_are_self_contained_and_json_ready():
     assert [e["step"] for e in m["evals"]] == [0, 4, 8]
     entry = m["log"][0]
     assert set(entry) == {"step", "lr", "loss", "grad_norm", "scale", "skipped", "step_ms",
-                          "tokens_per_s", "peak_mib"}
+                          "cpu_step_ms", "tokens_per_s", "peak_mib"}
     assert entry["scale"] is None and entry["skipped"] is False and entry["step_ms"] > 0
+    # the same steps in CPU time (one sync per step, as bench's step), timed steps summarised
+    assert entry["cpu_step_ms"] > 0 and m["timer_sync"] == "step"
+    assert m["cpu_time"]["step_ms"]["n"] == m["summary"]["step_ms"]["n"]
     assert m["memory_kind"] == "cpu_process_peak_rss" and m["summary"]["peak_mib"] > 50
     kinds = [e["event"] for _, e in events]
     assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("step") == 8

@@ -110,4 +110,7 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         "peak RSS MiB (CPU process)" if kinds == {"cpu_process_peak_rss"} else "peak MiB")
     out[mem_title] = [_fmt(v, ",.0f") for v in df["peak_memory_mib"]]
     out["status"], notes = status_notes(df["status"], df["message"])
+    if any((r.get("metrics") or {}).get("timer_sync") == "step" for r in records):
+        caption += ("; step: one device sync per step (phases: its boundaries, no sync between); "
+                    "tokens/s, TFLOP/s and MFU from the step")
     return out, caption, notes

@@ -117,7 +117,8 @@ def caption(records: list[dict], notes: bool = True) -> str:
                if spec["device"] == "cpu" and threads else ""))
     if notes:
         text = (f"{text}. Train loss: mean of the last {FINAL_LOSS_STEPS} steps; "
-                f"val loss: {spec['eval_batches']} fixed batches")
+                f"val loss: {spec['eval_batches']} fixed batches; step time and tokens/s: one "
+                "device sync per step, as lmperf bench's step")
     return text
 
 
