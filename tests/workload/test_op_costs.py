@@ -1,4 +1,4 @@
-"""measure.op_costs: FLOPs and bytes per aten op and phase, counted on fake tensors."""
+"""workload.op_costs: FLOPs and bytes per aten op and phase, counted on fake tensors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from lmperf.measure import op_costs as oc
+from lmperf.workload import op_costs as oc
 from lmperf.measure.flops import analytic_flops
 from lmperf.workload.spec import RunSpec
 
