@@ -2,7 +2,7 @@
 
 PREDICTIONS, NOT MEASUREMENTS: nothing runs on the target device. From the per-operator FLOPs
 and bytes of the real model at the asked size, context, batch, precision and mode
-(`measure.op_costs`: counted on fake tensors, nothing allocated), each phase gets a range:
+(`workload.op_costs`: counted on fake tensors, nothing allocated), each phase gets a range:
 
     ideal   = sum over ops of max(FLOPs / peak FLOP/s in the op's dtype, bytes / peak bandwidth)
     typical = max(sum over ops of max(FLOPs / (peak x f_compute[class]),
@@ -175,7 +175,7 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None)
     """One prediction record per (spec, device): metrics {phase: {ideal_s, typical_s, flops,
     bytes, calls}} for each phase of the spec's mode and 'step'. Raises SpecError for an unknown
     device before counting anything."""
-    from lmperf.measure.op_costs import count_op_costs
+    from lmperf.workload.op_costs import count_op_costs
     from lmperf.runtime.precision import get_regime
 
     if not devices:

@@ -1,6 +1,6 @@
 """Ideal vs actual: a roofline per operator and per phase of a profiled step.
 
-For each aten op of a phase (costs from `measure.op_costs`, counted on fake tensors; times from
+For each aten op of a phase (costs from `workload.op_costs`, counted on fake tensors; times from
 the parsed trace):
     compute_ms = FLOPs / attained matmul FLOP/s in the op's dtype     (`measure.ceilings`)
     memory_ms  = bytes / attained memory bandwidth
@@ -262,7 +262,7 @@ def analyse(trace, spec, phase_ms: dict[str, float], top: int = 10,
     import torch
 
     from lmperf.measure.ceilings import datasheet_peaks, measure_ceilings
-    from lmperf.measure.op_costs import count_op_costs
+    from lmperf.workload.op_costs import count_op_costs
     from lmperf.runtime.precision import get_regime, matmul_precision
 
     regime = get_regime(spec.precision)
