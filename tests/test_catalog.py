@@ -18,7 +18,7 @@ TARGET = re.compile(r'"(lmperf(?:\.\w+)+:\w+)"')
 
 def test_every_catalog_entry_resolves():
     for q in QUESTIONS:
-        for target in (q.api, q.report, q.summary):
+        for target in (q.api, q.report, q.summary, *(r for _, r in q.more_kinds)):
             if target is not None:
                 assert callable(resolve(target)), target
         assert hasattr(importlib.import_module(q.cli), "add_parser"), q.cli

@@ -25,6 +25,8 @@ class Question:
     kind: the kind of record it writes, or None (compare and report write none of their own).
     report: "module:function" records -> Report, for `lmperf table` and the write-up.
     summary: "module:function" record -> one progress line, or None (status and message).
+    more_kinds: further (kind, "module:function" records -> Report) pairs the question writes
+        (bench's predictions are records of kind "prediction").
     """
 
     command: str
@@ -34,6 +36,7 @@ class Question:
     kind: str | None = None
     report: str | None = None
     summary: str | None = None
+    more_kinds: tuple[tuple[str, str], ...] = ()
 
     @property
     def cli(self) -> str:
@@ -46,7 +49,8 @@ _Q = "lmperf.questions"
 QUESTIONS: tuple[Question, ...] = (
     Question("bench", f"{_Q}.bench", "How long do forward, backward and the optimizer step take?",
              f"{_Q}.bench.api:bench", "bench", f"{_Q}.bench.report:build_report",
-             f"{_Q}.bench.report:summary_line"),
+             f"{_Q}.bench.report:summary_line",
+             (("prediction", f"{_Q}.bench.predict:build_report"),)),
     Question("profile", f"{_Q}.profile", "Where does the time go, per phase and operator?",
              f"{_Q}.profile.api:profile", "profile", f"{_Q}.profile.record:build_report"),
     Question("memory", f"{_Q}.memory", "Where does the memory go?",
@@ -70,7 +74,11 @@ QUESTIONS: tuple[Question, ...] = (
 )
 
 BY_COMMAND: dict[str, Question] = {q.command: q for q in QUESTIONS}
-BY_KIND: dict[str, Question] = {q.kind: q for q in QUESTIONS if q.kind}
+BY_KIND: dict[str, Question] = {**{q.kind: q for q in QUESTIONS if q.kind},
+                                 **{k: q for q in QUESTIONS for k, _ in q.more_kinds}}
+# record kind -> "module:function"(records) -> Report
+REPORTS: dict[str, str] = {**{q.kind: q.report for q in QUESTIONS if q.kind and q.report},
+                           **{k: r for q in QUESTIONS for k, r in q.more_kinds}}
 COMMANDS: tuple[str, ...] = tuple(q.command for q in QUESTIONS)
 
 # What the warm fork server (`lmperf.core.forkserver`) imports and runs once before forking jobs.

@@ -3,12 +3,12 @@ name, so the core imports no question package until a file of that kind is read)
 
 from __future__ import annotations
 
-from lmperf.catalog import BY_KIND
+from lmperf.catalog import REPORTS
 from lmperf.core.jobs import resolve
 from lmperf.core.report import Report
 
 # kind -> "module:function"(records) -> Report, from the one table of questions
-REPORT_BUILDERS: dict[str, str] = {kind: q.report for kind, q in BY_KIND.items() if q.report}
+REPORT_BUILDERS: dict[str, str] = REPORTS
 
 
 def build_reports(records: list[dict]) -> list[Report]:
