@@ -84,6 +84,9 @@ def test_the_step_runs_on_two_gloo_ranks(tmp_path, capsys):
                                    num_heads=spec["num_heads"], d_ff=spec["d_ff"]))
     assert record["params"] == count_params(tiny)  # the whole model, not one rank's shard
     assert "leaderboard step" in capsys.readouterr().out
+    # lmperf table reads the file back with the leaderboard's own Report
+    assert main(["table", str(out)]) == 0
+    assert "leaderboard step" in capsys.readouterr().out
 
 
 def test_the_python_api_plans_the_same_job(monkeypatch):

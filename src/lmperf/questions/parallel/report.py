@@ -208,8 +208,15 @@ def _prediction_findings(df: pd.DataFrame) -> list[str]:
 
 
 def build_report(records: list[dict]) -> Report:
-    """A Report of dist records (training and/or collectives)."""
+    """A Report of dist records (training and/or collectives; leaderboard steps have their own
+    Report, and beside the others a table of their own)."""
+    from lmperf.questions.parallel import leaderboard
+
     records = [r for r in records if r["kind"] == "dist"]
+    steps = [r for r in records if r["spec"].get("what") == "leaderboard"]
+    if steps and len(steps) == len(records):
+        return leaderboard.build_report(steps)
+    records = [r for r in records if r["spec"].get("what") != "leaderboard"]
     comm, train = comm_frame(records), train_frame(records)
     tables: dict[str, pd.DataFrame] = {}
     frame = train if not train.empty else comm
@@ -217,6 +224,8 @@ def build_report(records: list[dict]) -> Report:
         tables["comm"] = comm.drop(columns=["message"]) if (comm["message"] == "").all() else comm
     if not comm.empty:
         tables["busbw (GB/s) by size"] = busbw_table(comm)
+    if steps:
+        tables["leaderboard step"] = leaderboard.build_report(steps).frame
     predicted = prediction_table(records)
     if not predicted.empty:
         tables["communication per step: measured vs predicted from dist comm"] = predicted
