@@ -26,8 +26,9 @@ Method (chosen after reading pyperf `compare_to`, asv `compare` and torch.utils.
   round) none of 32 same-spec phases was flagged and all 64 of the 2x model's were: pool rounds
   before lowering `min_effect`.
 The rule is symmetric in log space: 'slower' needs ratio > 1 + e, 'faster' ratio < 1 / (1 + e).
-A loaded machine is judged by the caller (lmperf.questions.compare.report), not here: these functions see
-samples only.
+A loaded machine is judged by the caller (lmperf.questions.compare.rows: these same functions
+on the CPU time of the measuring thread, or 'inconclusive' without it), not here: these
+functions see samples only.
 """
 
 from __future__ import annotations
