@@ -230,7 +230,6 @@ def _place_ranges(ranges: pd.DataFrame, attr: _Attribution) -> None:
 
 def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
     ops = raw.ops.drop(columns=["external_id"])  # needed for linking kernels only
-    _compact_labels(ops, "pid", "tid")
     ops["self_us"], ops["depth"] = self_times(ops)
     labels = attr.label(ops["start_us"].to_numpy())
     for col in list(labels):  # one label column at a time, compacted as it lands
@@ -241,7 +240,8 @@ def _ops(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
 
 # Columns with a handful of distinct values: categorical (1 byte a row instead of 8; a multi-GB
 # trace holds millions of ops). They compare, group and map like the object columns they were.
-_FEW_VALUES = ("pid", "tid", "phase", "phase_range", "attention")
+# (pid and tid stay objects: code grouping by thread, roofline's among it, expects their values.)
+_FEW_VALUES = ("phase", "phase_range", "attention")
 
 
 def _compact_labels(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
