@@ -107,3 +107,20 @@ def test_nothing_is_allocated_for_a_huge_context() -> None:
     spec = RunSpec.from_size("tiny", context_length=65536, batch_size=64, mode="forward")
     res = simulate_step(spec)
     assert res.peak_bytes > 64 * 2**30  # the naive scores alone are B H T^2 x 4 bytes
+
+
+def test_cuda_autocast_runs_naive_softmax_in_fp32_also_in_recompute() -> None:
+    """CUDA's fp32 list (exp, sum) makes naive attention's softmax fp32 there, not on the CPU;
+    checkpointing's recompute in backward must see the same dtypes (else torch raises)."""
+    cpu = simulate_step(_spec(precision="bf16-mixed", mode="forward"))
+    cuda = simulate_step(_spec(precision="bf16-mixed", mode="forward", device="cuda"))
+    # exp's input cast up and sum's fp32 output: more (and larger) allocations on CUDA
+    grown = lambda r: r.timeline["total"].diff().clip(lower=0).sum()  # noqa: E731
+    assert len(cuda.timeline) > len(cpu.timeline) and grown(cuda) > grown(cpu) * 1.05
+    grouped = simulate_step(_spec(precision="bf16-mixed", device="cuda"), checkpoint_group=1)
+    assert grouped.recomputed_blocks == 1.0
+    bisect = simulate_step(_spec("mini", precision="bf16-mixed", device="cuda"),
+                           schedule="bisection")
+    # 4 blocks: forward runs 0..3; backward recomputes span [0, 2) (blocks 0, 1), inside it
+    # span [0, 1) again (block 0), and span [2, 3) (block 2): 8 block forwards in all
+    assert bisect.block_forwards == 8 and bisect.num_blocks == 4

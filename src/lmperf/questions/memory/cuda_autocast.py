@@ -57,6 +57,34 @@ class _CudaFp32Mode(TorchFunctionMode):
 
 @contextlib.contextmanager
 def cuda_fp32_ops() -> Iterator[None]:
-    """While autocast is on, run CUDA's fp32-list ops in fp32, casting bf16/fp16 inputs up."""
-    with _CudaFp32Mode():
-        yield
+    """While autocast is on, run CUDA's fp32-list ops in fp32, casting bf16/fp16 inputs up.
+
+    Autograd's engine does not carry torch-function modes into backward, where checkpointing
+    recomputes blocks: a global module pre-hook re-enters the mode for a module's forward
+    when it is not on the stack (that is, during recompute), and the post-hook leaves it.
+    """
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+    from torch.overrides import _get_current_function_mode_stack
+
+    entered: list[_CudaFp32Mode | None] = []
+
+    def pre(*_: object) -> None:
+        active = any(isinstance(m, _CudaFp32Mode) for m in _get_current_function_mode_stack())
+        mode = None if active else _CudaFp32Mode()
+        if mode is not None:
+            mode.__enter__()
+        entered.append(mode)
+
+    def post(*_: object) -> None:
+        mode = entered.pop() if entered else None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    handles = [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+    try:
+        with _CudaFp32Mode():
+            yield
+    finally:
+        for h in handles:
+            h.remove()
