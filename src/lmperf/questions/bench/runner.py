@@ -28,6 +28,7 @@ from lmperf.workload.build import check_user_model, meta_flops, prepare
 from lmperf.workload.probe import PhaseProbe
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
+from lmperf.measure.throughput import tokens_per_s
 
 KIND = "bench"
 STEP_TIMING = ("step: one device synchronisation per step, at its end (as lmperf train); phases: "
@@ -170,7 +171,7 @@ def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: fl
     tflops = flops / step_s / 1e12 if step_s > 0 else None
     return {
         "tokens_per_step": tokens,
-        "tokens_per_s": tokens / step_s if step_s > 0 else None,
+        "tokens_per_s": tokens_per_s(tokens, step_ms),
         "flops_per_step": flops,
         "flops_per_step_analytic": fl.analytic,
         "flops_source": fl.source,

@@ -24,6 +24,7 @@ from lmperf.questions.train.data import Batches, Corpus
 from lmperf.questions.train.spec import TrainSpec
 from lmperf.questions.train.state import LossFault, build_state, evaluate, no_fault, set_lr
 from lmperf.workload.steps import StepState, train_step
+from lmperf.measure.throughput import tokens_per_s
 
 OUTCOMES: tuple[str, ...] = ("completed", "non_finite_loss", "diverged")
 TIMING_SKIP = 5  # the first steps pay one-time costs (allocation, first calls); kept out of the mean
@@ -181,7 +182,7 @@ def _summary(spec: TrainSpec, log: list[dict], evals: list[dict], state: StepSta
         "step_ms_skipped_first": len(times) - len(timed),
         # --compile: the first step compiled the model (and ran once), apart from the summary
         "compile_s": times[0] / 1e3 if spec.compile and times else None,
-        "tokens_per_s": spec.batch * spec.context / (step_ms["mean"] / 1e3) if step_ms else None,
+        "tokens_per_s": tokens_per_s(spec.batch * spec.context, step_ms),  # the median step
         "peak_mib": max(peaks) if peaks else None,
         "skipped_steps": sum(bool(e["skipped"]) for e in log),
         "final_scale": _scale(state),

@@ -148,8 +148,8 @@ def findings(records: list[dict]) -> list[str]:
              if st["median"] > 0 and st["iqr"] / st["median"] > NOISY_IQR_RATIO]
     if noisy:
         notes.append("Step times varied (IQR/median " + ", ".join(f"{n} {q:.0%}" for n, q in noisy)
-                     + "): the machine was busy or noisy; mean step time and tokens/s include the "
-                     "slow steps, the median does not.")
+                     + "): the machine was busy or noisy; the mean step time includes the "
+                     "slow steps, the median (and tokens/s, from it) does not.")
     for r in records:
         if r["status"] != "ok":
             notes.append(f"{precision_of(r)}: {r['status']}: {r.get('message', '')}")

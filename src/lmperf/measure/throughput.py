@@ -1,0 +1,20 @@
+"""Throughput, defined once for every command: tokens per second of the median step.
+
+The median, not the mean: on a shared machine a few stalled steps (another process on the
+core, a page fault storm) move the mean and not the median, and the raw samples stay in the
+record for anyone who wants the mean. bench, train and dist all call this.
+"""
+
+from __future__ import annotations
+
+STEP_STATISTIC = "median"
+
+
+def tokens_per_s(tokens_per_step: int, step_ms: dict | float | None) -> float | None:
+    """Tokens per second at the median step time. `step_ms` is a summary (as
+    `measure.stats.summarize` returns: its 'median' is used) or the median in milliseconds;
+    None when there is no positive step time."""
+    median = step_ms.get(STEP_STATISTIC) if isinstance(step_ms, dict) else step_ms
+    if not isinstance(median, (int, float)) or median <= 0:
+        return None
+    return tokens_per_step / (median / 1e3)
