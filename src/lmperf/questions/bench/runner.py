@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from lmperf.core.heartbeat import beat
 from lmperf.core.outcome import Stage, failure, first_line
 from lmperf.measure.flops import (
     BACKWARD_MODES, COUNTED_CONVENTION, StepFlops, count_flops, reference_step_flops,
@@ -107,6 +108,9 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
         samples["step"].append(clock.total_ms)
         if clock.cpu_kind:
             cpu["step"].append(clock.cpu_total_ms)
+        # if the job is killed (--timeout), its row still says how far it got and what it timed
+        beat(stage="timed steps", steps_done=len(samples["step"]), steps=spec.steps,
+             step_ms=samples["step"])
 
     stage.now = "checking the model's output"
     check_user_model(spec, state)

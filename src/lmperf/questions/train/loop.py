@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from lmperf.core.heartbeat import beat
 from lmperf.core.outcome import Stage
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.runtime import device as dev
@@ -81,6 +82,9 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
                  "tokens_per_s": tokens / (ms / 1e3) if ms > 0 else None,
                  "peak_mib": _peak(memory.read())}
         log.append(entry)
+        # if the job is killed (--timeout), its row still says how far it got
+        beat(stage="training", steps_done=step, steps=spec.steps, loss=entry["loss"],
+             step_ms=[e["step_ms"] for e in log])
         loss, norm = entry["loss"], entry["grad_norm"]
         first_loss = loss if first_loss is None else first_loss
         bad_grads = 0 if math.isfinite(norm) else bad_grads + 1
