@@ -76,3 +76,42 @@ def test_resume_refuses_a_corrupt_file_and_leaves_it_alone(tmp_path):
     with pytest.raises(ResultsFileError, match="line 2 is not valid JSON"):
         run_sweep([RunSpec.from_size("tiny", seed=9, **QUICK)], out, SweepOptions(resume=True))
     assert out.read_bytes() == before
+
+
+def test_resume_of_a_job_of_items_runs_only_the_items_without_an_ok_row(tmp_path):
+    """A job that writes one record per item (lmperf dist's) is narrowed to its missing items."""
+    from dataclasses import asdict, dataclass
+    from typing import ClassVar
+
+    from lmperf.results.schema import make_record
+    from lmperf.results.store import append_record
+
+    @dataclass(frozen=True)
+    class Items:
+        kind: ClassVar[str] = "dist"
+        runner: ClassVar[str] = "unused:unused"
+        names: tuple[str, ...] = ("a", "b", "c")
+        device: str = "cpu"
+
+        def to_dict(self) -> dict:
+            return asdict(self)
+
+        def items(self) -> list[str]:
+            return list(self.names)
+
+        def item_spec(self, item: str) -> dict:
+            return {"item": item, "device": self.device}
+
+        def with_items(self, items: list[str]) -> "Items":
+            return Items(names=tuple(items))
+
+    out = tmp_path / "r.jsonl"
+    job = Items()
+    append_record(out, make_record("dist", job.item_spec("a"), "ok", {}, metrics={}))
+    append_record(out, make_record("dist", job.item_spec("b"), "error", {}, message="boom"))
+    (left,) = pending_specs([job], out, resume=True)
+    assert left.items() == ["b", "c"]  # a is done; b failed and runs again
+    append_record(out, make_record("dist", job.item_spec("b"), "ok", {}, metrics={}))
+    append_record(out, make_record("dist", job.item_spec("c"), "ok", {}, metrics={}))
+    assert pending_specs([job], out, resume=True) == []
+    assert pending_specs([job], out, resume=False) == [job]

@@ -106,8 +106,23 @@ def _pending(jobs: list[tuple[JobSpec, int]], out: Path | None, resume: bool,
     if rounds == 1:  # records of single-round jobs written before job ids: match the spec
         types = {type(s) for s, _ in jobs}
         done_keys = {_normalised_key(t, r) for t in types for r in ok if "round" not in r}
-    return [(s, k) for s, k in jobs if round_id(s, k, rounds) not in done_ids
+    left = [(s, k) for s, k in jobs if round_id(s, k, rounds) not in done_ids
             and spec_key(s.kind, s.to_dict()) not in done_keys]
+    return [(s, k) for s, k in ((_items_left(s, ok), k) for s, k in left) if s is not None]
+
+
+def _items_left(spec: JobSpec, ok: list[dict]) -> JobSpec | None:
+    """A job of several items (one record each: `items()`, `item_spec(item)`,
+    `with_items(items)`, e.g. lmperf dist's) narrowed to the items without an 'ok' record;
+    None when every item has one. Other jobs are returned as they are."""
+    if not all(hasattr(spec, a) for a in ("items", "item_spec", "with_items")):
+        return spec
+    done = {spec_key(r["kind"], r["spec"]) for r in ok if r["kind"] == spec.kind}
+    items = spec.items()  # type: ignore[attr-defined]
+    todo = [i for i in items if spec_key(spec.kind, spec.item_spec(i)) not in done]  # type: ignore[attr-defined]
+    if not todo:
+        return None
+    return spec if len(todo) == len(items) else spec.with_items(todo)  # type: ignore[attr-defined]
 
 
 def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions | None = None, *,

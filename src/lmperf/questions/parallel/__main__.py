@@ -25,25 +25,21 @@ def run_rank(argv: list[str]) -> int:
     """Plan from `argv` (lmperf dist's flags), run the jobs of this world size on this rank."""
     from lmperf.cli import build_parser
     from lmperf.core.command import emit
-    from lmperf.questions.parallel.plan import drop_done, plan_dist
+    from lmperf.core.sweep import pending_specs
+    from lmperf.questions.parallel.cli import run_kwargs
+    from lmperf.questions.parallel.plan import plan_dist
     from lmperf.questions.parallel.report import build_report
     from lmperf.questions.parallel.worker import run_items, setup, shutdown
     from lmperf.results import store
 
-    args = build_parser().parse_args(["dist", *argv])
-    if args.estimate or args.what == "all":
+    args = build_parser("dist").parse_args(["dist", *argv])
+    if args.estimate or args.what not in ("comm", "train"):
         raise SystemExit("under torchrun, name the command: `-m lmperf dist comm ...` or "
                          "`-m lmperf dist train ...`")
-    world = int(os.environ["WORLD_SIZE"])
-    plan = plan_dist(args.what, world_size=world, collective=args.collective, sizes=args.sizes,
-                     dtype=args.dtype, iters=args.iters, strategy=args.strategy, size=args.size,
-                     course=args.course, context=args.context, batch=args.batch,
-                     warmup=args.warmup, steps=args.steps, profile_steps=args.profile_steps,
-                     lr=args.lr, bucket_mb=args.bucket_mb, compute_dtype=args.compute_dtype,
-                     compress=args.compress, seed=args.seed, device=args.device,
-                     threads=args.threads, timeout=args.timeout,
-                     max_memory_gib=args.max_memory_gib, vocab_size=args.vocab_size)
-    jobs = drop_done(plan.jobs, args.out) if args.resume else plan.jobs
+    # the same plan lmperf dist makes from the same flags, at torchrun's world size
+    plan = plan_dist(args.what, world_size=int(os.environ["WORLD_SIZE"]), timeout=args.timeout,
+                     max_memory_gib=args.max_memory_gib, **run_kwargs(args))
+    jobs = pending_specs(plan.jobs, args.out, args.resume)  # --resume: the items left
     records: list[dict] = []
 
     def sink(record: dict) -> None:

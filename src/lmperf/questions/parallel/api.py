@@ -53,7 +53,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                            max_memory_gib=max_memory_gib, seed=seed, **estimate_options)
     if estimate_options:
         raise SpecError(f"unknown keyword(s) for dist {what!r}: {', '.join(sorted(estimate_options))}")
-    from lmperf.questions.parallel.plan import drop_done, plan_dist
+    from lmperf.questions.parallel.plan import plan_dist
     from lmperf.questions.parallel.report import build_report
 
     plan = plan_dist(what, world_size=world_size, collective=collective, sizes=sizes, dtype=dtype,
@@ -65,7 +65,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     if plots is not None:
         _make_folder(Path(plots))
     out = Path(out) if out is not None else None
-    jobs = drop_done(plan.jobs, out) if resume else plan.jobs
+    jobs = plan.jobs  # with resume, the sweep runs only the items without an ok row
     # The runner starts torchrun, which isolates the ranks: no extra child process around it.
     options = sweep_options(inline=True, resume=resume, progress=progress)
     if progress:

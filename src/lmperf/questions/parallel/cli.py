@@ -123,6 +123,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_dist, estimate_defaults={n: p.get_default(n) for n in ESTIMATE})
 
 
+def run_kwargs(args: argparse.Namespace) -> dict:
+    """The keywords of a dist comm / train run (API and plan) from its parsed flags."""
+    return {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
+
+
 def cmd_dist(args: argparse.Namespace) -> int:
     """`lmperf dist`: plan, launch torchrun per (command, world size), print the tables."""
     from lmperf.questions.parallel.api import dist
@@ -148,7 +153,7 @@ def cmd_dist(args: argparse.Namespace) -> int:
         return 0
     from lmperf.questions.parallel.plots import default_folder
 
-    kwargs = {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
+    kwargs = run_kwargs(args)
     plots = None if args.no_plots else (args.plots or default_folder(args.out))
     return run_command(args, lambda: dist(args.what, world_size=args.world_size, **kwargs,
                                           plots=plots,

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
-from lmperf.questions.parallel.spec import COLLECTIVES, STRATEGIES, CommJob, TrainJob, item_key
+from lmperf.questions.parallel.spec import COLLECTIVES, STRATEGIES, CommJob, TrainJob
 from lmperf.errors import SpecError
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
@@ -150,22 +149,6 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
         raise SpecError("nothing to train: 'single' runs at world size 1, every other strategy "
                         "at world sizes above 1")
     return jobs
-
-
-def drop_done(jobs: list, out: Path | None) -> list:
-    """`jobs` without the items that already have an 'ok' record in `out` (--resume)."""
-    from lmperf.results import store
-
-    if out is None or not Path(out).exists():
-        return jobs
-    done = {item_key(r["spec"]) for r in store.read_records(Path(out))
-            if r["kind"] == "dist" and r["status"] == "ok"}
-    kept = []
-    for job in jobs:
-        todo = [i for i in job.items() if item_key(job.item_spec(i)) not in done]
-        if todo:
-            kept.append(job if len(todo) == len(job.items()) else job.with_items(todo))
-    return kept
 
 
 def _gpu_count() -> int:

@@ -222,8 +222,3 @@ class TrainJob(_Job):
         """Short name for progress lines."""
         return (f"train n={self.world_size} {self.size} b={self.batch_size} "
                 f"ctx={self.context_length} {','.join(self.strategies)}")
-
-
-def item_key(spec: dict) -> tuple:
-    """What identifies a record's item across runs (for --resume at item level)."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in spec.items()))
