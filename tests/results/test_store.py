@@ -8,7 +8,7 @@ import pytest
 
 from lmperf.errors import LmperfError, ResultsFileError
 from lmperf.results.schema import make_record
-from lmperf.results.store import (append_record, ensure_writable, finished_keys, read_records,
+from lmperf.results.store import (append_record, ensure_writable, read_records,
                                   spec_key)
 
 ENV = {"device": "cpu", "timestamp": "2025-01-01T00:00:00+00:00"}
@@ -152,27 +152,6 @@ def test_undecodable_file(tmp_path):
     path.write_bytes(b"\xff\xfe\x00garbage\n")
     with pytest.raises(ResultsFileError):
         read_records(path)
-
-
-def test_finished_keys_only_ok_by_default():
-    rs = records()
-    keys = finished_keys(rs)
-    assert keys == {spec_key("bench", rs[0]["spec"])}
-
-
-def test_finished_keys_with_other_statuses():
-    rs = records()
-    keys = finished_keys(rs, statuses=("ok", "unsupported"))
-    assert keys == {spec_key("bench", rs[0]["spec"]), spec_key("bench", rs[3]["spec"])}
-    assert finished_keys(rs, statuses=()) == set()
-    assert finished_keys([]) == set()
-
-
-def test_finished_keys_distinguish_kind():
-    r = rec(16)
-    other = dict(r, kind="profile")
-    assert finished_keys([r, other]) == {spec_key("bench", r["spec"]), spec_key("profile", r["spec"])}
-    assert len(finished_keys([r, other])) == 2
 
 
 def test_spec_key_independent_of_key_order():

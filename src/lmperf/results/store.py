@@ -113,8 +113,3 @@ def read_records(path: Path) -> list[dict]:
             raise ResultsFileError(f"{path} line {lineno} is {why}")
         records.append(migrate(obj))
     return records
-
-
-def finished_keys(records: Iterable[dict], statuses: tuple[str, ...] = ("ok",)) -> set[str]:
-    """Keys of the runs whose status is in `statuses` (what `--resume` skips)."""
-    return {spec_key(r["kind"], r["spec"]) for r in records if r["status"] in statuses}
