@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable
 
 from lmperf.errors import ResultsFileError
 from lmperf.results.record import migrate, problem
