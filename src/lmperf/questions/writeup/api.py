@@ -7,8 +7,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Sequence
 
-from lmperf.catalog import BY_COMMAND
-from lmperf.catalog import QUESTIONS as CATALOG
+from lmperf.catalog import BY_COMMAND, BY_KIND
 from lmperf.errors import LmperfError, SpecError
 from lmperf.questions.writeup.sections import Section, build_section
 
@@ -17,7 +16,7 @@ DEFAULT_OUT: dict[str, Path] = {"html": Path("results") / "report.html",
                                 "markdown": Path("results") / "report.md"}
 # The question each kind of record answers: the sections' headings, from the one table of
 # questions (every kind has one; compare's rows are read from `lmperf compare --json FILE`).
-QUESTIONS: dict[str, str] = {**{q.kind: q.ask for q in CATALOG if q.kind},
+QUESTIONS: dict[str, str] = {**{kind: q.ask for kind, q in BY_KIND.items()},
                              "compare": BY_COMMAND["compare"].ask}
 
 
