@@ -1,8 +1,9 @@
 """Does this CPU run low-precision matmuls natively? Its flags, and a measured matmul ratio.
 
 On a CPU without native bf16 (no avx512_bf16, no AMX) torch's bf16 matmuls convert to fp32 in
-software: on this project's AVX2-only 2-core VM a 256 x 256 bf16 matmul took 66x the time of
-the fp32 one, and a bf16-mixed bench run 6-10x. A default that includes such a regime turns a
+software: on this project's AVX2-only 2-core VM a 256 x 256 bf16 matmul took 66-245x the time
+of the fp32 one (the spread is other jobs' load), and a bf16-mixed train step 10-14x
+(docs/benchmarks.md). A default that includes such a regime turns a
 one-minute command into several, with no word of why. So the CPU defaults (core.vocabulary)
 keep a low-precision regime only where this CPU runs its dtype natively, and say so in one line
 when they leave one out; asking for it explicitly still runs it, with a warning.
@@ -12,7 +13,7 @@ avx512_fp16 / amx_fp16, Arm's bf16 / asimdhp). A CPU whose flags say "native" is
 measuring. Otherwise (no such flag, or no flags to read: macOS, Windows) the ratio
 time(dtype) / time(fp32) of one matmul is measured on one thread (lmperf's CPU thread policy),
 and a dtype slower than SLOW_RATIO x fp32 is "slow". The ratio is cached per CPU model, torch
-version and dtype in $XDG_CACHE_HOME/lmperf/lowp.json (~0.2 s to measure on this VM), so that
+version and dtype in $XDG_CACHE_HOME/lmperf/lowp.json (~0.2-1 s to measure on this VM), so that
 every command does not pay for it and a loaded machine cannot flip the decision run to run.
 """
 
@@ -41,8 +42,8 @@ NATIVE_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
                                   "fp16": torch.float16}
 # A dtype whose matmul takes more than this many times fp32's is left out of CPU defaults:
-# native bf16 runs at 0.3-1x fp32's time, software conversion at 5-70x (measured on this VM at
-# 128..512), so the threshold sits far from both.
+# native bf16 runs at 0.3-1x fp32's time, software conversion at 5-245x (measured on this VM
+# at 128..512, loaded and not), so the threshold sits far from both.
 SLOW_RATIO = 2.0
 MATMUL_N = 256  # (256, 256) @ (256, 256): 34 MFLOP, ~0.4 ms in fp32 on one thread here
 REPEATS = 5
