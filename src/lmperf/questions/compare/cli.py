@@ -13,16 +13,19 @@ from lmperf.measure.compare import INCONCLUSIVE, LEVEL, MIN_EFFECT, RESAMPLES
 EXIT_SLOWER = 1  # --fail-above: some phase is significantly slower by more than P%
 
 
+HELP = "is NEW faster than BASE? ratio of medians per phase, with a CI"
+# `lmperf compare --help` (one paragraph; line breaks here are not kept)
+DESCRIPTION = " ".join("""
+Match the records of two results files (or two groups of one file, --by) by spec and compare
+every timed phase: the ratio of medians NEW/BASE with a bootstrap confidence interval, marked
+slower / faster / no significant change; plus tokens/s and peak memory. Specs found on one side
+only are listed. Exit codes: 0 compared, 1 --fail-above tripped, 2 bad input.
+""".split())
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf compare`."""
-    p = sub.add_parser(
-        "compare", help="is NEW faster than BASE? ratio of medians per phase, with a CI",
-        description="Match the records of two results files (or two groups of one file, "
-                    "--by) by spec and compare every timed phase: the ratio of medians NEW/BASE "
-                    "with a bootstrap confidence interval, marked slower / faster / no "
-                    "significant change; plus tokens/s and peak memory. Specs found on one side "
-                    "only are listed. Exit codes: 0 compared, 1 --fail-above tripped, 2 bad "
-                    "input.")
+    p = sub.add_parser("compare", help=HELP, description=DESCRIPTION)
     p.add_argument("files", type=Path, nargs="+", metavar="FILE",
                    help="BASE NEW (two JSONL results files), or one file with --by")
     p.add_argument("--by", nargs="+", metavar="FIELD [A B]",

@@ -12,16 +12,19 @@ from lmperf.core.vocabulary import add_options
 DEFAULT_OUT = Path("results") / "doctor.jsonl"
 
 
+HELP = "check, for real, each path lmperf relies on here (run it first on a new machine)"
+# `lmperf doctor --help` (one paragraph; line breaks here are not kept)
+DESCRIPTION = " ".join("""
+Run brief real checks of what lmperf relies on for this device (clocks, memory probes, the
+memory cap, autocast, the GradScaler, profiling, attention kernels, nsys, the peak table) and
+print one row per check: ok, fail or skip, with why. Appends a 'doctor' record (attach it to a
+bug report); exits 1 when a check fails.
+""".split())
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf doctor`."""
-    p = sub.add_parser("doctor", help="check, for real, each path lmperf relies on here "
-                                      "(run it first on a new machine)",
-                       description="Run brief real checks of what lmperf relies on for this "
-                                   "device (clocks, memory probes, the memory cap, autocast, "
-                                   "the GradScaler, profiling, attention kernels, nsys, the "
-                                   "peak table) and print one row per check: ok, fail or skip, "
-                                   "with why. Appends a 'doctor' record (attach it to a bug "
-                                   "report); exits 1 when a check fails.")
+    p = sub.add_parser("doctor", help=HELP, description=DESCRIPTION)
     add_options(p, ("device", "out", "format"), defaults={"out": DEFAULT_OUT},
                 helps={"device": "auto: the CPU's checks, and CUDA's when a GPU is present"})
     p.add_argument("--check", nargs="+", metavar="NAME", default=None,

@@ -16,23 +16,26 @@ ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandw
             "tflops", "comm_dtype", "tp", "node_bandwidth", "gpus_per_node")
 
 
+HELP = "data parallelism: collectives, DDP/FSDP/ZeRO strategies, estimates"
+# `lmperf dist --help` (one paragraph; line breaks here are not kept)
+DESCRIPTION = " ".join("""
+What data parallelism costs and how much communication is hidden. `comm` times collectives
+(nccl-tests' algbw/busbw, slowest rank per iteration); `train` runs every data-parallel strategy
+on the same model and data (phase times, communication / overlap / exposed, bytes, memory, and
+equality with single-process training); no command runs both. Each (command, world size) is one
+torchrun launch (gloo on CPU, NCCL on GPUs); a rank that crashes, hangs past --timeout or runs
+out of memory is a row naming the rank. --estimate runs nothing: analytic memory and
+communication on clusters you do not have. Many nodes: run `torchrun --nnodes N --nproc-per-node
+G --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m lmperf dist comm|train ...` on each node
+(rank 0 appends to --out).
+""".split())
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf dist`."""
     from lmperf.questions.parallel.spec import COLLECTIVES, COMPRESS, DTYPES, STRATEGIES
 
-    p = sub.add_parser(
-        "dist", help="data parallelism: collectives, DDP/FSDP/ZeRO strategies, estimates",
-        description="What data parallelism costs and how much communication is hidden. "
-                    "`comm` times collectives (nccl-tests' algbw/busbw, slowest rank per "
-                    "iteration); `train` runs every data-parallel strategy on the same model "
-                    "and data (phase times, communication / overlap / exposed, bytes, memory, "
-                    "and equality with single-process training); no command runs both. Each "
-                    "(command, world size) is one torchrun launch (gloo on CPU, NCCL on GPUs); "
-                    "a rank that crashes, hangs past --timeout or runs out of memory is a row "
-                    "naming the rank. --estimate runs nothing: analytic memory and "
-                    "communication on clusters you do not have. Many nodes: run `torchrun "
-                    "--nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
-                    "-m lmperf dist comm|train ...` on each node (rank 0 appends to --out).")
+    p = sub.add_parser("dist", help=HELP, description=DESCRIPTION)
     p.add_argument("what", nargs="?", default="all",
                    choices=["all", "comm", "train", "leaderboard"],
                    help="comm, train, or both (default); leaderboard: the 2026 leaderboard's "

@@ -16,14 +16,18 @@ SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "att
 RUN_DESTS = SPEC_OPTIONS + ("mode", "optimizer", "model_context", "backend", "trace", "out") + LAUNCH
 
 
+HELP = "where the time goes: per-phase operators/kernels, categories, attention"
+# `lmperf profile --help` (one paragraph; line breaks here are not kept)
+DESCRIPTION = " ".join("""
+Profile one run (bench's flags, one value each) in a child process and print per-phase tables:
+top operators (CPU) or kernels (CUDA), categories, matmul share, attention softmax vs matmuls.
+The record is appended to a results file.
+""".split())
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf profile`."""
-    p = sub.add_parser("profile", help="where the time goes: per-phase operators/kernels, "
-                                       "categories, attention",
-                       description="Profile one run (bench's flags, one value each) in a child "
-                                   "process and print per-phase tables: top operators (CPU) or "
-                                   "kernels (CUDA), categories, matmul share, attention softmax "
-                                   "vs matmuls. The record is appended to a results file.")
+    p = sub.add_parser("profile", help=HELP, description=DESCRIPTION)
     cpu, cuda = (device_defaults("profile", t) for t in ("cpu", "cuda"))
     per_device = {name: f"default: {cpu[name]} on CPU, {cuda[name]} on CUDA"
                   for name in ("size", "context", "precision")}

@@ -16,15 +16,19 @@ TRAIN_OPTIONS = ("lr", "lr_warmup", "clip", "eps", "eval_interval", "eval_batche
                  "tokens", "vocab_size")
 
 
+HELP = "train a small LM under each precision regime: loss, scale, time, memory"
+# `lmperf train --help` (one paragraph; line breaks here are not kept)
+DESCRIPTION = " ".join("""
+Train the reference LM once per precision regime, from the same seed on the same batches, and
+compare loss curves, gradient norms, GradScaler scale, step time and memory. Each regime is one
+job (its own process unless --inline); one whose loss turns NaN or diverges stops there with
+that outcome recorded, one that does not fit is an oom row; the others go on.
+""".split())
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf train`."""
-    p = sub.add_parser(
-        "train", help="train a small LM under each precision regime: loss, scale, time, memory",
-        description="Train the reference LM once per precision regime, from the same seed on the "
-                    "same batches, and compare loss curves, gradient norms, GradScaler scale, step "
-                    "time and memory. Each regime is one job (its own process unless --inline); "
-                    "one whose loss turns NaN or diverges stops there with that outcome recorded, "
-                    "one that does not fit is an oom row; the others go on.")
+    p = sub.add_parser("train", help=HELP, description=DESCRIPTION)
     add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH, lists=("precision",),
                 defaults={"batch": None, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
                 helps={"size": "default: tiny on CPU, mini on CUDA",
