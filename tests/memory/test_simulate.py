@@ -34,7 +34,9 @@ def test_peak_matches_memtracker_on_real_tensors(case: dict) -> None:
     spec = _spec(**case)
     simulated = simulate_step(spec).peak_bytes
     measured = memtracker_peak(spec)
-    assert abs(simulated / measured - 1) <= 0.05, (simulated, measured)
+    # The acceptance bound is 5%; the simulation is exact, and any byte off is a bug (a cached
+    # meta output that should have been a view was one: +0.5% on forward steps).
+    assert simulated == measured
 
 
 def test_mini_train_step_matches_memtracker() -> None:
@@ -116,7 +118,7 @@ def test_cuda_autocast_runs_naive_softmax_in_fp32_also_in_recompute() -> None:
     cuda = simulate_step(_spec(precision="bf16-mixed", mode="forward", device="cuda"))
     # exp's input cast up and sum's fp32 output: more (and larger) allocations on CUDA
     grown = lambda r: r.timeline["total"].diff().clip(lower=0).sum()  # noqa: E731
-    assert len(cuda.timeline) > len(cpu.timeline) and grown(cuda) > grown(cpu) * 1.05
+    assert len(cuda.timeline) > len(cpu.timeline) and grown(cuda) > grown(cpu)
     grouped = simulate_step(_spec(precision="bf16-mixed", device="cuda"), checkpoint_group=1)
     assert grouped.recomputed_blocks == 1.0
     bisect = simulate_step(_spec("mini", precision="bf16-mixed", device="cuda"),

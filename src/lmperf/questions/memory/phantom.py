@@ -222,6 +222,16 @@ def _describe(out: Any) -> Any:
     return ("v", out)
 
 
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
 def _rebuild(d: Any) -> Any:
     if d[0] == "t":
         return torch.empty_strided(d[1], d[2], dtype=d[3], device=META)
@@ -246,6 +256,12 @@ def _run(func: Any, args: tuple, kwargs: dict) -> Any:
     if hit is not None:
         return _rebuild(hit)
     out = func(*args, **kwargs)
+    # Some ops alias an input without saying so in their schema (`_unsafe_view`): never cache
+    # an op whose output shares an input's storage.
+    inputs = {id(t.untyped_storage()) for t in _tensors((args, kwargs))}
+    if any(id(t.untyped_storage()) in inputs for t in _tensors(out)):
+        _FRESH[func] = False
+        return out
     try:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
