@@ -170,10 +170,10 @@ def test_bare_json_is_only_the_records(tmp_path, capsys):
 @pytest.mark.parametrize("argv, fragment", [
     (["--context", "64", "--model-context", "32"], "context 64 is longer than the model allows"),
     (["--size", "huge"], "unknown size 'huge'"),
-    (["--precision", "fp32", "fp9"], "unknown precision 'fp9'"),
-    (["--attention", "flash"], "unknown attention 'flash'"),
+    (["--precision", "fp32", "fp9"], "--precision: unknown regime 'fp9'"),
+    (["--attention", "flash"], "--attention: unknown implementation 'flash'"),
     (["--mode", "inference"], "unknown mode 'inference'"),
-    (["--batch", "0"], "batch_size must be a positive integer, got 0"),
+    (["--batch", "0"], "--batch must be a positive integer, got 0"),
     (["--context", "0"], "--context must be a positive integer, got 0"),
     (["--gib", "0"], "--gib must be positive, got 0"),
     (["--top", "0"], "--top must be a positive integer"),
