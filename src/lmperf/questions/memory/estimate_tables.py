@@ -118,8 +118,6 @@ def _checkpoint_notes(records: list[dict]) -> list[str]:
         if g in uniform:
             line += (f"; the sqrt(N) rule (N = {layers} blocks) gives groups of {g}: "
                      f"{uniform[g]['peak_bytes'] / GIB:.2f} GiB, +1 forward of every block")
-        else:
-            line += f"; the sqrt(N) rule gives groups of {g} (add it to --checkpoint)"
         notes.append(line)
         if "bisection" in peak:
             b = peak["bisection"]

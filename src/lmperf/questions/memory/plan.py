@@ -100,7 +100,11 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
         if checkpoint is not None:
             from lmperf.questions.memory.checkpointing import check_groups
 
-            plan.groups = check_groups(as_list(checkpoint), base.num_layers)
+            from lmperf.questions.memory.checkpoint_plan import sqrt_rule
+
+            # The sqrt(N) rule's group joins the sweep: the course asks what it costs.
+            groups = check_groups(as_list(checkpoint), base.num_layers)
+            plan.groups = [0, *sorted({*groups[1:], sqrt_rule(base.num_layers)})]
         return plan
     if model:
         check_user_models([base])
