@@ -25,12 +25,12 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("argv, fragment", [
     (["bench", "--size", "huge"], "unknown size 'huge' in the 2026 edition; accepted: tiny, mini"),
-    (["bench", "--precision", "fp8"], "unknown precision 'fp8'; accepted: fp32"),
+    (["bench", "--precision", "fp8"], "--precision: unknown regime 'fp8'; accepted: fp32"),
     (["bench", "--mode", "inference"], "unknown mode 'inference'; accepted: forward"),
-    (["bench", "--attention", "flash"], "unknown attention 'flash'; accepted: naive, sdpa"),
-    (["bench", "--batch", "0"], "batch_size must be a positive integer, got 0"),
-    (["bench", "--steps", "0"], "steps must be a positive integer, got 0"),
-    (["bench", "--warmup", "-1"], "warmup must be a non-negative integer, got -1"),
+    (["bench", "--attention", "flash"], "--attention: unknown implementation 'flash'; accepted: naive, sdpa"),
+    (["bench", "--batch", "0"], "--batch must be a positive integer, got 0"),
+    (["bench", "--steps", "0"], "--steps must be a positive integer, got 0"),
+    (["bench", "--warmup", "-1"], "--warmup must be a non-negative integer, got -1"),
     (["bench", "--batch", "two"], "argument --batch: invalid int value: 'two'"),
     (["bench", "--context", "2048", "--model-context", "1024"], "context 2048 is longer than the model allows"),
     (["bench", "--model", "no_such_pkg.mod:make"], "cannot import 'no_such_pkg.mod'"),

@@ -65,6 +65,10 @@ def bench(size: Sequence[str] | str | None = None, *,
                       optimizer=optimizer, device=device, threads=threads,
                       model_context=model_context, clip=clip, course=course, compile=compile,
                       compile_mode=compile_mode)
+    if out is not None:  # an unwritable --out is the one line, before any note
+        from lmperf.results.store import ensure_writable
+
+        ensure_writable(Path(out))
     if progress:
         for note in plan.notes:
             err(f"note: {note}")
