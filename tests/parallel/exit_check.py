@@ -1,6 +1,6 @@
 """Repeated 2-rank runs of the overlapped strategy, each ending with a normal interpreter exit.
 
-`python -m tests.dist.exit_check REPEATS FOLDER` imports torch once, then per repeat forks two
+`python -m tests.parallel.exit_check REPEATS FOLDER` imports torch once, then per repeat forks two
 ranks that join a gloo group (env://, a fresh port), run `overlap` through lmperf's own rank code
 (`lmperf.questions.parallel.worker.setup / run_items / shutdown`: asynchronous all-reduces started from
 autograd hooks), and leave through `sys.exit(0)`, i.e. through the interpreter's full

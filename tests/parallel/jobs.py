@@ -51,7 +51,7 @@ class StrategyCheck:
 
     kind: ClassVar[str] = "dist"
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
-    worker: ClassVar[str] = "tests.dist.jobs:check_item"
+    worker: ClassVar[str] = "tests.parallel.jobs:check_item"
 
     world_size: int
     checks: tuple[str, ...]

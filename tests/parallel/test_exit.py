@@ -1,6 +1,6 @@
 """A clean exit is the rule: 20 repeated 2-rank runs of the overlapped strategy (async all-reduces
 from autograd hooks), each through lmperf's rank code and a normal interpreter exit, none
-aborting with "terminate called without an active exception" (see tests/dist/exit_check.py)."""
+aborting with "terminate called without an active exception" (see tests/parallel/exit_check.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ REPEATS = 20
 
 
 def test_overlap_runs_exit_cleanly(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "tests.dist.exit_check", str(REPEATS), str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "tests.parallel.exit_check", str(REPEATS), str(tmp_path)],
                           capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from lmperf.questions.parallel.launch import run_job
-from tests.dist.jobs import StrategyCheck
+from tests.parallel.jobs import StrategyCheck
 
 FP32 = ["naive", "flat", "overlap", "bucketed", "torch-ddp", "fsdp", "fsdp2", "zero1", "torch-zero1"]
 CHECKS = [f"{s}:fp32" for s in FP32] + [f"{s}:{d}" for s in ("fsdp", "fsdp2") for d in ("bf16", "fp16")]

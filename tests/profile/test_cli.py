@@ -156,9 +156,9 @@ def test_nsys_backend_builds_tables_from_nsys_reports(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, fragment", [
     (["profile", "--top", "0"], "--top must be a positive integer"),
     (["profile", "--size", "huge"], "unknown size 'huge'"),
-    (["profile", "--precision", "tf33"], "unknown precision 'tf33'"),
+    (["profile", "--precision", "tf33"], "--precision: unknown regime 'tf33'"),
     (["profile", "--mode", "inference"], "unknown mode 'inference'"),
-    (["profile", "--warmup", "-1"], "warmup must be a non-negative integer, got -1"),
+    (["profile", "--warmup", "-1"], "--warmup must be a non-negative integer, got -1"),
     (["profile", "--timeout", "0"], "--timeout must be a positive number"),
     (["profile", "--model", "tests.fixtures.models:nope"], "has no callable 'nope'"),
 ])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lmperf.cli import main
-from tests.report.models import MESSAGE
+from tests.writeup.models import MESSAGE
 
 KINDS = ("bench", "profile", "memory", "train", "attention", "amp")
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
@@ -32,7 +32,7 @@ def results(tmp_path_factory) -> dict[str, Path]:
     quick = ["--batch", "2", "--warmup", "1", "--steps", "2", "--mode", "forward", "--inline"]
     _run("bench", "--size", "tiny", "--context", "16", "32", "--precision", "fp32", *quick,
          "--out", str(f["bench"]))
-    _run("bench", "--model", "tests.report.models:raising_html", "--context", "16", *quick,
+    _run("bench", "--model", "tests.writeup.models:raising_html", "--context", "16", *quick,
          "--out", str(f["bench"]))  # an error row whose reason is HTML
     _run("profile", "--size", "tiny", "--context", "16", *quick, "--trace", str(d / "t.json"),
          "--out", str(f["profile"]))
@@ -200,23 +200,28 @@ def test_unknown_format_is_a_spec_error(results, tmp_path):
         report(results["bench"], out=tmp_path / "x", format="pdf")
 
 
-def test_only_failed_runs_and_an_unknown_kind(results, tmp_path):
+def test_only_failed_runs_and_an_unknown_kind(results, tmp_path, capsys):
     """A file whose bench runs all failed still gets its section (plots say why they are
-    missing); a kind no question knows gets a generic section instead of an error."""
+    missing); a record of a kind no question writes is refused in one line naming its line."""
     import json
 
     from lmperf.results.store import read_records
 
     failed = [r for r in read_records(results["bench"]) if r["status"] != "ok"]
-    other = dict(read_records(results["attention"])[0], kind="mystery")
     f = tmp_path / "odd.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in failed + [other]))
+    f.write_text("".join(json.dumps(r) + "\n" for r in failed))
     out = tmp_path / "odd.html"
     _run("report", str(f), "-o", str(out))
     page = out.read_text(encoding="utf-8")
     assert not _parse(page).errors
-    assert "no ok run to draw" in page and 'id="kind-mystery"' in page
+    assert "no ok run to draw" in page
     assert "<img" not in page
+    other = dict(read_records(results["attention"])[0], kind="mystery")
+    f.write_text(f.read_text() + json.dumps(other) + "\n")
+    capsys.readouterr()
+    assert main(["report", str(f), "-o", str(tmp_path / "odd2.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"line {len(failed) + 1}" in err and "'mystery'" in err
 
 
 def test_run_labels_name_what_differs():
