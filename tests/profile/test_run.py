@@ -48,7 +48,11 @@ def test_the_roofline_tables_follow_from_their_numbers(train):
     ops, phases = tables[roofline.PER_OP], tables[roofline.PER_PHASE]
     assert set(ops["phase"]) == {"forward", "backward", "optimizer"}
     counted = ops[ops["ideal_ms"] > 0]
-    assert (counted["ideal_ms"] == counted[["compute_ms", "memory_ms"]].max(axis=1)).all()
+    one_op, rollup = counted[counted["bound"] != "-"], counted[counted["bound"] == "-"]
+    # an op's ideal is the larger of its two bounds; an "(N other ops)" row sums its ops' ideals,
+    # which is at least the larger of its summed bounds (which ops fall there depends on timing)
+    assert (one_op["ideal_ms"] == one_op[["compute_ms", "memory_ms"]].max(axis=1)).all()
+    assert (rollup["ideal_ms"] >= rollup[["compute_ms", "memory_ms"]].max(axis=1) * (1 - 1e-12)).all()
     for r in counted.itertuples():  # each label is read off its row
         if r.bound != "-":
             assert r.bound == roofline.label(r.compute_ms, r.memory_ms, r.measured_ms)
