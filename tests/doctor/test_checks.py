@@ -20,19 +20,6 @@ from lmperf.workload.build import Prepared
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def ctx(tmp_path: Path) -> Context:
-    return Context(CPU, tmp_path)
-
-
-@pytest.fixture(autouse=True)
-def _torch_state():
-    rng, threads = torch.random.get_rng_state(), torch.get_num_threads()
-    yield
-    torch.random.set_rng_state(rng)
-    torch.set_num_threads(threads)
-
-
 # --- the machinery ------------------------------------------------------------------------------------
 
 def test_a_raising_check_is_a_fail_row_with_its_traceback(ctx):

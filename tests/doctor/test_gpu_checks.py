@@ -5,7 +5,6 @@ job's verdicts from fabricated records (the real launch runs in test_cli's whole
 from __future__ import annotations
 
 from concurrent.futures import Future
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,19 +21,6 @@ NEW_CUDA = ["flash-triton shapes, fp16/bf16 (compiled)", "TF32 regimes change cu
             "NCCL collectives vs reference (2+ GPUs)", "1 step per strategy = 1 process (NCCL)",
             "memory cap per rank (NCCL)"]
 NEW_CPU = ["collectives vs reference (gloo, 2 ranks)", "1 step per strategy = 1 process (gloo)"]
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Context:
-    return Context(CPU, tmp_path)
-
-
-@pytest.fixture(autouse=True)
-def _torch_state():
-    rng, precision = torch.random.get_rng_state(), torch.get_float32_matmul_precision()
-    yield
-    torch.random.set_rng_state(rng)
-    torch.set_float32_matmul_precision(precision)
 
 
 @pytest.mark.skipif(dev.cuda_available(), reason="the CPU machine's acceptance")
