@@ -114,3 +114,19 @@ def test_describe_tensor_core_and_nvjet() -> None:
 def test_unread_tokens_are_kept() -> None:
     g = decode_gemm("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn")
     assert g["unread"] == ["ldg8", "f2f"]
+
+
+@pytest.mark.parametrize("name, unread", [
+    ("ampere_sgemm_128x64_tn_splitK", []),
+    ("ampere_h16816gemm_256x128_ldg8__splitk_nn", ["ldg8"]),
+    ("sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize96x128x32_stage3_SPLITK_warpsize2x2x1",
+     ["warpsize2x2x1"]),
+    ("nvjet_sm90_tst_128x128_64x4_1x2__v_bz_splitK_TNT", ["tst", "128x128", "64x4", "1x2", "v",
+                                                          "bz", "TNT"]),
+])
+def test_every_family_reads_split_k_and_drops_empty_tokens(name: str, unread: list[str]) -> None:
+    # What no family-specific rule reads goes through one rule in every family: splitK in any
+    # case sets split_k, an empty token (a doubled underscore) is dropped, the rest is unread.
+    g = decode_gemm(name)
+    assert g["split_k"] is True
+    assert g["unread"] == unread

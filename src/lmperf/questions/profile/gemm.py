@@ -133,6 +133,15 @@ def _read_core(out: dict, ext_tokens: list[str]) -> list[str]:
     return rest
 
 
+def _read_other(out: dict, token: str) -> None:
+    """A token no family-specific rule read: the split-K flag (any case), else kept in
+    `unread` (empty tokens, from doubled underscores, are dropped)."""
+    if token.lower() == "splitk":
+        out["split_k"] = True
+    elif token:
+        out["unread"].append(token)
+
+
 def _layout(out: dict, token: str) -> None:
     out["layout"] = token[:2]
     if len(token) == 3:
@@ -199,10 +208,8 @@ def _decode_cublas(m: re.Match) -> dict:
                 out["unread"] += [token, kxs]
         elif re.fullmatch(r"[nt]{2}", token):
             out["layout"] = token
-        elif token.lower() == "splitk":
-            out["split_k"] = True
-        elif token:
-            out["unread"].append(token)
+        else:
+            _read_other(out, token)
     return out
 
 
@@ -238,20 +245,16 @@ def _decode_xmma(m: re.Match) -> dict:
             out["math"] = "simt"
         elif re.fullmatch(r"aligna\d+", token):
             out["alignment"] = int(token[len("aligna"):])
-        elif token.lower() == "splitk":
-            out["split_k"] = True
-        elif token:
-            out["unread"].append(token)
+        else:
+            _read_other(out, token)
     return out
 
 
 def _decode_nvjet(m: re.Match) -> dict:
     out = _blank("cublas nvjet")
     _set_arch(out, m.group("arch"))
-    tokens = m.group("body").split("_")
-    if any(t.lower() == "splitk" for t in tokens):
-        out["split_k"] = True
-    out["unread"] = [t for t in tokens if t and t.lower() != "splitk"]
+    for token in m.group("body").split("_"):
+        _read_other(out, token)
     return out
 
 
