@@ -92,16 +92,15 @@ _GEMV = re.compile(r"(?<![A-Za-z0-9])(gemv[A-Za-z0-9]*)")
 _SPLITK_REDUCE = re.compile(r"splitKreduce_kernel")
 
 
-def _blank(family: str, kind: str = "gemm") -> dict:
+def _blank(family: str, kind: str = "gemm", sm: str | None = None) -> dict:
+    """A decoding with every field None but the family, the kind and, where the name gives its
+    number `sm` ("80", "90a"), the architecture."""
     out = dict.fromkeys(FIELDS)
     out.update(family=family, kind=kind, unread=[])
-    return out
-
-
-def _set_arch(out: dict, sm: str | None) -> None:
     if sm:
         out["arch"] = f"sm{sm}"
         out["arch_family"] = ARCH_FAMILY.get(sm.rstrip("a"))
+    return out
 
 
 def _read_core(out: dict, ext_tokens: list[str]) -> list[str]:
@@ -149,8 +148,7 @@ def _layout(out: dict, token: str) -> None:
 
 
 def _decode_cutlass2(m: re.Match) -> dict:
-    out = _blank("cutlass")
-    _set_arch(out, m.group("arch"))
+    out = _blank("cutlass", sm=m.group("arch"))
     op = m.group("op")
     out["math"] = "simt" if op == "simt" else "tensor core"
     rest = _read_core(out, m.group("ext").split("_"))
@@ -164,8 +162,7 @@ def _decode_cutlass2(m: re.Match) -> dict:
 
 
 def _decode_cutlass3(m: re.Match) -> dict:
-    out = _blank("cutlass")
-    _set_arch(out, m.group("arch"))
+    out = _blank("cutlass", sm=m.group("arch"))
     out["math"] = "simt" if m.group("op") == "simt" else "tensor core"
     core = _CORE.match(m.group("core"))
     if core and core.group("mma"):
@@ -214,8 +211,7 @@ def _decode_cublas(m: re.Match) -> dict:
 
 
 def _decode_xmma(m: re.Match) -> dict:
-    out = _blank("cublas")
-    _set_arch(out, m.group("arch"))
+    out = _blank("cublas", sm=m.group("arch"))
     tokens = m.group("body").split("_")
     groups = []
     while tokens and re.fullmatch(r"(?:bf16|tf32|e4m3|e5m2|f16|f32|f64|s8|u8|s32|i8|f8)+", tokens[0]):
@@ -251,8 +247,7 @@ def _decode_xmma(m: re.Match) -> dict:
 
 
 def _decode_nvjet(m: re.Match) -> dict:
-    out = _blank("cublas nvjet")
-    _set_arch(out, m.group("arch"))
+    out = _blank("cublas nvjet", sm=m.group("arch"))
     for token in m.group("body").split("_"):
         _read_other(out, token)
     return out
