@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Callable
 
 import pandas as pd
 import torch
@@ -116,38 +117,45 @@ def _max_rel_error(y: torch.Tensor, ref: torch.Tensor) -> float:
     return _max_abs_error(y, ref) / ref.abs().max().item()
 
 
-def softmax_table(device: torch.device, magnitudes: list[float], seed: int) -> pd.DataFrame:
-    """Naive, max-subtracted and torch.softmax per logit magnitude and dtype (max abs error)."""
-    logits = logit_rows(magnitudes, seed).to(device)
+def _methods_table(device: torch.device, magnitudes: list[float], seed: int, magnitude_column: str,
+                   reference: Callable[[torch.Tensor], torch.Tensor],
+                   methods: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+                   error: str) -> pd.DataFrame:
+    """One row per logit magnitude x dtype: whether each of `methods`, run in that dtype on the
+    row's logits (ROW,), is finite, and its `error` ("max_abs_error" or "max_rel_error") against
+    `reference` applied in fp64 to the same logits as stored in that dtype."""
+    measure = {"max_abs_error": _max_abs_error, "max_rel_error": _max_rel_error}[error]
+    logits = logit_rows(magnitudes, seed).to(device)  # (len(magnitudes), ROW) fp64
     rows = []
     for i, magnitude in enumerate(magnitudes):
         for dtype in DTYPES:
             x = logits[i].to(dtype)
-            ref = torch.softmax(x.double(), -1)
-            row = {"max_logit": magnitude, "dtype": dtype_name(dtype)}
-            for name, y in (("naive", naive_softmax(x)), ("stable", stable_softmax(x)),
-                            ("torch", torch.softmax(x, -1))):
+            ref = reference(x.double())
+            row = {magnitude_column: magnitude, "dtype": dtype_name(dtype)}
+            for name, method in methods.items():
+                y = method(x)
                 row[f"{name}_finite"] = _finite(y)
-                row[f"{name}_max_abs_error"] = _max_abs_error(y, ref)
+                row[f"{name}_{error}"] = measure(y, ref)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, -1)
+
+
+def softmax_table(device: torch.device, magnitudes: list[float], seed: int) -> pd.DataFrame:
+    """Naive, max-subtracted and torch.softmax per logit magnitude and dtype (max abs error)."""
+    return _methods_table(device, magnitudes, seed, "max_logit", _torch_softmax,
+                          {"naive": naive_softmax, "stable": stable_softmax,
+                           "torch": _torch_softmax}, "max_abs_error")
 
 
 def softplus_table(device: torch.device, magnitudes: list[float], seed: int) -> pd.DataFrame:
     """Naive, stable and F.softplus per logit magnitude and dtype (max error / max |reference|)."""
-    logits = logit_rows(magnitudes, seed).to(device)
-    rows = []
-    for i, magnitude in enumerate(magnitudes):
-        for dtype in DTYPES:
-            x = logits[i].to(dtype)
-            ref = stable_softplus(x.double())
-            row = {"max_x": magnitude, "dtype": dtype_name(dtype)}
-            for name, y in (("naive", naive_softplus(x)), ("stable", stable_softplus(x)),
-                            ("F_softplus", F.softplus(x))):
-                row[f"{name}_finite"] = _finite(y)
-                row[f"{name}_max_rel_error"] = _max_rel_error(y, ref)
-            rows.append(row)
-    return pd.DataFrame(rows)
+    return _methods_table(device, magnitudes, seed, "max_x", stable_softplus,
+                          {"naive": naive_softplus, "stable": stable_softplus,
+                           "F_softplus": F.softplus}, "max_rel_error")
 
 
 def attention_table(device: torch.device, dims: list[int], tokens: int, seed: int,
