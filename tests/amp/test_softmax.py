@@ -81,6 +81,23 @@ def test_softmax_table_matches_each_dtypes_threshold(result):
     assert (t["stable_max_abs_error"] < 0.01).all()
 
 
+def test_softplus_table_matches_each_dtypes_threshold(result):
+    t = result.table("softplus per input magnitude")
+    limits = result.table("exp overflow").set_index("dtype")["largest_x_exp_finite"]
+    for _, r in t.iterrows():
+        stored = torch.tensor(r["max_x"], dtype=getattr(torch, r["dtype"])).item()
+        assert r["naive_finite"] == (stored <= limits[r["dtype"]]), (r["dtype"], r["max_x"])
+    assert t["stable_finite"].all() and t["F_softplus_finite"].all()
+    assert (t["stable_max_rel_error"] < 0.01).all()
+    # the error is relative to the largest |reference|: one row recomputed by hand
+    row = t[(t["max_x"] == 500.0) & (t["dtype"] == "bfloat16")].iloc[0]
+    magnitudes = sorted(softmax.DEFAULT_MAGNITUDES)  # as run() sorts them; default seed 0
+    x = softmax.logit_rows(magnitudes, seed=0)[magnitudes.index(500.0)].to(torch.bfloat16)
+    ref = softmax.stable_softplus(x.double())
+    y = softmax.stable_softplus(x).double()
+    assert row["stable_max_rel_error"] == (y - ref).abs().max().item() / ref.abs().max().item()
+
+
 def test_attention_logits_scaled_by_sqrt_d(result):
     t = result.table("attention logits q.k")
     assert t["max_abs_logit_scaled"].tolist() == pytest.approx(
