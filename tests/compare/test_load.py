@@ -87,3 +87,30 @@ def test_by_field_alone_reads_an_ab_sweep_in_the_order_it_ran(tmp_path):
     report = lmperf.compare(out, by="model")
     assert report.title == "lmperf compare: NEW model=mine:twice vs BASE model=none"
     assert (report.frame["verdict"] == SLOWER).all() and (report.frame["base_n"] == 2 * STEPS).all()
+
+
+def test_each_clock_is_displayed_and_the_findings_count_the_phases():
+    rng = np.random.default_rng(0)
+    base, twice = (_record(f, rng, steal=4.0, load=0.5) for f in (1.0, 2.0))
+    report = lmperf.compare([base], [twice])
+    shown, _, _ = report.display(report)
+    df = report.frame
+    for label, clock in (("", ""), ("CPU ", "cpu_")):  # wall time, then CPU time
+        assert shown[f"{label}NEW/BASE [95% CI]"].tolist() == [
+            f"{r:.3f} [{lo:.3f}, {hi:.3f}]"
+            for r, lo, hi in zip(df[f"{clock}ratio"], df[f"{clock}ci_low"], df[f"{clock}ci_high"])]
+        assert shown[f"{label}change"].tolist() == [f"{x:+.1f}%" for x in df[f"{clock}change_pct"]]
+    assert any(f.startswith(f"{len(df)} phase(s) judged on CPU time, not wall time: a CPU run of "
+                            "one side started with a load above") for f in report.findings)
+    assert not any("'inconclusive'" in f for f in report.findings)
+    # without CPU times: no CPU columns, and the inconclusive phases are counted in a warning
+    for r in (base, twice):
+        r["metrics"].pop("cpu_time")
+        r["env"]["load_average_1m"] = 6.0
+    report = lmperf.compare([base], [twice])
+    shown, _, _ = report.display(report)
+    assert not [c for c in shown.columns if c.startswith("CPU ")]
+    unsure = int((report.frame["verdict"] == INCONCLUSIVE).sum())
+    assert unsure > 0 and any(f.startswith(f"warning: {unsure} phase(s) changed but are "
+                                           "'inconclusive'") for f in report.findings)
+    assert not any("judged on CPU time" in f for f in report.findings)
