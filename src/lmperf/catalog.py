@@ -67,7 +67,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question("compare", f"{_Q}.compare", "Is it faster, really?", f"{_Q}.compare.api:compare"),
     Question("report", f"{_Q}.writeup", "All results on one page", f"{_Q}.writeup.api:report"),
     Question("doctor", f"{_Q}.doctor", "Does lmperf work on this machine?",
-             f"{_Q}.doctor.api:doctor", "doctor", f"{_Q}.doctor.report:build_report"),
+             f"{_Q}.doctor.api:doctor", "doctor", f"{_Q}.doctor.report:build_report",
+             f"{_Q}.doctor.report:summary_line"),
     Question("dist", f"{_Q}.parallel", "What does data parallelism cost?",
              f"{_Q}.parallel.api:dist", "dist", f"{_Q}.parallel.report:build_report",
              f"{_Q}.parallel.report:summary_line"),
@@ -81,7 +82,11 @@ REPORTS: dict[str, str] = {**{q.kind: q.report for q in QUESTIONS if q.kind and 
                            **{k: r for q in QUESTIONS for k, r in q.more_kinds}}
 COMMANDS: tuple[str, ...] = tuple(q.command for q in QUESTIONS)
 
-# What the warm fork server (`lmperf.core.forkserver`) imports and runs once before forking jobs.
-PRELOAD: tuple[str, ...] = ("torch", "numpy", "pandas", "lmperf.core.child",
+# What the warm fork server (`lmperf.core.forkserver`) imports and runs once before forking jobs
+# (on the critical path of every command's first job: no pandas, which bench's jobs never use).
+PRELOAD: tuple[str, ...] = ("torch", "numpy", "lmperf.core.child",
                             "lmperf.questions.bench.runner")
+# Imported by the server, once, before it forks the first job of a kind (beside the job's runner
+# module): what each child of that kind would otherwise import itself.
+PRELOAD_FOR_KIND: dict[str, tuple[str, ...]] = {"amp": ("pandas",)}
 WARM_UP: str = "lmperf.workload.build:warm_up"

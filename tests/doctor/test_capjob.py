@@ -25,8 +25,8 @@ def ctx(tmp_path: Path) -> Context:
 def _check(ctx: Context, record: dict):
     done: Future = Future()
     done.set_result([record])
-    ctx.background["cap"] = done
-    return capjob.check_cap(ctx, "cap")
+    ctx.launched[capjob.start_cap_job] = done
+    return capjob.check_cap(ctx)
 
 
 def test_an_oom_at_the_small_allocation_is_a_failure(ctx, monkeypatch):

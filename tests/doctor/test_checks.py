@@ -1,5 +1,5 @@
 """The doctor's machinery and its CPU checks, one at a time (each runs for real, in a second or
-two); the full doctor runs once, through the CLI, in test_cli.py."""
+two); the full doctor runs once, through the CLI, in test_cli.py, and as jobs in test_jobs.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from lmperf.questions.doctor import capjob, environment, numerics, precision, timing, tracing
 from lmperf.questions.doctor.api import plan_scopes
-from lmperf.questions.doctor.checks import Check, Context, fail, ok, run_checks, skip
+from lmperf.questions.doctor.checks import Check, Context, Outcome, fail, ok, run_one, skip
 from lmperf.errors import SpecError
 from lmperf.runtime import device as dev
 from lmperf.workload.build import Prepared
@@ -26,68 +26,55 @@ def test_a_raising_check_is_a_fail_row_with_its_traceback(ctx):
     def broken(c):
         raise KeyError("no such thing")
 
-    rows = run_checks([Check("broken", "cpu", broken), Check("fine", "cpu", lambda c: ok("x"))],
-                      {"cpu": ctx})
-    assert [r.outcome.status for r in rows] == ["fail", "ok"]
-    assert rows[0].outcome.result == "KeyError: 'no such thing'"
-    assert "KeyError" in rows[0].as_dict()["traceback"]
+    out = run_one(Check("broken", "cpu", broken), ctx)
+    assert out.status == "fail" and out.result == "KeyError: 'no such thing'"
+    assert "KeyError" in out.traceback
+    assert run_one(Check("fine", "cpu", lambda c: ok("x")), ctx).status == "ok"
 
 
-def test_a_scope_without_context_skips_with_its_reason(ctx):
-    called = []
-    rows = run_checks([Check("gpu thing", "cuda", lambda c: called.append(1) or ok("x"))],
-                      {"cpu": ctx, "cuda": "no CUDA device: a CPU build"})
-    assert rows[0].outcome.status == "skip" and rows[0].outcome.why == "no CUDA device: a CPU build"
-    assert not called
+def test_a_launch_runs_once_per_job_and_its_answer_reaches_every_check(ctx):
+    started = []
 
-
-def test_background_parts_start_first_and_their_result_reaches_the_check(ctx):
-    order = []
-
-    def start(c):
-        order.append("started")
+    def launch(c):
+        started.append(c.device)
         return lambda: 41 + 1
 
-    def run(c):
-        order.append("checked")
-        return ok(str(c.background["bg"].result()))
-
-    rows = run_checks([Check("first", "cpu", lambda c: order.append("first") or ok("")),
-                       Check("bg", "cpu", run, start)], {"cpu": ctx})
-    assert order == ["started", "first", "checked"] and rows[1].outcome.result == "42"
+    first = run_one(Check("first", "cpu", lambda c: ok(str(c.result_of(launch)))), ctx)
+    second = run_one(Check("second", "cpu", lambda c: ok(str(c.result_of(launch) + 1))), ctx)
+    assert (first.result, second.result) == ("42", "43") and started == [CPU]
 
 
-def test_a_failing_background_start_is_the_checks_failure(ctx):
-    def start(c):
-        raise OSError("cannot spawn")
+def test_a_failing_launch_is_the_failure_of_every_check_that_reads_it(ctx):
+    def launch(c):
+        def run():
+            raise OSError("cannot spawn")
+        return run
 
-    rows = run_checks([Check("bg", "cpu", lambda c: ok(str(c.background["bg"].result())), start)],
-                      {"cpu": ctx})
-    assert rows[0].outcome.status == "fail" and "cannot spawn" in rows[0].outcome.result
+    for name in ("a", "b"):
+        out = run_one(Check(name, "cpu", lambda c: ok(str(c.result_of(launch)))), ctx)
+        assert out.status == "fail" and "cannot spawn" in out.result
 
 
 def test_unknown_status_is_a_bug():
     with pytest.raises(ValueError):
-        run_checks([Check("odd", "cpu", lambda c: ok("x").__class__("maybe"))],
-                   {"cpu": Context(CPU, Path("."))})
+        run_one(Check("odd", "cpu", lambda c: Outcome("maybe")), Context(CPU, Path(".")))
 
 
-def test_plan_on_this_cpu_skips_cuda_with_the_reason(tmp_path):
-    scopes = plan_scopes("auto", tmp_path)
-    assert isinstance(scopes["cpu"], Context) and isinstance(scopes["any"], Context)
-    assert scopes["any"].device == CPU
+def test_plan_on_this_cpu_skips_cuda_with_the_reason():
+    scopes = plan_scopes("auto")
+    assert scopes["cpu"] == CPU and scopes["any"] == CPU
     assert scopes["cuda"].startswith("no CUDA device: ")
 
 
-def test_plan_device_cpu_on_a_gpu_machine_says_so(tmp_path, monkeypatch):
+def test_plan_device_cpu_on_a_gpu_machine_says_so(monkeypatch):
     monkeypatch.setattr(dev, "cuda_available", lambda: True)
-    assert plan_scopes("cpu", tmp_path)["cuda"] == "--device cpu: CUDA's paths were not asked for"
+    assert plan_scopes("cpu")["cuda"] == "--device cpu: CUDA's paths were not asked for"
 
 
 @pytest.mark.parametrize("device", ["cuda", "gpu"])
-def test_plan_refuses_cuda_without_a_gpu_and_unknown_devices(tmp_path, device):
+def test_plan_refuses_cuda_without_a_gpu_and_unknown_devices(device):
     with pytest.raises(SpecError):
-        plan_scopes(device, tmp_path)
+        plan_scopes(device)
 
 
 # --- the CPU checks, each for real ----------------------------------------------------------------------
@@ -224,8 +211,8 @@ def test_nsys_present_runs_its_version(ctx, monkeypatch, code, status):
 def test_cap_check_reads_the_childs_record(ctx, record, status):
     done: Future = Future()
     done.set_result([record])
-    ctx.background["cap"] = done
-    out = capjob.check_cap(ctx, "cap")
+    ctx.launched[capjob.start_cap_job] = done
+    out = capjob.check_cap(ctx)
     assert out.status == status, out
 
 

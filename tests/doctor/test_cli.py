@@ -34,9 +34,11 @@ def test_the_whole_doctor_on_this_cpu(full_run):
     code, stdout, stderr, records, _ = full_run
     assert code == 0, stdout + stderr
     assert "Traceback" not in stderr
-    assert len(records) == 1 and records[0]["kind"] == "doctor" and records[0]["status"] == "ok"
-    rows = records[0]["metrics"]["checks"]
-    assert [r["check"] for r in rows] == list(registry.NAMES)
+    # One record per check, appended as each job ended (so in the order they finished).
+    assert all(r["kind"] == "doctor" and r["status"] in ("ok", "unsupported") for r in records)
+    rows = [r["metrics"] for r in records]
+    assert sorted(r["check"] for r in rows) == sorted(registry.NAMES)
+    assert stdout.index(registry.NAMES[0]) < stdout.index(registry.NAMES[-1])  # table order
     by_scope = {s: [r for r in rows if r["device"] == s] for s in ("any", "cpu", "cuda")}
     # Every CPU check ran (ok), except where this machine lacks the tool, which must say so.
     for row in by_scope["cpu"] + by_scope["any"]:
@@ -72,12 +74,17 @@ def test_quick_checks_and_the_record(tmp_path, capsys):
     code, stdout, stderr = _run(["doctor", "--out", str(out), *QUICK], capsys)
     assert code == 0, stderr
     assert "peak table entry" in stdout and "GradScaler disabled path" in stdout
-    assert "2 ok, 0 failed, 0 skipped; record appended to" in stderr
-    record = read_records(out)[0]
-    assert record["spec"] == {"device": "auto", "checks": QUICK[1:]}
-    assert record["env"]["torch"] == torch.__version__
+    assert "2 ok, 0 failed, 0 skipped; 2 record(s) appended to" in stderr
+    records = read_records(out)
+    assert [r["spec"]["check"] for r in records] == QUICK[1:]  # one job each, in order
+    assert records[0]["spec"] == {"check": "peak table entry", "scope": "any", "device": "cpu",
+                                  "threads": 1}
+    assert records[0]["env"]["torch"] == torch.__version__
     code, _, _ = _run(["doctor", "--out", str(out), *QUICK], capsys)
-    assert code == 0 and len(read_records(out)) == 2  # appended, never overwritten
+    assert code == 0 and len(read_records(out)) == 4  # appended, never overwritten
+    code, stdout, stderr = _run(["doctor", "--out", str(out), "--resume", *QUICK], capsys)
+    assert code == 0 and len(read_records(out)) == 4  # both already ok: nothing ran
+    assert "nothing to run: every check is already ok in" in stderr
 
 
 def test_a_failed_check_exits_1_and_marks_the_record(tmp_path, capsys, monkeypatch):
@@ -86,11 +93,13 @@ def test_a_failed_check_exits_1_and_marks_the_record(tmp_path, capsys, monkeypat
     monkeypatch.setattr(registry, "CHECKS", checks)
     monkeypatch.setattr(registry, "NAMES", ("fine", "broken"))
     out = tmp_path / "d.jsonl"
-    code, stdout, stderr = _run(["doctor", "--out", str(out)], capsys)
+    # --inline: the stand-in checks exist in this process only, not in a forked child
+    code, stdout, stderr = _run(["doctor", "--out", str(out), "--inline"], capsys)
     assert code == 1
     assert "1 ok, 1 failed, 0 skipped" in stderr
-    record = read_records(out)[0]
-    assert record["status"] == "error" and record["message"] == "1 check(s) failed: broken"
+    fine, broken = read_records(out)
+    assert fine["status"] == "ok" and broken["status"] == "error"
+    assert broken["message"] == "saw 3: expected 4" and broken["metrics"]["status"] == "fail"
 
 
 def test_json_on_stdout_is_only_json(tmp_path, capsys):
@@ -98,7 +107,7 @@ def test_json_on_stdout_is_only_json(tmp_path, capsys):
                                 capsys)
     assert code == 0
     records = json.loads(stdout)
-    assert records[0]["kind"] == "doctor" and len(records[0]["metrics"]["checks"]) == 2
+    assert [r["kind"] for r in records] == ["doctor", "doctor"]
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -134,7 +143,7 @@ class _nothing:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
 def test_the_cuda_checks_pass_on_this_gpu(tmp_path):
     report = lmperf.doctor("cuda", out=tmp_path / "d.jsonl")
-    rows = report.records[0]["metrics"]["checks"]
+    rows = report.frame.to_dict("records")
     failed = [(r["check"], r["result"], r["why"]) for r in rows if r["status"] == "fail"]
     assert not failed
     cuda = [r for r in rows if r["device"] == "cuda"]

@@ -27,17 +27,18 @@ NEW_CPU = ["collectives vs reference (gloo, 2 ranks)", "1 step per strategy = 1 
 def test_every_new_gpu_check_is_listed_and_skipped_with_its_reason():
     assert set(NEW_CUDA + NEW_CPU) <= set(registry.NAMES)
     report = lmperf.doctor("auto", checks=NEW_CUDA)
-    rows = report.records[0]["metrics"]["checks"]
+    rows = report.frame.to_dict("records")
     assert [r["check"] for r in rows] == NEW_CUDA
     for row in rows:
         assert row["status"] == "skip" and row["device"] == "cuda", row
         assert row["why"].startswith("no CUDA device: "), row
 
 
-def _answer(ctx: Context, name: str, answer) -> None:
+def _answer(ctx: Context, answer) -> None:
+    """The torchrun launch's answer, as if it had run in this job."""
     done: Future = Future()
     done.set_result(answer)
-    ctx.background[name] = done
+    ctx.launched[distjob.start] = done
 
 
 # --- the distributed job ------------------------------------------------------------------------
@@ -57,9 +58,9 @@ def test_plan_cpu_is_two_gloo_ranks_and_cuda_needs_two_gpus(monkeypatch):
 
 
 def test_a_reason_instead_of_a_job_is_a_skip_row(ctx):
-    _answer(ctx, "x", "needs 2 or more GPUs (this machine has 1): one NCCL rank per GPU")
+    _answer(ctx, "needs 2 or more GPUs (this machine has 1): one NCCL rank per GPU")
     for check in (distjob.check_collectives, distjob.check_strategies, distjob.check_memory_cap):
-        out = check(ctx, name="x")
+        out = check(ctx)
         assert out.status == "skip" and out.why.startswith("needs 2 or more GPUs")
 
 
@@ -70,10 +71,10 @@ def _record(item: str, ranks: list, status: str = "ok") -> dict:
 
 def test_one_wrong_collective_on_one_rank_fails_naming_it(ctx):
     good = {"all_reduce 4 KiB": True, "broadcast 16 MiB": True}
-    _answer(ctx, "x", {"collectives": _record("collectives", [good, good])})
-    assert distjob.check_collectives(ctx, name="x").status == "ok"
-    _answer(ctx, "x", {"collectives": _record("collectives", [good, {**good, "broadcast 16 MiB": False}])})
-    out = distjob.check_collectives(ctx, name="x")
+    _answer(ctx, {"collectives": _record("collectives", [good, good])})
+    assert distjob.check_collectives(ctx).status == "ok"
+    _answer(ctx, {"collectives": _record("collectives", [good, {**good, "broadcast 16 MiB": False}])})
+    out = distjob.check_collectives(ctx)
     assert out.status == "fail" and "broadcast 16 MiB (rank 1)" in out.result
 
 
@@ -81,12 +82,12 @@ def test_a_rank_capped_on_another_gpu_fails(ctx):
     # issue 19 finding 1: every rank's cap landing on GPU 0 leaves rank 1 uncapped on GPU 1
     capped = [{"device_index": r, "local_rank": r, "small_ok": True, "big_oom": True, "message": "oom"}
               for r in range(2)]
-    _answer(ctx, "x", {"memory-cap": _record("memory-cap", capped)})
-    assert distjob.check_memory_cap(ctx, name="x").status == "ok"
+    _answer(ctx, {"memory-cap": _record("memory-cap", capped)})
+    assert distjob.check_memory_cap(ctx).status == "ok"
     uncapped = {"device_index": 1, "local_rank": 1, "small_ok": True, "big_oom": False,
                 "message": "allocated 3 GiB on cuda:1 under the cap"}
-    _answer(ctx, "x", {"memory-cap": _record("memory-cap", [capped[0], uncapped])})
-    out = distjob.check_memory_cap(ctx, name="x")
+    _answer(ctx, {"memory-cap": _record("memory-cap", [capped[0], uncapped])})
+    out = distjob.check_memory_cap(ctx)
     assert out.status == "fail" and "rank 1" in out.result and "allocated 3 GiB" in out.result
 
 
@@ -96,28 +97,28 @@ def test_strategies_fail_beyond_the_bound_or_when_fsdp_exact_is_not_bitwise(ctx)
                 "sharded": ["a.weight"], "bitwise": list(bitwise)}
 
     fine = {"naive": result(1e-7), "fsdp-exact": result(0.0)}
-    _answer(ctx, "x", {"strategies": _record("strategies", [fine, fine])})
-    assert distjob.check_strategies(ctx, name="x").status == "ok"
-    _answer(ctx, "x", {"strategies": _record("strategies", [{**fine, "naive": result(1e-3)}])})
-    assert distjob.check_strategies(ctx, name="x").status == "fail"
-    _answer(ctx, "x", {"strategies": _record("strategies", [{**fine, "fsdp-exact": result(0.0, ())}])})
-    out = distjob.check_strategies(ctx, name="x")
+    _answer(ctx, {"strategies": _record("strategies", [fine, fine])})
+    assert distjob.check_strategies(ctx).status == "ok"
+    _answer(ctx, {"strategies": _record("strategies", [{**fine, "naive": result(1e-3)}])})
+    assert distjob.check_strategies(ctx).status == "fail"
+    _answer(ctx, {"strategies": _record("strategies", [{**fine, "fsdp-exact": result(0.0, ())}])})
+    out = distjob.check_strategies(ctx)
     assert out.status == "fail" and out.values["not_bitwise"] == ["a.weight"]
 
 
 def test_a_crashed_item_is_a_fail_row_with_its_message(ctx):
-    _answer(ctx, "x", {"collectives": {"spec": {"item": "collectives"}, "status": "error",
+    _answer(ctx, {"collectives": {"spec": {"item": "collectives"}, "status": "error",
                                        "message": "rank 1: NCCL error: unhandled system error"}})
-    out = distjob.check_collectives(ctx, name="x")
+    out = distjob.check_collectives(ctx)
     assert out.status == "fail" and "NCCL error" in out.result
-    _answer(ctx, "x", {})
-    assert distjob.check_strategies(ctx, name="x").status == "fail"
+    _answer(ctx, {})
+    assert distjob.check_strategies(ctx).status == "fail"
 
 
 # --- the GPU checks' judgements, with the device layer faked --------------------------------------
 
 def test_flash_triton_shapes_say_why_not_on_the_cpu(ctx):
-    out = numerics.check_flash_triton_shapes(ctx, name="x")
+    out = numerics.check_flash_triton_shapes(ctx)
     assert out.status == "skip" and ("interpreter" in out.why or "not installed" in out.why)
     cases = numerics.sweep_cases(CPU)  # the CPU has native bf16: the long causal case is there
     assert {c[1] for c in cases} == set(numerics.SHAPES) | {numerics.LONG_BF16}

@@ -1,89 +1,126 @@
-"""`lmperf.doctor(...)`: check, briefly and for real, each path lmperf relies on here; a Report."""
+"""`lmperf.doctor(...)`: check, briefly and for real, each path lmperf relies on here; a Report.
+
+Each check is a job (`doctor.job.CheckJob`) run by the one sweep: its own process, forked from
+the warm server, killed after `timeout` seconds (a row says so, the others still run), its
+record appended to `out` as it ends, and `resume` skipping the checks already ok there.
+"""
 
 from __future__ import annotations
 
-import tempfile
+import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
-
-from lmperf.core.report import Report
-from lmperf.questions.doctor.checks import Context, Row, run_checks
-from lmperf.questions.doctor.report import build_report, to_record
 from lmperf.errors import SpecError
 
+if TYPE_CHECKING:  # torch and pandas load when the doctor runs, not for `lmperf doctor --help`
+    import torch
 
-def plan_scopes(device: str, workdir: Path) -> dict[str, Context | str]:
-    """Which scopes run on which device, and why the others are skipped.
+    from lmperf.core.report import Report
+
+TIMEOUT_S = 300.0
+"""Each check's job is killed after this (default of `timeout`). Its own children give up
+sooner: the capped child 120 s (twice on the CPU), flash-triton's 240 s, a torchrun item 240 s."""
+CPU_WORKERS = 2
+"""Jobs in flight at once when no CUDA check runs: the checks that launch processes mostly wait
+for them to import torch, as they did when they ran in the background beside the others."""
+
+
+def plan_scopes(device: str) -> dict[str, torch.device | str]:
+    """Which device each scope's checks run on, or why they are skipped.
 
     'auto': the CPU's checks, and CUDA's when torch sees a GPU; 'cpu': the CPU's only; 'cuda':
     CUDA's only (SpecError without a GPU). Device-independent checks ('any') run on the CUDA
     device when CUDA's checks run, else on the CPU.
     """
+    import torch
+
     from lmperf.runtime import device as dev
 
     resolved = dev.resolve_device(device)  # SpecError for 'cuda' without a GPU, or a bad name
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    scopes: dict[str, Context | str] = {}
-    if device == "cuda":
-        scopes["cpu"] = "--device cuda: the CPU's paths were not asked for"
-    else:
-        scopes["cpu"] = Context(cpu, workdir)
+    scopes: dict[str, torch.device | str] = {}
+    scopes["cpu"] = "--device cuda: the CPU's paths were not asked for" if device == "cuda" else cpu
     if resolved.type == "cuda":
-        scopes["cuda"] = Context(cuda, workdir)
+        scopes["cuda"] = cuda
     elif device == "cpu" and dev.cuda_available():
         scopes["cuda"] = "--device cpu: CUDA's paths were not asked for"
     else:
         build = (f"this torch ({torch.__version__}) is a CPU build" if torch.version.cuda is None
                  else f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees none")
         scopes["cuda"] = f"no CUDA device: {build}"
-    main = scopes["cuda"] if isinstance(scopes["cuda"], Context) else scopes["cpu"]
-    scopes["any"] = Context(main.device, workdir) if isinstance(main, Context) else main
+    scopes["any"] = scopes["cuda"] if isinstance(scopes["cuda"], torch.device) else scopes["cpu"]
     return scopes
 
 
+def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> list:
+    """The CheckJobs of the checks `names`: one per check, except checks of one runnable scope
+    that share a launch (`Check.launches`: one job, so one launch). Jobs that launch processes
+    come first, in `registry.LAUNCH_ORDER` (longest first); then the others in table order."""
+    import torch
+
+    from lmperf.questions.doctor.job import CheckJob
+    from lmperf.questions.doctor.registry import CHECKS, LAUNCH_ORDER
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for check in (c for c in CHECKS if c.name in names):
+        where = scopes[check.scope]
+        runs = isinstance(where, torch.device)
+        key = (check.scope, check.launches if runs and check.launches else check.name)
+        groups.setdefault(key, []).append(check.name)
+    rank = {c.name: LAUNCH_ORDER.index(c.launches) for c in CHECKS if c.launches in LAUNCH_ORDER}
+    jobs, order = [], []
+    for (scope, _), checks in groups.items():
+        where = scopes[scope]
+        runs = isinstance(where, torch.device)
+        device = where.type if runs else ("cuda" if scope == "cuda" else "cpu")
+        jobs.append(CheckJob(tuple(checks), scope, device))
+        order.append(rank.get(checks[0], len(LAUNCH_ORDER)) if runs else len(LAUNCH_ORDER))
+    return [job for _, _, job in sorted(zip(order, range(len(jobs)), jobs))]
+
+
 def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
-           out: str | Path | None = None, progress: bool = False) -> Report:
+           out: str | Path | None = None, inline: bool = False, timeout: float | None = None,
+           resume: bool = False, progress: bool = False) -> Report:
     """Run the doctor's checks (all, or those named in `checks`) and return its Report: one row
-    per check (check, device, status ok / fail / skip, result, why, seconds) and one
-    `kind: "doctor"` record ('error' when a check failed), appended to `out` when given.
+    per check (check, device, status ok / fail / skip, result, why, seconds), from one
+    `kind: "doctor"` record per check, appended to `out` as each check ends.
 
     `device` is `lmperf doctor --device`: 'auto' (the CPU, and CUDA when present), 'cpu' or
-    'cuda'. CUDA's checks are rows marked skip, with the reason, where they cannot run. The CPU
-    checks take ~10-20 s (two child processes start, one of them for Triton's interpreter),
-    plus a torchrun launch of 2 gloo ranks in the background (the distributed checks): its
-    start-up dominates (34 s of a 93 s doctor on a 2-core VM at load 18).
-    Raises SpecError for an unknown device or check name, ResultsFileError for an unwritable
-    `out`.
+    'cuda'. CUDA's checks are rows marked skip, with the reason, where they cannot run. Each
+    check runs in its own process (in this one with `inline`), killed after `timeout` seconds
+    (default TIMEOUT_S; a failed row); `resume` skips the checks with an ok record in `out`.
+    Two checks run at a time on the CPU, one at a time when CUDA's run (they share the GPU).
+    The CPU's checks take ~30-35 s on a 2-core VM, the torchrun launch of 2 gloo ranks
+    (the distributed checks) the longest of them. Raises SpecError for an unknown device or
+    check name, ResultsFileError for an unwritable `out`.
     """
-    from lmperf.core.launch import cpu_threads
-    from lmperf.questions.doctor.registry import CHECKS, NAMES
-    from lmperf.results import store
-    from lmperf.runtime import device as dev
+    import torch
+
+    from lmperf.core.command import sweep_options
+    from lmperf.core.sweep import run_sweep
+    from lmperf.questions.doctor.registry import NAMES
+    from lmperf.questions.doctor.report import build_report, checks_of, skipped_record
     from lmperf.runtime import env as envmod
 
     wanted = _wanted(checks, NAMES)
-    if out is not None:
-        store.ensure_writable(Path(out))
-    report_row = _progress() if progress else None
-    with tempfile.TemporaryDirectory(prefix="lmperf-doctor-") as tmp:
-        scopes = plan_scopes(device, Path(tmp))
-        selected = [c for c in CHECKS if c.name in wanted]
-        cuda = scopes["cuda"]
-        rng_devices = [dev.cuda_index(cuda.device)] if isinstance(cuda, Context) else []
-        # One CPU thread, as every lmperf command (core.vocabulary's policy): the doctor checks
-        # the configuration the commands run in. The checks seed torch (the workload does):
-        # the caller's random streams are restored afterwards.
-        with cpu_threads(1), torch.random.fork_rng(devices=rng_devices):
-            rows = run_checks(selected, scopes, report_row)
+    scopes = plan_scopes(device)
+    jobs = plan_jobs(scopes, wanted)
+    options = sweep_options(inline=inline, timeout=TIMEOUT_S if timeout is None else timeout,
+                            resume=resume, progress=progress)
+    cuda_runs = isinstance(scopes["cuda"], torch.device)
+    options.workers = 1 if cuda_runs else min(CPU_WORKERS, os.cpu_count() or 1)
     main = scopes["any"]
-    env_device = main.device if isinstance(main, Context) else torch.device("cpu")
-    spec = {"device": device, "checks": list(wanted) if checks is not None else "all"}
-    record = to_record([r.as_dict() for r in rows], spec, envmod.capture(env_device))
-    if out is not None:
-        store.append_record(Path(out), record)
-    return build_report([record])
+    environment = envmod.capture(main if isinstance(main, torch.device) else torch.device("cpu"))
+
+    def precheck(job) -> dict | None:  # a scope that cannot run here: its rows say why
+        why = scopes[job.scope]
+        return None if isinstance(why, torch.device) else skipped_record(
+            job.item_spec(job.checks[0]), why, environment)
+
+    records = run_sweep(jobs, Path(out) if out is not None else None, options, precheck=precheck)
+    order = {name: i for i, name in enumerate(NAMES)}  # the table's order, not the finishing one
+    return build_report(sorted(records, key=lambda r: min(order[c] for c in checks_of(r))))
 
 
 def _wanted(checks: Sequence[str] | str | None, names: Sequence[str]) -> list[str]:
@@ -95,12 +132,3 @@ def _wanted(checks: Sequence[str] | str | None, names: Sequence[str]) -> list[st
         raise SpecError(f"unknown check(s) {', '.join(map(repr, unknown)) or '(none given)'}; "
                         f"checks: {', '.join(names)}")
     return wanted
-
-
-def _progress() -> Callable[[Row], None]:
-    from lmperf.core.command import err
-
-    def report(row: Row) -> None:
-        err(f"doctor: {row.check}: {row.outcome.status} ({row.seconds:.1f} s)")
-
-    return report

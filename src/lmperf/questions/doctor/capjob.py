@@ -101,8 +101,8 @@ def cpu_cap_gib(probe: dict) -> float | None:
 
 
 def start_cap_job(ctx: Context) -> Callable[[], list[dict]]:
-    """The background part: run the capped child (seconds: it imports torch); on the CPU an
-    uncapped probe of the same job first, to size the cap (`cpu_cap_gib`)."""
+    """The launch: run the capped child (seconds: it imports torch); on the CPU an uncapped
+    probe of the same job first, to size the cap (`cpu_cap_gib`)."""
     from lmperf.core.launch import ChildProcess
 
     kind = ctx.device.type
@@ -120,11 +120,11 @@ def start_cap_job(ctx: Context) -> Callable[[], list[dict]]:
     return sized
 
 
-def check_cap(ctx: Context, name: str) -> Outcome:
+def check_cap(ctx: Context) -> Outcome:
     """The capped child's record must be 'oom' at the large allocation (the small one fitted)
     and carry its cap."""
     kind = ctx.device.type
-    records = ctx.background[name].result()
+    records = ctx.result_of(start_cap_job)
     record = records[0] if records else {}
     status, message = record.get("status"), " ".join(str(record.get("message", "")).split())
     failed_at = record.get("failed_at")

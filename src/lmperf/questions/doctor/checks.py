@@ -1,20 +1,19 @@
-"""The doctor's machinery: what a check is, what it answers, and how the list is run.
+"""The doctor's machinery inside one job: what a check is, what it answers, how it is run.
 
 A check is a small function that exercises one path lmperf relies on, for real, on one device
 scope ('any', 'cpu' or 'cuda'), and answers ok / fail / skip with a one-line result (what it
 measured) and why. A check that raises is a 'fail' whose result is the exception, so one broken
-path never hides the others. Checks that run a child process start it in the background when
-the doctor begins (`Check.start`), so their wait overlaps the in-process checks.
+path never hides the others. Each check runs as a job of its own (`doctor.job`); checks that
+judge the same launched process (`Context.result_of`) share one job, so it is launched once.
 """
 
 from __future__ import annotations
 
-import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -57,13 +56,30 @@ def passed(condition: bool, result: str, why: str, **values: Any) -> Outcome:
     return (ok if condition else fail)(result, why, **values)
 
 
+Launch = Callable[["Context"], Callable[[], Any]]
+"""ctx -> a function that runs a process (a capped child, torchrun's ranks) and returns its answer."""
+
+
 @dataclass
 class Context:
-    """What a check may use: its device, a scratch folder, and the background jobs started."""
+    """What a check may use: its device, a scratch folder, and the answers of the processes
+    launched so far in this job (by launch function)."""
 
     device: torch.device
     workdir: Path
-    background: dict[str, Future] = field(default_factory=dict)
+    launched: dict[Launch, Future] = field(default_factory=dict)
+
+    def result_of(self, launch: Launch) -> Any:
+        """The answer of `launch`'s process, run once per job (the checks that judge it share
+        it); an exception it raised is raised again to every check that asks."""
+        if launch not in self.launched:
+            answer: Future = Future()
+            try:
+                answer.set_result(launch(self)())
+            except Exception as exc:  # noqa: BLE001 - the checks that read it report it
+                answer.set_exception(exc)
+            self.launched[launch] = answer
+        return self.launched[launch].result()
 
 
 @dataclass(frozen=True)
@@ -71,14 +87,14 @@ class Check:
     """One check.
 
     name: its row in the table; scope: the device it checks ('any': the doctor's device);
-    run: ctx -> Outcome; start: optional ctx -> a callable run in a background thread as soon
-    as the doctor begins (its Future is `ctx.background[name]`).
+    run: ctx -> Outcome; launches: what it launches ('' for nothing: it runs in its job's
+    process); checks of one scope that launch the same thing judge one launch, in one job.
     """
 
     name: str
     scope: str
     run: Callable[[Context], Outcome]
-    start: Callable[[Context], Callable[[], Any]] | None = None
+    launches: str = ""
 
 
 @dataclass
@@ -116,31 +132,3 @@ def run_one(check: Check, ctx: Context) -> Outcome:
     if outcome.status not in STATUSES:
         raise ValueError(f"check {check.name!r} answered {outcome.status!r}")
     return outcome
-
-
-def run_checks(checks: Sequence[Check], contexts: dict[str, Context | str],
-               report: Callable[[Row], None] | None = None) -> list[Row]:
-    """Run `checks` in order. `contexts` maps a scope to its Context, or to the reason its
-    checks are skipped (e.g. 'no CUDA device'). Background starters run first, in threads;
-    `report` is called with each row as it is made (progress)."""
-    runnable = [c for c in checks if isinstance(contexts.get(c.scope), Context)]
-    rows: list[Row] = []
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lmperf-doctor") as pool:
-        for check in runnable:
-            if check.start is not None:
-                ctx = contexts[check.scope]
-                assert isinstance(ctx, Context)
-                try:
-                    ctx.background[check.name] = pool.submit(check.start(ctx))
-                except Exception as exc:  # noqa: BLE001 - the check will report it
-                    failed: Future = Future()
-                    failed.set_exception(exc)
-                    ctx.background[check.name] = failed
-        for check in checks:
-            ctx = contexts.get(check.scope)
-            begin = time.perf_counter()
-            outcome = run_one(check, ctx) if isinstance(ctx, Context) else skip(str(ctx))
-            rows.append(Row(check.name, check.scope, outcome, time.perf_counter() - begin))
-            if report is not None:
-                report(rows[-1])
-    return rows

@@ -14,7 +14,6 @@ one NCCL rank per GPU, which needs 2 GPUs or more.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar
 
@@ -234,8 +233,8 @@ def plan(device: torch.device) -> DistCheck | str:
 
 
 def start(ctx: Context) -> Callable[[], dict[str, dict] | str]:
-    """The background part: launch the job (seconds to start 2 ranks that import torch);
-    returns {item: record}, or the reason it cannot run."""
+    """The launch: run the job (seconds to start 2 ranks that import torch); returns {item:
+    record}, or the reason it cannot run."""
     job = plan(ctx.device)
 
     def run() -> dict[str, dict] | str:
@@ -248,14 +247,10 @@ def start(ctx: Context) -> Callable[[], dict[str, dict] | str]:
     return run
 
 
-def _record(ctx: Context, name: str, item: str) -> dict | Outcome:
-    """`item`'s record from the job started under `name` (started here, and kept for the other
-    checks, when only a later check of the job was asked for), or the Outcome that replaces it."""
-    if name not in ctx.background:
-        done: Future = Future()
-        done.set_result(start(ctx)())
-        ctx.background[name] = done
-    answer = ctx.background[name].result()
+def _record(ctx: Context, item: str) -> dict | Outcome:
+    """`item`'s record from this job's launch (run by the first check that asks, shared by the
+    others), or the Outcome that replaces it."""
+    answer = ctx.result_of(start)
     if isinstance(answer, str):
         return skip(answer)
     record = answer.get(item)
@@ -266,9 +261,9 @@ def _record(ctx: Context, name: str, item: str) -> dict | Outcome:
     return record
 
 
-def check_collectives(ctx: Context, name: str) -> Outcome:
+def check_collectives(ctx: Context) -> Outcome:
     """Every collective on every rank equal to the locally computed answer."""
-    record = _record(ctx, name, "collectives")
+    record = _record(ctx, "collectives")
     if isinstance(record, Outcome):
         return record
     ranks = record["metrics"]["ranks"]
@@ -283,9 +278,9 @@ def check_collectives(ctx: Context, name: str) -> Outcome:
                                      "reference's (torch.equal)", wrong=wrong, nccl=nccl)
 
 
-def check_strategies(ctx: Context, name: str) -> Outcome:
+def check_strategies(ctx: Context) -> Outcome:
     """One step of each readable strategy against single-process training on the global batch."""
-    record = _record(ctx, name, "strategies")
+    record = _record(ctx, "strategies")
     if isinstance(record, Outcome):
         return record
     rank0 = record["metrics"]["ranks"][0]
@@ -305,9 +300,9 @@ def check_strategies(ctx: Context, name: str) -> Outcome:
                   not_bitwise=not_bitwise)
 
 
-def check_memory_cap(ctx: Context, name: str) -> Outcome:
+def check_memory_cap(ctx: Context) -> Outcome:
     """`lmperf dist --max-memory-gib` on every rank: each rank's own GPU is capped."""
-    record = _record(ctx, name, "memory-cap")
+    record = _record(ctx, "memory-cap")
     if isinstance(record, Outcome):
         return record
     ranks = record["metrics"]["ranks"]

@@ -3,13 +3,13 @@ sane fraction of the peak table's figure, the per-call timer of `lmperf attentio
 the host clock, and the out-of-memory snapshot dump is written and readable.
 
 Every check here runs on a CUDA device only (on the CPU the doctor lists it as skipped, with the
-reason); every CUDA call goes through `runtime.device`.
+reason); every CUDA call goes through `runtime.device`. The doctor runs CUDA's checks one job
+at a time, so the speed checks have the GPU to themselves.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import wait
 
 import torch
 
@@ -29,12 +29,6 @@ TIMER_N = 4096
 TIMER_RATIO = (0.75, 1.25)
 """Per-call event time (L2 flushed, as `lmperf attention` times) over the host clock's average of
 back-to-back calls: a compute-bound GEMM runs at the same speed either way, within 25%."""
-
-
-def _quiet(ctx: Context) -> None:
-    """Wait for the doctor's background jobs (the flash-triton children, the NCCL ranks): they
-    use the same GPU, and a speed check must not share it with them."""
-    wait(list(ctx.background.values()))
 
 
 def _relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -78,7 +72,6 @@ def check_gemm_peak(ctx: Context) -> Outcome:
         return skip(f"the peak table has no bf16 entry for {name}: nothing to check it against")
     if not dev.bf16_supported(device):
         return skip(f"{name} has no native bf16")
-    _quiet(ctx)
     gen = dev.make_generator(device, 0)
     a, b = (torch.randn(GEMM_N, GEMM_N, generator=gen, device=device, dtype=torch.bfloat16)
             for _ in range(2))
@@ -100,7 +93,6 @@ def check_call_timer(ctx: Context) -> Outcome:
     from lmperf.measure.stats import summarize
 
     device = ctx.device
-    _quiet(ctx)
     dtype = torch.bfloat16 if dev.bf16_supported(device) else torch.float16
     gen = dev.make_generator(device, 0)
     a, b = (torch.randn(TIMER_N, TIMER_N, generator=gen, device=device, dtype=dtype)

@@ -24,7 +24,7 @@ from lmperf.questions.doctor.checks import Context, Outcome, passed, skip
 
 SHAPE = (1, 2, 40, 16)
 """(batch, heads, seq, head dim): 40 is not a multiple of the tiles, so ragged edges are used."""
-CHILD_TIMEOUT_S = 300
+CHILD_TIMEOUT_S = 240
 SHAPES: tuple[tuple[int, int, int, int], ...] = ((2, 3, 257, 64), (1, 2, 300, 128))
 """The shape sweep (CUDA): ragged lengths one past and well past the tiles, d = 64 and 128 (the
 launch table's largest), several batches and heads (the grid's second axis)."""
@@ -111,7 +111,7 @@ def check_flash_torch(ctx: Context) -> Outcome:
 # --- flash-triton, in a child process ---------------------------------------------------------
 
 def start_flash_triton(ctx: Context, mode: str = "small") -> Callable[[], dict]:
-    """The background part: `python -m lmperf.questions.doctor.numerics DEVICE MODE` with
+    """The launch: `python -m lmperf.questions.doctor.numerics DEVICE MODE` with
     TRITON_INTERPRET set for the CPU and cleared for CUDA; returns its JSON answer (or
     {'error': ...}). mode: 'small' (SHAPE) or 'shapes' (the CUDA sweep)."""
     env = dict(os.environ)
@@ -135,14 +135,14 @@ def start_flash_triton(ctx: Context, mode: str = "small") -> Callable[[], dict]:
     return run
 
 
-def check_flash_triton(ctx: Context, name: str) -> Outcome:
+def check_flash_triton(ctx: Context) -> Outcome:
     """flash-triton against SDPA: compiled on CUDA, through Triton's interpreter on the CPU."""
     from lmperf.kernels.flash_triton import triton_available
 
     if not triton_available():
         return skip("Triton is not installed (pip install triton): --attention flash-triton is "
                     "unavailable")
-    answer = ctx.background[name].result()
+    answer = ctx.result_of(start_flash_triton)
     if "error" in answer:
         return passed(False, answer["error"][:160], "the child must run the kernels")
     how = "interpreter" if ctx.device.type == "cpu" else "compiled"
@@ -150,11 +150,11 @@ def check_flash_triton(ctx: Context, name: str) -> Outcome:
 
 
 def start_flash_triton_shapes(ctx: Context) -> Callable[[], dict]:
-    """The background part of the shape sweep: the same child, in its 'shapes' mode."""
+    """The launch of the shape sweep: the same child, in its 'shapes' mode."""
     return start_flash_triton(ctx, mode="shapes")
 
 
-def check_flash_triton_shapes(ctx: Context, name: str) -> Outcome:
+def check_flash_triton_shapes(ctx: Context) -> Outcome:
     """flash-triton against the float64 reference on SHAPES in fp32, fp16 and bf16, causal and
     not, and on LONG_BF16 causal (compiled; the interpreter is too slow for these sizes)."""
     from lmperf.kernels.flash_triton import triton_available
@@ -164,7 +164,7 @@ def check_flash_triton_shapes(ctx: Context, name: str) -> Outcome:
                     "unavailable")
     if ctx.device.type != "cuda":
         return skip(SHAPES_CPU_SKIP)
-    answer = ctx.background[name].result()
+    answer = ctx.result_of(start_flash_triton_shapes)
     if "error" in answer:
         return passed(False, answer["error"][:160], "the child must run the kernels")
     cases = answer["dtypes"]

@@ -1,70 +1,79 @@
-"""The doctor's checks, in the order of the table: the machine, then the CPU's paths, then
-CUDA's. A check's name says which path it exercises; its scope which device it needs."""
+"""The doctor's checks: each path once, with the name of its row under each scope it runs on.
+
+The rows come out in the table's order per scope: the machine ('any'), then the CPU's paths,
+then CUDA's. A row's name says which path it exercises; its scope which device it needs.
+"""
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass
+from typing import Callable
 
 from lmperf.questions.doctor import capjob, ceilings, environment, numerics, precision, timing, tracing
 from lmperf.questions.doctor import distjob, gpu, lowp
-from lmperf.questions.doctor.checks import Check
+from lmperf.questions.doctor.checks import SCOPES, Check, Context, Outcome
 
-CHECKS: tuple[Check, ...] = (
-    Check("versions and env capture", "any", environment.check_versions),
-    Check("peak table entry", "any", environment.check_peak_table),
-    Check("nsys on PATH", "any", tracing.check_nsys),
-    # The CPU's paths.
-    Check("phase timing (host clock)", "cpu", timing.check_phase_clock),
-    Check("measured ceilings (roofline)", "cpu", ceilings.check_ceilings),
-    Check("peak RSS per phase", "cpu", timing.check_cpu_peaks),
-    Check("memory cap -> oom row (cpu)", "cpu",
-          partial(capjob.check_cap, name="memory cap -> oom row (cpu)"), capjob.start_cap_job),
-    Check("autocast dtypes (cpu)", "cpu", precision.check_autocast),
-    Check("low-precision matmul speed (cpu)", "cpu", lowp.check_lowp_matmuls),
-    Check("GradScaler disabled path", "cpu", precision.check_scaler_disabled),
-    Check("profiled step, ops by phase", "cpu", tracing.check_profile_cpu),
-    Check("flash-torch vs SDPA (cpu)", "cpu", numerics.check_flash_torch),
-    Check("flash-triton vs SDPA (interpreter)", "cpu",
-          partial(numerics.check_flash_triton, name="flash-triton vs SDPA (interpreter)"),
-          numerics.start_flash_triton),
-    Check("collectives vs reference (gloo, 2 ranks)", "cpu",
-          partial(distjob.check_collectives, name="collectives vs reference (gloo, 2 ranks)"),
-          distjob.start),
-    Check("1 step per strategy = 1 process (gloo)", "cpu",
-          partial(distjob.check_strategies, name="collectives vs reference (gloo, 2 ranks)")),
-    # CUDA's paths.
-    Check("CUDA device", "cuda", environment.check_cuda_device),
-    Check("synchronize", "cuda", timing.check_synchronize),
-    Check("measured ceilings (roofline, cuda)", "cuda", ceilings.check_ceilings),
-    Check("phase timing (CUDA events)", "cuda", timing.check_phase_clock),
-    Check("allocator peaks per phase", "cuda", timing.check_cuda_peaks),
-    Check("memory cap -> oom row (cuda)", "cuda",
-          partial(capjob.check_cap, name="memory cap -> oom row (cuda)"), capjob.start_cap_job),
-    Check("autocast dtypes (cuda)", "cuda", precision.check_autocast),
-    Check("low-precision matmul speed (cuda)", "cuda", lowp.check_lowp_matmuls),
-    Check("GradScaler + fused AdamW", "cuda", precision.check_scaler_fused),
-    Check("profiled step, kernels by phase", "cuda", tracing.check_profile_cuda),
-    Check("memory snapshot", "cuda", tracing.check_snapshot),
-    Check("NVTX ranges", "cuda", timing.check_nvtx),
-    Check("flash-torch vs SDPA (cuda)", "cuda", numerics.check_flash_torch),
-    Check("flash-triton vs SDPA (compiled)", "cuda",
-          partial(numerics.check_flash_triton, name="flash-triton vs SDPA (compiled)"),
-          numerics.start_flash_triton),
-    Check("flash-triton shapes, fp16/bf16 (compiled)", "cuda",
-          partial(numerics.check_flash_triton_shapes,
-                  name="flash-triton shapes, fp16/bf16 (compiled)"),
-          numerics.start_flash_triton_shapes),
-    Check("TF32 regimes change cuBLAS results", "cuda", gpu.check_tf32),
-    Check("per-call timer (lmperf attention)", "cuda", gpu.check_call_timer),
-    Check("bf16 GEMM vs peak table", "cuda", gpu.check_gemm_peak),
-    Check("out-of-memory snapshot dump", "cuda", gpu.check_oom_snapshot),
-    Check("nsys capture + parse", "cuda", tracing.check_nsys_capture),
-    Check("NCCL collectives vs reference (2+ GPUs)", "cuda",
-          partial(distjob.check_collectives, name="NCCL collectives vs reference (2+ GPUs)"),
-          distjob.start),
-    Check("1 step per strategy = 1 process (NCCL)", "cuda",
-          partial(distjob.check_strategies, name="NCCL collectives vs reference (2+ GPUs)")),
-    Check("memory cap per rank (NCCL)", "cuda",
-          partial(distjob.check_memory_cap, name="NCCL collectives vs reference (2+ GPUs)")),
+
+@dataclass(frozen=True)
+class Entry:
+    """One path the doctor checks: the function, its row's name per scope ('' where it does
+    not run), and what it launches (`Check.launches`)."""
+
+    run: Callable[[Context], Outcome]
+    any: str = ""
+    cpu: str = ""
+    cuda: str = ""
+    launches: str = ""
+
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(environment.check_versions, any="versions and env capture"),
+    Entry(environment.check_peak_table, any="peak table entry"),
+    Entry(tracing.check_nsys, any="nsys on PATH"),
+    Entry(environment.check_cuda_device, cuda="CUDA device"),
+    Entry(timing.check_synchronize, cuda="synchronize"),
+    Entry(timing.check_phase_clock, cpu="phase timing (host clock)",
+          cuda="phase timing (CUDA events)"),
+    Entry(ceilings.check_ceilings, cpu="measured ceilings (roofline)",
+          cuda="measured ceilings (roofline, cuda)"),
+    Entry(timing.check_cpu_peaks, cpu="peak RSS per phase"),
+    Entry(timing.check_cuda_peaks, cuda="allocator peaks per phase"),
+    Entry(capjob.check_cap, cpu="memory cap -> oom row (cpu)", cuda="memory cap -> oom row (cuda)",
+          launches="a capped child"),
+    Entry(precision.check_autocast, cpu="autocast dtypes (cpu)", cuda="autocast dtypes (cuda)"),
+    Entry(lowp.check_lowp_matmuls, cpu="low-precision matmul speed (cpu)",
+          cuda="low-precision matmul speed (cuda)"),
+    Entry(precision.check_scaler_disabled, cpu="GradScaler disabled path"),
+    Entry(precision.check_scaler_fused, cuda="GradScaler + fused AdamW"),
+    Entry(tracing.check_profile_cpu, cpu="profiled step, ops by phase"),
+    Entry(tracing.check_profile_cuda, cuda="profiled step, kernels by phase"),
+    Entry(tracing.check_snapshot, cuda="memory snapshot"),
+    Entry(timing.check_nvtx, cuda="NVTX ranges"),
+    Entry(numerics.check_flash_torch, cpu="flash-torch vs SDPA (cpu)",
+          cuda="flash-torch vs SDPA (cuda)"),
+    Entry(numerics.check_flash_triton, cpu="flash-triton vs SDPA (interpreter)",
+          cuda="flash-triton vs SDPA (compiled)", launches="a Triton child"),
+    Entry(numerics.check_flash_triton_shapes, cuda="flash-triton shapes, fp16/bf16 (compiled)",
+          launches="a Triton child (shapes)"),
+    Entry(gpu.check_tf32, cuda="TF32 regimes change cuBLAS results"),
+    Entry(gpu.check_call_timer, cuda="per-call timer (lmperf attention)"),
+    Entry(gpu.check_gemm_peak, cuda="bf16 GEMM vs peak table"),
+    Entry(gpu.check_oom_snapshot, cuda="out-of-memory snapshot dump"),
+    Entry(tracing.check_nsys_capture, cuda="nsys capture + parse", launches="nsys"),
+    # One torchrun launch answers the distributed checks (distjob.start): they share a job.
+    Entry(distjob.check_collectives, cpu="collectives vs reference (gloo, 2 ranks)",
+          cuda="NCCL collectives vs reference (2+ GPUs)", launches="torchrun"),
+    Entry(distjob.check_strategies, cpu="1 step per strategy = 1 process (gloo)",
+          cuda="1 step per strategy = 1 process (NCCL)", launches="torchrun"),
+    Entry(distjob.check_memory_cap, cuda="memory cap per rank (NCCL)", launches="torchrun"),
 )
+
+LAUNCH_ORDER: tuple[str, ...] = ("torchrun", "a capped child", "a Triton child",
+                                 "a Triton child (shapes)", "nsys")
+"""The jobs that launch processes start first, longest first (on the 2-core CPU VM at load 4:
+torchrun's agent and 2 ranks ~26 s, the capped child twice ~12 s, Triton's child ~9 s; the
+in-process checks ~14 s in all): the doctor's wall time is then about the torchrun launch's."""
+
+CHECKS: tuple[Check, ...] = tuple(Check(getattr(p, scope), scope, p.run, p.launches)
+                                  for scope in SCOPES for p in ENTRIES if getattr(p, scope))
 NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)

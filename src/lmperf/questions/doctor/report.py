@@ -1,8 +1,15 @@
-"""The doctor's record (one per run: every check's row, the environment) and its Report, rebuilt
-from records alone (for `lmperf doctor`, `lmperf.doctor()` and `lmperf table`)."""
+"""The doctor's records (one per check: its row, the environment) and its Report, rebuilt from
+records alone (for `lmperf doctor`, `lmperf.doctor()` and `lmperf table`).
+
+A check's row has a status of its own (ok / fail / skip); its record's status is the one every
+kind shares: ok, error (the check failed, or its job crashed or timed out) or unsupported (the
+check cannot run here). Records written before the checks were jobs hold every row of a run in
+one record (`metrics.checks`); they are read too.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pandas as pd
@@ -13,60 +20,109 @@ from lmperf.results.schema import make_record, to_jsonable
 KIND = "doctor"
 COLUMNS = ("check", "device", "status", "result", "why", "seconds")
 SHOWN = ("check", "result", "status", "why")
+RECORD_STATUS = {"ok": "ok", "fail": "error", "skip": "unsupported"}
+"""A check's status -> its record's status."""
+NO_ANSWER = "its job ended without an answer (the record keeps the log's tail)"
 
 
-def to_record(rows: list[dict], spec: dict, environment: dict) -> dict:
-    """The `kind: "doctor"` record: status 'ok' when no check failed, else 'error' naming the
-    failed checks; metrics: {'checks': rows, 'counts': {ok, fail, skip}}."""
-    counts = Counter(r["status"] for r in rows)
-    failed = [r["check"] for r in rows if r["status"] == "fail"]
-    message = f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else ""
-    metrics = {"checks": rows, "counts": {s: counts.get(s, 0) for s in ("ok", "fail", "skip")}}
-    return to_jsonable(make_record(KIND, spec, "error" if failed else "ok", environment,
-                                   message=message, metrics=metrics))  # type: ignore[return-value]
+def check_record(row: dict, spec: dict, environment: dict) -> dict:
+    """The `kind: "doctor"` record of one check: its row as the metrics (check, device = the
+    scope, status, result, why, seconds, values), its status by `RECORD_STATUS`, the message
+    'result: why' when it failed and 'why' when it was skipped."""
+    status = RECORD_STATUS[row["status"]]
+    message = {"ok": "", "error": f"{row['result']}: {row['why']}", "unsupported": row["why"]}
+    return to_jsonable(make_record(KIND, spec, status, environment, message=message[status],
+                                   metrics=row))  # type: ignore[return-value]
 
 
-def _run_label(record: dict) -> str:
-    env = record.get("env") or {}
-    return f"{env.get('timestamp', '?')} {env.get('device_name', '')}".strip()
+def skipped_record(spec: dict, why: str, environment: dict) -> dict:
+    """The record of a check whose scope cannot run here (made without running anything)."""
+    row = {"check": spec["check"], "device": spec["scope"], "status": "skip", "result": "-",
+           "why": why, "seconds": 0.0, "values": {}}
+    return check_record(row, spec, environment)
+
+
+def rows_of(record: dict) -> list[dict]:
+    """The check rows a doctor record holds: its own row, the rows of an older whole-run record,
+    or, for a job that crashed or timed out (no row), a 'fail' row per check of the job with
+    the launcher's message."""
+    metrics = record.get("metrics") or {}
+    if "checks" in metrics:  # written before the checks were jobs: one record per run
+        return list(metrics["checks"])
+    if "check" in metrics:
+        return [metrics]
+    spec = record.get("spec") or {}
+    message = " ".join(str(record.get("message", "")).split())[:160]
+    return [{"check": name, "device": spec.get("scope"), "status": "fail", "result": message,
+             "why": NO_ANSWER, "seconds": math.nan, "values": {}} for name in checks_of(record)]
+
+
+def checks_of(record: dict) -> list[str]:
+    """The checks a doctor record is about: its check, or (a job's failure, made by the
+    launcher with the job's spec) every check of the job."""
+    spec = record.get("spec") or {}
+    return [spec["check"]] if "check" in spec else list(spec.get("checks") or [])
+
+
+def latest_rows(records: list[dict]) -> list[dict]:
+    """One row per check: the latest of its doctor records (a resumed run reruns only some),
+    in the order the checks first appear."""
+    latest: dict[str, dict] = {}
+    for record in records:
+        if record.get("kind") == KIND:
+            for row in rows_of(record):
+                latest[row["check"]] = row
+    return list(latest.values())
+
+
+def summary_line(record: dict) -> str:
+    """A finished check's progress line: 'check: result', and why when it did not pass."""
+    row = (rows_of(record) or [{}])[0]
+    why = f" ({row.get('why')})" if row.get("status") != "ok" else ""
+    return f"{row.get('check', '?')}: {row.get('result', '')}{why}"
+
+
+def counts(frame: pd.DataFrame) -> dict[str, int]:
+    """{'ok', 'fail', 'skip'} -> how many rows of the frame have it."""
+    seen = Counter(frame["status"]) if len(frame) else Counter()
+    return {s: int(seen.get(s, 0)) for s in ("ok", "fail", "skip")}
 
 
 def build_report(records: list[dict]) -> Report:
-    """The Report of doctor records: frame = one row per check (check, device, status, result,
-    why, seconds; plus `run` when there are several records), findings = the counts per run."""
+    """The Report of doctor records: frame = one row per check, its latest (check, device,
+    status, result, why, seconds), findings = the counts, the failed checks, and the reason
+    when every CUDA check was skipped."""
     records = [r for r in records if r.get("kind") == KIND]
-    several = len(records) > 1
-    rows, findings = [], []
-    for record in records:
-        checks = (record.get("metrics") or {}).get("checks") or []
-        label = _run_label(record)
-        for row in checks:
-            rows.append({**({"run": label} if several else {}),
-                         **{c: row.get(c) for c in COLUMNS}})
-        findings.append(_finding(record, checks, label if several else ""))
-    frame = pd.DataFrame(rows, columns=(["run"] if several else []) + list(COLUMNS))
+    rows = latest_rows(records)
+    frame = pd.DataFrame([{c: row.get(c) for c in COLUMNS} for row in rows], columns=list(COLUMNS))
+    frame["seconds"] = pd.to_numeric(frame["seconds"], errors="coerce")
     env = (records[-1].get("env") or {}) if records else {}
     title = (f"lmperf doctor on {env.get('device_name', '?')} (torch {env.get('torch', '?')})"
              if records else "lmperf doctor")
-    return Report(kind=KIND, frame=frame, findings=findings, records=records, title=title,
-                  display=_display)
+    earlier = sum(len(rows_of(r)) for r in records) - len(rows)
+    return Report(kind=KIND, frame=frame, findings=_findings(rows, frame, earlier),
+                  records=records, title=title, display=_display)
 
 
-def _finding(record: dict, checks: list[dict], label: str) -> str:
-    counts = Counter(c.get("status") for c in checks)
-    skipped_cuda = [c for c in checks if c.get("status") == "skip" and c.get("device") == "cuda"]
-    text = (f"{counts.get('ok', 0)} ok, {counts.get('fail', 0)} failed, "
-            f"{counts.get('skip', 0)} skipped")
-    if skipped_cuda and len(skipped_cuda) == sum(c.get("device") == "cuda" for c in checks):
-        text += f" (every CUDA check: {skipped_cuda[0].get('why')})"
-    if record.get("status") != "ok":
-        text += f"; {record.get('message')}"
-    return (f"{label}: " if label else "") + text + "."
+def _findings(rows: list[dict], frame: pd.DataFrame, earlier: int) -> list[str]:
+    n = counts(frame)
+    text = f"{n['ok']} ok, {n['fail']} failed, {n['skip']} skipped"
+    cuda = [r for r in rows if r.get("device") == "cuda"]
+    if cuda and all(r.get("status") == "skip" for r in cuda):
+        text += f" (every CUDA check: {cuda[0].get('why')})"
+    failed = [r["check"] for r in rows if r.get("status") == "fail"]
+    if failed:
+        text += f"; {len(failed)} check(s) failed: {', '.join(failed)}"
+    findings = [text + "."]
+    if earlier:
+        findings.append(f"{earlier} earlier row(s) of the same checks are in the records; each "
+                        "check shows its latest.")
+    return findings
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     """The table for reading: check, result, status, why (the seconds stay in the record)."""
-    cols = (["run"] if "run" in report.frame.columns else []) + list(SHOWN)
+    cols = list(SHOWN)
     shown = report.frame[cols].copy()
     for col in cols:  # equal widths: the renderer right-aligns, so pad to read left-aligned
         text = shown[col].fillna("").astype(str)
@@ -74,4 +130,4 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
         shown[col] = text.str.ljust(width)
     shown.columns = [c.ljust(len(shown[c].iloc[0]) if len(shown) else len(c)) for c in cols]
     total = float(report.frame["seconds"].fillna(0).sum()) if len(report.frame) else 0.0
-    return shown, f"{len(shown)} checks in {total:.1f} s", []
+    return shown, f"{len(shown)} checks, {total:.1f} s of checking", []

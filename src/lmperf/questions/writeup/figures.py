@@ -151,10 +151,13 @@ LOWP_CHECK = "low-precision matmul speed"  # the doctor check whose values `doct
 
 
 def doctor_checks(records: list[dict]) -> bytes | None:
-    """PNG of the latest doctor record: left, seconds per check coloured by status (ok / fail /
-    skip); right, where the low-precision matmul check ran, each dtype's matmul time relative
-    to fp32 per device (log scale: 1 = as fast as fp32). None without a check to draw."""
-    checks = ((records[-1].get("metrics") or {}).get("checks") or []) if records else []
+    """PNG of the doctor records' latest row per check: left, seconds per check coloured by
+    status (ok / fail / skip); right, where the low-precision matmul check ran, each dtype's
+    matmul time relative to fp32 per device (log scale: 1 = as fast as fp32). None without a
+    check to draw."""
+    from lmperf.questions.doctor.report import latest_rows
+
+    checks = latest_rows(records)
     if not checks:
         return None
     speeds = [(c["check"], c["values"]["time_over_fp32"]) for c in checks
