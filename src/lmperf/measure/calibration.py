@@ -1,0 +1,248 @@
+"""Size-aware CPU ceilings: what this CPU attains for an operator of a given size, measured on
+a small grid of generic shapes and interpolated per operator.
+
+One square-matmul ceiling and one 64 MiB stream (`measure.ceilings`) describe large operators.
+The operators of a small Transformer are not large: 64- and 128-wide matmuls run at a fraction
+of a 1024-square product's FLOP/s, an activation of a few hundred KiB sits in the L2 cache and
+moves several times faster than a DRAM stream, and softmax, exp and log cost more in arithmetic
+than in bytes (on one core `torch.exp` takes ~1 ns per element, a copy ~0.2). So the CPU
+prediction (`questions.bench.predict`) holds each operator to the ceiling of its own size.
+
+Calibration, on shapes chosen before looking at any model (none is taken from the operators
+being predicted), with lmperf's thread count in force, best of `REPEATS` timings:
+- matmul: (m, k) @ (k, n) in fp32 for each of m, k, n in `MATMUL_DIMS` (64 shapes), as
+  `torch.bmm` over a batch of `b` such products whose operands fit in `CACHE_BYTES` (small
+  products are not dominated by one call's dispatch, which the prediction adds per call);
+  calls repeated until one timing lasts `MIN_TIMING_S`. FLOP/s = 2 b m k n / time.
+- bandwidth by working set: the STREAM triad z = x + 2 y with x, y, z of ws / 3 bytes each,
+  for ws in `WORKING_SETS` (256 KiB .. 64 MiB: L2, L3 and DRAM on the project's machines).
+- element rates (elements/s) of operators that compute a transcendental function per element:
+  'exp' (`torch.exp`), 'softmax' (`torch.log_softmax` over the last dim), 'softmax_backward'
+  (its backward), each on the fp32 shapes of `RATE_SHAPES` (1 MiB in cache, 16 MiB beyond
+  it: on one core the memory traffic adds to the arithmetic rather than hiding behind it).
+  `ELEMENT_RATE_OPS` maps aten ops to them.
+- the optimizer's bandwidth: one fused AdamW step on a generic parameter of
+  `OPTIMIZER_ELEMENTS` fp32 elements, bytes as `workload.op_costs` counts them (reads parameter,
+  gradient and both moments, writes parameter and moments in place: 28 bytes per element). An
+  in-place update pays no write-allocate, so it streams faster than the triad, whose fresh
+  output is read into the cache before it is written.
+About a second in all on one core (most of it the 1024-wide products).
+
+Interpolation: matmul log FLOP/s is trilinear in (log2 m, log2 k, log2 n); bandwidth and element
+rates are linear in log2 of the working set (bytes read + written by one call). All are clamped
+to the calibrated range: a dimension above 1024 gets the 1024 figure (blocked GEMMs stop gaining
+per FLOP there), a working set above 64 MiB the DRAM figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from lmperf.runtime import device as dev
+
+MATMUL_DIMS: tuple[int, ...] = (16, 64, 256, 1024)
+# From L2 to DRAM on the project's machines; below 256 KiB one call's dispatch (~1 us) would
+# weigh on the figure, and the prediction adds that per call already.
+WORKING_SETS: tuple[int, ...] = (256 * 2**10, 2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20)
+CACHE_BYTES = 2**20  # the batch of small products: operands of at most 1 MiB, as one op's
+# (rows, columns) of fp32: 1 MiB (in cache) and 16 MiB (beyond one core's caches). Both stay
+# below glibc's largest mmap threshold (32 MiB): an output that large is mapped fresh, page
+# faults included, at every call, which would make the second figure a different effect.
+RATE_SHAPES: tuple[tuple[int, int], ...] = ((256, 1024), (4096, 1024))
+OPTIMIZER_ELEMENTS = 2**22  # 4 Mi fp32 parameters: 112 MiB of AdamW traffic per step, DRAM
+MIN_TIMING_S = 1e-3  # one timing at least this long: the clock's and a call's cost stay small
+REPEATS = 3
+# aten op -> the element rate it is held to (elements of its largest output per second). These
+# ops evaluate exp / log / tanh / erf per element (sigmoid and silu via exp; the backward of
+# log_softmax recomputes exp(output); softmax's backward is one row reduction and one
+# elementwise pass, as log_softmax's). Others are held to the bandwidth of their working set.
+ELEMENT_RATE_OPS: dict[str, str] = {
+    **{f"aten::{op}": "exp" for op in (
+        "exp", "exp_", "log", "log_", "sigmoid", "sigmoid_", "silu", "silu_", "silu_backward",
+        "tanh", "tanh_", "gelu", "gelu_backward", "erf", "sin", "cos", "expm1", "log1p")},
+    "aten::_softmax": "softmax", "aten::_log_softmax": "softmax",
+    "aten::_softmax_backward_data": "softmax_backward",
+    "aten::_log_softmax_backward_data": "softmax_backward",
+}
+METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.measure.calibration): "
+          "fp32 matmul FLOP/s on (m, k) @ (k, n) for m, k, n in {16, 64, 256, 1024}, "
+          "interpolated log-log per op at its (m, k, n); triad bandwidth for working sets "
+          "256 KiB .. 64 MiB, interpolated at the op's bytes per call; exp / log_softmax / its "
+          "backward elements/s at 1 and 16 MiB for ops that compute exp or log per element; "
+          "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; CPU time "
+          "of the calling thread, best of 3")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Size-aware ceilings of one device and thread count.
+
+    matmul: [m, k, n, FLOP/s] per calibrated fp32 shape.
+    bandwidth: [working-set bytes, bytes/s (read + written)] per working set.
+    element_rates: 'exp' / 'softmax' / 'softmax_backward' -> [working-set bytes, elements per
+        second] per calibrated shape.
+    optimizer_bytes_per_s: fused AdamW's bytes (read + written) per second.
+    threads: torch's intra-op threads during the calibration; seconds: how long it took.
+    """
+
+    threads: int
+    matmul: list[list[float]] = field(default_factory=list)
+    bandwidth: list[list[float]] = field(default_factory=list)
+    element_rates: dict[str, list[list[float]]] = field(default_factory=dict)
+    optimizer_bytes_per_s: float = float("nan")
+    seconds: float = float("nan")
+
+    def to_dict(self) -> dict:
+        """The calibration as a record stores it (lists and floats: JSON as is)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        """Back from `to_dict`."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def matmul_flops_per_s(self, m: int, k: int, n: int) -> float:
+        """Attained fp32 FLOP/s of an (m, k) @ (k, n) product, interpolated trilinearly in
+        log2 of each dimension over the calibrated grid (clamped to its range)."""
+        grid = {(int(a), int(b), int(c)): v for a, b, c, v in self.matmul}
+        axes = [sorted({key[i] for key in grid}) for i in range(3)]
+        corners = [_bracket(axis, x) for axis, x in zip(axes, (m, k, n))]
+        log_rate = 0.0
+        # 8 corners of the grid cell around (m, k, n); weights of a trilinear interpolation
+        for i, (dm, wm) in enumerate(corners[0]):
+            for dk, wk in corners[1]:
+                for dn, wn in corners[2]:
+                    log_rate += wm * wk * wn * math.log(grid[(dm, dk, dn)])
+        return math.exp(log_rate)
+
+    def bandwidth_bytes_per_s(self, working_set: float) -> float:
+        """Attained bandwidth (bytes/s) for an op touching `working_set` bytes per call,
+        linear in log2 of the working set between calibrated points (clamped)."""
+        return _by_working_set(self.bandwidth, working_set)
+
+    def element_rate(self, op: str, working_set: float) -> float | None:
+        """Elements per second `op` attains with `working_set` bytes per call where it computes
+        a transcendental per element (`ELEMENT_RATE_OPS`); None for every other op."""
+        kernel = ELEMENT_RATE_OPS.get(op)
+        if kernel is None or kernel not in self.element_rates:
+            return None
+        return _by_working_set(self.element_rates[kernel], working_set)
+
+
+def _by_working_set(points: list[list[float]], working_set: float) -> float:
+    """The value at `working_set` of [working set, value] points, linear in log2 of the working
+    set and in log of the value between them, clamped to their range."""
+    table = {int(ws): v for ws, v in points}
+    return math.exp(sum(w * math.log(table[ws]) for ws, w in
+                        _bracket(sorted(table), max(working_set, 1.0))))
+
+
+def _bracket(axis: list[int], x: float) -> list[tuple[int, float]]:
+    """The two grid points around `x` on a sorted `axis` with their weights, linear in log2 x
+    (one point with weight 1 when x lies outside the axis or on a point)."""
+    if x <= axis[0]:
+        return [(axis[0], 1.0)]
+    if x >= axis[-1]:
+        return [(axis[-1], 1.0)]
+    hi = next(i for i, a in enumerate(axis) if a >= x)
+    lo_v, hi_v = axis[hi - 1], axis[hi]
+    w = (math.log2(x) - math.log2(lo_v)) / (math.log2(hi_v) - math.log2(lo_v))
+    return [(lo_v, 1.0 - w), (hi_v, w)]
+
+
+def best_cpu_s(fn, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` calls of `fn` on the CPU: CPU time of the calling
+    thread when torch runs one intra-op thread (the whole call runs on it; another process
+    steals wall time from a long call but not CPU time, so small and large calls are timed
+    alike on a shared machine), else wall time (the pool's threads do the work)."""
+    clock = dev.PhaseClock(torch.device("cpu"))
+    cpu_time = clock.cpu_kind == "thread_time"
+    best = float("inf")
+    for _ in range(repeats):
+        clock.start()
+        fn()
+        clock.lap("call")
+        best = min(best, (clock.cpu_laps if cpu_time else clock.laps)["call"] / 1e3)
+    return best
+
+
+def _timed_rate(fn, work: float, repeats: int) -> float:
+    """`work` units per second of `fn`, calls repeated so that one timing lasts at least
+    `MIN_TIMING_S`; best of `repeats` timings."""
+    single = best_cpu_s(fn, 1)  # also the warm-up: first touch, kernel selection
+    calls = max(1, math.ceil(MIN_TIMING_S / max(single, 1e-9)))
+
+    def run() -> None:
+        for _ in range(calls):
+            fn()
+
+    return work * calls / best_cpu_s(run, repeats)
+
+
+def matmul_rate(m: int, k: int, n: int, repeats: int = REPEATS) -> float:
+    """Attained fp32 FLOP/s of (m, k) @ (k, n) on the CPU, as a batch of products whose
+    operands fit in `CACHE_BYTES` (`torch.bmm`: one dispatch for the batch)."""
+    batch = max(1, CACHE_BYTES // (4 * (m * k + k * n + m * n)))
+    a = torch.rand(batch, m, k)  # (b, m, k)
+    b = torch.rand(batch, k, n)  # (b, k, n)
+    out = torch.empty(batch, m, n)
+    return _timed_rate(lambda: torch.bmm(a, b, out=out), 2.0 * batch * m * k * n, repeats)
+
+
+def triad_bandwidth(working_set: int, repeats: int = REPEATS) -> float:
+    """Attained bytes/s (read + written) of z = x + 2 y over `working_set` bytes in all."""
+    n = max(1, working_set // 12)  # three fp32 buffers of n elements
+    x, y, z = torch.ones(n), torch.ones(n), torch.empty(n)
+    return _timed_rate(lambda: torch.add(x, y, alpha=2.0, out=z), 12.0 * n, repeats)
+
+
+def element_rates(repeats: int = REPEATS, shapes: tuple[tuple[int, int], ...] | None = None
+                  ) -> dict[str, list[list[float]]]:
+    """[working-set bytes, elements per second] of exp, log_softmax and log_softmax's backward
+    on each of `shapes` (default `RATE_SHAPES`; the working set: fp32 bytes read + written by
+    one call)."""
+    rates: dict[str, list[list[float]]] = {"exp": [], "softmax": [], "softmax_backward": []}
+    for shape in shapes or RATE_SHAPES:
+        x = torch.randn(*shape)  # (rows, columns)
+        y = torch.log_softmax(x, -1)
+        grad = torch.randn_like(x)
+        n = x.numel()
+        rates["exp"].append([8 * n, _timed_rate(lambda: torch.exp(x), n, repeats)])
+        rates["softmax"].append([8 * n, _timed_rate(lambda: torch.log_softmax(x, -1), n,
+                                                    repeats)])
+        rates["softmax_backward"].append([12 * n, _timed_rate(
+            lambda: torch._log_softmax_backward_data(grad, y, -1, torch.float32), n, repeats)])
+    return rates
+
+
+def optimizer_bandwidth(elements: int | None = None, repeats: int = REPEATS) -> float:
+    """Bytes per second of one fused AdamW step on a parameter of `elements` fp32 elements
+    (default `OPTIMIZER_ELEMENTS`; 28 bytes per element: parameter, gradient and two moments
+    read; three written)."""
+    elements = elements or OPTIMIZER_ELEMENTS
+    param = torch.nn.Parameter(torch.rand(elements))
+    param.grad = torch.rand(elements)
+    optimizer = torch.optim.AdamW([param], lr=1e-4, fused=True)
+    optimizer.step()  # creates the moments (first touch), as a run's first step does
+    return _timed_rate(optimizer.step, 28.0 * elements, repeats)
+
+
+def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
+              working_sets: tuple[int, ...] = WORKING_SETS) -> Calibration:
+    """Measure the size-aware ceilings of this CPU with the thread count in force: the matmul
+    grid over `dims`, the triad over `working_sets` and the element rates (see the module)."""
+    import time
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        matmul = [[m, k, n, matmul_rate(m, k, n, repeats)]
+                  for m in dims for k in dims for n in dims]
+        bandwidth = [[ws, triad_bandwidth(ws, repeats)] for ws in working_sets]
+        rates = element_rates(repeats)
+        optimizer = optimizer_bandwidth(repeats=repeats)
+    return Calibration(threads=torch.get_num_threads(), matmul=matmul, bandwidth=bandwidth,
+                       element_rates=rates, optimizer_bytes_per_s=optimizer,
+                       seconds=time.perf_counter() - start)
