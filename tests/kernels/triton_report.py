@@ -134,9 +134,10 @@ def baseline_config(kernel: str, dtype: torch.dtype, head_dim: int) -> TileConfi
 def _signature(kernel: str, dtype: str) -> tuple[object, dict[str, str]]:
     """(the JITFunction of `kernel`, Triton type per argument as the launcher specialises it)."""
     from lmperf.kernels import flash_triton as ft
-    from triton.runtime.jit import JITFunction
 
-    fn = JITFunction(getattr(ft, KERNEL_NAMES[kernel]))
+    # Jitted as the launcher jits it, with the device functions it calls (a bare
+    # JITFunction(raw kernel) would find them unjitted).
+    fn = ft._kernels(False)[kernel]
     sig = {}
     for p in fn.params:
         if p.is_constexpr:

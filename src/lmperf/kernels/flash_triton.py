@@ -177,23 +177,67 @@ if tl is not None:
         do = tl.load(DO + ptrs, mask=mask, other=0.0).to(tl.float32)
         tl.store(DELTA + offs_r, tl.sum(o * do, 1), mask=offs_r < n_rows)
 
+    # --- device functions of the backward kernels (jitted with them by `_kernels`; Triton inlines
+    # them, so the compiled kernels are as if written out in place) --------------------------------
+
+    def _row_tile(start, n_rows, base, head_dim, offs_d, d_ok, BLOCK: tl.constexpr):
+        """Rows start..start+BLOCK-1 of a row-major (n_rows, head_dim) slice that begins `base`
+        elements into its tensor, with the columns offs_d (BD,) (d_ok: those < head_dim): the
+        row offsets (BLOCK,), the rows in range (BLOCK,), the element offsets (BLOCK, BD) and
+        the elements in range (BLOCK, BD)."""
+        offs = start + tl.arange(0, BLOCK)
+        ok = offs < n_rows
+        mask = ok[:, None] & d_ok[None, :]
+        ptrs = base + offs[:, None] * head_dim + offs_d[None, :]
+        return offs, ok, ptrs, mask
+
+    def _load_pair(X, Y, ptrs, mask, UPCAST_DOT: tl.constexpr):
+        """The same tile of two tensors laid out alike (K and V, or Q and dO), zero out of range;
+        widened to fp32 where the interpreter needs it for tl.dot (module docstring)."""
+        x = tl.load(X + ptrs, mask=mask, other=0.0)
+        y = tl.load(Y + ptrs, mask=mask, other=0.0)
+        if UPCAST_DOT:
+            x = x.to(tl.float32)
+            y = y.to(tl.float32)
+        return x, y
+
+    def _dot_operand(x, DTYPE: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        """x (fp32) rounded to the inputs' dtype DTYPE for a dot in the input precision (fp32
+        accumulation), widened back to fp32 only in the interpreter."""
+        x = x.to(DTYPE)
+        if UPCAST_DOT:
+            x = x.to(tl.float32)
+        return x
+
+    def _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr):
+        """P = exp(Q K^T * scale - L) (BQ, BK) fp32 for a query tile q (BQ, BD) with its row
+        logsumexp lse (BQ,) and a key tile k (BK, BD): the forward's softmax probabilities,
+        zero for keys or queries out of range and, if causal, keys after the query."""
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BQ, BK)
+        p = tl.exp2((s * sm_scale - lse[:, None]) * _LOG2E)
+        keep = q_ok[:, None] & k_ok[None, :]
+        if IS_CAUSAL:
+            keep = keep & (offs_k[None, :] <= offs_q[:, None])
+        return tl.where(keep, p, 0.0)
+
+    def _score_grad(p, do, v, delta, DOT_PRECISION: tl.constexpr):
+        """dS = P * (dO V^T - D) (BQ, BK) fp32 from P (BQ, BK), the dO tile (BQ, BD), the V tile
+        (BK, BD) and D = rowsum(dO * O) (BQ,)."""
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BQ, BK)
+        return p * (dp - delta[:, None])
+
     def _bwd_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, n_q, n_k, head_dim, sm_scale,
                          IS_CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
                          UPCAST_DOT: tl.constexpr):
         pid_k = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
-        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
         offs_d = tl.arange(0, BLOCK_D)
-        k_ok = offs_k < n_k
         d_ok = offs_d < head_dim
-        kv_mask = k_ok[:, None] & d_ok[None, :]
-        kv_offs = bh * n_k * head_dim + offs_k[:, None] * head_dim + offs_d[None, :]
-        k = tl.load(K + kv_offs, mask=kv_mask, other=0.0)  # (BK, BD)
-        v = tl.load(V + kv_offs, mask=kv_mask, other=0.0)
-        if UPCAST_DOT:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        offs_k, k_ok, kv_offs, kv_mask = _row_tile(pid_k * BLOCK_K, n_k, bh * n_k * head_dim,
+                                                   head_dim, offs_d, d_ok, BLOCK_K)
+        k, v = _load_pair(K, V, kv_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
         dk = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
         q_base = Q + bh * n_q * head_dim
@@ -206,31 +250,17 @@ if tl is not None:
         else:
             lo = 0
         for start_q in range(lo, n_q, BLOCK_Q):
-            offs_q = start_q + tl.arange(0, BLOCK_Q)
-            q_ok = offs_q < n_q
-            q_mask = q_ok[:, None] & d_ok[None, :]
-            q_offs = offs_q[:, None] * head_dim + offs_d[None, :]
-            q = tl.load(q_base + q_offs, mask=q_mask, other=0.0)  # (BQ, BD)
-            do = tl.load(do_base + q_offs, mask=q_mask, other=0.0)
+            offs_q, q_ok, q_offs, q_mask = _row_tile(start_q, n_q, 0, head_dim, offs_d, d_ok,
+                                                     BLOCK_Q)
+            q, do = _load_pair(q_base, do_base, q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
             lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)  # (BQ,)
             delta = tl.load(DELTA + bh * n_q + offs_q, mask=q_ok, other=0.0)
-            if UPCAST_DOT:
-                q = q.to(tl.float32)
-                do = do.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BQ, BK)
-            p = tl.exp2((s * sm_scale - lse[:, None]) * _LOG2E)  # softmax probabilities, recomputed
-            keep = q_ok[:, None] & k_ok[None, :]
-            if IS_CAUSAL:
-                keep = keep & (offs_k[None, :] <= offs_q[:, None])
-            p = tl.where(keep, p, 0.0)
-            p_lo = p.to(DO.dtype.element_ty)
-            if UPCAST_DOT:
-                p_lo = p_lo.to(tl.float32)
+            p = _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL,
+                             DOT_PRECISION)  # (BQ, BK)
+            p_lo = _dot_operand(p, DO.dtype.element_ty, UPCAST_DOT)
             dv += tl.dot(tl.trans(p_lo), do, input_precision=DOT_PRECISION)  # (BK, BD)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BQ, BK)
-            ds = (p * (dp - delta[:, None])).to(Q.dtype.element_ty)
-            if UPCAST_DOT:
-                ds = ds.to(tl.float32)
+            ds = _dot_operand(_score_grad(p, do, v, delta, DOT_PRECISION), Q.dtype.element_ty,
+                              UPCAST_DOT)
             dk += tl.dot(tl.trans(ds), q, input_precision=DOT_PRECISION)  # (BK, BD)
 
         tl.store(DK + kv_offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
@@ -242,19 +272,13 @@ if tl is not None:
                        UPCAST_DOT: tl.constexpr):
         pid_q = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
-        offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
         offs_d = tl.arange(0, BLOCK_D)
-        q_ok = offs_q < n_q
         d_ok = offs_d < head_dim
-        q_mask = q_ok[:, None] & d_ok[None, :]
-        q_offs = bh * n_q * head_dim + offs_q[:, None] * head_dim + offs_d[None, :]
-        q = tl.load(Q + q_offs, mask=q_mask, other=0.0)  # (BQ, BD)
-        do = tl.load(DO + q_offs, mask=q_mask, other=0.0)
-        lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)
+        offs_q, q_ok, q_offs, q_mask = _row_tile(pid_q * BLOCK_Q, n_q, bh * n_q * head_dim,
+                                                 head_dim, offs_d, d_ok, BLOCK_Q)
+        q, do = _load_pair(Q, DO, q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
+        lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)  # (BQ,)
         delta = tl.load(DELTA + bh * n_q + offs_q, mask=q_ok, other=0.0)
-        if UPCAST_DOT:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
         dq = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
         k_base = K + bh * n_k * head_dim
         v_base = V + bh * n_k * head_dim
@@ -264,34 +288,29 @@ if tl is not None:
         else:
             hi = n_k
         for start_k in range(0, hi, BLOCK_K):
-            offs_k = start_k + tl.arange(0, BLOCK_K)
-            k_ok = offs_k < n_k
-            kv_mask = k_ok[:, None] & d_ok[None, :]
-            kv_offs = offs_k[:, None] * head_dim + offs_d[None, :]
-            k = tl.load(k_base + kv_offs, mask=kv_mask, other=0.0)  # (BK, BD)
-            v = tl.load(v_base + kv_offs, mask=kv_mask, other=0.0)
-            if UPCAST_DOT:
-                k = k.to(tl.float32)
-                v = v.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BQ, BK)
-            p = tl.exp2((s * sm_scale - lse[:, None]) * _LOG2E)
-            keep = q_ok[:, None] & k_ok[None, :]
-            if IS_CAUSAL:
-                keep = keep & (offs_k[None, :] <= offs_q[:, None])
-            p = tl.where(keep, p, 0.0)
-            dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BQ, BK)
-            ds = (p * (dp - delta[:, None])).to(K.dtype.element_ty)
-            if UPCAST_DOT:
-                ds = ds.to(tl.float32)
+            offs_k, k_ok, kv_offs, kv_mask = _row_tile(start_k, n_k, 0, head_dim, offs_d, d_ok,
+                                                       BLOCK_K)
+            k, v = _load_pair(k_base, v_base, kv_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
+            p = _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL,
+                             DOT_PRECISION)  # (BQ, BK)
+            ds = _dot_operand(_score_grad(p, do, v, delta, DOT_PRECISION), K.dtype.element_ty,
+                              UPCAST_DOT)
             dq += tl.dot(ds, k, input_precision=DOT_PRECISION)  # (BQ, BD)
 
         tl.store(DQ + q_offs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+
+    _DEVICE_FUNCTIONS = (_row_tile, _load_pair, _dot_operand, _recompute_p, _score_grad)
 
 
 @functools.cache
 def _kernels(interpret: bool) -> dict[str, Any]:
     """The kernels, jitted for the compiler or for the interpreter (Triton decides at jit time)."""
     del interpret  # only the cache key: triton.jit reads TRITON_INTERPRET itself
+    # The kernels call their device functions by global name, and Triton looks those names up in
+    # this module when it compiles or interprets a kernel: the names must hold the functions
+    # jitted in the kernels' own mode (a kernel cannot call a plain Python function).
+    for fn in _DEVICE_FUNCTIONS:
+        globals()[fn.__name__] = triton.jit(fn)
     return {
         "fwd": triton.jit(_fwd_kernel),
         "delta": triton.jit(_bwd_delta_kernel),
