@@ -3,7 +3,7 @@ torchrun, `-m lmperf dist comm|train ...` makes this process one rank of `lmperf
 
 import sys
 
-from lmperf.cli import main
+from lmperf.cli import run
 
 
 def _entry(argv: list[str]) -> int:
@@ -11,8 +11,8 @@ def _entry(argv: list[str]) -> int:
         from lmperf.questions.parallel.__main__ import run_rank, under_torchrun
 
         if under_torchrun():
-            return run_rank(argv[1:])
-    return main(argv)
+            return run_rank(argv[1:])  # a rank ends as torchrun expects (full teardown)
+    run(argv)  # the command: ends the process without the interpreter's teardown
 
 
 raise SystemExit(_entry(sys.argv[1:]))

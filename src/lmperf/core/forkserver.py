@@ -7,10 +7,17 @@ script or notebook would run again inside every job). This server knows nothing 
 main module; it only runs `lmperf.core.child` in each fork.
 
 Protocol, one JSON object per line. The parent writes requests on the server's stdin:
-    {"id": N, "argv": [...], "cwd": DIR, "env": {...}, "path": [...], "log": FILE}
+    {"id": N, "argv": [...], "cwd": DIR, "env": {...}, "path": [...], "log": FILE,
+     "preload": [MODULE, ...]}
+("preload": lmperf modules the job's child will import, imported here once before forking it)
 and reads on its stdout {"id": N, "pid": P} once the child is forked, then
 {"id": N, "exit": CODE} when it ends (CODE < 0: killed by signal -CODE). Nothing may initialise
 CUDA before forking: importing torch does not, and the server runs no torch code.
+
+`python -m lmperf.core.forkserver [PARENT_PID]`: the server ends when its stdin closes, and,
+while it warms up (seconds of imports, stdin unread), as soon as PARENT_PID is no longer its
+parent; at either end it exits at once, without the interpreter's teardown (~0.6 s with torch
+loaded), so it never outlives the command that started it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import sys
 import threading
 import traceback
 
-from lmperf.catalog import PRELOAD, WARM_UP
+from lmperf.catalog import PRELOAD, PRELOAD_FOR_KIND, WARM_UP
 from lmperf.core.jobs import resolve
 
 
@@ -65,24 +72,58 @@ def _child(request: dict) -> None:
         os._exit(code)  # never return into the server's loop, never run its cleanup
 
 
-def warm_up() -> None:
+def warm_up(target: str = WARM_UP) -> None:
     """Run the catalog's warm-up (`lmperf.catalog.WARM_UP`: torch's lazy imports triggered once,
     here, instead of in every child). It touches no data, no thread pool and no device, so
     forking afterwards stays safe."""
     try:
-        resolve(WARM_UP)()
+        resolve(target)()
     except Exception:  # a warm-up that fails costs each child its lazy imports, nothing more
         pass
 
 
-def serve(preload: tuple[str, ...] = PRELOAD) -> None:
-    """Import `preload`, warm up, then fork a child per request line until stdin closes."""
+def _preload(names: list[str]) -> None:
+    """Import what a request names, once per server: lmperf's own modules and the catalog's
+    (they run no torch code at import, so forking stays safe; tests/core/test_forkserver.py),
+    nothing else (a user's or a test's module stays the child's to import)."""
+    allowed = {m for ms in PRELOAD_FOR_KIND.values() for m in ms}
+    for name in names:
+        if name in sys.modules or not (name.startswith("lmperf.") or name in allowed):
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # the child imports it again, and its error row says why
+            pass
+
+
+def _exit_with(parent: int, ready: threading.Event, period_s: float = 0.1) -> None:
+    """Until `ready` is set, check every `period_s` seconds that `parent` is still this
+    process's parent, and exit at once when it is not (the command ended, or was killed, while
+    the server was still importing; this process was re-parented)."""
+    while not ready.wait(period_s):
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def serve(preload: tuple[str, ...] = PRELOAD, parent: int | None = None,
+          warm: str | None = WARM_UP) -> None:
+    """Import `preload`, run `warm` ("module:function", None: nothing), then fork a child per
+    request line until stdin closes; then exit the process. `parent`: the pid whose end ends
+    the warm-up too (default: this process's parent now; the launcher passes its own pid, as
+    it may have ended before this line runs)."""
+    # The command starts the server before it plans (imports run side by side on two cores),
+    # so a command that fails fast or is killed must not leave it importing on its own.
+    ready = threading.Event()
+    threading.Thread(target=_exit_with, args=(os.getppid() if parent is None else parent, ready),
+                     daemon=True).start()
     for name in preload:
         try:
             importlib.import_module(name)
         except Exception:  # a module that cannot load here is loaded (and fails) in the child
             pass
-    warm_up()
+    if warm:
+        warm_up(warm)
+    ready.set()  # from here on the end of stdin says the command ended
     out_lock = threading.Lock()
 
     def reply(obj: dict) -> None:
@@ -96,12 +137,17 @@ def serve(preload: tuple[str, ...] = PRELOAD) -> None:
 
     for line in sys.stdin:
         request = json.loads(line)
+        _preload(request.get("preload", []))
         pid = os.fork()
         if pid == 0:
             _child(request)
         reply({"id": request["id"], "pid": pid})
         threading.Thread(target=reap, args=(request["id"], pid), daemon=True).start()
+    # stdin closed: the command is ending. Its children are done (or die with this process:
+    # PR_SET_PDEATHSIG), and nothing here needs cleaning up.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    serve()
+    serve(parent=int(sys.argv[1]) if len(sys.argv) > 1 else None)

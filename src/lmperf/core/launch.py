@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lmperf.core import heartbeat
+from lmperf.catalog import PRELOAD_FOR_KIND
 from lmperf.core.jobs import JobSpec, class_path, job_id, resolve, threads_of
 from lmperf.results.schema import make_record, to_jsonable
 
@@ -177,7 +178,8 @@ class ForkServer:
     def __init__(self) -> None:
         # Its own session, so that Ctrl-C in the terminal does not kill it (nor its children,
         # which the parent kills itself); it exits when its stdin closes with the parent.
-        self.proc = subprocess.Popen([sys.executable, "-m", "lmperf.core.forkserver"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "lmperf.core.forkserver",
+                                      str(os.getpid())],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True, bufsize=1,
                                      start_new_session=True)
@@ -233,7 +235,8 @@ class WarmChild(ChildProcess):
             server = ForkServer.get()
             env = {**os.environ, heartbeat.ENV: str(self.progress_path)}
             box, rid = server.submit({"argv": argv, "cwd": os.getcwd(), "env": env,
-                                      "path": list(sys.path), "log": str(log_path)})
+                                      "path": list(sys.path), "log": str(log_path),
+                                      "preload": preload_of(self.spec)})
             try:
                 code = self._wait(box)
             except BaseException:  # Ctrl-C or anything else: never leave a child behind
@@ -285,6 +288,12 @@ class WarmChild(ChildProcess):
                 return
             except (ProcessLookupError, PermissionError):
                 continue
+
+
+def preload_of(spec: JobSpec) -> list[str]:
+    """What a job's request asks the warm server to import before forking it (once per server):
+    the module of its runner and the catalog's PRELOAD_FOR_KIND for its record kind."""
+    return [spec.runner.partition(":")[0], *PRELOAD_FOR_KIND.get(spec.kind, ())]
 
 
 def warm_start_available() -> bool:

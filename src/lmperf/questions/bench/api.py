@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from lmperf.questions.bench.plan import models_of, plan_bench
 from lmperf.questions.bench.rounds import base_id, pool_rounds
 from lmperf.core.jobs import job_id
-from lmperf.questions.bench.report import build_report
 from lmperf.core.command import err, sweep_options
-from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
 from lmperf.errors import SpecError
 from lmperf.results.store import append_record, read_records
 from lmperf.model.presets import DEFAULT_COURSE
+
+if TYPE_CHECKING:  # pandas: loaded by the report, after the fork server has started
+    from lmperf.core.report import Report
 
 
 def bench(size: Sequence[str] | str | None = None, *,
@@ -51,7 +51,12 @@ def bench(size: Sequence[str] | str | None = None, *,
     time on those devices from per-op counts of the model (lmperf.questions.bench.predict) and
     returns their Report; its records (kind "prediction") are appended to `out`.
     """
+    # The warm fork server starts importing torch (sweep_options) before this process does
+    # anything slow: the plan and the report import torch and pandas, so they load here, after
+    # it, on the other core (importing this module stays torch- and pandas-free).
     if predict:
+        from lmperf.questions.bench.plan import models_of
+
         if not (model is None or isinstance(model, str)) and len(models_of(model)) > 1:
             raise SpecError("--predict takes one --model")
         model = models_of(model)[0]
@@ -60,6 +65,9 @@ def bench(size: Sequence[str] | str | None = None, *,
                         course=course, model_context=model_context, threads=threads, out=out)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
+    from lmperf.questions.bench.plan import plan_bench
+    from lmperf.questions.bench.report import build_report
+
     plan = plan_bench(size=size, model=model, context=context, batch=batch, precision=precision,
                       mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
                       optimizer=optimizer, device=device, threads=threads,
