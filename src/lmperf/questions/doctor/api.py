@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # torch and pandas load when the doctor runs, not for `lmperf
     import torch
 
     from lmperf.core.report import Report
+    from lmperf.questions.doctor.checks import Check
+    from lmperf.questions.doctor.job import CheckJob
 
 TIMEOUT_S = 300.0
 """Each check's job is killed after this (default of `timeout`). Its own children give up
@@ -53,7 +55,7 @@ def plan_scopes(device: str) -> dict[str, torch.device | str]:
     return scopes
 
 
-def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> list:
+def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> list[CheckJob]:
     """The CheckJobs of the checks `names`: one per check, except checks of one runnable scope
     that share a launch (`Check.launches`: one job, so one launch). Jobs that launch processes
     come first, in `registry.LAUNCH_ORDER` (longest first); then the others in table order."""
@@ -62,21 +64,26 @@ def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> li
     from lmperf.questions.doctor.job import CheckJob
     from lmperf.questions.doctor.registry import CHECKS, LAUNCH_ORDER
 
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str], list[Check]] = {}
     for check in (c for c in CHECKS if c.name in names):
-        where = scopes[check.scope]
-        runs = isinstance(where, torch.device)
-        key = (check.scope, check.launches if runs and check.launches else check.name)
-        groups.setdefault(key, []).append(check.name)
-    rank = {c.name: LAUNCH_ORDER.index(c.launches) for c in CHECKS if c.launches in LAUNCH_ORDER}
-    jobs, order = [], []
-    for (scope, _), checks in groups.items():
+        runs = isinstance(scopes[check.scope], torch.device)
+        key = check.launches if runs and check.launches else check.name
+        groups.setdefault((check.scope, key), []).append(check)
+
+    def start_rank(checks: list[Check]) -> int:  # sorted() is stable: else the table's order
+        first = checks[0]
+        runs = isinstance(scopes[first.scope], torch.device)
+        return (LAUNCH_ORDER.index(first.launches) if runs and first.launches in LAUNCH_ORDER
+                else len(LAUNCH_ORDER))
+
+    def device_of(scope: str) -> str:  # a scope skipped here keeps the device it would check
         where = scopes[scope]
-        runs = isinstance(where, torch.device)
-        device = where.type if runs else ("cuda" if scope == "cuda" else "cpu")
-        jobs.append(CheckJob(tuple(checks), scope, device))
-        order.append(rank.get(checks[0], len(LAUNCH_ORDER)) if runs else len(LAUNCH_ORDER))
-    return [job for _, _, job in sorted(zip(order, range(len(jobs)), jobs))]
+        if isinstance(where, torch.device):
+            return where.type
+        return "cuda" if scope == "cuda" else "cpu"
+
+    return [CheckJob(tuple(c.name for c in checks), checks[0].scope, device_of(checks[0].scope))
+            for checks in sorted(groups.values(), key=start_rank)]
 
 
 def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
@@ -113,7 +120,7 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     main = scopes["any"]
     environment = envmod.capture(main if isinstance(main, torch.device) else torch.device("cpu"))
 
-    def precheck(job) -> dict | None:  # a scope that cannot run here: its rows say why
+    def precheck(job: CheckJob) -> dict | None:  # a scope that cannot run here: its row says why
         why = scopes[job.scope]
         return None if isinstance(why, torch.device) else skipped_record(
             job.item_spec(job.checks[0]), why, environment)

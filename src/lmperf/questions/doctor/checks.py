@@ -57,7 +57,7 @@ def passed(condition: bool, result: str, why: str, **values: Any) -> Outcome:
 
 
 Launch = Callable[["Context"], Callable[[], Any]]
-"""ctx -> a function that runs a process (a capped child, torchrun's ranks) and returns its answer."""
+"""ctx -> a function that runs a process (a capped child, torchrun's ranks) for its answer."""
 
 
 @dataclass

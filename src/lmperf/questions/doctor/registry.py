@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from lmperf.questions.doctor import capjob, ceilings, environment, numerics, precision, timing, tracing
-from lmperf.questions.doctor import distjob, gpu, lowp
+from lmperf.questions.doctor import capjob, ceilings, distjob, environment, gpu, lowp, numerics
+from lmperf.questions.doctor import precision, timing, tracing
 from lmperf.questions.doctor.checks import SCOPES, Check, Context, Outcome
 
 
