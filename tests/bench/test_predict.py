@@ -67,3 +67,87 @@ def test_api_predicts_without_running_and_labels_its_records(tmp_path):
     assert out.read_text().count('"prediction"') >= 1
     text = report.render("text")
     assert "PREDICTED" in text and " .. " in text
+
+
+def _sized_costs() -> pd.DataFrame:
+    """Rows as `OpCosts.table` has them since the size-aware CPU model: (m, k, n), elements."""
+    return pd.DataFrame([
+        # phase, op, dtype, class, m, k, n, calls, FLOPs, read, written, elements
+        ("forward", "aten::mm", "fp32", "matmul", 1024, 1024, 1024, 1, 2 * 1024**3, 8e6, 4e6, 0),
+        ("forward", "aten::mm", "fp32", "matmul", 512, 64, 10000, 1, 2 * 512 * 64 * 10000,
+         2.7e6, 20.5e6, 0),
+        ("forward", "aten::_log_softmax", "fp32", "elementwise/norm", 0, 0, 0, 2, 0, 2e6, 2e6,
+         1e6),
+        ("forward", "aten::mul", "fp32", "elementwise/norm", 0, 0, 0, 4, 0, 2e6, 2e6, 1e6),
+        ("optimizer", "aten::_fused_adamw_", "fp32", "optimizer", 0, 0, 0, 1, 0, 16e6, 12e6, 0),
+    ], columns=["phase", "op", "dtype", "op_class", "m", "k", "n", "calls", "flops",
+                "bytes_read", "bytes_written", "elements"])
+
+
+def _calibration():
+    from lmperf.measure.calibration import Calibration
+
+    dims = (16, 64, 256, 1024)
+    # FLOP/s grow with the smallest dimension: 64-wide products at half the square's rate
+    return Calibration(threads=1, matmul=[[m, k, n, 100e9 * (min(m, k, n) / 1024) ** 0.25]
+                                          for m in dims for k in dims for n in dims],
+                       bandwidth=[[2**18, 40e9], [2**26, 10e9]],
+                       element_rates={"softmax": [[2**20, 1e9], [2**25, 1e9]]},
+                       optimizer_bytes_per_s=28e9)
+
+
+def test_cpu_ops_are_held_to_the_ceiling_of_their_own_size():
+    cal = _calibration()
+    rows = list(_sized_costs().itertuples())
+    square, narrow, softmax, mul, adamw = (pr.cpu_op_s(r, cal, 1e9, 1e9) for r in rows)
+    assert square == pytest.approx(2 * 1024**3 / 100e9)
+    assert narrow == pytest.approx(rows[1].flops / 50e9)  # 64 wide: half the square's FLOP/s
+    assert narrow / rows[1].flops > square / rows[0].flops
+    # no FLOPs counted: exp / log per element at the measured rate, not the bytes' 0.1 ms
+    assert softmax == pytest.approx(1e6 / 1e9)
+    assert mul == pytest.approx(4e6 / cal.bandwidth_bytes_per_s(1e6))  # 1 MB per call
+    assert adamw == pytest.approx(28e6 / 28e9)  # the optimizer at fused AdamW's bandwidth
+    # a bf16 product: the grid's figure scaled by the dtype's square ceiling over fp32's
+    assert pr.cpu_op_s(rows[0], cal, 0.5e9, 1e9) == pytest.approx(2 * square)
+
+
+def test_cpu_target_adds_the_calls_and_its_ideal_is_the_best_ceiling():
+    cpu = pr.Target("cpu", {"fp32": 100e9}, 40e9, None, 1e-6, True, "test", _calibration())
+    t = pr.phase_times(_sized_costs(), cpu)
+    rows = list(_sized_costs().itertuples())
+    forward = [pr.cpu_op_s(r, cpu.calibration, 100e9, 100e9) for r in rows[:4]]
+    assert t["forward"][1] == pytest.approx(sum(forward) + 8 * 1e-6)
+    assert t["forward"][0] < t["forward"][1]
+    assert t["optimizer"][1] == pytest.approx(28e6 / 28e9 + 1e-6)
+
+
+def test_the_gpu_path_keeps_one_row_per_op():
+    # two mm rows, one compute-bound and one memory-bound: summed first, as before sizes
+    costs = _sized_costs()
+    costs.loc[1, "bytes_written"] = 2e9  # the narrow product memory-bound on this GPU
+    t = pr.phase_times(costs, pr.Target("gpu", {"fp32": 1e12}, 1e12, pr.FRACTIONS, 1e-9, False,
+                                        "test"))
+    mm = costs[costs["op"] == "aten::mm"]
+    f = pr.FRACTIONS["matmul"]
+    expected = max(mm["flops"].sum() / (1e12 * f.compute),
+                   (mm["bytes_read"] + mm["bytes_written"]).sum() / (1e12 * f.memory))
+    rest = (4e6 + 4e6) / (1e12 * pr.FRACTIONS["elementwise/norm"].memory)  # softmax, mul
+    assert t["forward"][1] == pytest.approx(expected + rest)
+
+
+def test_prediction_errors_pair_phases_with_the_measured_run():
+    spec = {"size": "tiny", "model": None, "context_length": 128, "batch_size": 4, "precision": "fp32",
+            "mode": "train-step"}
+    predicted = {"kind": "prediction", "spec": spec, "metrics": {
+        p: {"typical_s": s} for p, s in (("forward", 0.012), ("backward", 0.02),
+                                         ("optimizer", 0.003))}}
+    measured = {"kind": "bench", "status": "ok", "spec": spec, "metrics": {
+        "forward_ms": {"median": 10.0}, "backward_ms": {"median": 25.0},
+        "optimizer_ms": {"median": 3.0},
+        "cpu_time": {"forward_ms": {"median": 8.0}, "backward_ms": {"median": 20.0},
+                     "optimizer_ms": {"median": 2.0}}}}
+    other = {**measured, "spec": {**spec, "context_length": 256}}
+    df = pr.prediction_errors([predicted], [measured, other])
+    assert list(df["phase"]) == ["forward", "backward", "optimizer"]
+    assert list(df["error_wall"].round(6)) == [0.2, -0.2, 0.0]
+    assert list(df["error_cpu"].round(6)) == [0.5, 0.0, 0.5]

@@ -23,9 +23,27 @@ def test_a_matmul_reads_its_operands_and_writes_its_result():
     def fn():
         a, b = torch.empty(8, 16), torch.empty(16, 32)  # (M, K), (K, N)
         torch.mm(a, b)
-    (calls, flops, read, written), = [v for k, v in _rows(fn).items() if k[1] == "aten::mm"]
+    (key, (calls, flops, read, written, elements)), = [
+        (k, v) for k, v in _rows(fn).items() if k[1] == "aten::mm"]
     assert (calls, flops) == (1, 2 * 8 * 16 * 32)
     assert read == (8 * 16 + 16 * 32) * 4 and written == 8 * 32 * 4
+    assert key[3:6] == (8, 16, 32) and elements == 8 * 32  # (m, k, n); the output's elements
+
+
+def test_batched_products_and_sizes_are_rows_of_their_own():
+    def fn():
+        a, b = torch.empty(3, 8, 16), torch.empty(3, 16, 4)  # (B, M, K), (B, K, N)
+        torch.bmm(a, b)
+        torch.addmm(torch.empty(4), torch.empty(8, 16), torch.empty(16, 4))  # bias, (M, K), (K, N)
+        torch.exp(torch.empty(10))
+        torch.exp(torch.empty(20))
+        torch.exp(torch.empty(20))
+    rows = _rows(fn)
+    assert [k[3:6] for k in rows if k[1] == "aten::bmm"] == [(8, 16, 4)]
+    assert [k[3:6] for k in rows if k[1] == "aten::addmm"] == [(8, 16, 4)]
+    exp = {k[6]: v for k, v in rows.items() if k[1] == "aten::exp"}  # bytes per call -> values
+    assert exp == {80: [1, 0, 40, 40, 10], 160: [2, 0, 160, 160, 40]}
+    assert all(k[3:6] == (0, 0, 0) for k in rows if k[1] == "aten::exp")
 
 
 def test_in_place_ops_write_their_operand_and_views_move_nothing():
@@ -35,9 +53,9 @@ def test_in_place_ops_write_their_operand_and_views_move_nothing():
         x.view(10, 10).t()
         torch.empty(1, 100).expand(50, 100).clone()  # a broadcast read counts its storage
     rows = {k[1]: v for k, v in _rows(fn).items()}
-    assert rows["aten::add_"][2:] == [800, 400]
-    assert rows["aten::view"][2:] == [0, 0] and rows["aten::t"][2:] == [0, 0]
-    assert rows["aten::clone"][2:] == [400, 50 * 100 * 4]
+    assert rows["aten::add_"][2:4] == [800, 400]
+    assert rows["aten::view"][2:4] == [0, 0] and rows["aten::t"][2:4] == [0, 0]
+    assert rows["aten::clone"][2:4] == [400, 50 * 100 * 4]
 
 
 def test_op_classes():
@@ -54,9 +72,11 @@ def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
     costs = oc.count_op_costs(spec)
     assert "extrapolated linearly to 3" in costs.method
     whole = oc._count(spec, None)
+    # the table's rows (size key: bytes per call, optimizer rows 0) against a whole count
     counted = {k: v for k, v in whole.items() if k[0] != "after"}
-    rows = {(r.phase, r.op, r.dtype): [r.calls, r.flops, r.bytes_read, r.bytes_written]
-            for r in costs.table.itertuples()}
+    rows = {(r.phase, r.op, r.dtype, r.m, r.k, r.n, 0 if r.phase == "optimizer" or not r.calls
+             else (r.bytes_read + r.bytes_written) // r.calls):
+            [getattr(r, c) for c in oc.VALUES] for r in costs.table.itertuples()}
     assert rows == {k: v for k, v in counted.items() if any(v)} | {
         k: v for k, v in rows.items() if not any(v)}
     expected = analytic_flops(spec.d_model, 3, spec.d_ff, spec.vocab_size, 2, 32, "train-step")

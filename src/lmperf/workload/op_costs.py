@@ -17,6 +17,10 @@ and composite ops such as `linear` arrive as the `mm` / `addmm` they decompose i
   0 bytes. A broadcast input counts its storage, not its expanded size.
 These are the bytes an operator must move at the least (each operand once); a kernel that
 re-reads a tile from memory moves more, which the roofline ratio then shows.
+- size: a matrix product's (m, k, n) (`(m, k) @ (k, n)`, per matrix of a batched product) and
+  every op's elements (its largest output's, summed over calls). Rows are kept apart by the
+  product's shape and by the bytes one call moves (bytes / calls of a row is one call's), so a
+  size-aware ceiling (the CPU prediction's) can hold each row to the ceiling of its own size.
 """
 
 from __future__ import annotations
@@ -39,7 +43,11 @@ VIEW_OPS = frozenset({"aten::_unsafe_view", "aten::alias", "aten::lift_fresh"})
 CLASSES: tuple[str, ...] = ("matmul", "attention", "elementwise/norm", "optimizer")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
                torch.float64: "fp64"}
-COLUMNS = ["phase", "op", "dtype", "op_class", "calls", "flops", "bytes_read", "bytes_written"]
+_Rows = dict[tuple, list[int]]  # (phase, op, dtype, m, k, n, bytes per call) -> VALUES
+COLUMNS = ["phase", "op", "dtype", "op_class", "m", "k", "n", "calls", "flops", "bytes_read",
+           "bytes_written", "elements"]
+# A row's key: (phase, op, dtype, m, k, n, bytes per call); its values VALUES, summed over calls.
+VALUES: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written", "elements")
 
 
 def op_class(op: str, phase: str) -> str:
@@ -63,6 +71,19 @@ def _nbytes(t: torch.Tensor) -> int:
         return size
 
 
+def _matmul_shape(name: str, args: tuple) -> tuple[int, int, int]:
+    """(m, k, n) of a matrix product's `(m, k) @ (k, n)` (per matrix when batched): its last two
+    tensor arguments are the operands (`mm(a, b)`, `addmm(bias, a, b)`, `bmm`, `baddbmm`);
+    (0, 0, 0) for any other op."""
+    if name not in MATMUL_OPS:
+        return (0, 0, 0)
+    mats = [t for t in args if isinstance(t, torch.Tensor) and t.dim() >= 2]
+    if len(mats) < 2:
+        return (0, 0, 0)
+    a, b = mats[-2], mats[-1]  # (..., m, k), (..., k, n)
+    return (int(a.shape[-2]), int(a.shape[-1]), int(b.shape[-1]))
+
+
 def _written_inputs(func, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """The input tensors the op's schema marks as written (`Tensor(a!)`, `Tensor(a!)[]`)."""
     out = []
@@ -75,13 +96,14 @@ def _written_inputs(func, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 
 
 class _CostMode(TorchDispatchMode):
-    """Adds each op call's FLOPs and bytes to (phase, op, dtype) rows."""
+    """Adds each op call's FLOPs, bytes and elements to rows keyed by (phase, op, dtype, m, k,
+    n, bytes per call)."""
 
     def __init__(self, flops: FlopCounterMode):
         super().__init__()
         self.flops = flops
         self.phase = "forward"
-        self.rows: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        self.rows: _Rows = defaultdict(lambda: [0] * len(VALUES))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -100,11 +122,15 @@ class _CostMode(TorchDispatchMode):
             written = sum(_nbytes(t) for t in fresh.values())
         first = next((t for t in list(inputs.values()) + outputs if t.is_floating_point()), None)
         dtype = DTYPE_NAMES.get(first.dtype, str(first.dtype)) if first is not None else "-"
-        row = self.rows[(self.phase, name, dtype)]
-        row[0] += 1
-        row[1] += self.flops.get_total_flops() - before
-        row[2] += read
-        row[3] += written
+        elements = max((t.numel() for t in outputs), default=0)
+        # Calls of different sizes stay apart, except in the optimizer: its ops take every
+        # parameter at once (fused / foreach lists), so their size grows with the layers, which
+        # the extrapolation over layers must see as one row.
+        per_call = 0 if self.phase == "optimizer" else read + written
+        row = self.rows[(self.phase, name, dtype, *_matmul_shape(name, args), per_call)]
+        for i, value in enumerate((1, self.flops.get_total_flops() - before, read, written,
+                                   elements)):
+            row[i] += value
         return out
 
 
@@ -125,9 +151,10 @@ class _PhaseObserver:
 
 @dataclass(frozen=True)
 class OpCosts:
-    """Per-op costs of one step: `table` has COLUMNS (FLOPs and bytes per step, summed over
-    the op's calls in that phase and dtype); method says how they were counted; count_s is how
-    long counting took (seconds)."""
+    """Per-op costs of one step: `table` has COLUMNS (FLOPs, bytes and elements per step,
+    summed over the op's calls of one size in that phase and dtype; m, k, n: a matrix
+    product's shape, 0 for other ops); method says how they were counted; count_s is how long
+    counting took (seconds)."""
 
     table: pd.DataFrame
     method: str
@@ -137,9 +164,6 @@ class OpCosts:
         """FLOPs, bytes and calls per phase (one step)."""
         return self.table.groupby("phase", sort=False)[
             ["calls", "flops", "bytes_read", "bytes_written"]].sum().reset_index()
-
-
-_Rows = dict[tuple[str, str, str], list[int]]
 
 
 def count_op_costs(spec, precision: str | None = None) -> OpCosts:
@@ -160,23 +184,24 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     layers = spec.num_layers
     if spec.model is None and layers > 2:
         one, two = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
-        rows = {k: [a + (layers - 1) * (b - a) for a, b in zip(one.get(k, [0] * 4),
-                                                               two.get(k, [0] * 4))]
+        zero = [0] * len(VALUES)
+        rows = {k: [a + (layers - 1) * (b - a) for a, b in zip(one.get(k, zero),
+                                                               two.get(k, zero))]
                 for k in dict.fromkeys(list(one) + list(two))}
         method = f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to {layers}"
     else:
         rows = _count(spec, precision)
         method = "counted on fake tensors"
     table = pd.DataFrame([{"phase": phase, "op": op, "dtype": dtype,
-                           "op_class": op_class(op, phase), "calls": c, "flops": f,
-                           "bytes_read": r, "bytes_written": w}
-                          for (phase, op, dtype), (c, f, r, w) in rows.items()
+                           "op_class": op_class(op, phase), "m": m, "k": k, "n": n,
+                           **dict(zip(VALUES, values))}
+                          for (phase, op, dtype, m, k, n, _), values in rows.items()
                           if phase != "after"], columns=COLUMNS)
     return OpCosts(table, method, time.perf_counter() - start)
 
 
 def _count(spec, precision: str | None) -> _Rows:
-    """(phase, op, dtype) -> [calls, FLOPs, bytes read, bytes written] of one step of `spec`."""
+    """(phase, op, dtype, m, k, n, bytes per call) -> VALUES of one step of `spec`."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from lmperf.model.custom import build_model

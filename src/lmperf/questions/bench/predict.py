@@ -16,20 +16,27 @@ op costs the CPU ~HOST_OP_S whatever the GPU does; the GPU runs behind the host,
 takes the longer of the two totals). Precision maps to peaks as the run would: fp32 -> FP32
 FMA (lmperf's fp32 regime turns TF32 off), tf32 -> TF32, bf16/fp16 ops -> tensor-core figures.
 
-`--predict cpu` predicts for this machine instead, from its own measured ceilings
-(`measure.ceilings`: attained matmul FLOP/s and bandwidth, fractions 1) plus its measured time
-per eager op call, added per call (the CPU runs each op to completion before the next).
+`--predict cpu` predicts for this machine instead, from its own measured ceilings, fractions 1:
+the ideal is the roofline at the best FLOP/s and bandwidth it attained at any size
+(`measure.ceilings`, `measure.calibration`); the typical time holds each op to the ceiling of its
+own size (`measure.calibration`: matmul FLOP/s interpolated at the product's (m, k, n), the
+bandwidth of one call's working set, the measured elements/s of exp / log_softmax for ops that
+compute a transcendental per element, which the FLOP counter counts as 0) and adds the measured
+time per eager op call for every call (the CPU runs each op to completion before the next).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
 
 from lmperf.errors import SpecError
+
+if TYPE_CHECKING:
+    from lmperf.measure.calibration import Calibration
 
 KIND = "prediction"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
@@ -48,34 +55,40 @@ class Fraction:
     source: str
 
 
+# op class -> attained fractions of peak (compute, memory), each with its source in short; the
+# sources in full: matmul, NVIDIA Deep Learning Performance Guide, 'Matrix Multiplication
+# Background' (GEMMs of LM shapes at roughly 60-80% of dense peak) and Megatron-LM (Narayanan et
+# al., SC'21: 52% of peak for a whole training step); attention, FlashAttention-2 (Dao, 2023:
+# 50-73% of A100 peak forward, less backward); elementwise/norm, an assumption: unfused
+# elementwise and reduction kernels at about half of DRAM peak (STREAM-like copies reach 80-90%,
+# BabelStream, Deakin et al. 2018; broadcasts, strides and small tensors less); optimizer, an
+# assumption: fused AdamW streams parameters, gradients and both moments once, long contiguous
+# reads at ~60% of DRAM peak.
 FRACTIONS: dict[str, Fraction] = {
-    "matmul": Fraction(0.7, 0.7, "cuBLAS GEMMs of LM shapes reach roughly 60-80% of dense peak "
-                       "(NVIDIA Deep Learning Performance Guide, 'Matrix Multiplication "
-                       "Background'; Megatron-LM, Narayanan et al. SC'21: 52% of peak for a "
-                       "whole training step)"),
-    "attention": Fraction(0.5, 0.5, "FlashAttention-2 (Dao, 2023): 50-73% of A100 peak forward, "
-                          "less backward"),
-    "elementwise/norm": Fraction(1.0, 0.5, "assumption: unfused elementwise and reduction kernels "
-                                 "reach about half of DRAM peak (STREAM-like copies reach "
-                                 "80-90%: BabelStream, Deakin et al. 2018; broadcasts, strides "
-                                 "and small tensors less)"),
-    "optimizer": Fraction(1.0, 0.6, "assumption: fused AdamW streams parameters, gradients and "
-                          "both moments once: long contiguous reads at ~60% of DRAM peak"),
+    "matmul": Fraction(0.7, 0.7, "GEMMs of LM shapes: 60-80% of peak (NVIDIA DL Perf. Guide)"),
+    "attention": Fraction(0.5, 0.5, "FlashAttention-2 (Dao 2023): 50-73% of A100 peak forward"),
+    "elementwise/norm": Fraction(1.0, 0.5, "assumed: ~50% of DRAM peak (STREAM copies: 80-90%)"),
+    "optimizer": Fraction(1.0, 0.6, "assumed: fused AdamW streams its state at ~60% of DRAM"),
 }
 METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes of the real model counted on fake "
           "tensors; ideal = roofline at the datasheet peaks, typical = per-class attained "
           "fractions of peak, never below 10 us of host time per op (see "
           "lmperf.questions.bench.predict)")
-CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes counted on fake tensors; ideal = "
-              "roofline at this CPU's measured ceilings, typical = ideal + measured time per op "
-              "call x calls")
+CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and sizes counted on fake tensors; "
+              "ideal = roofline at the best ceilings this CPU attained at any size; typical = "
+              "each op at the measured ceiling of its own size (matmul FLOP/s by (m, k, n), "
+              "bandwidth by working set, elements/s for exp / log / softmax, the optimizer at "
+              "fused AdamW's bytes/s) + measured time per op call x calls")
+# The columns a GPU prediction sums per (phase, op, dtype): its fractions are per op class.
+SUMMED: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written")
 
 
 @dataclass(frozen=True)
 class Target:
     """A device to predict for: its name, FLOP/s per math dtype, bandwidth (bytes/s), the
-    attained fractions (None: the figures are measured, fractions 1), the host time per op and
-    whether it adds to the device time (CPU) or overlaps it (GPU)."""
+    attained fractions (None: the figures are measured, fractions 1), the host time per op,
+    whether it adds to the device time (CPU) or overlaps it (GPU), and the size-aware ceilings
+    the typical time uses instead of fractions (this CPU's; None for a GPU)."""
 
     name: str
     flops_per_s: dict[str, float]
@@ -84,6 +97,7 @@ class Target:
     op_s: float
     additive: bool
     source: str
+    calibration: "Calibration | None" = None
 
 
 def gpu_targets(name: str) -> list[Target]:
@@ -108,18 +122,24 @@ def gpu_targets(name: str) -> list[Target]:
 
 
 def cpu_target(threads: int | None = None) -> Target:
-    """This CPU from its measured ceilings (fp32, bf16), with `threads` torch threads
-    (None: lmperf's default, one)."""
+    """This CPU from its measured ceilings (fp32, bf16; `measure.ceilings`) and its size-aware
+    calibration (`measure.calibration`), with `threads` torch threads (None: lmperf's default,
+    one). The ideal's ceilings are the best attained at any size."""
     import torch
 
     from lmperf.core.launch import cpu_threads
+    from lmperf.measure.calibration import calibrate
     from lmperf.measure.ceilings import measure_ceilings
 
     with cpu_threads(1 if threads is None else threads):
         c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16"))
-    return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)",
-                  dict(c.matmul_flops_per_s), c.bandwidth_bytes_per_s, None, c.op_overhead_s,
-                  True, "measured now (lmperf.measure.ceilings)")
+        cal = calibrate()
+    flops = dict(c.matmul_flops_per_s)
+    flops["fp32"] = max(flops["fp32"], *(rate for *_, rate in cal.matmul))
+    bandwidth = max(c.bandwidth_bytes_per_s, *(bw for _, bw in cal.bandwidth))
+    return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)", flops,
+                  bandwidth, None, c.op_overhead_s, True,
+                  "measured now (lmperf.measure.ceilings, lmperf.measure.calibration)", cal)
 
 
 def _math_dtype(dtype: str, tf32: bool) -> str:
@@ -127,19 +147,47 @@ def _math_dtype(dtype: str, tf32: bool) -> str:
     return "tf32" if dtype == "fp32" and tf32 else dtype
 
 
+def cpu_op_s(row, calibration: "Calibration", rate: float, fp32_rate: float) -> float:
+    """Seconds of one costs row (summed over its calls, per-call overhead left out) at the
+    ceilings of its own size: the larger of its compute time (a matrix product at the
+    calibrated FLOP/s of its (m, k, n), scaled by `rate` / `fp32_rate` for another dtype; an op
+    that computes exp / log per element at its measured elements/s; any other op's FLOPs at
+    `rate`) and its bytes at the bandwidth of one call's working set (the optimizer's ops at
+    fused AdamW's)."""
+    nbytes = row.bytes_read + row.bytes_written
+    per_call = nbytes / max(row.calls, 1)
+    memory = nbytes / (calibration.optimizer_bytes_per_s if row.op_class == "optimizer"
+                       else calibration.bandwidth_bytes_per_s(per_call))
+    if row.m > 0:
+        compute = row.flops / (calibration.matmul_flops_per_s(row.m, row.k, row.n)
+                               * rate / fp32_rate)
+    elif (elements_per_s := calibration.element_rate(row.op, per_call)) is not None:
+        compute = row.elements / elements_per_s
+    else:
+        compute = row.flops / rate
+    return max(compute, memory)
+
+
 def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False) -> dict[str, tuple]:
     """phase -> (ideal s, typical s, FLOPs, bytes, calls) of one step on `target`;
     `costs` is `OpCosts.table`."""
     out = {}
+    cal = target.calibration
+    if cal is None:  # fractions of peak are per op class: one row per (phase, op, dtype)
+        costs = costs.groupby(["phase", "op", "dtype", "op_class"], sort=False)[
+            list(SUMMED)].sum().reset_index()
     fp32 = target.flops_per_s.get("tf32" if tf32 else "fp32") or max(target.flops_per_s.values())
     for phase, ops in costs.groupby("phase", sort=False):
         ideal = typical = 0.0
         for r in ops.itertuples():
             rate = target.flops_per_s.get(_math_dtype(r.dtype, tf32), fp32)
             nbytes = r.bytes_read + r.bytes_written
+            ideal += max(r.flops / rate, nbytes / target.bandwidth)
+            if cal is not None:
+                typical += cpu_op_s(r, cal, rate, fp32)
+                continue
             f = (target.fractions or {}).get(r.op_class)
             fc, fm = (f.compute, f.memory) if f else (1.0, 1.0)
-            ideal += max(r.flops / rate, nbytes / target.bandwidth)
             typical += max(r.flops / (rate * fc), nbytes / (target.bandwidth * fm))
         host = float(ops["calls"].sum()) * target.op_s
         typical = typical + host if target.additive else max(typical, host)
@@ -208,6 +256,11 @@ def _record(spec, target: Target, metrics: dict, count_method: str) -> dict:
                   "host_op_s": target.op_s,
                   "host_op_source": "measured" if target.additive else HOST_OP_SOURCE,
                   "flops_per_s": target.flops_per_s, "bandwidth_bytes_per_s": target.bandwidth}
+    if target.calibration is not None:
+        from lmperf.measure.calibration import METHOD as CALIBRATION_METHOD
+
+        prediction |= {"calibration": target.calibration.to_dict(),
+                       "calibration_method": CALIBRATION_METHOD}
     import torch
 
     env = envmod.capture(torch.device("cpu"))  # the machine that computed the prediction
@@ -234,6 +287,8 @@ def build_report(records: list[dict]):
         rows.append(row)
     frame = pd.DataFrame(rows)
     findings = sorted({r["prediction"]["method"] for r in records})
+    findings += sorted({r["prediction"]["calibration_method"] for r in records
+                        if "calibration_method" in r["prediction"]})
     findings += [f"attained fraction for {k}: compute {v['compute']:g}, memory {v['memory']:g} "
                  f"of peak ({v['source']})" for k, v in
                  (records[0]["prediction"]["fractions"] if records else {}).items()]
@@ -260,3 +315,32 @@ def _display(report):
 
 def _fmt(seconds: float) -> str:
     return f"{seconds:.4f}" if seconds < 1 else f"{seconds:.3f}"
+
+
+def prediction_errors(predictions: list[dict], measured: list[dict]) -> pd.DataFrame:
+    """Each predicted phase against the measured bench run of the same size, context, batch,
+    precision and mode: one row per (run, phase) with the typical prediction, the measured
+    median wall time and median CPU time (ms; NaN where the record has none) and the signed
+    errors predicted / measured - 1. Only 'ok' bench records with a matching prediction."""
+    def key(spec: dict) -> tuple:
+        return (spec.get("model") or spec["size"], spec["context_length"], spec["batch_size"],
+                spec["precision"], spec["mode"])
+
+    typical = {key(r["spec"]): r["metrics"] for r in predictions if r.get("kind") == KIND}
+    rows = []
+    for r in measured:
+        if r.get("kind") != "bench" or r.get("status") != "ok" or key(r["spec"]) not in typical:
+            continue
+        m, cpu = r["metrics"], r["metrics"].get("cpu_time") or {}
+        for phase in PHASES:
+            if f"{phase}_ms" not in m or phase not in typical[key(r["spec"])]:
+                continue
+            predicted = typical[key(r["spec"])][phase]["typical_s"] * 1e3
+            wall = m[f"{phase}_ms"]["median"]
+            cpu_ms = cpu.get(f"{phase}_ms")
+            cpu_ms = cpu_ms["median"] if isinstance(cpu_ms, dict) else math.nan
+            rows.append({"size": key(r["spec"])[0], "context": key(r["spec"])[1],
+                         "phase": phase, "predicted_ms": predicted, "measured_ms": wall,
+                         "cpu_ms": cpu_ms, "error_wall": predicted / wall - 1,
+                         "error_cpu": predicted / cpu_ms - 1})
+    return pd.DataFrame(rows)
