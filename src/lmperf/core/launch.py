@@ -254,8 +254,9 @@ class WarmChild(ChildProcess):
             return [self._failed(describe_exit(code), log_path)]
 
     def _wait(self, box: queue.Queue) -> int | str | None:
-        """The child's exit code, "timeout" (it was killed), or None if the server died."""
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        """The child's exit code, "timeout" (it was killed), or None if the server died.
+        The timeout counts from the fork: a server still importing torch does not use it up."""
+        deadline = None
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -263,19 +264,15 @@ class WarmChild(ChildProcess):
                 reply = box.get(timeout=0.2 if left is None else min(0.2, left))
             except queue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
-                    while self.pid is None:  # not told its pid yet: wait for it (or its end)
-                        reply = box.get()
-                        if "pid" not in reply:
-                            return reply["exit"]
-                        self.pid = reply["pid"]
                     self.kill()
                     box.get()  # the exit of the killed child
                     return "timeout"
                 continue
-            if "pid" in reply:
-                self.pid = reply["pid"]
-            else:
+            if "pid" not in reply:
                 return reply["exit"]
+            self.pid = reply["pid"]
+            if self.timeout_s is not None:
+                deadline = time.monotonic() + self.timeout_s
 
     def kill(self) -> None:
         """Kill the child's process group (its own session), or the child if it has none yet."""
