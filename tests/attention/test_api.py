@@ -13,7 +13,7 @@ def test_the_issue_s_call_returns_a_report_with_a_numeric_frame():
     assert isinstance(report, Report) and report.kind == "attention"
     df = report.frame
     assert isinstance(df, pd.DataFrame)
-    assert list(df["impl"]) == ["naive", "sdpa"] and list(df["seq"]) == [256, 256]
+    assert list(df["attention"]) == ["naive", "sdpa"] and list(df["context"]) == [256, 256]
     assert (df["status"] == "ok").all(), df["message"].tolist()
     for col in ("forward_ms", "backward_ms", "end_to_end_ms", "before_backward_mib",
                 "x_score_matrix", "speedup_vs_naive"):
@@ -24,7 +24,7 @@ def test_the_issue_s_call_returns_a_report_with_a_numeric_frame():
 
 
 def test_scalars_inline_and_plots(tmp_path):
-    report = lmperf.attention("naive", context=16, d=8, precision="fp32", warmup=0, steps=1,
+    report = lmperf.attention("naive", context=16, d=8, dtype="fp32", warmup=0, steps=1,
                               inline=True, plots=tmp_path)
     assert report.frame["status"].tolist() == ["ok"]
     assert (tmp_path / "latency_vs_seq.png").exists()

@@ -32,7 +32,7 @@ def test_a_tiny_sweep_end_to_end(tmp_path, capsys):
     argv = ["--attention", "naive", "flash-torch", "--context", "32", *TINY, "--out", str(out)]
     assert _run([*argv, "--plots", str(plots)]) == 0
     records = _lines(out)
-    assert [(r["spec"]["impl"], r["spec"]["seq"], r["status"]) for r in records] == [
+    assert [(r["spec"]["attention"], r["spec"]["context"], r["status"]) for r in records] == [
         ("naive", 32, "ok"), ("flash-torch", 32, "ok")]
     assert all(r["spec"]["threads"] == 1 and r["spec"]["causal"] for r in records)
     assert all(r["env"]["torch_threads"] == 1 for r in records)
@@ -77,13 +77,13 @@ def test_bare_json_prints_only_the_records(tmp_path, capsys):
 
 def test_the_old_flag_names_still_work_with_a_warning(tmp_path, capsys):
     out = tmp_path / "a.jsonl"
-    assert _run(["--impl", "naive", "--seq", "16", "--dtype", "bf16", "--repeats", "3", "--d", "8",
+    assert _run(["--impl", "naive", "--seq", "16", "--precision", "bf16", "--repeats", "3", "--d", "8",
                  "--warmup", "0", "--device", "cpu", "--inline", "--out", str(out)]) == 0
     (r,) = _lines(out)
-    assert (r["spec"]["impl"], r["spec"]["seq"], r["spec"]["dtype"], r["spec"]["repeats"]) == \
+    assert (r["spec"]["attention"], r["spec"]["context"], r["spec"]["dtype"], r["spec"]["steps"]) == \
         ("naive", 16, "bf16", 3)
     err = capsys.readouterr().err
-    for old, new in (("--impl", "--attention"), ("--seq", "--context"), ("--dtype", "--precision"),
+    for old, new in (("--impl", "--attention"), ("--seq", "--context"), ("--precision", "--dtype"),
                      ("--repeats", "--steps")):
         assert f"{old} is deprecated; use {new}" in err
 
@@ -96,14 +96,14 @@ def results_file(tmp_path_factory):
           "--steps", "1", "--device", "cpu", "--inline", "--out", str(out)])
     with pytest.MonkeyPatch.context() as mp:  # no GPU, no interpreter: an 'unsupported' row
         mp.delenv("TRITON_INTERPRET", raising=False)
-        _run(["--attention", "flash-triton", "--precision", "fp32", "--context", "16", "--d",
+        _run(["--attention", "flash-triton", "--dtype", "fp32", "--context", "16", "--d",
               "8", "--device", "cpu", "--inline", "--out", str(out)])
     return out
 
 
 @pytest.mark.parametrize("fmt, expect", [("latex", r"\begin{tabular}"),
                                          ("markdown", "#### memory before backward"),
-                                         ("csv", "impl,seq,")])
+                                         ("csv", "attention,context,")])
 def test_lmperf_table_renders_attention_records(results_file, fmt, expect, capsys):
     from lmperf.cli import main
 
@@ -113,14 +113,14 @@ def test_lmperf_table_renders_attention_records(results_file, fmt, expect, capsy
     if fmt == "csv":
         df = pd.read_csv(io.StringIO(text))
         assert len(df) == 5 and set(df["status"]) == {"ok", "unsupported"}
-        assert df.loc[df["impl"] == "sdpa", "speedup_vs_naive"].notna().all()
+        assert df.loc[df["attention"] == "sdpa", "speedup_vs_naive"].notna().all()
 
 
 @pytest.mark.parametrize("argv, match", [
     (["--context", "0"], "--context must be a positive integer"),
     (["--seq", "0"], "--context must be a positive integer"),
     (["--attention", "flash"], "unknown attention implementation 'flash'"),
-    (["--precision", "fp8"], "unknown precision 'fp8'"),
+    (["--dtype", "fp8"], "--dtype: unknown"),
     (["--timeout", "-1"], "--timeout must be a positive number"),
     (["--max-memory-gib", "0"], "--max-memory-gib must be a positive number"),
     (["--batch", "0"], "--batch must be a positive integer"),

@@ -10,9 +10,9 @@ from lmperf.questions.attention.report import build_report
 from lmperf.questions.attention.spec import AttnSpec
 
 
-def _record(impl: str, seq: int, ms: float | None, status: str = "ok") -> dict:
-    spec = AttnSpec(impl, seq=seq, d=16).to_dict()
-    metrics = {"analytic": {"score_matrix_mib": seq * seq * 4 / 2**20}}
+def _record(attention: str, context: int, ms: float | None, status: str = "ok") -> dict:
+    spec = AttnSpec(attention, context=context, d=16).to_dict()
+    metrics = {"analytic": {"score_matrix_mib": context * context * 4 / 2**20}}
     if status == "ok":
         summary = {"median": ms, "n": 2}
         metrics.update({f"{p}_ms": summary for p in ("forward", "backward", "end_to_end")},

@@ -19,7 +19,7 @@ def test_models_of_names_the_reference_and_drops_duplicates():
 def test_two_models_are_the_outermost_axis_of_the_plan():
     plan = plan_bench(model=["reference", TWICE], size="tiny", context=[16, 32], precision="fp32",
                       device="cpu")
-    assert [(s.model, s.context_length) for s in plan.specs] == [
+    assert [(s.model, s.context) for s in plan.specs] == [
         (None, 16), (None, 32), (TWICE, 16), (TWICE, 32)]
     assert any(TWICE in n for n in plan.notes)
 

@@ -86,7 +86,7 @@ def test_default_bench_runs_the_cpu_presets_and_prints_the_table(capsys, tmp_pat
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(r["spec"]["size"], r["spec"]["precision"], r["status"]) for r in records] == [
         ("tiny", "fp32", "ok"), ("mini", "fp32", "ok")]
-    assert all(r["spec"]["batch_size"] == 4 and r["spec"]["warmup"] == 5 and r["spec"]["steps"] == 10
+    assert all(r["spec"]["batch"] == 4 and r["spec"]["warmup"] == 5 and r["spec"]["steps"] == 10
                and r["spec"]["optimizer"] == "fused" for r in records)
     assert "forward (ms)" in stdout and "1,411,392" in stdout
     assert "note: bf16-mixed left out of the CPU defaults" in err and "2 run(s): 2 ok" in err
@@ -113,13 +113,13 @@ def test_ctrl_c_keeps_finished_rows_and_resume_finishes_only_the_rest(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "run the same command with --resume" in err and "Traceback" not in err
-    done = [json.loads(x)["spec"]["context_length"] for x in out.read_text().splitlines()]
+    done = [json.loads(x)["spec"]["context"] for x in out.read_text().splitlines()]
     assert 1 <= len(done) < 3
 
     resumed = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert sorted(r["spec"]["context_length"] for r in rows) == [16, 32, 64]  # each exactly once
+    assert sorted(r["spec"]["context"] for r in rows) == [16, 32, 64]  # each exactly once
     assert all(r["status"] == "ok" for r in rows)
     assert f"resume: {len(done)} job(s) already ok" in resumed.stderr
 

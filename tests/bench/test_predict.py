@@ -136,7 +136,7 @@ def test_the_gpu_path_keeps_one_row_per_op():
 
 
 def test_prediction_errors_pair_phases_with_the_measured_run():
-    spec = {"size": "tiny", "model": None, "context_length": 128, "batch_size": 4, "precision": "fp32",
+    spec = {"size": "tiny", "model": None, "context": 128, "batch": 4, "precision": "fp32",
             "mode": "train-step"}
     predicted = {"kind": "prediction", "spec": spec, "metrics": {
         p: {"typical_s": s} for p, s in (("forward", 0.012), ("backward", 0.02),
@@ -146,7 +146,7 @@ def test_prediction_errors_pair_phases_with_the_measured_run():
         "optimizer_ms": {"median": 3.0},
         "cpu_time": {"forward_ms": {"median": 8.0}, "backward_ms": {"median": 20.0},
                      "optimizer_ms": {"median": 2.0}}}}
-    other = {**measured, "spec": {**spec, "context_length": 256}}
+    other = {**measured, "spec": {**spec, "context": 256}}
     df = pr.prediction_errors([predicted], [measured, other])
     assert list(df["phase"]) == ["forward", "backward", "optimizer"]
     assert list(df["error_wall"].round(6)) == [0.2, -0.2, 0.0]

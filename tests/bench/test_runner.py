@@ -11,7 +11,7 @@ from lmperf.questions.bench.runner import run_spec
 from lmperf.workload.spec import RunSpec
 from lmperf.measure.flops import analytic_flops
 
-TINY = dict(context_length=16, batch_size=2, warmup=1, steps=3)
+TINY = dict(context=16, batch=2, warmup=1, steps=3)
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ from lmperf.results.store import spec_key
 
 
 def test_from_size_fills_the_preset_shape():
-    spec = RunSpec.from_size("small", context_length=256)
+    spec = RunSpec.from_size("small", context=256)
     assert (spec.d_model, spec.num_layers, spec.num_heads, spec.d_ff) == (768, 12, 12, 3072)
-    assert spec.model_context_length == 256  # defaults to the run's context
+    assert spec.model_context == 256  # defaults to the run's context
     assert spec.vocab_size == 10_000
 
 
@@ -21,12 +21,12 @@ def test_from_size_fills_the_preset_shape():
     ("mode", "backward", "unknown mode 'backward'; accepted: forward, forward-backward, train-step"),
     ("attention", "flash", "unknown attention 'flash'; accepted:"),
     ("optimizer", "sgd", "unknown optimizer 'sgd'"),
-    ("batch_size", 0, "batch_size must be a positive integer, got 0"),
+    ("batch", 0, "batch must be a positive integer, got 0"),
     ("steps", -1, "steps must be a positive integer, got -1"),
     ("warmup", -1, "warmup must be a non-negative integer, got -1"),
     ("threads", -2, "threads must be a non-negative integer, got -2"),
     ("clip", -1.0, "clip must be a non-negative number"),
-    ("context_length", 0, "context_length must be a positive integer"),
+    ("context", 0, "context must be a positive integer"),
 ])
 def test_bad_fields_are_rejected_with_what_is_accepted(field, value, fragment):
     with pytest.raises(SpecError, match=None) as info:
@@ -41,14 +41,14 @@ def test_unknown_size_lists_the_presets():
 
 def test_context_longer_than_the_model_allows():
     with pytest.raises(SpecError, match="context 512 is longer than the model allows"):
-        RunSpec.from_size("tiny", context_length=512, model_context_length=256)
-    assert RunSpec.from_size("tiny", context_length=128, model_context_length=256).context_length == 128
+        RunSpec.from_size("tiny", context=512, model_context=256)
+    assert RunSpec.from_size("tiny", context=128, model_context=256).context == 128
 
 
 def test_spec_is_frozen_hashable_and_round_trips():
     spec = RunSpec.from_size("mini", precision="bf16-mixed", mode="forward")
     with pytest.raises(Exception):
-        spec.batch_size = 8  # type: ignore[misc]
+        spec.batch = 8  # type: ignore[misc]
     again = RunSpec.from_dict(spec.to_dict())
     assert again == spec and hash(again) == hash(spec)
     assert spec_key("bench", spec.to_dict()) == spec_key("bench", again.to_dict())
@@ -61,7 +61,7 @@ def test_grid_is_the_cartesian_product_in_size_major_order():
     specs = grid.expand()
     assert len(specs) == 2 * 2 * 2 * 2
     assert [s.size for s in specs[:8]] == ["tiny"] * 8
-    assert {(s.context_length, s.precision, s.attention) for s in specs[:8]} == {
+    assert {(s.context, s.precision, s.attention) for s in specs[:8]} == {
         (c, p, a) for c in (16, 32) for p in ("fp32", "bf16-mixed") for a in ("naive", "sdpa")}
     assert all(s.steps == 2 for s in specs)
 

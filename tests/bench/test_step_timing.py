@@ -9,7 +9,7 @@ import torch
 from lmperf.questions.bench.runner import run_spec
 from lmperf.workload.spec import RunSpec
 
-TINY = dict(context_length=16, batch_size=2, warmup=1, steps=3)
+TINY = dict(context=16, batch=2, warmup=1, steps=3)
 
 
 @pytest.fixture

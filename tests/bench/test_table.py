@@ -32,7 +32,7 @@ STEP = [5.5, 8.5, 11.5]        # 8.50 +- 3.00
 
 
 def spec(**overrides) -> dict:
-    fields = dict(context_length=128, batch_size=4, precision="fp32", mode="train-step",
+    fields = dict(context=128, batch=4, precision="fp32", mode="train-step",
                   attention="naive", optimizer="fused", device="cpu")
     fields.update(overrides)
     return RunSpec.from_size("tiny", **fields).to_dict()
@@ -61,7 +61,7 @@ def ok_record(*, params: int = 1_234_567, fwd=FWD, bwd=BWD, opt=OPT, step=STEP,
     metrics["optimizer_ms"] = summarize(opt) if mode == "train-step" else None
     metrics["step_ms"] = summarize(step)
     metrics.update({
-        "tokens_per_step": s["batch_size"] * s["context_length"],
+        "tokens_per_step": s["batch"] * s["context"],
         "tokens_per_s": tokens_per_s, "flops_per_step": 123_456_789,
         "flops_per_step_analytic": 123_456_789, "flops_source": "torch.utils.flop_counter",
         "flops_includes": "forward + backward", "tflops": tflops, "math_dtype": "fp32",
@@ -83,10 +83,10 @@ ERR_MSG = "ValueError while counting FLOPs (one untimed step): shapes do not mat
 
 def mixed() -> list[dict]:
     return [
-        ok_record(context_length=128, precision="fp32"),
-        failed_record("oom", OOM_MSG, context_length=256, precision="fp32"),
-        ok_record(context_length=128, precision="bf16-mixed", fwd=[10.0, 12.0, 14.0]),
-        failed_record("error", ERR_MSG, context_length=512, precision="bf16-mixed"),
+        ok_record(context=128, precision="fp32"),
+        failed_record("oom", OOM_MSG, context=256, precision="fp32"),
+        ok_record(context=128, precision="bf16-mixed", fwd=[10.0, 12.0, 14.0]),
+        failed_record("error", ERR_MSG, context=512, precision="bf16-mixed"),
     ]
 
 
@@ -125,7 +125,7 @@ def test_other_numeric_cells():
 # --- LaTeX ----------------------------------------------------------------------------------------
 
 def test_latex_uses_pm_and_escapes_underscores():
-    out = render([ok_record(model=CUSTOM), ok_record(context_length=256)], "latex")
+    out = render([ok_record(model=CUSTOM), ok_record(context=256)], "latex")
     assert r"2.00 $\pm$ 1.00" in out
     assert "±" not in out
     assert r"pkg.my\_mod:make\_model" in out
@@ -152,7 +152,7 @@ def test_latex_multiline_note_stays_commented():
 # --- CSV ------------------------------------------------------------------------------------------
 
 def test_csv_round_trips_numeric_columns():
-    records = [ok_record(model=CUSTOM), ok_record(context_length=256), failed_record("oom", OOM_MSG)]
+    records = [ok_record(model=CUSTOM), ok_record(context=256), failed_record("oom", OOM_MSG)]
     df = pd.read_csv(io.StringIO(render(records, "csv")))
     assert len(df) == 3
     assert df["forward_ms_mean"].iloc[0] == pytest.approx(records[0]["metrics"]["forward_ms"]["mean"])
@@ -165,7 +165,7 @@ def test_csv_round_trips_numeric_columns():
 # --- axes: caption vs columns ---------------------------------------------------------------------
 
 def test_constant_axes_go_to_the_caption_and_varying_ones_become_columns():
-    records = [ok_record(), ok_record(attention="sdpa", context_length=256)]
+    records = [ok_record(), ok_record(attention="sdpa", context=256)]
     table, caption, _ = display_frame(records)
     assert "attention" in table.columns and list(table["attention"]) == ["naive", "sdpa"]
     for axis in ("batch", "mode", "optimizer", "device"):
@@ -197,10 +197,10 @@ def test_status_column_references_the_notes():
 
 
 def test_no_notes_when_all_ok():
-    table, _, notes = display_frame([ok_record(), ok_record(context_length=256)])
+    table, _, notes = display_frame([ok_record(), ok_record(context=256)])
     assert notes == []
     assert list(table["status"]) == ["ok", "ok"]
-    assert "[1]" not in render([ok_record(), ok_record(context_length=256)], "text")
+    assert "[1]" not in render([ok_record(), ok_record(context=256)], "text")
 
 
 def test_failed_rows_show_dashes():
@@ -239,7 +239,7 @@ def test_formats():
 # --- memory column --------------------------------------------------------------------------------
 
 def test_memory_column_for_cpu_records():
-    table, _, _ = display_frame([ok_record(), ok_record(context_length=256)])
+    table, _, _ = display_frame([ok_record(), ok_record(context=256)])
     assert "peak RSS MiB (CPU process)" in table.columns
     assert "peak GPU MiB" not in table.columns
     assert table["peak RSS MiB (CPU process)"].iloc[0] == "250"  # max over the phases
@@ -248,7 +248,7 @@ def test_memory_column_for_cpu_records():
 def test_memory_column_for_cuda_records():
     phases = ("forward", "backward", "optimizer")
     mem = cuda_memory(phases, allocated=(1000.0, 2345.4, 1800.0), reserved=(4096.0, 8192.0, 8192.0))
-    records = [ok_record(device="cuda", memory=mem), ok_record(device="cuda", context_length=256, memory=mem)]
+    records = [ok_record(device="cuda", memory=mem), ok_record(device="cuda", context=256, memory=mem)]
     table, _, _ = display_frame(records)
     assert "peak GPU MiB" in table.columns
     assert "peak RSS MiB (CPU process)" not in table.columns
@@ -274,5 +274,5 @@ def test_memory_title_ignores_failed_rows():
 
 def test_mfu_column_only_when_known():
     assert "MFU" not in display_frame([ok_record()])[0].columns
-    table, _, _ = display_frame([ok_record(mfu=0.4534), ok_record(context_length=256)])
+    table, _, _ = display_frame([ok_record(mfu=0.4534), ok_record(context=256)])
     assert list(table["MFU"]) == ["45.3%", "-"]

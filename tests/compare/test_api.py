@@ -152,7 +152,7 @@ def _attention_record(scale: float, seed: int) -> dict:
                                  ("end_to_end", "step"))}
     metrics["memory"] = {"before_backward_bytes": 2**20 * scale}
     return {"schema": 1, "kind": "attention", "status": "ok", "message": "",
-            "spec": {"impl": "naive", "seq": 64}, "env": base["env"], "metrics": metrics}
+            "spec": {"attention": "naive", "context": 64}, "env": base["env"], "metrics": metrics}
 
 
 def test_attention_records_and_kinds_without_samples():

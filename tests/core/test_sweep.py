@@ -11,7 +11,7 @@ from lmperf.workload.spec import RunSpec
 from lmperf.core.sweep import SweepOptions, pending_specs, run_sweep
 from lmperf.errors import ResultsFileError
 
-QUICK = dict(context_length=16, batch_size=2, warmup=1, steps=2)
+QUICK = dict(context=16, batch=2, warmup=1, steps=2)
 
 
 def _lines(path: Path) -> list[dict]:

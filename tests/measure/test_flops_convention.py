@@ -22,7 +22,7 @@ from lmperf.runtime.precision import get_regime
 from lmperf.workload.build import meta_flops
 from lmperf.workload.spec import RunSpec
 
-SHAPE = dict(context_length=32, batch_size=2)
+SHAPE = dict(context=32, batch=2)
 
 
 def _spec(attention: str, mode: str = "train-step") -> RunSpec:
@@ -36,7 +36,7 @@ def test_every_attention_counts_the_same_non_attention_flops(mode):
     assert len(set(counts.values())) == 1, counts  # flash-triton too: it never runs on meta
     spec = _spec("naive", mode)
     est = analytic_flops(spec.d_model, spec.num_layers, spec.d_ff, spec.vocab_size,
-                         spec.batch_size, spec.context_length, mode)
+                         spec.batch, spec.context, mode)
     assert counts["naive"] == est.matmul  # exactly the 6N part: attention left out
 
 
@@ -44,9 +44,9 @@ def test_the_step_adds_causal_attention_on_one_convention():
     spec = _spec("flash-triton")
     counted, _ = meta_flops(spec)
     fl = reference_step_flops(counted, True, spec.d_model, spec.num_layers, spec.d_ff,
-                              spec.vocab_size, spec.batch_size, spec.context_length, spec.mode)
-    causal = attention_flops(spec.d_model, spec.num_layers, spec.batch_size,
-                             spec.context_length, spec.mode)
+                              spec.vocab_size, spec.batch, spec.context, spec.mode)
+    causal = attention_flops(spec.d_model, spec.num_layers, spec.batch,
+                             spec.context, spec.mode)
     assert fl.flops == counted + causal == fl.analytic
     assert fl.convention == FLOPS_CONVENTION and "causal" in fl.convention
 

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
                     for m in modes:
                         if m == "forward" and o != optimizers[0]:
                             continue  # forward has no optimizer
-                        spec = RunSpec.from_size(size, context_length=t, batch_size=4,
+                        spec = RunSpec.from_size(size, context=t, batch=4,
                                                  precision=p, optimizer=o, mode=m)
                         sim = simulate_step(spec).peak_bytes
                         ref = memtracker_peak(spec)

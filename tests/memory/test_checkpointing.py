@@ -85,7 +85,7 @@ def test_check_groups():
 
 def test_sweep_produces_the_tradeoff_table():
     spec = RunSpec(size="custom", d_model=C, num_layers=LAYERS, num_heads=H, d_ff=D_FF,
-                   vocab_size=V, context_length=T, batch_size=B, optimizer="foreach")
+                   vocab_size=V, context=T, batch=B, optimizer="foreach")
     rows = sweep_checkpointing(spec, [1, LAYERS], steps=1, warmup=1)
     assert [r.group for r in rows] == [0, 1, LAYERS]
     assert all(r.status == "ok" and r.saved_device == "meta" for r in rows)

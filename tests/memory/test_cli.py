@@ -77,7 +77,7 @@ def test_estimate_honours_every_option(tmp_path, capsys):
     text, _, records = run([*QUICK, "--context", "16", "32", "--mode", "forward", "train-step",
                             "--precision", "fp32", "bf16-mixed", "--checkpoint", "1", "2",
                             "--estimate"], tmp_path, capsys)
-    keys = [(r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context_length"],
+    keys = [(r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context"],
              r["spec"]["checkpoint_schedule"], r["spec"]["checkpoint_group"]) for r in records]
     assert len(keys) == len(set(keys)) == 2 * 2 * 2 * 3 + 2 * 2  # + bisection per training row
     assert "lowest simulated peak with groups of" in text and "recursive bisection" in text

@@ -58,7 +58,7 @@ def test_gradient_and_adamw_terms_are_exact(precision, dtype, impl):
 
 
 def _spec(size: str, context: int, batch: int = 2, course: str = "2025", **kw) -> RunSpec:
-    return RunSpec.from_size(size, course, context_length=context, batch_size=batch, **kw)
+    return RunSpec.from_size(size, course, context=context, batch=batch, **kw)
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,7 +71,7 @@ def _cpu_model(size: str, attention: str) -> TransformerLM:
 
 
 def _error(spec: RunSpec, report) -> float:
-    est = estimate(spec.model_config(), spec.batch_size, spec.context_length, spec.precision,
+    est = estimate(spec.model_config(), spec.batch, spec.context, spec.precision,
                    spec.attention)
     measured = report.total() + report.total("weight copy")
     assert est.weight_copy_bytes == report.total("weight copy")
@@ -83,7 +83,7 @@ def test_saved_estimate_within_10_percent_on_the_cpu(size):
     for context, precision, attention in itertools.product((16, 96), ("fp32", "bf16-mixed"),
                                                            ("naive", "sdpa")):
         spec = _spec(size, context, precision=precision, attention=attention)
-        ids = torch.randint(0, spec.vocab_size, (spec.batch_size, context))
+        ids = torch.randint(0, spec.vocab_size, (spec.batch, context))
         regime = get_regime(precision)
         report = measure_saved(_cpu_model(size, attention), ids, ids.clone(),
                                lambda: autocast(regime, torch.device("cpu")))

@@ -78,7 +78,7 @@ def test_job_spec_round_trip_and_label():
     assert [j.analysis for j in plan.jobs] == ["phases", "saved"]
     job = plan.jobs[0]
     assert MemorySpec.from_dict(json.loads(json.dumps(job.to_dict()))) == job
-    assert job.run.context_length == 32 and job.contexts == (16, 32) and job.threads == 1
+    assert job.run.context == 32 and job.contexts == (16, 32) and job.threads == 1
     assert job.label() == "phases tiny fp32 b=4 ctx 16,32"
 
 

@@ -72,7 +72,7 @@ def test_ops_groups_and_the_residual_yardstick():
 @pytest.mark.parametrize("context", [8, 24])
 def test_meta_device_saves_the_same_bytes_as_the_cpu(context):
     spec = RunSpec(size="custom", d_model=C, num_layers=L, num_heads=H, d_ff=F, vocab_size=V,
-                   context_length=context, batch_size=B)
+                   context=context, batch=B)
     assert meta_equivalent(spec)
     cpu = measure_spec(spec, torch.device("cpu"))
     meta = measure_spec(spec, torch.device("meta"))

@@ -14,8 +14,8 @@ from tests.memory.memtracker import memtracker_peak  # noqa: E402
 
 
 def _spec(size: str = "tiny", context: int = 32, **kw: object) -> RunSpec:
-    kw.setdefault("batch_size", 2)
-    return RunSpec.from_size(size, context_length=context, **kw)
+    kw.setdefault("batch", 2)
+    return RunSpec.from_size(size, context=context, **kw)
 
 
 # The cheapest cases that still cover every path the acceptance matrix has (the full matrix,
@@ -106,7 +106,7 @@ def test_shard_scales_its_categories_only() -> None:
 
 
 def test_nothing_is_allocated_for_a_huge_context() -> None:
-    spec = RunSpec.from_size("tiny", context_length=65536, batch_size=64, mode="forward")
+    spec = RunSpec.from_size("tiny", context=65536, batch=64, mode="forward")
     res = simulate_step(spec)
     assert res.peak_bytes > 64 * 2**30  # the naive scores alone are B H T^2 x 4 bytes
 

@@ -244,7 +244,7 @@ def test_sets_and_tuples_load(tmp_path):
 
 def tiny_spec(**changes: object) -> RunSpec:
     # forward only: the recording tests check what happens around the steps, not the steps
-    fields = dict(context_length=16, batch_size=2, vocab_size=256, warmup=2, steps=3,
+    fields = dict(context=16, batch=2, vocab_size=256, warmup=2, steps=3,
                   device="cuda", mode="forward")
     return RunSpec.from_size("tiny", **{**fields, **changes})
 

@@ -38,7 +38,7 @@ def _rank(rank: int, port: int, log: Path) -> None:
     from lmperf.questions.parallel.worker import run_items, setup, shutdown
 
     job = TrainJob(world_size=2, strategies=("overlap",), size="tiny", d_model=32, num_layers=1,
-                   num_heads=2, d_ff=64, vocab_size=64, context_length=8, batch_size=2,
+                   num_heads=2, d_ff=64, vocab_size=64, context=8, batch=2,
                    warmup=0, steps=2, profile_steps=0, timeout_s=60.0)
     ctx = setup(job, None)
     run_items(job, job.items(), ctx, lambda record: None)

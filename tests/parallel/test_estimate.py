@@ -102,7 +102,7 @@ def test_unsplit_activations_are_the_memory_estimates(size: str, batch: int, con
     shape = est.preset_shape(size, "2026", context)
     from lmperf.workload.spec import RunSpec
 
-    config = RunSpec.from_size(size, "2026", context_length=context).model_config()
+    config = RunSpec.from_size(size, "2026", context=context).model_config()
     m = memory_estimate.estimate(config, batch, context, "bf16-mixed", "sdpa", "train-step",
                                  device="cuda")
     assert f.activation_bytes(shape, batch * context) == m.activation_bytes + m.weight_copy_bytes

@@ -46,7 +46,7 @@ def test_plan_is_the_leaderboards_shape():
     job = leaderboard.plan(device="cpu")
     assert (job.d_model, job.num_layers, job.num_heads, job.d_ff, job.vocab_size) == (
         4096, 34, 32, 11008, 151_936)
-    assert (job.context_length, job.batch_size, job.world_size) == (32768, 2, 2)
+    assert (job.context, job.batch, job.world_size) == (32768, 2, 2)
     assert job.precision == "bf16-true" and job.checkpointing and job.backend == "gloo"
     assert leaderboard.LeaderboardJob.from_dict(job.to_dict()) == job
 
@@ -98,7 +98,7 @@ def test_the_python_api_plans_the_same_job(monkeypatch):
     report = lmperf.dist("leaderboard", size="tiny", context=32, device="cpu", precision="bf16-mixed",
                          rep_ms=5.0)
     job = seen["job"]
-    assert (job.size, job.context_length, job.batch_size, job.precision, job.rep_ms) == (
+    assert (job.size, job.context, job.batch, job.precision, job.rep_ms) == (
         "tiny", 32, 2, "bf16-mixed", 5.0)
     assert report.kind == "leaderboard" and report.frame.empty
     with pytest.raises(SpecError):

@@ -281,7 +281,7 @@ def test_nsys_child_synchronises_inside_each_phase_range(tmp_path, monkeypatch):
     monkeypatch.setattr(capture, "annotate", recording)  # what prepare_annotated installs
     monkeypatch.setattr(dev, "synchronize", lambda device: log.append(("sync", "")))
     spec = tmp_path / "spec.json"
-    run = RunSpec.from_size("tiny", context_length=16, batch_size=1, warmup=0, steps=2)
+    run = RunSpec.from_size("tiny", context=16, batch=1, warmup=0, steps=2)
     spec.write_text(json.dumps(run.to_dict()))
     threads = torch.get_num_threads()
     try:

@@ -16,7 +16,7 @@ from lmperf.questions.profile.backends.torch_profiler import profile_torch
 from lmperf.questions.profile.trace import load_trace
 from lmperf.workload.spec import RunSpec
 
-QUICK = dict(context_length=32, batch_size=2, warmup=1, steps=3)
+QUICK = dict(context=32, batch=2, warmup=1, steps=3)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from lmperf.workload.spec import RunSpec
 
 def test_plan_takes_the_cpu_defaults_and_the_thread_policy():
     spec = plan_profile(device="cpu").spec
-    assert (spec.size, spec.context_length, spec.precision) == ("mini", 128, "fp32")
+    assert (spec.size, spec.context, spec.precision) == ("mini", 128, "fp32")
     assert (spec.warmup, spec.steps, spec.threads, spec.backend) == (2, 10, 1, "torch")
     assert spec.trace.startswith("results/traces/mini_ctx128")
 

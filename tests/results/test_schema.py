@@ -8,7 +8,7 @@ import pytest
 
 from lmperf.results.schema import SCHEMA_VERSION, STATUSES, is_record, make_record
 
-SPEC = {"size": "tiny", "context_length": 16, "batch_size": 2}
+SPEC = {"size": "tiny", "context": 16, "batch": 2}
 ENV = {"device": "cpu", "timestamp": "2025-01-01T00:00:00+00:00"}
 FIELDS = ["schema", "kind", "status", "message", "spec", "params", "env", "metrics", "warnings"]
 

@@ -15,7 +15,7 @@ ENV = {"device": "cpu", "timestamp": "2025-01-01T00:00:00+00:00"}
 
 
 def rec(context: int, status: str = "ok", **kw) -> dict:
-    spec = {"size": "tiny", "context_length": context, "batch_size": 2, "precision": "fp32"}
+    spec = {"size": "tiny", "context": context, "batch": 2, "precision": "fp32"}
     if status == "ok":
         kw.setdefault("metrics", {})
     return make_record("bench", spec, status, ENV, **kw)
@@ -36,7 +36,7 @@ def test_round_trip_keeps_order_and_content(tmp_path):
     for r in rs:
         append_record(path, r)
     assert read_records(path) == rs
-    assert [r["spec"]["context_length"] for r in read_records(path)] == [16, 32, 64, 128]
+    assert [r["spec"]["context"] for r in read_records(path)] == [16, 32, 64, 128]
 
 
 def test_one_line_per_record_and_trailing_newline(tmp_path):
@@ -155,17 +155,17 @@ def test_undecodable_file(tmp_path):
 
 
 def test_spec_key_independent_of_key_order():
-    a = {"size": "tiny", "batch_size": 2, "context_length": 16, "nested": {"x": 1, "y": 2}}
-    b = {"nested": {"y": 2, "x": 1}, "context_length": 16, "batch_size": 2, "size": "tiny"}
+    a = {"size": "tiny", "batch": 2, "context": 16, "nested": {"x": 1, "y": 2}}
+    b = {"nested": {"y": 2, "x": 1}, "context": 16, "batch": 2, "size": "tiny"}
     assert list(a) != list(b)
     assert spec_key("bench", a) == spec_key("bench", b)
 
 
 def test_spec_key_distinguishes_specs_and_kinds():
-    a = {"size": "tiny", "batch_size": 2}
-    assert spec_key("bench", a) != spec_key("bench", {"size": "tiny", "batch_size": 4})
+    a = {"size": "tiny", "batch": 2}
+    assert spec_key("bench", a) != spec_key("bench", {"size": "tiny", "batch": 4})
     assert spec_key("bench", a) != spec_key("profile", a)
-    assert spec_key("bench", a) != spec_key("bench", {"size": "tiny", "batch_size": "2"})
+    assert spec_key("bench", a) != spec_key("bench", {"size": "tiny", "batch": "2"})
     assert isinstance(spec_key("bench", a), str)
     json.loads(spec_key("bench", a))
 

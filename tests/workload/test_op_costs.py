@@ -67,7 +67,7 @@ def test_op_classes():
 
 @pytest.mark.slow
 def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
-    spec = RunSpec.from_size("tiny", num_layers=3, context_length=32, batch_size=2,
+    spec = RunSpec.from_size("tiny", num_layers=3, context=32, batch=2,
                              optimizer="fused")
     costs = oc.count_op_costs(spec)
     assert "extrapolated linearly to 3" in costs.method
@@ -90,7 +90,7 @@ def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
 
 @pytest.mark.slow
 def test_bf16_mixed_counts_its_matmuls_in_bf16():
-    spec = RunSpec.from_size("tiny", context_length=16, batch_size=1, precision="bf16-mixed",
+    spec = RunSpec.from_size("tiny", context=16, batch=1, precision="bf16-mixed",
                              mode="forward")
     table = oc.count_op_costs(spec).table
     mm = table[table["op"] == "aten::mm"]

@@ -227,9 +227,9 @@ def test_only_failed_runs_and_an_unknown_kind(results, tmp_path, capsys):
 def test_run_labels_name_what_differs():
     from lmperf.questions.writeup.sections import run_labels
 
-    specs = [{"size": "tiny", "context_length": 16, "precision": "fp32", "d_model": 64, "seed": 0},
-             {"size": "mini", "context_length": 16, "precision": "fp32", "d_model": 128, "seed": 1},
-             {"size": "mini", "context_length": 16, "precision": "fp32", "d_model": 128, "seed": 1}]
+    specs = [{"size": "tiny", "context": 16, "precision": "fp32", "d_model": 64, "seed": 0},
+             {"size": "mini", "context": 16, "precision": "fp32", "d_model": 128, "seed": 1},
+             {"size": "mini", "context": 16, "precision": "fp32", "d_model": 128, "seed": 1}]
     labels = run_labels([{"spec": s} for s in specs])
     assert labels == ["tiny ctx=16 fp32 seed=0", "mini ctx=16 fp32 seed=1 #1",
                       "mini ctx=16 fp32 seed=1 #2"]

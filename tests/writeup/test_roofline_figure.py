@@ -23,7 +23,7 @@ def _record(with_roofline: bool = True) -> dict:
     per_op = rl.top_per_phase(rl.per_op_table(costs, measured, ceilings), 10)
     tables = {rl.PER_OP: per_op, rl.CEILINGS: rl.ceilings_table(ceilings)} if with_roofline \
         else {}
-    spec = {"size": "tiny", "context_length": 32, "batch_size": 2, "precision": "fp32",
+    spec = {"size": "tiny", "context": 32, "batch": 2, "precision": "fp32",
             "mode": "train-step", "attention": "naive"}
     return {"schema": 1, "kind": "profile", "status": "ok", "message": "", "spec": spec,
             "params": 1, "env": {}, "warnings": [],

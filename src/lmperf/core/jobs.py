@@ -11,6 +11,7 @@ import hashlib
 import importlib
 from typing import Any, ClassVar, Protocol
 
+from lmperf.results.record import spec_before_renames
 from lmperf.results.store import spec_key
 
 
@@ -48,7 +49,18 @@ def class_path(spec: object) -> str:
 def job_id(spec: JobSpec) -> str:
     """A short stable hash of a job's kind and spec; every record a job writes carries it, so
     that `--resume` can recognise the job even when its records have specs of their own."""
-    return hashlib.sha1(spec_key(spec.kind, spec.to_dict()).encode()).hexdigest()[:16]
+    return _hash(spec.kind, spec.to_dict())
+
+
+def job_ids(spec: JobSpec) -> tuple[str, ...]:
+    """The job's id, then the id its spec had before a field of it was renamed (records
+    written by an earlier lmperf carry that one), when there was such a rename."""
+    before = spec_before_renames(spec.kind, spec.to_dict())
+    return (job_id(spec),) if before is None else (job_id(spec), _hash(spec.kind, before))
+
+
+def _hash(kind: str, spec: dict) -> str:
+    return hashlib.sha1(spec_key(kind, spec).encode()).hexdigest()[:16]
 
 
 def threads_of(spec: object) -> int:

@@ -8,11 +8,12 @@ records stay in memory (the Python API's default).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from lmperf.core.jobs import JobSpec, job_id
+from lmperf.core.jobs import JobSpec, job_id, job_ids
 from lmperf.core.launch import ChildProcess, WarmChild, run_inline, warm_start_available
 from lmperf.results import store
 from lmperf.results.store import spec_key
@@ -67,6 +68,9 @@ class SweepOptions:
         max_memory_gib: cap each child's memory (CPU: address space; CUDA: allocator fraction).
         resume: skip jobs that already have an 'ok' row in the output file.
         reporter: progress callbacks.
+        workers: isolated jobs in flight at once (default 1). Above 1, jobs still start in
+            order, records are appended as their jobs end and returned in the jobs' order;
+            only for jobs that may share the machine (they disturb each other's timings).
     """
 
     isolate: bool = True
@@ -75,6 +79,7 @@ class SweepOptions:
     max_memory_gib: float | None = None
     resume: bool = False
     reporter: Reporter = field(default_factory=SilentReporter)
+    workers: int = 1
 
 
 def _normalised_key(spec_type: type, record: dict) -> str:
@@ -86,9 +91,11 @@ def _normalised_key(spec_type: type, record: dict) -> str:
         return spec_key(record["kind"], record["spec"])
 
 
-def round_id(spec: JobSpec, round_: int, rounds: int) -> str:
-    """The job id of one round of a spec (the spec's own id when there is one round)."""
-    return job_id(spec) if rounds == 1 else f"{job_id(spec)}-r{round_}"
+def round_id(spec: JobSpec, round_: int, rounds: int, jid: str | None = None) -> str:
+    """The job id of one round of a spec (the spec's own id when there is one round); `jid`
+    replaces the spec's id (e.g. the one it had before a rename)."""
+    jid = jid or job_id(spec)
+    return jid if rounds == 1 else f"{jid}-r{round_}"
 
 
 def pending_specs(specs: Sequence[JobSpec], out: Path | None, resume: bool) -> list[JobSpec]:
@@ -106,16 +113,25 @@ def _pending(jobs: list[tuple[JobSpec, int]], out: Path | None, resume: bool,
     if rounds == 1:  # records of single-round jobs written before job ids: match the spec
         types = {type(s) for s, _ in jobs}
         done_keys = {_normalised_key(t, r) for t in types for r in ok if "round" not in r}
-    left = [(s, k) for s, k in jobs if round_id(s, k, rounds) not in done_ids
-            and spec_key(s.kind, s.to_dict()) not in done_keys]
+    # A job of several items is decided item by item (`_items_left`): its id on one ok record
+    # says only that one of its items ended well.
+    left = [(s, k) for s, k in jobs if (rounds == 1 and _has_items(s))
+            or (not any(round_id(s, k, rounds, jid) in done_ids for jid in job_ids(s))
+                and spec_key(s.kind, s.to_dict()) not in done_keys)]
     return [(s, k) for s, k in ((_items_left(s, ok), k) for s, k in left) if s is not None]
+
+
+def _has_items(spec: JobSpec) -> bool:
+    """Whether a job has several items, one record each (`items()`, `item_spec(item)`,
+    `with_items(items)`)."""
+    return all(hasattr(spec, a) for a in ("items", "item_spec", "with_items"))
 
 
 def _items_left(spec: JobSpec, ok: list[dict]) -> JobSpec | None:
     """A job of several items (one record each: `items()`, `item_spec(item)`,
     `with_items(items)`, e.g. lmperf dist's) narrowed to the items without an 'ok' record;
     None when every item has one. Other jobs are returned as they are."""
-    if not all(hasattr(spec, a) for a in ("items", "item_spec", "with_items")):
+    if not _has_items(spec):
         return spec
     done = {spec_key(r["kind"], r["spec"]) for r in ok if r["kind"] == spec.kind}
     items = spec.items()  # type: ignore[attr-defined]
@@ -146,27 +162,73 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
         store.ensure_writable(out)
     reporter = options.reporter
     reporter.begin(len(todo), len(jobs) - len(todo))
-    records: list[dict] = []
+    finished: dict[int, list[dict]] = {}
+
+    def done(i: int, new: list[dict]) -> None:
+        spec, k = todo[i]
+        tag = {"job_id": round_id(spec, k, rounds)} | ({"round": k} if rounds > 1 else {})
+        new = [{**record, **tag} for record in new]
+        for record in new:
+            if out is not None:
+                store.append_record(out, record)
+        finished[i] = new
+        reporter.finish(i, spec, new)
+
     try:
-        for i, (spec, k) in enumerate(todo):
-            reporter.start(i, spec)
-            first = precheck(spec) if precheck else None
-            if first is not None:
-                new = [first]
-            elif options.isolate:
-                launcher = WarmChild if options.warm else ChildProcess
-                new = launcher(spec, options.timeout_s, options.max_memory_gib).run()
-            else:
-                new = run_inline(spec)
-            tag = {"job_id": round_id(spec, k, rounds)} | ({"round": k} if rounds > 1 else {})
-            new = [{**record, **tag} for record in new]
-            for record in new:
-                if out is not None:
-                    store.append_record(out, record)
-                records.append(record)
-            reporter.finish(i, spec, new)
+        if options.isolate and options.workers > 1:
+            _in_parallel([s for s, _ in todo], options, precheck, done)
+        else:
+            for i, (spec, _) in enumerate(todo):
+                reporter.start(i, spec)
+                done(i, _run_one(spec, options, precheck))
     except KeyboardInterrupt:
-        raise SweepInterrupted(records, out) from None
+        raise SweepInterrupted([r for i in sorted(finished) for r in finished[i]], out) from None
     finally:
         reporter.end()
-    return records
+    return [r for i in sorted(finished) for r in finished[i]]
+
+
+def _run_one(spec: JobSpec, options: SweepOptions,
+             precheck: Callable[[JobSpec], dict | None] | None,
+             running: list[ChildProcess] | None = None) -> list[dict]:
+    """One job's records: the precheck's, or the job's run in a child process (listed in
+    `running` while it runs, so that another thread can kill it) or inline."""
+    first = precheck(spec) if precheck else None
+    if first is not None:
+        return [first]
+    if not options.isolate:
+        return run_inline(spec)
+    launcher = (WarmChild if options.warm else ChildProcess)(spec, options.timeout_s,
+                                                              options.max_memory_gib)
+    if running is None:  # this thread gets Ctrl-C itself: the launcher kills its child
+        return launcher.run()
+    running.append(launcher)
+    try:
+        return launcher.run()
+    finally:
+        running.remove(launcher)
+
+
+def _in_parallel(specs: list[JobSpec], options: SweepOptions,
+                 precheck: Callable[[JobSpec], dict | None] | None,
+                 done: Callable[[int, list[dict]], None]) -> None:
+    """Run `specs` in child processes, `options.workers` at a time, started in order; `done(i,
+    records)` is called in this thread as each ends. Ctrl-C reaches this thread only: it kills
+    the running children (their threads then return) and drops the jobs not started."""
+    running: list[ChildProcess] = []
+
+    def run(i: int, spec: JobSpec) -> list[dict]:
+        options.reporter.start(i, spec)  # from a worker thread (rich's Progress has a lock)
+        return _run_one(spec, options, precheck, running)
+
+    pool = ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="lmperf-sweep")
+    futures = {pool.submit(run, i, spec): i for i, spec in enumerate(specs)}
+    try:
+        for future in as_completed(futures):
+            done(futures[future], future.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for launcher in list(running):
+            launcher.kill()
+        raise
+    pool.shutdown()

@@ -290,9 +290,11 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def add_alias(parser: argparse.ArgumentParser, old: str, new: str, *, many: bool = False,
               type: Callable | None = str) -> None:
-    """Keep `old` working as a deprecated name of the shared option `new` (e.g. --seq -> --context)."""
-    opt = OPTIONS[new.lstrip("-").replace("-", "_")]
-    parser.add_argument(old, dest=opt.dest, action=_Deprecated, new=new, type=type,
+    """Keep `old` working as a deprecated name of option `new` (e.g. --seq -> --context), a shared
+    option or one of the command's own."""
+    name = new.lstrip("-").replace("-", "_")
+    dest = OPTIONS[name].dest if name in OPTIONS else name
+    parser.add_argument(old, dest=dest, action=_Deprecated, new=new, type=type,
                         nargs="+" if many else None, help=argparse.SUPPRESS)
 
 
@@ -300,8 +302,8 @@ def check_args(command: str, args: argparse.Namespace) -> None:
     """Refuse a bad value of a shared option in one line that names its flag, before the command
     imports torch (the specs check everything again, with the same words, for the Python API).
 
-    `--precision` is a tensor dtype in `attention` (its own parser checks it), a regime
-    everywhere else. Raises SpecError.
+    `--precision` is a regime; `attention` has none (its `--dtype` is a tensor dtype, and its
+    parser checks it, as it checks the deprecated `--precision` alias of it). Raises SpecError.
     """
     from lmperf.errors import SpecError
     from lmperf.model.presets import DEFAULT_COURSE, resolve_preset

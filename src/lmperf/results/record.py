@@ -74,8 +74,27 @@ def problem(obj: object) -> str | None:
 
 
 # Renamed spec fields, per kind: (old name, new name). A record written before a rename is read
-# with the new name, so tables, `compare` and `--resume` see one vocabulary.
-SPEC_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {}
+# with the new name, so tables, `compare` and `--resume` see one vocabulary. Issue 17 gave every
+# spec the shared vocabulary's names (--context, --batch, --attention, --steps).
+_RUN_RENAMES = (("context_length", "context"), ("model_context_length", "model_context"),
+                ("batch_size", "batch"))
+SPEC_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    **{kind: _RUN_RENAMES for kind in ("bench", "profile", "memory", "dist", "prediction")},
+    "attention": (("impl", "attention"), ("seq", "context"), ("repeats", "steps")),
+}
+
+
+def spec_before_renames(kind: str, spec: dict) -> dict | None:
+    """`spec` (today's names) with each renamed field under the name it had before, or None when
+    none of its fields was renamed: the identity a job had when records were written before a
+    rename, so that `--resume` still recognises their job ids."""
+    renames = [(old, new) for old, new in SPEC_RENAMES.get(kind, ()) if new in spec]
+    if not renames:
+        return None
+    back = dict(spec)
+    for old, new in renames:
+        back[old] = back.pop(new)
+    return back
 
 
 def migrate(record: dict) -> dict:

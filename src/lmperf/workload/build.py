@@ -45,7 +45,7 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     if spec.compile:  # compiled lazily, by the first step that runs it
         model = torch.compile(model, mode=spec.compile_mode)
     gen = dev.make_generator(device, spec.seed)
-    shape = (spec.batch_size, spec.context_length)
+    shape = (spec.batch, spec.context)
     inputs = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
     targets = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
     optimizer = None
@@ -83,7 +83,7 @@ def meta_flops(spec: RunSpec) -> tuple[int, dict[str, int]]:
         for layer in model.modules():
             if isinstance(layer, CausalSelfAttention):
                 layer.attention = no_attention
-    shape = (spec.batch_size, spec.context_length)
+    shape = (spec.batch, spec.context)
     tokens = torch.zeros(shape, dtype=torch.long, device=meta)
     state = StepState(model, tokens, tokens, contextlib.nullcontext,
                       torch.amp.GradScaler("cpu", enabled=False))
@@ -97,7 +97,7 @@ def check_user_model(spec: RunSpec, state: StepState) -> None:
         return
     with torch.no_grad(), state.autocast():
         out = state.model(state.inputs)
-    check_logits(out, spec.batch_size, spec.context_length, spec.vocab_size, spec.model)
+    check_logits(out, spec.batch, spec.context, spec.vocab_size, spec.model)
 
 
 def check_user_models(specs: list[RunSpec]) -> None:
@@ -107,15 +107,15 @@ def check_user_models(specs: list[RunSpec]) -> None:
     for spec in specs:
         if spec.model is None:
             continue
-        key = (spec.model_config(), spec.batch_size, spec.context_length)
+        key = (spec.model_config(), spec.batch, spec.context)
         if key in seen:
             continue
         seen.add(key)
         config = spec.model_config()
-        inspect_on_meta(config, spec.model, spec.batch_size, seq=spec.context_length)
+        inspect_on_meta(config, spec.model, spec.batch, seq=spec.context)
         model_ctx = _declared_context(config, spec.model)
-        if model_ctx is not None and spec.context_length > model_ctx:
-            raise SpecError(f"context {spec.context_length} is longer than the model allows "
+        if model_ctx is not None and spec.context > model_ctx:
+            raise SpecError(f"context {spec.context} is longer than the model allows "
                             f"({spec.model} has context_length {model_ctx})")
 
 
@@ -131,4 +131,4 @@ def warm_up() -> None:
     ~2 s on a first model build) once: one step of the tiny model on the meta device. Meta
     tensors have shapes and no data, so no arithmetic runs, no thread pool starts and no device
     is touched (the warm fork server runs this before forking jobs)."""
-    meta_flops(RunSpec.from_size("tiny", context_length=16, batch_size=1))
+    meta_flops(RunSpec.from_size("tiny", context=16, batch=1))

@@ -215,7 +215,7 @@ def _count(spec, precision: str | None) -> _Rows:
         model = build_model(spec.model_config(), spec.model).to(dtype=regime.param_dtype)
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = model.to_empty(device=cpu)
-        tokens = torch.zeros((spec.batch_size, spec.context_length), dtype=torch.long,
+        tokens = torch.zeros((spec.batch, spec.context), dtype=torch.long,
                              device=cpu)  # (B, T)
         optimizer = None
         if spec.mode == "train-step":

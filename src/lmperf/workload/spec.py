@@ -28,9 +28,9 @@ class RunSpec(ModelShape):
         size: preset name; gives the shape unless `model` is set (then it is what the user's
             factory receives as d_model, num_layers, num_heads, d_ff).
         d_model, num_layers, num_heads, d_ff: the resolved shape (filled from `size`).
-        context_length: the sequence length T of the benchmark batch.
-        model_context_length: the model's maximum sequence length (RoPE table); must be >= T.
-        batch_size: sequences per step.
+        context: the sequence length T of the benchmark batch.
+        model_context: the model's maximum sequence length (RoPE table); must be >= T.
+        batch: sequences per step.
         precision: a regime name from `lmperf.runtime.precision.REGIMES`.
         mode: 'forward' (no autograd graph), 'forward-backward', or 'train-step' (+ AdamW step).
         attention: attention implementation of the reference LM.
@@ -53,9 +53,9 @@ class RunSpec(ModelShape):
     runner: ClassVar[str] = "lmperf.questions.bench.runner:run_spec"
 
     # size, d_model, num_layers, num_heads, d_ff: from ModelShape
-    context_length: int = 128
-    model_context_length: int = 0  # 0: same as context_length (resolved in __post_init__)
-    batch_size: int = 4
+    context: int = 128
+    model_context: int = 0  # 0: same as context (resolved in __post_init__)
+    batch: int = 4
     precision: str = "fp32"
     mode: str = "train-step"
     attention: str = "naive"
@@ -77,20 +77,20 @@ class RunSpec(ModelShape):
         check_fields(self, choices={"precision": REGIMES, "mode": MODES, "attention": ATTENTION,
                                     "optimizer": OPTIMIZERS, "device": DEVICES, "course": COURSES,
                                     "compile_mode": COMPILE_MODES},
-                     positive=("d_model", "num_layers", "num_heads", "d_ff", "context_length",
-                               "batch_size", "steps", "vocab_size"),
+                     positive=("d_model", "num_layers", "num_heads", "d_ff", "context",
+                               "batch", "steps", "vocab_size"),
                      non_negative=("warmup", "threads"))
         if (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float))
                 or not math.isfinite(self.clip) or self.clip < 0):
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
         if not isinstance(self.compile, bool):
             raise SpecError(f"compile must be true or false, got {self.compile!r}")
-        if self.model_context_length == 0:
-            object.__setattr__(self, "model_context_length", self.context_length)
-        positive_int("model_context_length", self.model_context_length)
-        if self.context_length > self.model_context_length:
-            raise SpecError(f"context {self.context_length} is longer than the model allows "
-                            f"(model context length {self.model_context_length})")
+        if self.model_context == 0:
+            object.__setattr__(self, "model_context", self.context)
+        positive_int("model_context", self.model_context)
+        if self.context > self.model_context:
+            raise SpecError(f"context {self.context} is longer than the model allows "
+                            f"(model context length {self.model_context})")
         if self.model is None and self.d_model % self.num_heads:
             raise SpecError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
 
@@ -102,7 +102,7 @@ class RunSpec(ModelShape):
 
     def model_config(self) -> ModelConfig:
         """What the model builder (or a user's factory) receives."""
-        return ModelConfig(vocab_size=self.vocab_size, context_length=self.model_context_length,
+        return ModelConfig(vocab_size=self.vocab_size, context_length=self.model_context,
                            d_model=self.d_model, num_layers=self.num_layers,
                            num_heads=self.num_heads, d_ff=self.d_ff, rope_theta=self.rope_theta,
                            attention=self.attention)
@@ -135,7 +135,7 @@ class RunSpec(ModelShape):
     def label(self) -> str:
         """Short human-readable name for progress lines."""
         name = f"{self.model} ({self.shape()})" if self.model else self.size
-        return (f"{name} ctx={self.context_length} b={self.batch_size} {self.precision} "
+        return (f"{name} ctx={self.context} b={self.batch} {self.precision} "
                 f"{self.mode} {self.attention}" + (f" warmup={self.warmup}" if self.warmup != 5 else "")
                 + (" compiled" if self.compile else ""))
 
@@ -164,7 +164,7 @@ class Grid:
     def expand(self) -> list[RunSpec]:
         """Every combination, in size-major order (the order of the course's table)."""
         return [
-            RunSpec.from_size(size, context_length=ctx, batch_size=b, precision=p, mode=m,
+            RunSpec.from_size(size, context=ctx, batch=b, precision=p, mode=m,
                               attention=a, warmup=w, compile=c, **self.fixed)
             for size, ctx, b, p, m, a, w, c in itertools.product(
                 self.sizes, self.contexts, self.batches, self.precisions, self.modes,

@@ -30,9 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 helps={"attention": "default: the suite's", "context": "default: the suite's",
                        "batch": "default: the suite's", "steps": "timed calls per pass",
                        "warmup": "untimed calls per pass", "seed": "here: of q, k, v and dO"})
-    # The shared --precision names training regimes (bf16-mixed, ...); here it is the dtype of
-    # q, k and v, so the option is declared with its own values.
-    p.add_argument("--precision", nargs="+", metavar="DTYPE",
+    # The shared --precision names training regimes (bf16-mixed, ...); attention runs no
+    # regime, only tensors of one dtype, so its option is --dtype (as torch names it).
+    p.add_argument("--dtype", nargs="+", metavar="DTYPE",
                    help=f"dtype of q, k, v and the output (no autocast): {', '.join(DTYPES)}; "
                         "several values sweep (default: the suite's)")
     p.add_argument("--suite", default="flash", choices=list(SUITES),
@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     # The names before the shared vocabulary, kept for a while (a warning on stderr).
     add_alias(p, "--seq", "--context", many=True, type=int)
     add_alias(p, "--impl", "--attention", many=True)
-    add_alias(p, "--dtype", "--precision", many=True)
+    add_alias(p, "--precision", "--dtype", many=True)  # attention's dtype flag until issue 17
     add_alias(p, "--repeats", "--steps", type=int)
     p.set_defaults(func=cmd_attention)
 
@@ -57,6 +57,6 @@ def cmd_attention(args: argparse.Namespace) -> int:
 
     kwargs = {name: getattr(args, name) for name in SHARED}
     return run_command(args, lambda: attention(
-        **kwargs, suite=args.suite, d=args.d, heads=args.heads, precision=args.precision,
+        **kwargs, suite=args.suite, d=args.d, heads=args.heads, dtype=args.dtype,
         causal=args.causal, plots=args.plots, out=args.out, progress=True,
         **launch_kwargs(args)), noun="configuration")

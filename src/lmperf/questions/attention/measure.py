@@ -29,7 +29,7 @@ PASSES: tuple[str, ...] = ("forward", "backward", "end_to_end")
 def make_inputs(spec: AttnSpec, device: torch.device) -> tuple[torch.Tensor, ...]:
     """Seeded q, k, v (leaves that require grad) and the output gradient, each (B, H, T, D)."""
     gen = dev.make_generator(device, spec.seed)
-    shape = (spec.batch, spec.heads, spec.seq, spec.d)
+    shape = (spec.batch, spec.heads, spec.context, spec.d)
     dtype = TORCH_DTYPES[spec.dtype]
     q, k, v, do = (torch.randn(shape, generator=gen, device=device, dtype=dtype) for _ in range(4))
     return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
@@ -49,7 +49,7 @@ def run_spec(spec: AttnSpec) -> dict:
     def record(status: str, **fields: object) -> dict:
         return make_record(KIND, spec.to_dict(), status, environment, **fields)
 
-    reason = kernels.supports(spec.impl, device, TORCH_DTYPES[spec.dtype])
+    reason = kernels.supports(spec.attention, device, TORCH_DTYPES[spec.dtype])
     if reason:
         return record("unsupported", message=reason, metrics={"analytic": analytic})
     environment["torch_threads"] = torch.get_num_threads()
@@ -72,13 +72,13 @@ def analytic_metrics(spec: AttnSpec) -> dict:
     return {"score_matrix_bytes": spec.score_matrix_bytes(),
             "score_matrix_mib": spec.score_matrix_bytes() / MIB,
             "qkv_each_mib": spec.qkv_bytes() / MIB,
-            "formula": "batch * heads * seq^2 * bytes per element (one matrix)"}
+            "formula": "batch * heads * context^2 * bytes per element (one matrix)"}
 
 
 def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[str]) -> dict:
     q, k, v, do = make_inputs(spec, device)
-    kernels.check_inputs(spec.impl, q, k, v)  # once: the timed calls skip the check
-    fn = kernels.get(spec.impl, validate=False)
+    kernels.check_inputs(spec.attention, q, k, v)  # once: the timed calls skip the check
+    fn = kernels.get(spec.attention, validate=False)
     leaves = (q, k, v)
 
     def forward() -> torch.Tensor:
@@ -88,16 +88,16 @@ def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[
         forward().backward(do)
 
     samples: dict[str, list[float]] = {}
-    stage.now = f"timing the forward ({spec.warmup} warm-up + {spec.repeats} calls)"
-    samples["forward"] = time_calls(forward, device, spec.warmup, spec.repeats, leaves)
+    stage.now = f"timing the forward ({spec.warmup} warm-up + {spec.steps} calls)"
+    samples["forward"] = time_calls(forward, device, spec.warmup, spec.steps, leaves)
     stage.now = "running the forward whose graph the backward timing reuses"
     o = forward()
-    stage.now = f"timing the backward ({spec.warmup} warm-up + {spec.repeats} calls)"
+    stage.now = f"timing the backward ({spec.warmup} warm-up + {spec.steps} calls)"
     samples["backward"] = time_calls(lambda: o.backward(do, retain_graph=True), device,
-                                     spec.warmup, spec.repeats, leaves)
+                                     spec.warmup, spec.steps, leaves)
     del o
-    stage.now = f"timing forward + backward ({spec.warmup} warm-up + {spec.repeats} calls)"
-    samples["end_to_end"] = time_calls(end_to_end, device, spec.warmup, spec.repeats, leaves)
+    stage.now = f"timing forward + backward ({spec.warmup} warm-up + {spec.steps} calls)"
+    samples["end_to_end"] = time_calls(end_to_end, device, spec.warmup, spec.steps, leaves)
 
     stage.now = "accounting for the memory before backward (one untimed forward)"
     memory = memory_before_backward(forward, device, leaves)
@@ -109,24 +109,24 @@ def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[
     if (w := spread_warning({n: metrics[f"{n}_ms"] for n in PASSES})):
         warnings.append(w)
     metrics["memory"] = memory
-    if spec.impl == "sdpa":
+    if spec.attention == "sdpa":
         stage.now = "asking torch which SDPA backend runs (one untimed forward)"
         metrics["sdpa_backend"] = kernels.sdpa_backend(q, k, v, spec.causal)
     return metrics
 
 
-def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int,
+def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, steps: int,
                grad_to_none: tuple[torch.Tensor, ...] = ()) -> list[float]:
-    """Milliseconds of each of `repeats` calls of `fn` after `warmup` untimed ones (raw samples).
+    """Milliseconds of each of `steps` calls of `fn` after `warmup` untimed ones (raw samples).
 
     The `.grad` of `grad_to_none` is reset before every call, outside the timed region, so that
     a backward never times the accumulation into an existing gradient.
     """
     if device.type == "cuda":
-        return dev.time_cuda_calls(fn, device, warmup, repeats, grad_to_none)
+        return dev.time_cuda_calls(fn, device, warmup, steps, grad_to_none)
     clock = dev.PhaseClock(device)
     out = []
-    for i in range(warmup + repeats):
+    for i in range(warmup + steps):
         for t in grad_to_none:
             t.grad = None
         clock.start()

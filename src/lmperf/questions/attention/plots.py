@@ -22,10 +22,10 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
 
     def lines(ax, column: str, label_prefix: str = "") -> None:
         for caption, g in sets:
-            for impl in dict.fromkeys(g["impl"]):
-                sub = g[g["impl"] == impl].sort_values("seq")
-                label = impl + (f" ({caption})" if caption else "")
-                ax.plot(sub["seq"], sub[column], marker="o", label=label_prefix + label)
+            for attention in dict.fromkeys(g["attention"]):
+                sub = g[g["attention"] == attention].sort_values("context")
+                label = attention + (f" ({caption})" if caption else "")
+                ax.plot(sub["context"], sub[column], marker="o", label=label_prefix + label)
 
     fig = Figure(figsize=(15, 4.5))
     FigureCanvasAgg(fig)
@@ -33,7 +33,7 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
         lines(ax, f"{p}_ms")
         ax.set(yscale="log", xlabel="sequence length", ylabel="ms (median)",
                title=f"{title} latency")
-        _seq_axis(ax, df["seq"])
+        _seq_axis(ax, df["context"])
     paths.append(_save(fig, folder / "latency_vs_seq.png"))
 
     fig = Figure(figsize=(6.5, 4.5))
@@ -41,27 +41,27 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     ax = fig.subplots()
     lines(ax, "before_backward_mib")
     for caption, g in sets:
-        p = g.drop_duplicates("seq").sort_values("seq")
-        ax.plot(p["seq"], p["score_matrix_mib"], "k--", alpha=0.6,
+        p = g.drop_duplicates("context").sort_values("context")
+        ax.plot(p["context"], p["score_matrix_mib"], "k--", alpha=0.6,
                 label="P matrix, analytic" + (f" ({caption})" if caption else ""))
     ax.set(yscale="log", xlabel="sequence length", ylabel="MiB",
            title="memory before backward (inputs excluded)")
-    _seq_axis(ax, df["seq"])
+    _seq_axis(ax, df["context"])
     paths.append(_save(fig, folder / "memory_vs_seq.png"))
 
     fig = Figure(figsize=(6.5, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     for caption, g in sets:
-        for impl in dict.fromkeys(g["impl"]):
-            sub = g[(g["impl"] == impl) & g["speedup_vs_naive"].notna()].sort_values("seq")
+        for attention in dict.fromkeys(g["attention"]):
+            sub = g[(g["attention"] == attention) & g["speedup_vs_naive"].notna()].sort_values("context")
             if not sub.empty:  # the frame's speedup: each row against its own sweep's naive
-                ax.plot(sub["seq"], sub["speedup_vs_naive"], marker="o",
-                        label=impl + (f" ({caption})" if caption else ""))
+                ax.plot(sub["context"], sub["speedup_vs_naive"], marker="o",
+                        label=attention + (f" ({caption})" if caption else ""))
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set(xlabel="sequence length", ylabel="x faster than naive (fwd+bwd)",
            title="speedup over naive")
-    _seq_axis(ax, df["seq"])
+    _seq_axis(ax, df["context"])
     paths.append(_save(fig, folder / "speedup_vs_seq.png"))
     return paths
 

@@ -13,7 +13,7 @@ import pandas as pd
 from lmperf.core.report import Report, caption_axes, status_notes
 
 KIND = "attention"
-AXES: tuple[str, ...] = ("impl", "seq", "d", "batch", "heads", "dtype", "causal", "device")
+AXES: tuple[str, ...] = ("attention", "context", "d", "batch", "heads", "dtype", "causal", "device")
 GROUP_AXES: tuple[str, ...] = ("dtype", "d", "batch", "heads", "causal", "device")
 PASSES = {"forward": "forward", "backward": "backward", "end_to_end": "fwd+bwd"}
 NUMERIC: tuple[str, ...] = ("forward_ms", "backward_ms", "end_to_end_ms", "before_backward_mib",
@@ -58,10 +58,10 @@ def _speedup(df: pd.DataFrame) -> list[float]:
     is compared with the nearest ok naive row of its shape, preferring the latest one before it
     (the same sweep), so that a row is never divided by another run's naive.
     """
-    keys = [tuple(row) for row in df[[a for a in AXES if a != "impl"]].itertuples(index=False)]
+    keys = [tuple(row) for row in df[[a for a in AXES if a != "attention"]].itertuples(index=False)]
     naive_at: dict[tuple, list[int]] = {}
-    for i, (k, impl, st) in enumerate(zip(keys, df["impl"], df["status"])):
-        if impl == "naive" and st == "ok":
+    for i, (k, attention, st) in enumerate(zip(keys, df["attention"], df["status"])):
+        if attention == "naive" and st == "ok":
             naive_at.setdefault(k, []).append(i)
     times = df["end_to_end_ms"].tolist()
     out = []
@@ -76,7 +76,7 @@ def _speedup(df: pd.DataFrame) -> list[float]:
 
 
 def groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(caption, rows) per combination of the non-seq axes, varying axes named in the caption."""
+    """(caption, rows) per combination of the non-context axes, varying axes named in the caption."""
     varying = [a for a in GROUP_AXES if df[a].nunique(dropna=False) > 1]
     if not varying:
         return [("", df)]
@@ -88,10 +88,10 @@ def groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def _pivot(g: pd.DataFrame, column: str) -> pd.DataFrame:
-    """seq, then one numeric column per implementation (in the order they ran)."""
-    impls = list(dict.fromkeys(g["impl"]))
-    last = g.drop_duplicates(["impl", "seq"], keep="last")
-    table = last.pivot(index="seq", columns="impl", values=column).reindex(columns=impls)
+    """context, then one numeric column per implementation (in the order they ran)."""
+    impls = list(dict.fromkeys(g["attention"]))
+    last = g.drop_duplicates(["attention", "context"], keep="last")
+    table = last.pivot(index="context", columns="attention", values=column).reindex(columns=impls)
     table = table.sort_index().reset_index()
     table.columns.name = None
     return table
@@ -109,8 +109,8 @@ def tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
         for p, title in PASSES.items():
             out[f"{title} latency, ms (median){suffix}"] = _pivot(g, f"{p}_ms")
         mem = _pivot(g, "before_backward_mib")
-        p_mib = g.drop_duplicates("seq").set_index("seq")["score_matrix_mib"]
-        mem["P matrix (analytic)"] = [p_mib[t] for t in mem["seq"]]
+        p_mib = g.drop_duplicates("context").set_index("context")["score_matrix_mib"]
+        mem["P matrix (analytic)"] = [p_mib[t] for t in mem["context"]]
         out[f"memory before backward, MiB (inputs excluded){suffix}"] = mem
         if g["speedup_vs_naive"].notna().any():
             out[f"speedup of fwd+bwd over naive (x){suffix}"] = _pivot(g, "speedup_vs_naive")
@@ -124,24 +124,24 @@ def findings(df: pd.DataFrame) -> list[str]:
     ok = df[df["status"] == "ok"]
     for caption, g in (groups(ok) if not ok.empty else []):
         where = f" ({caption})" if caption else ""
-        naive = g[g["impl"] == "naive"].drop_duplicates("seq", keep="last").set_index("seq")
-        flash = g[g["impl"] == "flash-torch"].drop_duplicates("seq", keep="last").set_index("seq")
+        naive = g[g["attention"] == "naive"].drop_duplicates("context", keep="last").set_index("context")
+        flash = g[g["attention"] == "flash-torch"].drop_duplicates("context", keep="last").set_index("context")
         both = sorted(set(naive.index) & set(flash.index))
         if both:
             parts = []
             for t in both:
                 saved = naive.at[t, "before_backward_mib"] - flash.at[t, "before_backward_mib"]
-                parts.append(f"seq {t}: {saved:+.2f} MiB "
+                parts.append(f"context {t}: {saved:+.2f} MiB "
                              f"({saved / naive.at[t, 'score_matrix_mib']:.2f} P)")
             notes.append(f"memory before backward, naive minus flash-torch{where}, in MiB and in "
-                         "probability matrices P = batch*heads*seq^2*bytes: " + "; ".join(parts))
-        fast = g[(g["impl"] != "naive") & g["speedup_vs_naive"].notna()]
+                         "probability matrices P = batch*heads*context^2*bytes: " + "; ".join(parts))
+        fast = g[(g["attention"] != "naive") & g["speedup_vs_naive"].notna()]
         if not fast.empty:
-            t = int(fast["seq"].max())
-            at = fast[fast["seq"] == t].drop_duplicates("impl", keep="last")
-            notes.append(f"fwd+bwd speedup over naive at seq {t}{where} (median times): "
+            t = int(fast["context"].max())
+            at = fast[fast["context"] == t].drop_duplicates("attention", keep="last")
+            notes.append(f"fwd+bwd speedup over naive at context {t}{where} (median times): "
                          + ", ".join(f"{i} {x:.2f}x" for i, x in
-                                     zip(at["impl"], at["speedup_vs_naive"])))
+                                     zip(at["attention"], at["speedup_vs_naive"])))
     return notes
 
 
@@ -150,7 +150,7 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     and its reason in the notes."""
     df = report.frame
     varying, caption = caption_axes(df, [(a, a) for a in GROUP_AXES])
-    out = df[["impl", "seq", *[a for a, _ in varying]]].copy()
+    out = df[["attention", "context", *[a for a, _ in varying]]].copy()
     for p, title in PASSES.items():
         out[f"{title} ms"] = df[f"{p}_ms"]
     out["before bwd MiB"] = df["before_backward_mib"]
@@ -163,7 +163,7 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
 
 def build_report(records: list[dict]) -> Report:
     """The Report of attention records (rebuilt from the records alone, e.g. by `lmperf table`):
-    `frame` one numeric row per configuration, `tables` the pivots against seq, `findings`."""
+    `frame` one numeric row per configuration, `tables` the pivots against context, `findings`."""
     records = [r for r in records if r["kind"] == KIND]
     df = frame(records)
     device = next((d for d in df["device_name"] if d), "") if not df.empty else ""

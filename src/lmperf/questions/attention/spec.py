@@ -1,8 +1,9 @@
 """AttnSpec (the frozen identity of one attention measurement), suites, and grid expansion.
 
-The record's spec keeps its original field names (impl, seq, dtype, repeats), so that results
-files written before the shared vocabulary still load and resume; the command line and the
-Python API call them --attention, --context, --precision and --steps.
+The spec's fields carry the shared vocabulary's names (attention, context, batch, warmup, steps,
+seed, device), and `dtype` (--dtype) is the tensor dtype of q, k and v (no autocast regime applies
+here). Records written before the rename (impl, seq, repeats) are read with the new names
+(`lmperf.results.record.SPEC_RENAMES`), so older results files still load and resume.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class AttnSpec:
-    """One attention configuration on q, k, v of shape (batch, heads, seq, d).
+    """One attention configuration on q, k, v of shape (batch, heads, context, d).
 
     Attributes:
-        impl: implementation name (`lmperf.kernels.NAMES`; --attention).
-        batch, heads, seq, d: the shape of q, k and v (seq: --context).
-        dtype: 'fp32', 'bf16' or 'fp16' (q, k, v and the output; no autocast; --precision).
+        attention: implementation name (`lmperf.kernels.NAMES`; --attention).
+        batch, heads, context, d: the shape of q, k and v (context: --context).
+        dtype: 'fp32', 'bf16' or 'fp16' (q, k, v and the output; no autocast; --dtype).
         causal: whether query i sees keys 0..i only.
-        warmup, repeats: untimed calls, then timed calls per measured pass (repeats: --steps).
+        warmup, steps: untimed calls, then timed calls per measured pass (steps: --steps).
         device: 'cpu' or 'cuda' (already resolved from 'auto').
         seed: seeds q, k, v and the output gradient.
         threads: torch's intra-op CPU threads for the run (0: torch's default); the launcher
@@ -38,15 +39,15 @@ class AttnSpec:
     kind: ClassVar[str] = "attention"
     runner: ClassVar[str] = "lmperf.questions.attention.measure:run_spec"
 
-    impl: str
-    seq: int
+    attention: str
+    context: int
     d: int = 64
     batch: int = 1
     heads: int = 1
     dtype: str = "fp32"
     causal: bool = True
     warmup: int = 2
-    repeats: int = 5
+    steps: int = 5
     device: str = "cpu"
     seed: int = 0
     threads: int = 0
@@ -54,9 +55,9 @@ class AttnSpec:
     def __post_init__(self) -> None:
         from lmperf.kernels import NAMES
 
-        choice("attention implementation", self.impl, NAMES)
+        choice("attention implementation", self.attention, NAMES)
         check_fields(self, choices={"dtype": DTYPES, "device": DEVICES},
-                     positive=("seq", "d", "batch", "heads", "repeats"),
+                     positive=("context", "d", "batch", "heads", "steps"),
                      non_negative=("threads", "warmup"))
         if not isinstance(self.causal, bool):
             raise SpecError(f"causal must be true or false, got {self.causal!r}")
@@ -67,16 +68,16 @@ class AttnSpec:
         return DTYPES[self.dtype]
 
     def score_matrix_bytes(self) -> int:
-        """Analytic bytes of ONE (batch, heads, seq, seq) score or probability matrix in `dtype`.
+        """Analytic bytes of ONE (batch, heads, context, context) score or probability matrix in `dtype`.
 
         Naive attention materialises at least the probabilities for backward; FlashAttention
         never holds more than a tile of them.
         """
-        return self.batch * self.heads * self.seq * self.seq * self.element_bytes
+        return self.batch * self.heads * self.context * self.context * self.element_bytes
 
     def qkv_bytes(self) -> int:
-        """Bytes of one of q, k, v or o: batch * heads * seq * d * element bytes."""
-        return self.batch * self.heads * self.seq * self.d * self.element_bytes
+        """Bytes of one of q, k, v or o: batch * heads * context * d * element bytes."""
+        return self.batch * self.heads * self.context * self.d * self.element_bytes
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `spec` of a record)."""
@@ -85,8 +86,8 @@ class AttnSpec:
     @classmethod
     def from_dict(cls, data: dict) -> "AttnSpec":
         """Inverse of `to_dict`; fields missing from `data` (an older record) take their
-        defaults, and the vocabulary's names (attention, context, precision, steps) are
-        accepted for impl, seq, dtype and repeats."""
+        defaults, and the names of records written before the rename (impl, seq, repeats;
+        precision for dtype) are accepted for attention, context, steps and dtype."""
         known = {f.name for f in fields(cls)}
         data = {_FIELD_ALIASES.get(k, k): v for k, v in data.items()}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -94,7 +95,7 @@ class AttnSpec:
     def label(self) -> str:
         """Short name for progress lines."""
         mask = "causal" if self.causal else "full"
-        return (f"{self.impl} seq={self.seq} d={self.d} b={self.batch} h={self.heads} "
+        return (f"{self.attention} context={self.context} d={self.d} b={self.batch} h={self.heads} "
                 f"{self.dtype} {mask}")
 
     def with_(self, **changes: object) -> "AttnSpec":
@@ -102,8 +103,8 @@ class AttnSpec:
         return replace(self, **changes)
 
 
-# the shared vocabulary's name -> AttnSpec's field
-_FIELD_ALIASES = {"attention": "impl", "context": "seq", "precision": "dtype", "steps": "repeats"}
+# a name used before the shared vocabulary -> AttnSpec's field
+_FIELD_ALIASES = {"impl": "attention", "seq": "context", "precision": "dtype", "repeats": "steps"}
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class Suite:
     batch: int
     heads: int
     d: Sequence[int]
-    seq: Sequence[int]
+    context: Sequence[int]
     dtypes: Sequence[str]
     causal: bool
     cpu: dict  # overrides of the fields above for the CPU default
@@ -127,22 +128,22 @@ class Suite:
 # FlashAttention-2 implementations with the others at batch 1, causal.
 SUITES: dict[str, Suite] = {
     "flash": Suite(
-        name="flash", summary="flash_benchmarking: batch 1, causal, seq 128..65536, d 16..128",
+        name="flash", summary="flash_benchmarking: batch 1, causal, context 128..65536, d 16..128",
         impls=("naive", "compiled", "flash-torch", "flash-triton", "sdpa"), batch=1, heads=1,
-        d=(16, 32, 64, 128), seq=tuple(2**i for i in range(7, 17)), dtypes=("bf16", "fp32"),
+        d=(16, 32, 64, 128), context=tuple(2**i for i in range(7, 17)), dtypes=("bf16", "fp32"),
         causal=True,
         # Seq 1024 and 2048 are where the memory criterion is judged; the whole default takes
         # about a minute on a 2-core CPU.
-        cpu=dict(impls=("naive", "sdpa", "flash-torch"), d=(64,), seq=(128, 256, 512, 1024, 2048),
+        cpu=dict(impls=("naive", "sdpa", "flash-torch"), d=(64,), context=(128, 256, 512, 1024, 2048),
                  dtypes=("fp32",))),
     "pytorch": Suite(
-        name="pytorch", summary="pytorch_attention: batch 8, one head, d 16..128, seq 256..16384",
+        name="pytorch", summary="pytorch_attention: batch 8, one head, d 16..128, context 256..16384",
         impls=("naive", "compiled"), batch=8, heads=1, d=(16, 32, 64, 128),
-        seq=(256, 1024, 4096, 8192, 16384), dtypes=("fp32",), causal=False,
-        cpu=dict(impls=("naive", "sdpa"), d=(16, 64), seq=(256, 1024))),
+        context=(256, 1024, 4096, 8192, 16384), dtypes=("fp32",), causal=False,
+        cpu=dict(impls=("naive", "sdpa"), d=(16, 64), context=(256, 1024))),
 }
 
-# On the CPU these are left out of a suite's default (they run when named with --impl):
+# On the CPU these are left out of a suite's default (they run when named with --attention):
 # torch.compile spends tens of seconds compiling in every fresh child process, and Triton runs
 # only through its interpreter, far too slowly for a benchmark.
 CPU_OPT_IN: dict[str, str] = {
@@ -169,55 +170,56 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
                seqs: Sequence[int] | None = None, ds: Sequence[int] | None = None,
                dtypes: Sequence[str] | None = None, batch: int | None = None,
                heads: int | None = None, causal: bool | None = None, warmup: int = 2,
-               repeats: int = 5, seed: int = 0, threads: int = 0) -> Plan:
+               steps: int = 5, seed: int = 0, threads: int = 0) -> Plan:
     """Expand a suite (scaled to `device` unless overridden) into checked AttnSpecs.
 
-    Every explicit argument replaces the suite's value; None keeps it. Order: dtype, d, impl,
-    seq (so each table reads down the sequence length). Raises SpecError on bad input, naming
+    Every explicit argument replaces the suite's value; None keeps it. Order: dtype, d, attention,
+    context (so each table reads down the sequence length). Raises SpecError on bad input, naming
     the command line's option.
     """
     if suite not in SUITES:
         raise SpecError(f"unknown suite {suite!r}; accepted: {', '.join(SUITES)}")
     _check_flags(seqs=seqs, ds=ds, dtypes=dtypes, batch=batch, heads=heads, warmup=warmup,
-                 repeats=repeats, threads=threads)
+                 steps=steps, threads=threads)
     s = SUITES[suite]
-    base = {"impls": s.impls, "d": s.d, "seq": s.seq, "dtypes": s.dtypes, "batch": s.batch,
+    base = {"impls": s.impls, "d": s.d, "context": s.context, "dtypes": s.dtypes, "batch": s.batch,
             "heads": s.heads}
     notes = []
     if device == "cpu":
         base.update(s.cpu)
         notes.append(f"suite {suite} ({s.summary}) scaled to the CPU: "
-                     + ", ".join(f"{k} {_show(base[k])}" for k in ("impls", "d", "seq", "dtypes"))
-                     + "; override with --attention/--d/--context/--precision")
+                     + ", ".join(f"{k} {_show(base[k])}" for k in ("impls", "d", "context", "dtypes"))
+                     + "; override with --attention/--d/--context/--dtype")
         if not impls:
             left_out = [n for n in s.impls if n in CPU_OPT_IN]
             for n in left_out:
                 notes.append(f"{n} is opt-in on the CPU (--attention {n}): {CPU_OPT_IN[n]}")
     specs = [
-        AttnSpec(impl=i, seq=t, d=d, batch=base["batch"] if batch is None else batch,
+        AttnSpec(attention=i, context=t, d=d, batch=base["batch"] if batch is None else batch,
                  heads=base["heads"] if heads is None else heads,
                  dtype=dt, causal=s.causal if causal is None else causal, warmup=warmup,
-                 repeats=repeats, device=device, seed=seed, threads=threads)
+                 steps=steps, device=device, seed=seed, threads=threads)
         for dt, d, i, t in itertools.product(_pick(dtypes, base["dtypes"]), _pick(ds, base["d"]),
                                              _unique(_pick(impls, base["impls"])),
-                                             sorted(set(_pick(seqs, base["seq"]))))
+                                             sorted(set(_pick(seqs, base["context"]))))
     ]
     return Plan(specs, suite, notes)
 
 
 def _check_flags(*, seqs: Sequence[int] | None, ds: Sequence[int] | None,
                  dtypes: Sequence[str] | None, batch: int | None, heads: int | None,
-                 warmup: int, repeats: int, threads: int) -> None:
-    """SpecError naming the flag (--context, not the spec's field seq) for a bad value."""
+                 warmup: int, steps: int, threads: int) -> None:
+    """SpecError naming the flag (--context, not the spec's field context) for a bad value."""
     for flag, values in (("--context", seqs), ("--d", ds), ("--batch", [batch]),
-                         ("--heads", [heads]), ("--steps", [repeats])):
+                         ("--heads", [heads]), ("--steps", [steps])):
         for v in values or []:
             if v is not None:
                 positive_int(flag, v)
     non_negative_int("--warmup", warmup)
     non_negative_int("--threads", threads)
     for dt in dtypes or []:
-        choice("precision", dt, DTYPES)
+        if dt not in DTYPES:
+            raise SpecError(f"--dtype: unknown dtype {dt!r}; accepted: {', '.join(DTYPES)}")
 
 
 def _unique(xs: Iterable[str]) -> list[str]:

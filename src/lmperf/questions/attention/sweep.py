@@ -22,7 +22,7 @@ def unsupported_record(spec: AttnSpec) -> dict | None:
     from lmperf import kernels
     from lmperf.questions.attention.measure import TORCH_DTYPES, analytic_metrics
 
-    reason = kernels.supports(spec.impl, torch.device(spec.device), TORCH_DTYPES[spec.dtype])
+    reason = kernels.supports(spec.attention, torch.device(spec.device), TORCH_DTYPES[spec.dtype])
     if not reason:
         return None
     return failed_record(spec, "unsupported", reason, metrics={"analytic": analytic_metrics(spec)})

@@ -65,7 +65,7 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
     # Default regimes too slow on this CPU (bf16 without native support) are left out, saying so.
     given = as_list(precision)
     precisions, left_out = (given, []) if given else default_regimes(defaults["precision"], dev_)
-    fixed = dict(model_context_length=model_context,
+    fixed = dict(model_context=model_context,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
                  device=dev_.type, threads=resolve_threads(threads, dev_.type),
                  clip=clip, course=course, compile_mode=compile_mode)

@@ -211,7 +211,7 @@ def plan_predictions(devices: Sequence[str], *, size=None, model: str | None = N
     device = "cpu" if [d.lower() for d in devices] == ["cpu"] else "cuda"
     defaults = device_defaults("bench", device, course)
     sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
-    fixed = dict(model_context_length=model_context, optimizer="fused", device=device,
+    fixed = dict(model_context=model_context, optimizer="fused", device=device,
                  model=model, threads=0, clip=clip, course=course)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=as_list(precision) or defaults["precision"],
@@ -277,8 +277,8 @@ def build_report(records: list[dict]):
     rows = []
     for r in records:
         spec, m, p = r["spec"], r["metrics"], r["prediction"]
-        row = {"size": spec.get("model") or spec["size"], "context": spec["context_length"],
-               "batch": spec["batch_size"], "precision": spec["precision"],
+        row = {"size": spec.get("model") or spec["size"], "context": spec["context"],
+               "batch": spec["batch"], "precision": spec["precision"],
                "mode": spec["mode"], "device": p["target"]}
         for phase in PHASES + ("step",):
             if phase in m:
@@ -323,7 +323,7 @@ def prediction_errors(predictions: list[dict], measured: list[dict]) -> pd.DataF
     median wall time and median CPU time (ms; NaN where the record has none) and the signed
     errors predicted / measured - 1. Only 'ok' bench records with a matching prediction."""
     def key(spec: dict) -> tuple:
-        return (spec.get("model") or spec["size"], spec["context_length"], spec["batch_size"],
+        return (spec.get("model") or spec["size"], spec["context"], spec["batch"],
                 spec["precision"], spec["mode"])
 
     typical = {key(r["spec"]): r["metrics"] for r in predictions if r.get("kind") == KIND}

@@ -158,12 +158,12 @@ def cpu_time(kind: str | None, samples: dict[str, list[float]]) -> dict | None:
 def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: float, counted: int,
                 per_op: dict[str, int], counted_on: str) -> dict:
     """Tokens/s, FLOPs per step (counted, with the analytic check), TFLOP/s and MFU."""
-    tokens = spec.batch_size * spec.context_length
+    tokens = spec.batch * spec.context
     step_s = step_ms / 1e3
     if spec.model is None:  # the reference LM: one convention whatever --attention runs
         fl = reference_step_flops(counted, counted_on == "the meta device", spec.d_model,
-                                  spec.num_layers, spec.d_ff, spec.vocab_size, spec.batch_size,
-                                  spec.context_length, spec.mode)
+                                  spec.num_layers, spec.d_ff, spec.vocab_size, spec.batch,
+                                  spec.context, spec.mode)
     else:
         fl = StepFlops(counted, f"torch.utils.flop_counter on {counted_on}", COUNTED_CONVENTION)
     flops = fl.flops

@@ -14,7 +14,7 @@ from lmperf.core.report import caption_axes, mean_std_columns, status_notes
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
-    ("batch_size", "batch"), ("mode", "mode"), ("attention", "attention"),
+    ("batch", "batch"), ("mode", "mode"), ("attention", "attention"),
     ("warmup", "warmup"), ("optimizer", "optimizer"), ("threads", "threads"), ("device", "device"),
     ("course", "course"), ("compile", "compile"),
 )
@@ -44,7 +44,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         spec, m = r["spec"], r.get("metrics") or {}
         row = {
             "model": _model_name(spec), "shape": _shape(spec), "params": r.get("params"),
-            "context": spec.get("context_length"), "batch": spec.get("batch_size"),
+            "context": spec.get("context"), "batch": spec.get("batch"),
             "precision": spec.get("precision"), "mode": spec.get("mode"),
             "attention": spec.get("attention"), "warmup": spec.get("warmup"),
             "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),

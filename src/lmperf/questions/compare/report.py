@@ -18,7 +18,7 @@ from lmperf.measure.compare import FASTER, INCONCLUSIVE, SAME, SLOWER, TOO_FEW
 
 # Spec fields that follow from the others shown (a preset's shape follows from its size): left
 # out of the displayed table when they add nothing, kept in the frame.
-DERIVED = ("d_model", "num_layers", "num_heads", "d_ff", "model_context_length")
+DERIVED = ("d_model", "num_layers", "num_heads", "d_ff", "model_context")
 
 
 def spec_columns(df: pd.DataFrame) -> list[str]:
@@ -41,7 +41,7 @@ def shown_columns(df: pd.DataFrame, columns: Sequence[str]) -> list[str]:
 
 
 def spec_label(row: pd.Series, columns: Sequence[str]) -> str:
-    """'size=tiny context_length=64' from the given columns of one row (missing ones skipped)."""
+    """'size=tiny context=64' from the given columns of one row (missing ones skipped)."""
     return " ".join(f"{c}={row[c]}" for c in columns
                     if not (isinstance(row[c], float) and math.isnan(row[c])))
 

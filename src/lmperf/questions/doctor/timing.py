@@ -29,7 +29,7 @@ def tiny_step(device: torch.device, precision: str = "fp32", warmup: int = 1) ->
     from lmperf.workload.spec import RunSpec
     from lmperf.workload.steps import NO_OBSERVER
 
-    spec = RunSpec.from_size("tiny", context_length=CONTEXT, batch_size=BATCH, device=device.type,
+    spec = RunSpec.from_size("tiny", context=CONTEXT, batch=BATCH, device=device.type,
                              precision=precision, optimizer=resolve_optimizer("auto", device))
     prepared = prepare(spec, device, get_regime(precision))
     for _ in range(warmup):

@@ -67,7 +67,7 @@ def check_snapshot(ctx: Context) -> Outcome:
     from lmperf.questions.memory.snapshot_record import record_snapshot
     from lmperf.workload.spec import RunSpec
 
-    spec = RunSpec.from_size("tiny", context_length=32, batch_size=2, device="cuda", warmup=1,
+    spec = RunSpec.from_size("tiny", context=32, batch=2, device="cuda", warmup=1,
                              steps=1)
     path = ctx.workdir / "snapshot.pickle"
     recording = record_snapshot(spec, path, overwrite=True)
@@ -110,7 +110,7 @@ def check_nsys_capture(ctx: Context) -> Outcome:
 
     if nsys_path() is None:
         return skip("nsys is not on PATH: `lmperf profile --backend nsys` cannot run here")
-    spec = RunSpec.from_size("tiny", context_length=32, batch_size=2, device="cuda", warmup=1,
+    spec = RunSpec.from_size("tiny", context=32, batch=2, device="cuda", warmup=1,
                              steps=2)
     result = profile_nsys(spec, ctx.workdir / "doctor_nsys", top=5)
     found = {title.split(": ", 1)[1]: len(df) for title, df in result.tables

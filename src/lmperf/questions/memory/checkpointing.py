@@ -100,7 +100,7 @@ def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
                 report = measure_spec(spec, torch.device("meta"), checkpoint_group=g)
             else:
                 report = measure_saved(state.model, state.inputs, state.targets, state.autocast)
-            est = (estimate(spec.model_config(), spec.batch_size, spec.context_length, regime,
+            est = (estimate(spec.model_config(), spec.batch, spec.context, regime,
                             spec.attention, "train-step", g, device=device.type)
                    if spec.model is None else None)
             row = CheckpointRow(g, report.total() + report.total("weight copy"),

@@ -71,7 +71,7 @@ def check_attention(attention: str) -> None:
 def run_case(base: RunSpec, case: Case, cache: dict[tuple, SimResult]) -> SimResult:
     """Simulate one case. A forward step builds no autograd graph, so checkpointing changes
     nothing in it: its rows share one simulation (kept in `cache`)."""
-    spec = base.with_(mode=case.mode, precision=case.precision, context_length=case.context)
+    spec = base.with_(mode=case.mode, precision=case.precision, context=case.context)
     key = (case.mode, case.precision, case.context) + (
         () if case.mode == "forward" else (case.group, case.schedule))
     if key not in cache:
@@ -83,7 +83,7 @@ def analytic(base: RunSpec, case: Case) -> MemoryEstimate | None:
     """The analytic terms of a case (the reference LM only; None for a user's model)."""
     if base.model is not None or case.schedule != "uniform":
         return None
-    return estimate(base.model_config(), base.batch_size, case.context, case.precision,
+    return estimate(base.model_config(), base.batch, case.context, case.precision,
                     base.attention, case.mode, case.group, device=base.device)
 
 

@@ -35,7 +35,7 @@ def summary_frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         s, m = r["spec"], r["metrics"]
         sim = m["simulation"]
-        row = {"mode": s["mode"], "precision": s["precision"], "context": s["context_length"],
+        row = {"mode": s["mode"], "precision": s["precision"], "context": s["context"],
                "group": _group(s), "peak GiB": sim["peak_bytes"] / GIB,
                "peak phase": sim["peak_phase"]}
         for phase in ("forward", "backward", "optimizer"):
@@ -70,7 +70,7 @@ def estimate_sim_section(records: list[dict]) -> tuple[Tables, list[str]]:
     explained = [r for r in records if _group(r["spec"]) == "none"][-MAX_EXPLAINED:]
     for r in explained:
         s = r["spec"]
-        tables[f"where it goes: {s['mode']}, {s['precision']}, context {s['context_length']} "
+        tables[f"where it goes: {s['mode']}, {s['precision']}, context {s['context']} "
                "(analytic terms vs alive at the simulated peak)"] = pd.DataFrame(
                    reconcile_rows(r["metrics"]["simulation"], r["metrics"].get("estimate")))
     notes = [METHOD + ". The analytic terms explain where memory goes; their sum counts every "
@@ -86,7 +86,7 @@ def estimate_sim_section(records: list[dict]) -> tuple[Tables, list[str]]:
     for r in records:
         m, s = r["metrics"], r["spec"]
         if m.get("gib") is not None:
-            notes.append(f"{s['mode']}, {s['precision']}, context {s['context_length']}, group "
+            notes.append(f"{s['mode']}, {s['precision']}, context {s['context']}, group "
                          f"{_group(s)}: {m['simulation']['total_bytes'] / GIB:.2f} GiB estimated "
                          f"-> fits {'on ' + m['gpu'] + ' (' if m.get('gpu') else 'in '}"
                          f"{m['gib']:g} GiB{')' if m.get('gpu') else ''}: "
@@ -99,11 +99,11 @@ def _checkpoint_notes(records: list[dict]) -> list[str]:
     """Per training (mode, precision, context) with several groups: the memory-optimal group,
     the sqrt(N) rule's, and recursive bisection's peak and recompute."""
     notes = []
-    keys = dict.fromkeys((r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context_length"])
+    keys = dict.fromkeys((r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context"])
                          for r in records if r["spec"]["mode"] != "forward")
     for key in keys:
         rows = [r for r in records
-                if (r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context_length"]) == key]
+                if (r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context"]) == key]
         if len(rows) < 2:
             continue
         peak = {_group(r["spec"]): r["metrics"]["simulation"] for r in rows}

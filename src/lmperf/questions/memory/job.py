@@ -67,12 +67,12 @@ def run_job(spec: MemorySpec) -> list[dict]:
 def _cells(spec: MemorySpec) -> list[dict]:
     """The spec changes of every row the job writes (for failing them all at once)."""
     if spec.analysis == "phases":
-        return [{"context_length": t, "mode": m} for t in spec.contexts for m in spec.modes]
+        return [{"context": t, "mode": m} for t in spec.contexts for m in spec.modes]
     if spec.analysis == "saved":
-        return [{"context_length": t, "mode": "train-step"} for t in spec.contexts]
+        return [{"context": t, "mode": "train-step"} for t in spec.contexts]
     from lmperf.questions.memory.checkpointing import check_groups
 
-    return [{"context_length": t, "mode": "train-step", "checkpoint_group": g}
+    return [{"context": t, "mode": "train-step", "checkpoint_group": g}
             for t in spec.contexts for g in check_groups(list(spec.groups), spec.run.num_layers)]
 
 
@@ -86,7 +86,7 @@ def _phases(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]:
                           warmup=spec.run.warmup)
     items = []
     for r in rows:
-        changes = {"context_length": r.context, "mode": r.mode}
+        changes = {"context": r.context, "mode": r.mode}
         if r.status != "ok":
             items.append((changes, r.status, {"message": r.message, "traceback": r.traceback}))
             continue
@@ -102,10 +102,10 @@ def _saved(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]:
 
     items = []
     for t in spec.contexts:
-        run = spec.run.with_(context_length=t, mode="train-step")
+        run = spec.run.with_(context=t, mode="train-step")
         on = torch.device("meta") if meta_equivalent(run) else torch.device(spec.device)
         stage.now = f"measuring saved tensors at context {t} (on {on.type})"
-        changes = {"context_length": t, "mode": "train-step"}
+        changes = {"context": t, "mode": "train-step"}
         try:
             rep = measure_spec(run, on)
         except Exception as exc:  # one context failed, the others go on
@@ -153,10 +153,10 @@ def _checkpoint(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]
     items = []
     for t in spec.contexts:
         stage.now = f"sweeping checkpoint groups at context {t}"
-        rows = sweep_checkpointing(spec.run.with_(context_length=t), list(spec.groups),
+        rows = sweep_checkpointing(spec.run.with_(context=t), list(spec.groups),
                                    steps=spec.run.steps, warmup=spec.run.warmup)
         for r in rows:
-            changes = {"context_length": t, "mode": "train-step", "checkpoint_group": r.group}
+            changes = {"context": t, "mode": "train-step", "checkpoint_group": r.group}
             if r.status != "ok":
                 items.append((changes, r.status, {"message": r.message}))
                 continue

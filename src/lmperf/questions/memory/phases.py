@@ -98,8 +98,8 @@ def measure_phases(base: RunSpec, contexts: list[int], precisions: list[str],
     """
     rows: list[PhaseRow] = []
     for precision in precisions:
-        spec = base.with_(precision=precision, context_length=max(contexts), mode="train-step",
-                          model_context_length=max(base.model_context_length, max(contexts)))
+        spec = base.with_(precision=precision, context=max(contexts), mode="train-step",
+                          model_context=max(base.model_context, max(contexts)))
         rows += _measure_precision(spec, sorted(contexts), modes, warmup)
     order = [(p, t, m) for p in precisions for t in contexts for m in modes]
     return sorted(rows, key=lambda r: order.index((r.precision, r.context, r.mode)))
@@ -118,7 +118,7 @@ def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...
         rows.append(PhaseRow(spec.precision, t, m, status, kind,
                              probe.start_mib if probe else {}, probe.phases if probe else {},
                              probe.held if probe else {}, msg,
-                             spec.with_(context_length=t, mode=m), params,
+                             spec.with_(context=t, mode=m), params,
                              failed.get("traceback", "")))
 
     def fail_all(**failed: str) -> list[PhaseRow]:

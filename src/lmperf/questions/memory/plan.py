@@ -83,8 +83,8 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
             raise SpecError("--estimate simulates the step after the warm-up (AdamW state "
                             "allocated); --warmup 0 is measured, not simulated")
     base = RunSpec.from_size(
-        size or defaults["size"], course, context_length=contexts[-1],
-        model_context_length=model_context, batch_size=batch, precision=precisions[0],
+        size or defaults["size"], course, context=contexts[-1],
+        model_context=model_context, batch=batch, precision=precisions[0],
         mode="train-step", attention=attention,
         optimizer=resolve_optimizer(optimizer, dev_),
         warmup=warmup, steps=steps, seed=seed, device=dev_.type, model=model,
@@ -112,7 +112,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
         from lmperf.questions.memory.checkpointing import check_groups
 
         groups = tuple(check_groups(as_list(checkpoint), base.num_layers))
-        plan.jobs = [MemorySpec(base.with_(precision=p, context_length=t), "checkpoint", (t,),
+        plan.jobs = [MemorySpec(base.with_(precision=p, context=t), "checkpoint", (t,),
                                 groups=groups, top=top)
                      for p in precisions for t in contexts]
         return plan
@@ -140,7 +140,7 @@ def estimate_records(plan: MemoryPlan, gib: float | None,
             results[case] = res
         est = analytic(base, case)
         params = params or (est.params if est else None)
-        items.append(({"context_length": case.context, "precision": case.precision,
+        items.append(({"context": case.context, "precision": case.precision,
                        "mode": case.mode, "checkpoint_group": case.group,
                        "checkpoint_schedule": case.schedule}, "ok", metrics(res, est, gib)))
     return make_records(base, "estimate", items, params)

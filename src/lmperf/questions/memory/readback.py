@@ -41,7 +41,7 @@ def context_of(record: dict) -> int | None:
     spec = record["spec"]
     if is_job_record(record):
         return spec["contexts"][0] if len(spec["contexts"]) == 1 else None
-    return spec.get("context_length")
+    return spec.get("context")
 
 
 def run_spec(record: dict) -> RunSpec | None:
@@ -49,7 +49,7 @@ def run_spec(record: dict) -> RunSpec | None:
     try:
         spec = {k: v for k, v in record["spec"].items() if k in _RUN_FIELDS}
         if context_of(record) is not None:
-            spec["context_length"] = context_of(record)
+            spec["context"] = context_of(record)
         return RunSpec.from_dict(spec)
     except (SpecError, TypeError):
         return None
@@ -61,7 +61,7 @@ def estimate_for(record: dict, mode: str | None = None) -> MemoryEstimate | None
     if spec is None or spec.model is not None:
         return None
     try:
-        return estimate(spec.model_config(), spec.batch_size, spec.context_length,
+        return estimate(spec.model_config(), spec.batch, spec.context,
                         spec.precision, spec.attention, mode or spec.mode, device=spec.device)
     except SpecError:
         return None

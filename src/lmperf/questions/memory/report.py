@@ -66,7 +66,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "shape": (f"d={spec.get('d_model')} L={spec.get('num_layers')} "
                       f"H={spec.get('num_heads')} ff={spec.get('d_ff')}"),
             "params": r.get("params"), "context": readback.context_of(r),
-            "batch": spec.get("batch_size"), "precision": spec.get("precision"),
+            "batch": spec.get("batch"), "precision": spec.get("precision"),
             "mode": spec.get("mode"), "attention": spec.get("attention"),
             "checkpoint_group": spec.get("checkpoint_group"), "warmup": spec.get("warmup"),
             "device": spec.get("device"), "threads": spec.get("threads"),
@@ -118,7 +118,7 @@ def setup(record: dict) -> str:
     """What a record's tables are about: the model and its shape, batch, attention, device."""
     s = record["spec"]
     return (f"{s.get('model') or s.get('size')} (d={s.get('d_model')} L={s.get('num_layers')} "
-            f"H={s.get('num_heads')} ff={s.get('d_ff')}), batch {s.get('batch_size')}, "
+            f"H={s.get('num_heads')} ff={s.get('d_ff')}), batch {s.get('batch')}, "
             f"{s.get('attention')} attention, {s.get('device')}")
 
 

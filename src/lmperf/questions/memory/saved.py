@@ -295,7 +295,7 @@ def measure_spec(spec: RunSpec, device: torch.device, checkpoint_group: int = 0)
     regime = get_regime(spec.precision)
     model.to(dtype=regime.param_dtype)
     set_checkpointing(model, checkpoint_group)
-    shape = (spec.batch_size, spec.context_length)
+    shape = (spec.batch, spec.context)
     if device.type == "meta":
         inputs = torch.zeros(shape, dtype=torch.long, device=device)
         targets = torch.zeros(shape, dtype=torch.long, device=device)

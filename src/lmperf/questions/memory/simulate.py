@@ -205,7 +205,7 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: i
     with torch.device("meta"):  # no initialisation arithmetic, no bytes
         model = build_model(spec.model_config(), spec.model)
     set_checkpointing(model, checkpoint_group)
-    shape = (spec.batch_size, spec.context_length)
+    shape = (spec.batch, spec.context)
     with mode:
         model._apply(lambda t: torch.empty_like(
             t, dtype=regime.param_dtype if t.is_floating_point() else t.dtype))
@@ -289,8 +289,8 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
                      "(cuda_autocast.CUDA_FP32_OPS); this torch has no CUDA backend")
     if regime.loss_scaling:
         notes.append("loss scaling simulated without its scalars (a few bytes)")
-    return SimResult(spec.mode, spec.precision, device.type, spec.batch_size,
-                     spec.context_length, checkpoint_group,
+    return SimResult(spec.mode, spec.precision, device.type, spec.batch,
+                     spec.context, checkpoint_group,
                      spec.optimizer if spec.mode == "train-step" else None, timeline,
                      mode.ops, time.perf_counter() - t0, dict(shard or {}), notes, schedule,
                      calls[0] if blocks else None, len(blocks) or None)

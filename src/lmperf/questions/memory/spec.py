@@ -86,5 +86,5 @@ class MemorySpec:
         """Short name for progress lines, e.g. 'phases tiny fp32 ctx 128,256'."""
         name = f"{self.run.model} ({self.run.shape()})" if self.run.model else self.run.size
         what = f" groups {','.join(map(str, self.groups))}" if self.analysis == "checkpoint" else ""
-        return (f"{self.analysis} {name} {self.run.precision} b={self.run.batch_size} "
+        return (f"{self.analysis} {name} {self.run.precision} b={self.run.batch} "
                 f"ctx {','.join(map(str, self.contexts))}{what}")

@@ -290,7 +290,7 @@ def preset_shape(size: str | None, course: str | None, context: int | None) -> S
     from lmperf.workload.spec import RunSpec
 
     spec = RunSpec.from_size(size or "xl", course or DEFAULT_COURSE,
-                             context_length=context or 1024)
+                             context=context or 1024)
     shape = spec.shape() + ("" if "V=" in spec.shape() else f" V={spec.vocab_size}")
     return Shape(f"{spec.size} ({spec.course}: {shape})", param_count(spec.model_config()),
                  spec.d_model, spec.d_ff, spec.num_layers, spec.num_heads, spec.vocab_size)

@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from lmperf.errors import SpecError
+from lmperf.model.presets import DEFAULT_COURSE
+from lmperf.model.shape import ModelShape
+from lmperf.questions.parallel.spec import Ranks
 
 if TYPE_CHECKING:
     import argparse
@@ -45,15 +48,15 @@ COLD_START_BUDGET_S = 600.0
 
 
 @dataclass(frozen=True)
-class LeaderboardJob:
+class LeaderboardJob(ModelShape, Ranks):
     """One leaderboard measurement (one item) at one world size.
 
-    Attributes: size/course and the shape fields: the reference LM; context_length: tokens per
-    sequence; batch_size: the GLOBAL batch (sequences per step over all ranks); precision: see
+    Attributes: size/course and the shape fields: the reference LM; context: tokens per
+    sequence; batch: the GLOBAL batch (sequences per step over all ranks); precision: see
     the module docstring; checkpointing: activation checkpointing of every block; attention:
     the reference LM's attention implementation; warmup_ms, rep_ms: do_bench's budgets (ms);
     lr, seed: AdamW and the weights / data; backend, device, threads, timeout_s,
-    max_memory_gib: as `lmperf dist train`'s jobs.
+    max_memory_gib: see `Ranks` (as `lmperf dist train`'s jobs).
     """
 
     kind: ClassVar[str] = "dist"
@@ -61,15 +64,12 @@ class LeaderboardJob:
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.leaderboard:run_item"
 
+    # size, d_model, num_layers, num_heads, d_ff: from ModelShape; the launch: from Ranks (the
+    # plan gives NCCL on CUDA and a 30-minute timeout)
     world_size: int
-    size: str
-    d_model: int
-    num_layers: int
-    num_heads: int
-    d_ff: int
     vocab_size: int
-    context_length: int = 32768
-    batch_size: int = 2
+    context: int = 32768
+    batch: int = 2
     precision: str = "bf16-true"
     checkpointing: bool = True
     attention: str = "sdpa"
@@ -77,22 +77,18 @@ class LeaderboardJob:
     rep_ms: float = 100.0
     lr: float = 1e-4
     seed: int = 0
-    course: str = "2026"
-    backend: str = "nccl"
-    device: str = "cuda"
-    threads: int = 1
-    timeout_s: float = 1800.0
-    max_memory_gib: float = 0.0
+    course: str = DEFAULT_COURSE
 
     def __post_init__(self) -> None:
+        self.check_ranks()
         if self.precision not in PRECISIONS:
             raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        for name in ("world_size", "context_length", "batch_size"):
+        for name in ("world_size", "context", "batch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise SpecError(f"{name} must be a positive integer, got {value!r}")
-        if self.batch_size % self.world_size:
-            raise SpecError(f"the global batch ({self.batch_size}) must split evenly over "
+        if self.batch % self.world_size:
+            raise SpecError(f"the global batch ({self.batch}) must split evenly over "
                             f"{self.world_size} ranks")
         for name in ("warmup_ms", "rep_ms"):
             value = getattr(self, name)
@@ -124,8 +120,8 @@ class LeaderboardJob:
 
     def label(self) -> str:
         """Short name for progress lines."""
-        return (f"leaderboard n={self.world_size} {self.size} ctx={self.context_length} "
-                f"b={self.batch_size} {self.precision}")
+        return (f"leaderboard n={self.world_size} {self.size} ctx={self.context} "
+                f"b={self.batch} {self.precision}")
 
 
 def do_bench(fn: Callable[[], object], sync: Callable[[], None], warmup_ms: float,
@@ -166,7 +162,7 @@ def _setup(job: LeaderboardJob, device):
     from lmperf.runtime import device as dev
 
     dev.seed_all(job.seed)
-    config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context_length,
+    config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context,
                          d_model=job.d_model, num_layers=job.num_layers, num_heads=job.num_heads,
                          d_ff=job.d_ff, attention=job.attention)
     with device:  # parameters are created on the device, not copied there
@@ -193,9 +189,9 @@ def run_item(job: LeaderboardJob, item: str, ctx) -> dict | None:
     device, n, rank = ctx.device, ctx.world_size, ctx.rank
     ctx.stage.now = "building and sharding the model"
     setup = _setup(job, device)
-    b = job.batch_size // n
+    b = job.batch // n
     gen = torch.Generator().manual_seed(job.seed)
-    tokens = torch.randint(0, job.vocab_size, (job.batch_size, job.context_length + 1),
+    tokens = torch.randint(0, job.vocab_size, (job.batch, job.context + 1),
                            generator=gen)[rank * b:(rank + 1) * b].to(device)  # (b, T + 1)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     peak = dev.PeakMemory(device)
@@ -219,7 +215,7 @@ def run_item(job: LeaderboardJob, item: str, ctx) -> dict | None:
         return None
     per_rep = [max(col) for col in zip(*(r["times_ms"] for r in gathered))]  # slowest rank
     step_ms = summarize(per_rep)
-    tokens_per_step = job.batch_size * job.context_length
+    tokens_per_step = job.batch * job.context
     cold = max(r["cold_start_s"] for r in gathered)
     metrics = {"step_ms": step_ms, "timer": "host clock after device synchronize, per step",
                "estimate_ms": timing["estimate_ms"], "n_warmup": timing["n_warmup"],
@@ -270,8 +266,8 @@ def plan(size: str = "leaderboard", *, world_size: int | None = None, context: i
     return LeaderboardJob(
         world_size=n, size=size, d_model=preset.d_model, num_layers=preset.num_layers,
         num_heads=preset.num_heads, d_ff=preset.d_ff,
-        vocab_size=vocab_size or preset.vocab_size or 10_000, context_length=context,
-        batch_size=batch, precision=precision, checkpointing=checkpointing, attention=attention,
+        vocab_size=vocab_size or preset.vocab_size or 10_000, context=context,
+        batch=batch, precision=precision, checkpointing=checkpointing, attention=attention,
         warmup_ms=warmup_ms, rep_ms=rep_ms, course=course, seed=seed,
         backend="nccl" if resolved.type == "cuda" else "gloo", device=resolved.type,
         timeout_s=timeout or 1800.0, max_memory_gib=max_memory_gib or 0.0)
@@ -313,7 +309,7 @@ def build_report(records: list[dict]) -> "Report":
         step = m.get("step_ms") or {}
         peaks = [p.get("allocated") or p.get("rss") for p in m.get("peak_memory", []) if p]
         rows.append({"world_size": s["world_size"], "size": s["size"],
-                     "context": s["context_length"], "batch": s["batch_size"],
+                     "context": s["context"], "batch": s["batch"],
                      "precision": s["precision"], "checkpointing": s["checkpointing"],
                      "status": r["status"], "step_ms": step.get("median"),
                      "step_ms_min": step.get("min"), "step_ms_max": step.get("max"),

@@ -124,11 +124,11 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
     from lmperf.model.presets import DEFAULT_COURSE
 
     shape = RunSpec.from_size(size or defaults["size"], course or DEFAULT_COURSE,
-                              context_length=context or defaults["context"],
+                              context=context or defaults["context"],
                               **({"vocab_size": vocab_size} if vocab_size else {}))
     fixed = dict(size=shape.size, d_model=shape.d_model, num_layers=shape.num_layers,
                  num_heads=shape.num_heads, d_ff=shape.d_ff, vocab_size=shape.vocab_size,
-                 context_length=shape.context_length, batch_size=batch or defaults["batch"],
+                 context=shape.context, batch=batch or defaults["batch"],
                  warmup=defaults["warmup"] if warmup is None else warmup,
                  steps=steps or defaults["steps"], profile_steps=profile_steps, lr=lr,
                  seed=seed, bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,

@@ -57,8 +57,8 @@ def plot_train(records: list[dict], path: str | Path) -> Path | None:
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     shape = df.iloc[0]
-    fig.suptitle(f"lmperf dist train: {shape['size']}, context {shape['context_length']}, "
-                 f"batch {shape['batch_size']} per rank, {shape['backend']} on {shape['device']}")
+    fig.suptitle(f"lmperf dist train: {shape['size']}, context {shape['context']}, "
+                 f"batch {shape['batch']} per rank, {shape['backend']} on {shape['device']}")
     path = Path(path)
     fig.savefig(path, dpi=110)
     return path

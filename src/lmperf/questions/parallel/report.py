@@ -19,7 +19,7 @@ from lmperf.measure.stats import NOISY_IQR_RATIO, VERY_NOISY_IQR_RATIO
 from lmperf.questions.parallel.predict import prediction_table
 
 MIB = 2**20
-_SHAPE_KEYS = ("size", "context_length", "batch_size", "device", "backend", "seed", "lr")
+_SHAPE_KEYS = ("size", "context", "batch", "device", "backend", "seed", "lr")
 
 
 def _num(value: object) -> float:
@@ -66,7 +66,7 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
         check = m.get("correctness") or {}
         step = _median(m.get("step_ms"))
         row = {"strategy": s["strategy"], "world_size": s["world_size"], "size": s["size"],
-               "context_length": s["context_length"], "batch_size": s["batch_size"],
+               "context": s["context"], "batch": s["batch"],
                "device": s["device"], "backend": s["backend"], "status": r["status"],
                "step_ms": step, "step_iqr_ms": _num((m.get("step_ms") or {}).get("iqr"))}
         for phase in ("forward", "backward", "sync", "optimizer"):
@@ -101,8 +101,8 @@ def busbw_table(comm: pd.DataFrame) -> pd.DataFrame:
 
 
 def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
-    axes, caption = caption_axes(df, [("size", "model"), ("context_length", "context"),
-                                      ("batch_size", "batch per rank"), ("device", "device"),
+    axes, caption = caption_axes(df, [("size", "model"), ("context", "context"),
+                                      ("batch", "batch per rank"), ("device", "device"),
                                       ("backend", "backend")])
     status, notes = status_notes(df["status"], df["message"])
     out = pd.DataFrame({"strategy": df["strategy"], "n": df["world_size"], "status": status})

@@ -65,7 +65,7 @@ def simulate(size: str, course: str, context: int, batch: int):
     from lmperf.questions.memory.simulate import simulate_step
     from lmperf.workload.spec import RunSpec
 
-    spec = RunSpec.from_size(size, course, context_length=context, batch_size=batch,
+    spec = RunSpec.from_size(size, course, context=context, batch=batch,
                              precision="bf16-mixed", mode="train-step", attention="sdpa",
                              optimizer="fused", device="cuda")
     return simulate_step(spec)

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from lmperf.errors import SpecError
+from lmperf.model.presets import DEFAULT_COURSE
+from lmperf.model.shape import ModelShape
 from lmperf.validate import check_fields, choice, positive_int
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
@@ -33,14 +35,29 @@ DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, n
 _LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
 
 
-def _check_common(job: object) -> None:
-    check_fields(job, choices={"backend": BACKENDS, "device": DEVICES},
-                 positive=("world_size",), non_negative=("threads",))
-    if job.backend == "nccl" and job.device != "cuda":  # type: ignore[attr-defined]
-        raise SpecError("the nccl backend needs --device cuda")
-    timeout = job.timeout_s  # type: ignore[attr-defined]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
+@dataclass(frozen=True, kw_only=True)
+class Ranks:
+    """How a job's ranks run, shared by every torchrun job (dist's, the leaderboard's, the
+    doctor's): the process group's backend, where the tensors live, torch's intra-op threads
+    per rank, and two launch options: `timeout_s` (an item running longer is killed: an error
+    row) and `max_memory_gib` (each rank's memory cap, `lmperf.runtime.device`'s cap_memory, so
+    that a rank that does not fit fails as an 'oom' row; 0: none)."""
+
+    backend: str = "gloo"
+    device: str = "cpu"
+    threads: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_memory_gib: float = 0.0
+
+    def check_ranks(self) -> None:
+        """SpecError for a bad backend, device, thread count, timeout or world size."""
+        check_fields(self, choices={"backend": BACKENDS, "device": DEVICES},
+                     positive=("world_size",), non_negative=("threads",))
+        if self.backend == "nccl" and self.device != "cuda":
+            raise SpecError("the nccl backend needs --device cuda")
+        timeout = self.timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
 
 class _Job:
@@ -69,7 +86,7 @@ class _Job:
 
 
 @dataclass(frozen=True)
-class CommJob(_Job):
+class CommJob(_Job, Ranks):
     """Collective benchmarks at one world size: every collective x every size.
 
     Attributes:
@@ -79,11 +96,7 @@ class CommJob(_Job):
             array: all_gather's output, reduce_scatter's input; see `lmperf.questions.parallel.comm`).
         dtype: element type of the messages.
         warmup, iters: untimed, then timed iterations per (collective, size).
-        backend: 'gloo' (CPU) or 'nccl' (CUDA); device: where the tensors live.
-        threads: torch intra-op threads per rank (0: torch's default).
-        timeout_s: a launch option: an item running longer is killed (an error row).
-        max_memory_gib: a launch option: each rank's memory cap (lmperf.runtime.device's
-            cap_memory), so that a rank that does not fit fails as an 'oom' row (0: none).
+        backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
     """
 
     kind: ClassVar[str] = "dist"
@@ -97,14 +110,9 @@ class CommJob(_Job):
     dtype: str = "fp32"
     warmup: int = 5
     iters: int = 20
-    backend: str = "gloo"
-    device: str = "cpu"
-    threads: int = 1
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_memory_gib: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_common(self)
+        self.check_ranks()
         check_fields(self, choices={"dtype": DTYPES}, positive=("iters",),
                      non_negative=("warmup",))
         if not self.collectives or not self.sizes:
@@ -137,23 +145,23 @@ class CommJob(_Job):
 
 
 @dataclass(frozen=True)
-class TrainJob(_Job):
+class TrainJob(_Job, ModelShape, Ranks):
     """Data-parallel training strategies at one world size, on the same model and data.
 
     Attributes:
-        world_size: ranks; each trains on `batch_size` sequences of its own per step (the
-            global batch is world_size x batch_size).
+        world_size: ranks; each trains on `batch` sequences of its own per step (the
+            global batch is world_size x batch).
         strategies: names from STRATEGIES ('single' only at world size 1).
         size, d_model, num_layers, num_heads, d_ff, vocab_size: the reference LM's shape
             (`size` as the `course` edition's table defines it).
-        context_length: tokens per sequence.
+        context: tokens per sequence.
         warmup, steps: untimed, then timed steps; profile_steps: further steps under the
             profiler (communication intervals and bytes), not timed.
         lr: AdamW learning rate; seed: weights and data.
         bucket_mb: bucket size of 'bucketed', 'torch-ddp', 'zero1' and 'torch-zero1' (MiB).
         compute_dtype: the compute (and communication) dtype of 'fsdp' and 'fsdp2'.
         compress: torch-ddp's gradient compression hook.
-        backend, device, threads, timeout_s, max_memory_gib: as in CommJob.
+        backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
     """
 
     kind: ClassVar[str] = "dist"
@@ -161,16 +169,12 @@ class TrainJob(_Job):
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.train:run_item"
 
+    # size, d_model, num_layers, num_heads, d_ff: from ModelShape; the launch: from Ranks
     world_size: int
     strategies: tuple[str, ...]
-    size: str
-    d_model: int
-    num_layers: int
-    num_heads: int
-    d_ff: int
     vocab_size: int
-    context_length: int = 64
-    batch_size: int = 4
+    context: int = 64
+    batch: int = 4
     warmup: int = 2
     steps: int = 5
     profile_steps: int = 2
@@ -179,19 +183,14 @@ class TrainJob(_Job):
     bucket_mb: float = 1.0
     compute_dtype: str = "fp32"
     compress: str = "none"
-    backend: str = "gloo"
-    device: str = "cpu"
-    threads: int = 1
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_memory_gib: float = 0.0
     attention: str = "naive"
-    course: str = "2026"
+    course: str = DEFAULT_COURSE
 
     def __post_init__(self) -> None:
-        _check_common(self)
+        self.check_ranks()
         check_fields(self, choices={"compute_dtype": DTYPES, "compress": COMPRESS},
                      positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
-                               "context_length", "batch_size", "steps"),
+                               "context", "batch", "steps"),
                      non_negative=("warmup", "profile_steps"))
         if not self.strategies:
             raise SpecError("a train job needs at least one strategy")
@@ -220,5 +219,5 @@ class TrainJob(_Job):
 
     def label(self) -> str:
         """Short name for progress lines."""
-        return (f"train n={self.world_size} {self.size} b={self.batch_size} "
-                f"ctx={self.context_length} {','.join(self.strategies)}")
+        return (f"train n={self.world_size} {self.size} b={self.batch} "
+                f"ctx={self.context} {','.join(self.strategies)}")

@@ -50,17 +50,17 @@ def build_model(job: TrainJob, device: torch.device) -> torch.nn.Module:
     from lmperf.model.presets import ModelConfig
 
     dev.seed_all(job.seed)
-    config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context_length,
+    config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context,
                          d_model=job.d_model, num_layers=job.num_layers, num_heads=job.num_heads,
                          d_ff=job.d_ff, attention=job.attention)
     return build(config).to(device)
 
 
 def global_batch(job: TrainJob, n: int, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step `step`'s global batch: (inputs, targets), each (n x batch_size, T) token ids, the
+    """Step `step`'s global batch: (inputs, targets), each (n x batch, T) token ids, the
     same on every rank (seeded by step); rank r trains on rows r*b .. (r+1)*b - 1."""
     gen = torch.Generator().manual_seed(job.seed * 1_000_003 + step)
-    tokens = torch.randint(0, job.vocab_size, (n * job.batch_size, job.context_length + 1),
+    tokens = torch.randint(0, job.vocab_size, (n * job.batch, job.context + 1),
                            generator=gen)
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
@@ -151,7 +151,7 @@ def _profiled(setup: strategies.Setup, batch: Callable[[int], tuple], first: int
 def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
     """Run strategy `item` on this rank; rank 0 returns the record's fields."""
     n, rank, device, stage = ctx.world_size, ctx.rank, ctx.device, ctx.stage
-    b = job.batch_size
+    b = job.batch
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         inputs, targets = global_batch(job, n, step, device)
@@ -215,7 +215,7 @@ def _check(job: TrainJob, item: str, full: dict, steps: int, n: int, device: tor
     atol, rtol = TOLERANCE[dtype_name]
     result = compare(full, _REFERENCES[key], atol, rtol)
     result["reference"] = (f"single process, AdamW lr={job.lr:g}, global batch {n} x "
-                           f"{job.batch_size} sequences, {steps} steps, same init and data"
+                           f"{job.batch} sequences, {steps} steps, same init and data"
                            + (f", {dtype_name} compute mirrored ({cast} cast)" if cast != "none" else ""))
     return result
 
@@ -229,7 +229,7 @@ def _payload(job: TrainJob, item: str, ranks: list[dict], check: dict, groups: d
         metrics[f"{phase}_ms"] = summarize(per_step(phase))
     metrics["per_rank_step_ms"] = [r["samples"]["step"] for r in ranks]
     step_s = metrics["step_ms"]["median"] / 1e3
-    metrics["tokens_per_s"] = n * job.batch_size * job.context_length / step_s if step_s else None
+    metrics["tokens_per_s"] = n * job.batch * job.context / step_s if step_s else None
     compute_dtype = job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32"
     metrics["compute_dtype"] = compute_dtype
     metrics["comm"] = _comm(ranks)

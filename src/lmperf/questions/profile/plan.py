@@ -70,8 +70,8 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
               dict(size=size, context=context, batch=batch, precision=precision, mode=mode,
                    attention=attention, warmup=warmup).items()}
     run = RunSpec.from_size(
-        values["size"] or defaults["size"], course, context_length=values["context"] or defaults["context"],
-        model_context_length=model_context, batch_size=values["batch"],
+        values["size"] or defaults["size"], course, context=values["context"] or defaults["context"],
+        model_context=model_context, batch=values["batch"],
         precision=values["precision"] or defaults["precision"], mode=values["mode"],
         attention=values["attention"], optimizer=resolve_optimizer(optimizer, dev_),
         warmup=values["warmup"], steps=steps, seed=seed, device=dev_.type, model=model,

@@ -125,7 +125,7 @@ def _float(text: str) -> float:
 def _label(spec: Mapping) -> str:
     name = spec.get("model") or spec.get("size") or "?"
     backend = spec.get("backend", "torch")
-    return (f"{name} ctx={spec.get('context_length')} b={spec.get('batch_size')} "
+    return (f"{name} ctx={spec.get('context')} b={spec.get('batch')} "
             f"{spec.get('precision')} {spec.get('mode')} {spec.get('attention')}"
             + ("" if backend == "torch" else f" {backend}"))
 
@@ -175,8 +175,8 @@ def _row(record: dict) -> dict:
         "model": spec.get("model") or spec.get("size"),
         "shape": (f"d={spec.get('d_model')} L={spec.get('num_layers')} "
                   f"H={spec.get('num_heads')} ff={spec.get('d_ff')}"),
-        "params": record.get("params"), "context": spec.get("context_length"),
-        "batch": spec.get("batch_size"), "precision": spec.get("precision"),
+        "params": record.get("params"), "context": spec.get("context"),
+        "batch": spec.get("batch"), "precision": spec.get("precision"),
         "mode": spec.get("mode"), "attention": spec.get("attention"),
         "warmup": spec.get("warmup"), "steps": spec.get("steps"),
         "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),

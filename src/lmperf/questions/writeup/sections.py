@@ -19,13 +19,12 @@ MAX_ROWS = 60  # rows of a secondary table shown on the page; the rest is in the
 
 # Spec fields that name a run, in the order a label reads, with their short prefix ("" = bare).
 KEY_FIELDS: tuple[tuple[str, str], ...] = (
-    ("experiment", ""), ("analysis", ""), ("impl", ""), ("model", ""), ("size", ""),
-    ("context_length", "ctx="), ("context", "ctx="), ("seq", "seq="), ("batch_size", "b="),
-    ("batch", "b="), ("precision", ""), ("dtype", ""), ("mode", ""),
+    ("experiment", ""), ("analysis", ""), ("attention", ""), ("model", ""), ("size", ""),
+    ("context", "ctx="), ("batch", "b="), ("precision", ""), ("dtype", ""), ("mode", ""),
 )
 # Fields that follow from a size preset: naming them again would only lengthen the label.
 DERIVED: frozenset[str] = frozenset({"d_model", "num_layers", "num_heads", "d_ff",
-                                     "model_context_length", "vocab_size", "rope_theta"})
+                                     "model_context", "vocab_size", "rope_theta"})
 # Environment fields that identify where a run was measured; timestamp and load vary per run.
 ENV_FIELDS: tuple[tuple[str, str], ...] = (
     ("hostname", "host"), ("device", "device"), ("device_name", "device name"),

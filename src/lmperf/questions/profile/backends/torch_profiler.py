@@ -195,7 +195,7 @@ def _attention(result: ProfileResult, trace, spec: RunSpec) -> None:
         result.notes.append("(e) the attention breakdown needs the reference LM's naive attention "
                             "(--attention naive): fused kernels have no sub-ranges.")
         return
-    flops = attention_flops(spec.batch_size, spec.context_length, spec.num_heads,
+    flops = attention_flops(spec.batch, spec.context, spec.num_heads,
                             spec.d_model // spec.num_heads, spec.num_layers)
     df = views.attention_breakdown(trace, flops)
     if df.empty:
