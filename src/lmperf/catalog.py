@@ -68,7 +68,7 @@ QUESTIONS: tuple[Question, ...] = (
     Question("report", f"{_Q}.writeup", "All results on one page", f"{_Q}.writeup.api:report"),
     Question("doctor", f"{_Q}.doctor", "Does lmperf work on this machine?",
              f"{_Q}.doctor.api:doctor", "doctor", f"{_Q}.doctor.report:build_report",
-             f"{_Q}.doctor.report:summary_line"),
+             f"{_Q}.doctor.records:summary_line"),
     Question("dist", f"{_Q}.parallel", "What does data parallelism cost?",
              f"{_Q}.parallel.api:dist", "dist", f"{_Q}.parallel.report:build_report",
              f"{_Q}.parallel.report:summary_line"),

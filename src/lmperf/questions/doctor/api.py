@@ -102,19 +102,22 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     (the distributed checks) the longest of them. Raises SpecError for an unknown device or
     check name, ResultsFileError for an unwritable `out`.
     """
+    from lmperf.core.command import sweep_options
+
+    # First: it starts the warm server, which imports torch while this process plans the jobs.
+    options = sweep_options(inline=inline, timeout=TIMEOUT_S if timeout is None else timeout,
+                            resume=resume, progress=progress)
     import torch
 
-    from lmperf.core.command import sweep_options
     from lmperf.core.sweep import run_sweep
+    from lmperf.questions.doctor.records import checks_of, skipped_record
     from lmperf.questions.doctor.registry import NAMES
-    from lmperf.questions.doctor.report import build_report, checks_of, skipped_record
+    from lmperf.questions.doctor.report import build_report
     from lmperf.runtime import env as envmod
 
     wanted = _wanted(checks, NAMES)
     scopes = plan_scopes(device)
     jobs = plan_jobs(scopes, wanted)
-    options = sweep_options(inline=inline, timeout=TIMEOUT_S if timeout is None else timeout,
-                            resume=resume, progress=progress)
     cuda_runs = isinstance(scopes["cuda"], torch.device)
     options.workers = 1 if cuda_runs else min(CPU_WORKERS, os.cpu_count() or 1)
     main = scopes["any"]

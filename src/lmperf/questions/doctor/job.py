@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lmperf.errors import SpecError
-from lmperf.questions.doctor.report import KIND, check_record
+from lmperf.questions.doctor.records import KIND, check_record
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ def doctor_checks(records: list[dict]) -> bytes | None:
     status (ok / fail / skip); right, where the low-precision matmul check ran, each dtype's
     matmul time relative to fp32 per device (log scale: 1 = as fast as fp32). None without a
     check to draw."""
-    from lmperf.questions.doctor.report import latest_rows
+    from lmperf.questions.doctor.records import latest_rows
 
     checks = latest_rows(records)
     if not checks:
