@@ -151,3 +151,19 @@ def test_prediction_errors_pair_phases_with_the_measured_run():
     assert list(df["phase"]) == ["forward", "backward", "optimizer"]
     assert list(df["error_wall"].round(6)) == [0.2, -0.2, 0.0]
     assert list(df["error_cpu"].round(6)) == [0.5, 0.0, 0.5]
+
+
+@pytest.mark.slow
+def test_cpu_prediction_records_its_calibration(tmp_path):
+    import lmperf
+    from lmperf.measure.calibration import Calibration
+
+    report = lmperf.bench(size="tiny", context=32, precision="fp32", predict=["cpu"],
+                          out=tmp_path / "b.jsonl")
+    (record,) = report.records
+    p = record["prediction"]
+    cal = Calibration.from_dict(p["calibration"])
+    assert len(cal.matmul) == 64 and p["calibration_method"] in report.findings
+    assert p["flops_per_s"]["fp32"] >= max(rate for *_, rate in cal.matmul)  # the ideal's roof
+    for phase in ("forward", "backward", "optimizer"):
+        assert 0 < record["metrics"][phase]["ideal_s"] < record["metrics"][phase]["typical_s"]
