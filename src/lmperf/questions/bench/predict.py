@@ -136,7 +136,8 @@ def cpu_target(threads: int | None = None) -> Target:
         cal = calibrate()
     flops = dict(c.matmul_flops_per_s)
     flops["fp32"] = max(flops["fp32"], *(rate for *_, rate in cal.matmul))
-    bandwidth = max(c.bandwidth_bytes_per_s, *(bw for _, bw in cal.bandwidth))
+    bandwidth = max(c.bandwidth_bytes_per_s, cal.optimizer_bytes_per_s,
+                    *(bw for _, bw in cal.bandwidth))
     return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)", flops,
                   bandwidth, None, c.op_overhead_s, True,
                   "measured now (lmperf.measure.ceilings, lmperf.measure.calibration)", cal)
