@@ -17,3 +17,10 @@ ATTENTION_NAMES: tuple[str, ...] = ("naive", "sdpa", "compiled", "flash-torch", 
 # What a benchmark step runs, and the AdamW implementations (lmperf.workload.spec).
 MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
+
+# torch.compile's modes (`torch.compile(mode=...)`): --compile-mode's choices.
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs")
+
+# Where a job runs (already resolved from 'auto').
+DEVICES: tuple[str, ...] = ("cpu", "cuda")

@@ -41,3 +41,8 @@ def check_fields(obj: object, *, choices: Mapping[str, Iterable[str]] | None = N
         positive_int(named(field), getattr(obj, field))
     for field in non_negative:
         non_negative_int(named(field), getattr(obj, field))
+
+
+def as_flag(field: str) -> str:
+    """The command-line flag of a spec field, for error messages ('lr_warmup' -> '--lr-warmup')."""
+    return f"--{field.replace('_', '-')}"

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lmperf.names import COMPILE_MODES  # --compile-mode's choices (imported here by others)
+
 # The thread policy, for the CLI and the Python API alike: on the CPU a run uses ONE intra-op
 # thread unless --threads says otherwise, as torch.utils.benchmark.Timer does by default. On a
 # shared machine extra threads stall as soon as another process competes for the cores (a tiny
@@ -259,8 +261,6 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
         add_json(parser)
 
 
-COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",
-                                  "max-autotune-no-cudagraphs")
 
 
 def add_compile(parser: argparse.ArgumentParser, many: bool) -> None:

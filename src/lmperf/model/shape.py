@@ -1,12 +1,16 @@
-"""ModelShape: the model's shape as every spec that builds the reference LM names it (a size
-preset and the dimensions it resolved to), defined once and inherited by the specs."""
+"""The parts every spec is composed of, each defined once with its checks: the model's shape
+(`ModelShape`: a size preset of a course edition and the dimensions it resolved to), where a job
+runs (`OnDevice`), and whether the model is compiled (`Compiled`). Specs inherit the parts they
+have; a record's spec stays one flat dict of fields (`dataclasses.asdict`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lmperf.errors import SpecError
-from lmperf.model.presets import resolve_preset
+from lmperf.model.presets import COURSES, DEFAULT_COURSE, resolve_preset
+from lmperf.names import COMPILE_MODES, DEVICES
+from lmperf.validate import as_flag, check_fields
 
 SHAPE_FIELDS: tuple[str, ...] = ("d_model", "num_layers", "num_heads", "d_ff")
 
@@ -18,6 +22,8 @@ class ModelShape:
     Attributes:
         size: the preset that gave the shape (or what a user's factory is told it is).
         d_model, num_layers, num_heads, d_ff: the resolved shape.
+        course: the edition of CS336 whose table defined `size` ('2025' or '2026': the same
+            name can mean different shapes, 2025's xl is 1600 wide, 2026's 2560); keyword-only.
     """
 
     size: str
@@ -25,6 +31,7 @@ class ModelShape:
     num_layers: int
     num_heads: int
     d_ff: int
+    course: str = field(default=DEFAULT_COURSE, kw_only=True)
 
     @staticmethod
     def of_size(size: str, course: str) -> dict[str, int]:
@@ -39,6 +46,45 @@ class ModelShape:
             dims["vocab_size"] = preset.vocab_size
         return dims
 
+    def check_shape(self) -> None:
+        """SpecError for a non-positive dimension or an unknown course edition."""
+        check_fields(self, choices={"course": COURSES}, positive=SHAPE_FIELDS, named=as_flag)
+
     def dims(self) -> str:
         """'d=768 L=12 H=12 ff=3072': the shape that was run, for tables and labels."""
         return f"d={self.d_model} L={self.num_layers} H={self.num_heads} ff={self.d_ff}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnDevice:
+    """Where a job runs, and from which seed.
+
+    Attributes:
+        device: 'cpu' or 'cuda' (already resolved from 'auto').
+        threads: torch's intra-op CPU threads (0: torch's default; see core.vocabulary).
+        seed: seeds the weights and the data (each spec says which data).
+    """
+
+    device: str = "cpu"
+    threads: int = 0
+    seed: int = 0
+
+    def check_on_device(self) -> None:
+        """SpecError for an unknown device or a negative thread count or seed."""
+        check_fields(self, choices={"device": DEVICES}, non_negative=("threads", "seed"),
+                     named=as_flag)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compiled:
+    """Whether the model runs through `torch.compile` (its first step compiles; that step is
+    timed apart from the others), and `compile_mode`, torch.compile's mode."""
+
+    compile: bool = False
+    compile_mode: str = "default"
+
+    def check_compiled(self) -> None:
+        """SpecError for a non-boolean `compile` or an unknown mode."""
+        if not isinstance(self.compile, bool):
+            raise SpecError(f"compile must be true or false, got {self.compile!r}")
+        check_fields(self, choices={"compile_mode": COMPILE_MODES})

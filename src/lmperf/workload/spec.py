@@ -8,20 +8,16 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Sequence
 
-from lmperf.core.vocabulary import COMPILE_MODES
 from lmperf.errors import SpecError
 from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
 from lmperf.names import MODES, OPTIMIZERS
-from lmperf.model.presets import COURSES, DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig
-from lmperf.model.shape import ModelShape
+from lmperf.model.presets import DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig
+from lmperf.model.shape import DEVICES, Compiled, ModelShape, OnDevice
 from lmperf.runtime.precision import REGIMES
 
-DEVICES: tuple[str, ...] = ("cpu", "cuda")
-
-
 @dataclass(frozen=True)
-class RunSpec(ModelShape):
+class RunSpec(Compiled, OnDevice, ModelShape):
     """One benchmark run. Two runs with equal specs measure the same thing.
 
     Attributes:
@@ -36,23 +32,19 @@ class RunSpec(ModelShape):
         attention: attention implementation of the reference LM.
         optimizer: AdamW implementation: 'fused', 'foreach' or 'loop' (for-loop, foreach=False).
         warmup, steps: untimed warm-up steps (0 allowed), then timed steps.
-        seed: seeds the weights and the random batch.
-        device: 'cpu' or 'cuda' (already resolved from 'auto').
         model: a user's 'package.module:factory', or None for the reference LM.
         vocab_size, rope_theta: model hyperparameters.
-        threads: torch's intra-op CPU threads (0: torch's default; see core.vocabulary).
         clip: max gradient norm of a train step, after unscaling (0: no unscale/clip step;
             the GradScaler's step still unscales).
-        course: the edition of CS336 whose table defined `size` ('2025' or '2026'; the same
-            name can mean different shapes: 2025's xl is 1600 wide, 2026's 2560).
-        compile: run the whole model through `torch.compile` (the first step, untimed and
-            timed apart, compiles it); compile_mode: its `mode`.
+        course (ModelShape); device, threads, seed (OnDevice: the seed gives the weights and
+        the random batch); compile, compile_mode (Compiled): keyword-only.
     """
 
     kind: ClassVar[str] = "bench"
     runner: ClassVar[str] = "lmperf.questions.bench.runner:run_spec"
 
-    # size, d_model, num_layers, num_heads, d_ff: from ModelShape
+    # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; device, threads, seed:
+    # OnDevice; compile, compile_mode: Compiled
     context: int = 128
     model_context: int = 0  # 0: same as context (resolved in __post_init__)
     batch: int = 4
@@ -62,29 +54,22 @@ class RunSpec(ModelShape):
     optimizer: str = "fused"
     warmup: int = 5
     steps: int = 10
-    seed: int = 0
-    device: str = "cpu"
     model: str | None = None
     vocab_size: int = VOCAB_SIZE
     rope_theta: float = 10000.0
-    threads: int = 0
     clip: float = 1.0
-    course: str = DEFAULT_COURSE
-    compile: bool = False
-    compile_mode: str = "default"
 
     def __post_init__(self) -> None:
+        self.check_shape()
+        self.check_on_device()
+        self.check_compiled()
         check_fields(self, choices={"precision": REGIMES, "mode": MODES, "attention": ATTENTION,
-                                    "optimizer": OPTIMIZERS, "device": DEVICES, "course": COURSES,
-                                    "compile_mode": COMPILE_MODES},
-                     positive=("d_model", "num_layers", "num_heads", "d_ff", "context",
-                               "batch", "steps", "vocab_size"),
-                     non_negative=("warmup", "threads"))
+                                    "optimizer": OPTIMIZERS},
+                     positive=("context", "batch", "steps", "vocab_size"),
+                     non_negative=("warmup",))
         if (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float))
                 or not math.isfinite(self.clip) or self.clip < 0):
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
-        if not isinstance(self.compile, bool):
-            raise SpecError(f"compile must be true or false, got {self.compile!r}")
         if self.model_context == 0:
             object.__setattr__(self, "model_context", self.context)
         positive_int("model_context", self.model_context)

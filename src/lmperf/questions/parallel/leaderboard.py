@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from lmperf.errors import SpecError
-from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.model.shape import ModelShape
 from lmperf.questions.parallel.spec import Ranks
 
@@ -77,10 +76,10 @@ class LeaderboardJob(ModelShape, Ranks):
     rep_ms: float = 100.0
     lr: float = 1e-4
     seed: int = 0
-    course: str = DEFAULT_COURSE
 
     def __post_init__(self) -> None:
         self.check_ranks()
+        self.check_shape()
         if self.precision not in PRECISIONS:
             raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         for name in ("world_size", "context", "batch"):

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from lmperf.errors import SpecError
-from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.model.shape import ModelShape
+from lmperf.names import DEVICES
 from lmperf.validate import check_fields, choice, positive_int
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
@@ -28,7 +28,6 @@ STRATEGIES: tuple[str, ...] = ("single", "naive", "flat", "overlap", "bucketed",
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
-DEVICES: tuple[str, ...] = ("cpu", "cuda")
 DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, never waited on
 
 # Fields that say how a job is launched, not what it measures: not part of a record's identity.
@@ -184,13 +183,12 @@ class TrainJob(_Job, ModelShape, Ranks):
     compute_dtype: str = "fp32"
     compress: str = "none"
     attention: str = "naive"
-    course: str = DEFAULT_COURSE
 
     def __post_init__(self) -> None:
         self.check_ranks()
+        self.check_shape()
         check_fields(self, choices={"compute_dtype": DTYPES, "compress": COMPRESS},
-                     positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
-                               "context", "batch", "steps"),
+                     positive=("vocab_size", "context", "batch", "steps"),
                      non_negative=("warmup", "profile_steps"))
         if not self.strategies:
             raise SpecError("a train job needs at least one strategy")

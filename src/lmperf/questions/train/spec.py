@@ -9,57 +9,23 @@ from typing import ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.model.attention import ATTENTION
-from lmperf.model.presets import COURSES, DEFAULT_COURSE, ModelConfig
-from lmperf.model.shape import ModelShape
+from lmperf.model.presets import DEFAULT_COURSE, ModelConfig
+from lmperf.model.shape import Compiled, ModelShape, OnDevice
 from lmperf.runtime.precision import REGIMES
-from lmperf.validate import check_fields
+from lmperf.validate import as_flag, check_fields
 
-DEVICES: tuple[str, ...] = ("cpu", "cuda")
-
-
-@dataclass(frozen=True)
-class TrainSpec(ModelShape):
-    """One training run of the reference LM under one precision regime.
-
-    Every regime of one `lmperf train` shares everything but `precision`: the same seed gives
-    the same initial weights and the same batches, so their curves differ only by the regime.
+@dataclass(frozen=True, kw_only=True)
+class AdamWSchedule:
+    """AdamW's settings and the learning-rate schedule of a training run.
 
     Attributes:
-        precision: the regime (a name from `lmperf.runtime.precision.REGIMES`).
-        size: the preset that gave the shape (d_model, num_layers, num_heads, d_ff).
-        vocab_size: ids the model accepts; 256 covers byte-level data.
-        context: sequence length T of every window; batch: windows per step (B).
-        steps: optimizer steps (each one timed).
-        lr: peak learning rate of AdamW; lr_warmup: steps of linear warm-up from
-            lr / lr_warmup, then cosine decay to lr * min_lr_ratio at the last step.
+        lr: peak learning rate; lr_warmup: steps of linear warm-up from lr / lr_warmup, then
+            cosine decay to lr * min_lr_ratio at the last step (`TrainSpec.lr_at`).
         weight_decay, beta1, beta2, eps: AdamW's settings (eps is in the parameter dtype's
             arithmetic in the -true regimes, which is part of what they show).
         clip: max gradient norm after unscaling (0: no clipping; the norm is still recorded).
-        eval_interval: steps between validation losses (also at step 0 and the last step);
-            eval_batches: fixed validation batches averaged per evaluation.
-        seed: seeds the weights, the training windows and (seed + 1) the validation windows.
-        data: a text file trained on byte-level, or None; tokens: a flat uint16 token file, or
-            None; with neither, the bundled generated corpus. Loaded by the job itself.
-        device: 'cpu' or 'cuda' (resolved); attention: the reference LM's attention.
-        threads: torch's intra-op CPU threads (0: torch's default; see core.vocabulary).
-        diverge_factor: a run is 'diverged' when its loss exceeds this multiple of its
-            first-step loss (worse than where it started from random weights) ...
-        diverge_bad_grads: ... or when the gradient norm is non-finite this many steps in a row
-            (with loss scaling: the scaler skipped every one and could not find a finite scale).
-        course: the edition of CS336 whose size table gave the shape ('2025' or '2026').
-        compile: train the `torch.compile`d model (its first step compiles; that step's time is
-            recorded as compile_s and left out of the time summary); compile_mode: its mode.
     """
 
-    kind: ClassVar[str] = "train"
-    runner: ClassVar[str] = "lmperf.questions.train.runner:run_train"
-
-    # size, d_model, num_layers, num_heads, d_ff: from ModelShape
-    precision: str
-    vocab_size: int = 256
-    context: int = 64
-    batch: int = 16
-    steps: int = 200
     lr: float = 3e-3
     lr_warmup: int = 20
     min_lr_ratio: float = 0.1
@@ -68,29 +34,10 @@ class TrainSpec(ModelShape):
     beta2: float = 0.95
     eps: float = 1e-8
     clip: float = 1.0
-    eval_interval: int = 50
-    eval_batches: int = 8
-    seed: int = 0
-    data: str | None = None
-    tokens: str | None = None
-    device: str = "cpu"
-    attention: str = "naive"
-    threads: int = 0
-    diverge_factor: float = 2.0
-    diverge_bad_grads: int = 25
-    course: str = DEFAULT_COURSE
-    compile: bool = False
-    compile_mode: str = "default"
 
-    def __post_init__(self) -> None:
-        check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION, "device": DEVICES,
-                                    "course": COURSES},
-                     positive=("d_model", "num_layers", "num_heads", "d_ff", "vocab_size",
-                               "context", "batch", "steps", "eval_interval", "eval_batches",
-                               "diverge_bad_grads"),
-                     non_negative=("lr_warmup", "seed", "threads"), named=_flag)
-        for name, value in (("--lr", self.lr), ("--eps", self.eps),
-                            ("diverge_factor", self.diverge_factor)):
+    def check_adamw(self) -> None:
+        """SpecError, naming the flag, for a setting AdamW or the schedule cannot take."""
+        for name, value in (("--lr", self.lr), ("--eps", self.eps)):
             if not _real(value) or not value > 0:
                 raise SpecError(f"{name} must be a positive number, got {value!r}")
         if not _real(self.clip) or self.clip < 0:
@@ -99,6 +46,77 @@ class TrainSpec(ModelShape):
             raise SpecError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if not (0 <= self.weight_decay and 0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise SpecError("weight decay must be >= 0 and the AdamW betas in [0, 1)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Watch:
+    """How a training run is watched and judged.
+
+    Attributes:
+        eval_interval: steps between validation losses (also at step 0 and the last step);
+            eval_batches: fixed validation batches averaged per evaluation.
+        diverge_factor: a run is 'diverged' when its loss exceeds this multiple of its
+            first-step loss (worse than where it started from random weights) ...
+        diverge_bad_grads: ... or when the gradient norm is non-finite this many steps in a row
+            (with loss scaling: the scaler skipped every one and could not find a finite scale).
+    """
+
+    eval_interval: int = 50
+    eval_batches: int = 8
+    diverge_factor: float = 2.0
+    diverge_bad_grads: int = 25
+
+    def check_watch(self) -> None:
+        """SpecError for a non-positive interval, batch count, factor or streak."""
+        check_fields(self, positive=("eval_interval", "eval_batches", "diverge_bad_grads"),
+                     named=as_flag)
+        if not _real(self.diverge_factor) or not self.diverge_factor > 0:
+            raise SpecError(f"diverge_factor must be a positive number, got {self.diverge_factor!r}")
+
+
+@dataclass(frozen=True)
+class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
+    """One training run of the reference LM under one precision regime.
+
+    Every regime of one `lmperf train` shares everything but `precision`: the same seed gives
+    the same initial weights and the same batches, so their curves differ only by the regime.
+
+    Attributes:
+        precision: the regime (a name from `lmperf.runtime.precision.REGIMES`).
+        size, d_model, num_layers, num_heads, d_ff, course: the shape (ModelShape).
+        vocab_size: ids the model accepts; 256 covers byte-level data.
+        context: sequence length T of every window; batch: windows per step (B).
+        steps: optimizer steps (each one timed).
+        data: a text file trained on byte-level, or None; tokens: a flat uint16 token file, or
+            None; with neither, the bundled generated corpus. Loaded by the job itself.
+        attention: the reference LM's attention.
+        device, threads, seed (OnDevice: the seed gives the weights, the training windows and
+        (seed + 1) the validation windows); AdamW and the schedule (AdamWSchedule); evaluation
+        and divergence (Watch); compile, compile_mode (Compiled: the first step compiles, its
+        time is recorded as compile_s and left out of the time summary): keyword-only.
+    """
+
+    kind: ClassVar[str] = "train"
+    runner: ClassVar[str] = "lmperf.questions.train.runner:run_train"
+
+    precision: str
+    vocab_size: int = 256
+    context: int = 64
+    batch: int = 16
+    steps: int = 200
+    data: str | None = None
+    tokens: str | None = None
+    attention: str = "naive"
+
+    def __post_init__(self) -> None:
+        self.check_shape()
+        self.check_on_device()
+        self.check_compiled()
+        self.check_adamw()
+        self.check_watch()
+        check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION},
+                     positive=("vocab_size", "context", "batch", "steps"),
+                     non_negative=("lr_warmup",), named=as_flag)
         if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:
             raise SpecError(f"d_model {self.d_model} must split into {self.num_heads} heads of an "
                             "even width (RoPE rotates pairs)")
@@ -149,10 +167,6 @@ class TrainSpec(ModelShape):
         return (f"train {self.size} ctx={self.context} b={self.batch} {self.precision} "
                 f"{self.steps} steps" + (" compiled" if self.compile else ""))
 
-
-def _flag(field: str) -> str:
-    """The CLI flag of a field, for error messages ("lr_warmup" -> "--lr-warmup")."""
-    return f"--{field.replace('_', '-')}"
 
 
 def _real(value: object) -> bool:
