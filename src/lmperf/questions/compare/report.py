@@ -64,16 +64,15 @@ def make_display(level: float) -> Callable[[Report], tuple[pd.DataFrame, str, li
         out["phase"] = df["phase"]
         out["base (ms)"] = [_fmt(x, ".2f") for x in df["base_median_ms"]]
         out["new (ms)"] = [_fmt(x, ".2f") for x in df["new_median_ms"]]
-        out[f"NEW/BASE [{level:.0%} CI]"] = [
-            f"{_fmt(r, '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
-            for r, lo, hi in zip(df["ratio"], df["ci_low"], df["ci_high"])]
-        out["change"] = [_fmt(x, "+.1f") + ("%" if x == x else "") for x in df["change_pct"]]
-        if df["cpu_ratio"].notna().any():  # CPU time beside wall time, whichever was judged
-            out[f"CPU NEW/BASE [{level:.0%} CI]"] = [
+        # Wall time, then CPU time beside it when there is any, whichever clock was judged.
+        clocks = [("", "")] + ([("cpu_", "CPU ")] if df["cpu_ratio"].notna().any() else [])
+        for clock, label in clocks:  # column prefix in the frame, label prefix in the table
+            out[f"{label}NEW/BASE [{level:.0%} CI]"] = [
                 f"{_fmt(r, '.3f')} [{_fmt(lo, '.3f')}, {_fmt(hi, '.3f')}]"
-                for r, lo, hi in zip(df["cpu_ratio"], df["cpu_ci_low"], df["cpu_ci_high"])]
-            out["CPU change"] = [_fmt(x, "+.1f") + ("%" if x == x else "")
-                                 for x in df["cpu_change_pct"]]
+                for r, lo, hi in zip(df[f"{clock}ratio"], df[f"{clock}ci_low"],
+                                     df[f"{clock}ci_high"])]
+            out[f"{label}change"] = [_fmt(x, "+.1f") + ("%" if x == x else "")
+                                     for x in df[f"{clock}change_pct"]]
         out["verdict"] = df["verdict"]
         if (df["judged_on"] == CPU).any():
             out["judged on"] = df["judged_on"]
@@ -134,6 +133,22 @@ def _env_findings(matches: list[Match]) -> list[str]:
     return out
 
 
+# (phases column, value) -> the finding when some phases hold that value: {n} is how many,
+# {loaded} why a side counts as loaded.
+_PHASE_NOTES = {
+    ("judged_on", CPU): (
+        "{n} phase(s) judged on CPU time, not wall time: {loaded}. Other processes steal wall "
+        "time from a step but not the CPU time of its measuring thread (time.thread_time); they "
+        "can still slow it through shared caches and memory bandwidth (false-alarm and detection "
+        "rates under load: docs/benchmarks.md). Both are shown"),
+    ("verdict", INCONCLUSIVE): (
+        "warning: {n} phase(s) changed but are 'inconclusive': {loaded}, and they have no CPU "
+        "time of the measuring thread to judge on (CUDA, several torch threads, or older "
+        "records); other processes slow CPU timings down by up to several times; re-run on a "
+        "quiet machine, with --threads 1, or as an A/B sweep with --rounds (README)"),
+}
+
+
 def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int, *,
               sides: tuple[str, str], level: float, min_effect: float, resamples: int,
               seed: int, max_load: float | None) -> list[str]:
@@ -149,20 +164,9 @@ def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int, *,
         loaded = (f"a CPU run of one side started with a load above {max_load:g} per CPU or "
                   f"spent more than {rec.MAX_OFF_CPU:.0%} of its step off the CPU"
                   if max_load is not None else "")
-        on_cpu = int((frame["judged_on"] == CPU).sum())
-        if on_cpu:
-            out.append(f"{on_cpu} phase(s) judged on CPU time, not wall time: {loaded}. Other "
-                       "processes steal wall time from a step but not the CPU time of its "
-                       "measuring thread (time.thread_time); they can still slow it through "
-                       "shared caches and memory bandwidth (false-alarm and detection rates "
-                       "under load: docs/benchmarks.md). Both are shown")
-        unsure = int((frame["verdict"] == INCONCLUSIVE).sum())
-        if unsure:
-            out.append(f"warning: {unsure} phase(s) changed but are 'inconclusive': {loaded}, "
-                       "and they have no CPU time of the measuring thread to judge on (CUDA, "
-                       "several torch threads, or older records); other processes slow CPU "
-                       "timings down by up to several times; re-run on a quiet machine, with "
-                       "--threads 1, or as an A/B sweep with --rounds (README)")
+        for (column, value), sentence in _PHASE_NOTES.items():
+            if n := int((frame[column] == value).sum()):
+                out.append(sentence.format(n=n, loaded=loaded))
     if not_compared:
         out.append(f"{not_compared} spec(s) or phase(s) not compared (see 'not compared')")
     if pooled := sum(len(m.base) > 1 or len(m.new) > 1 for m in matches):
