@@ -180,14 +180,14 @@ if tl is not None:
     # --- device functions of the backward kernels (jitted with them by `_kernels`; Triton inlines
     # them, so the compiled kernels are as if written out in place) --------------------------------
 
-    def _row_tile(start, n_rows, base, head_dim, offs_d, d_ok, BLOCK: tl.constexpr):
+    def _row_tile(start, n_rows, base, head_dim, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
         """Rows start..start+BLOCK-1 of a row-major (n_rows, head_dim) slice that begins `base`
-        elements into its tensor, with the columns offs_d (BD,) (d_ok: those < head_dim): the
-        row offsets (BLOCK,), the rows in range (BLOCK,), the element offsets (BLOCK, BD) and
-        the elements in range (BLOCK, BD)."""
+        elements into its tensor, padded to BLOCK_D columns: the row offsets (BLOCK,), the rows
+        in range (BLOCK,), the element offsets (BLOCK, BLOCK_D) and the elements in range."""
         offs = start + tl.arange(0, BLOCK)
+        offs_d = tl.arange(0, BLOCK_D)
         ok = offs < n_rows
-        mask = ok[:, None] & d_ok[None, :]
+        mask = ok[:, None] & (offs_d < head_dim)[None, :]
         ptrs = base + offs[:, None] * head_dim + offs_d[None, :]
         return offs, ok, ptrs, mask
 
@@ -233,10 +233,8 @@ if tl is not None:
                          UPCAST_DOT: tl.constexpr):
         pid_k = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < head_dim
         offs_k, k_ok, kv_offs, kv_mask = _row_tile(pid_k * BLOCK_K, n_k, bh * n_k * head_dim,
-                                                   head_dim, offs_d, d_ok, BLOCK_K)
+                                                   head_dim, BLOCK_K, BLOCK_D)
         k, v = _load_pair(K, V, kv_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
         dk = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
@@ -250,8 +248,7 @@ if tl is not None:
         else:
             lo = 0
         for start_q in range(lo, n_q, BLOCK_Q):
-            offs_q, q_ok, q_offs, q_mask = _row_tile(start_q, n_q, 0, head_dim, offs_d, d_ok,
-                                                     BLOCK_Q)
+            offs_q, q_ok, q_offs, q_mask = _row_tile(start_q, n_q, 0, head_dim, BLOCK_Q, BLOCK_D)
             q, do = _load_pair(q_base, do_base, q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
             lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)  # (BQ,)
             delta = tl.load(DELTA + bh * n_q + offs_q, mask=q_ok, other=0.0)
@@ -272,10 +269,8 @@ if tl is not None:
                        UPCAST_DOT: tl.constexpr):
         pid_q = tl.program_id(0)
         bh = tl.program_id(1).to(tl.int64)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < head_dim
         offs_q, q_ok, q_offs, q_mask = _row_tile(pid_q * BLOCK_Q, n_q, bh * n_q * head_dim,
-                                                 head_dim, offs_d, d_ok, BLOCK_Q)
+                                                 head_dim, BLOCK_Q, BLOCK_D)
         q, do = _load_pair(Q, DO, q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
         lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)  # (BQ,)
         delta = tl.load(DELTA + bh * n_q + offs_q, mask=q_ok, other=0.0)
@@ -288,8 +283,7 @@ if tl is not None:
         else:
             hi = n_k
         for start_k in range(0, hi, BLOCK_K):
-            offs_k, k_ok, kv_offs, kv_mask = _row_tile(start_k, n_k, 0, head_dim, offs_d, d_ok,
-                                                       BLOCK_K)
+            offs_k, k_ok, kv_offs, kv_mask = _row_tile(start_k, n_k, 0, head_dim, BLOCK_K, BLOCK_D)
             k, v = _load_pair(k_base, v_base, kv_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
             p = _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL,
                              DOT_PRECISION)  # (BQ, BK)
