@@ -14,12 +14,13 @@ one NCCL rank per GPU, which needs 2 GPUs or more.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, ClassVar
 
 import torch
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed, skip
+from lmperf.questions.parallel.spec import Ranks
 
 STRATEGIES: tuple[str, ...] = ("naive", "flat", "overlap", "bucketed", "fsdp", "fsdp-exact", "zero1")
 """lmperf's own (readable) strategies; torch's engines (torch-ddp, fsdp2) are torch's to test."""
@@ -31,20 +32,16 @@ TIMEOUT_S = 240.0
 
 
 @dataclass(frozen=True)
-class DistCheck:
-    """The doctor's distributed job: items 'collectives', 'strategies' and (CUDA) 'memory-cap'."""
+class DistCheck(Ranks):
+    """The doctor's distributed job: items 'collectives', 'strategies' and (CUDA) 'memory-cap';
+    world_size, backend, device, threads and the launch options: `Ranks`."""
 
     kind: ClassVar[str] = "doctor"
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
     worker: ClassVar[str] = "lmperf.questions.doctor.distjob:run_item"
 
-    world_size: int
     checks: tuple[str, ...]
-    backend: str = "gloo"
-    device: str = "cpu"
-    threads: int = 1
-    timeout_s: float = TIMEOUT_S
-    max_memory_gib: float = 0.0
+    timeout_s: float = field(default=TIMEOUT_S, kw_only=True)
 
     def to_dict(self) -> dict:
         """The job as JSON (what every rank rebuilds it from)."""

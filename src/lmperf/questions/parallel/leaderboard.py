@@ -65,7 +65,6 @@ class LeaderboardJob(ModelShape, Ranks):
 
     # size, d_model, num_layers, num_heads, d_ff: from ModelShape; the launch: from Ranks (the
     # plan gives NCCL on CUDA and a 30-minute timeout)
-    world_size: int
     vocab_size: int
     context: int = 32768
     batch: int = 2

@@ -37,11 +37,13 @@ _LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
 @dataclass(frozen=True, kw_only=True)
 class Ranks:
     """How a job's ranks run, shared by every torchrun job (dist's, the leaderboard's, the
-    doctor's): the process group's backend, where the tensors live, torch's intra-op threads
-    per rank, and two launch options: `timeout_s` (an item running longer is killed: an error
-    row) and `max_memory_gib` (each rank's memory cap, `lmperf.runtime.device`'s cap_memory, so
-    that a rank that does not fit fails as an 'oom' row; 0: none)."""
+    doctor's): how many (`world_size`, required), the process group's backend, where the
+    tensors live, torch's intra-op threads per rank, and two launch options: `timeout_s` (an
+    item running longer is killed: an error row) and `max_memory_gib` (each rank's memory cap,
+    `lmperf.runtime.device`'s cap_memory, so that a rank that does not fit fails as an 'oom'
+    row; 0: none). Keyword-only."""
 
+    world_size: int
     backend: str = "gloo"
     device: str = "cpu"
     threads: int = 1
@@ -103,7 +105,6 @@ class CommJob(_Job, Ranks):
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.comm:run_item"
 
-    world_size: int
     collectives: tuple[str, ...] = COLLECTIVES
     sizes: tuple[int, ...] = (1024,)
     dtype: str = "fp32"
@@ -143,8 +144,30 @@ class CommJob(_Job, Ranks):
         return f"comm n={self.world_size} {self.backend} {self.dtype} ({len(self.items())} items)"
 
 
+@dataclass(frozen=True, kw_only=True)
+class StrategyOptions:
+    """How the strategies of a train job are set up.
+
+    Attributes:
+        bucket_mb: bucket size of 'bucketed', 'torch-ddp', 'zero1' and 'torch-zero1' (MiB).
+        compute_dtype: the compute (and communication) dtype of 'fsdp' and 'fsdp2'.
+        compress: torch-ddp's gradient compression hook.
+    """
+
+    bucket_mb: float = 1.0
+    compute_dtype: str = "fp32"
+    compress: str = "none"
+
+    def check_strategy_options(self) -> None:
+        """SpecError for an unknown dtype or hook, or a non-positive bucket size."""
+        check_fields(self, choices={"compute_dtype": DTYPES, "compress": COMPRESS})
+        value = self.bucket_mb
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise SpecError(f"bucket_mb must be a positive number, got {value!r}")
+
+
 @dataclass(frozen=True)
-class TrainJob(_Job, ModelShape, Ranks):
+class TrainJob(_Job, StrategyOptions, ModelShape, Ranks):
     """Data-parallel training strategies at one world size, on the same model and data.
 
     Attributes:
@@ -157,9 +180,7 @@ class TrainJob(_Job, ModelShape, Ranks):
         warmup, steps: untimed, then timed steps; profile_steps: further steps under the
             profiler (communication intervals and bytes), not timed.
         lr: AdamW learning rate; seed: weights and data.
-        bucket_mb: bucket size of 'bucketed', 'torch-ddp', 'zero1' and 'torch-zero1' (MiB).
-        compute_dtype: the compute (and communication) dtype of 'fsdp' and 'fsdp2'.
-        compress: torch-ddp's gradient compression hook.
+        bucket_mb, compute_dtype, compress: see `StrategyOptions`.
         backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
     """
 
@@ -168,8 +189,8 @@ class TrainJob(_Job, ModelShape, Ranks):
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.train:run_item"
 
-    # size, d_model, num_layers, num_heads, d_ff: from ModelShape; the launch: from Ranks
-    world_size: int
+    # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; world_size and the
+    # launch: Ranks; bucket_mb, compute_dtype, compress: StrategyOptions
     strategies: tuple[str, ...]
     vocab_size: int
     context: int = 64
@@ -179,16 +200,13 @@ class TrainJob(_Job, ModelShape, Ranks):
     profile_steps: int = 2
     lr: float = 1e-3
     seed: int = 0
-    bucket_mb: float = 1.0
-    compute_dtype: str = "fp32"
-    compress: str = "none"
     attention: str = "naive"
 
     def __post_init__(self) -> None:
-        self.check_ranks()
         self.check_shape()
-        check_fields(self, choices={"compute_dtype": DTYPES, "compress": COMPRESS},
-                     positive=("vocab_size", "context", "batch", "steps"),
+        self.check_ranks()
+        self.check_strategy_options()
+        check_fields(self, positive=("vocab_size", "context", "batch", "steps"),
                      non_negative=("warmup", "profile_steps"))
         if not self.strategies:
             raise SpecError("a train job needs at least one strategy")
@@ -197,10 +215,8 @@ class TrainJob(_Job, ModelShape, Ranks):
             if (name == "single") != (self.world_size == 1):
                 raise SpecError("strategy 'single' runs at world size 1 and only it does "
                                 f"(got {name!r} at world size {self.world_size})")
-        for name in ("lr", "bucket_mb"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise SpecError(f"{name} must be a positive number, got {value!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or self.lr <= 0:
+            raise SpecError(f"lr must be a positive number, got {self.lr!r}")
 
     def items(self) -> list[str]:
         """The strategies, in order."""
