@@ -33,7 +33,8 @@ the GPU's bf16 tensor cores with fp32 accumulation give, up to summation order.
 fp32 inputs use IEEE fp32 dots (`input_precision="ieee"`), not TF32: fp32 here means fp32.
 
 Triton is imported lazily (this module imports without it), and the kernels are `triton.jit`-ed on
-first use, so that TRITON_INTERPRET is read when a kernel is first launched, not at import time.
+first use, with the device functions they call, so that TRITON_INTERPRET is read when a kernel is
+first launched, not at import time.
 """
 
 from __future__ import annotations
@@ -298,7 +299,8 @@ if tl is not None:
 
 @functools.cache
 def _kernels(interpret: bool) -> dict[str, Any]:
-    """The kernels, jitted for the compiler or for the interpreter (Triton decides at jit time)."""
+    """The kernels, jitted for the compiler or for the interpreter (Triton decides at jit time),
+    after their device functions (bound under their own names)."""
     del interpret  # only the cache key: triton.jit reads TRITON_INTERPRET itself
     # The kernels call their device functions by global name, and Triton looks those names up in
     # this module when it compiles or interprets a kernel: the names must hold the functions
