@@ -25,7 +25,7 @@ def test_every_check_is_in_one_job_and_the_torchrun_pair_is_one_job_started_firs
     assert sorted(names) == sorted(registry.NAMES)
     assert jobs[0].checks == GLOO and jobs[0].device == "cpu"
     launching = [j.checks[0] for j in jobs[:3]]
-    assert launching[1:] == ["memory cap -> oom row (cpu)", "flash-triton vs SDPA (interpreter)"]
+    assert launching[1:] == ["flash-triton vs SDPA (interpreter)", "memory cap -> oom row (cpu)"]
     # CUDA's checks cannot run here: one job each, never grouped (their rows are made unrun)
     cuda = [j for j in jobs if j.scope == "cuda"]
     assert cuda and all(len(j.checks) == 1 and j.device == "cuda" for j in cuda)

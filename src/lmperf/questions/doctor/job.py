@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from lmperf.errors import SpecError
+from lmperf.questions.doctor.checks import Context, Row, run_one
 from lmperf.questions.doctor.records import KIND, check_record
+# The table (torch, every check's module) at import: the warm server imports a job's runner
+# module once before forking, so each check's child does not import them again (0.6 s a job).
+from lmperf.questions.doctor import registry
 
 
 @dataclass(frozen=True)
@@ -74,12 +78,10 @@ def run_job(job: CheckJob) -> list[dict]:
     The checks seed torch; the caller's random streams are restored (an inline run)."""
     import torch
 
-    from lmperf.questions.doctor.checks import Context, Row, run_one
-    from lmperf.questions.doctor.registry import CHECKS
     from lmperf.runtime import device as dev
     from lmperf.runtime import env as envmod
 
-    by_name = {c.name: c for c in CHECKS}
+    by_name = {c.name: c for c in registry.CHECKS}
     device = torch.device(job.device)
     environment = envmod.capture(device)
     rng_devices = [dev.cuda_index(device)] if device.type == "cuda" else []

@@ -68,11 +68,12 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(distjob.check_memory_cap, cuda="memory cap per rank (NCCL)", launches="torchrun"),
 )
 
-LAUNCH_ORDER: tuple[str, ...] = ("torchrun", "a capped child", "a Triton child",
-                                 "a Triton child (shapes)", "nsys")
-"""The jobs that launch processes start first, longest first (on the 2-core CPU VM at load 4:
-torchrun's agent and 2 ranks ~26 s, the capped child twice ~12 s, Triton's child ~9 s; the
-in-process checks ~14 s in all): the doctor's wall time is then about the torchrun launch's."""
+LAUNCH_ORDER: tuple[str, ...] = ("torchrun", "a Triton child (shapes)", "a Triton child",
+                                 "a capped child", "nsys")
+"""The jobs that launch processes start first, longest first (on the 2-core CPU VM at load 3-8:
+torchrun's agent and 2 ranks 23-28 s, Triton's interpreter child 11-12 s, the capped child
+twice 9-14 s; the in-process checks ~10 s in all): the doctor's wall time is then about the
+torchrun launch's plus the warm server's start."""
 
 CHECKS: tuple[Check, ...] = tuple(Check(getattr(p, scope), scope, p.run, p.launches)
                                   for scope in SCOPES for p in ENTRIES if getattr(p, scope))
