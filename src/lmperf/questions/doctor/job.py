@@ -11,12 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import torch
+
 from lmperf.errors import SpecError
-from lmperf.questions.doctor.checks import Context, Row, run_one
-from lmperf.questions.doctor.records import KIND, check_record
-# The table (torch, every check's module) at import: the warm server imports a job's runner
+# The check table (every check's module) at import: the warm server imports a job's runner
 # module once before forking, so each check's child does not import them again (0.6 s a job).
 from lmperf.questions.doctor import registry
+from lmperf.questions.doctor.checks import Context, Row, run_one
+from lmperf.questions.doctor.records import KIND, check_record
+from lmperf.runtime import device as dev
+from lmperf.runtime import env as envmod
 
 
 @dataclass(frozen=True)
@@ -74,13 +78,9 @@ class CheckJob:
 
 def run_job(job: CheckJob) -> list[dict]:
     """Run the job's checks in order on its device, in a scratch folder; one record per check
-    (ok / error for a failed check / unsupported for a skipped one; see `report.check_record`).
-    The checks seed torch; the caller's random streams are restored (an inline run)."""
-    import torch
-
-    from lmperf.runtime import device as dev
-    from lmperf.runtime import env as envmod
-
+    (ok / error for a failed check / unsupported for a skipped one; see
+    `records.check_record`). The checks seed torch; the caller's random streams are restored
+    (an inline run)."""
     by_name = {c.name: c for c in registry.CHECKS}
     device = torch.device(job.device)
     environment = envmod.capture(device)
