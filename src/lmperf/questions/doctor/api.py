@@ -98,7 +98,7 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     check runs in its own process (in this one with `inline`), killed after `timeout` seconds
     (default TIMEOUT_S; a failed row); `resume` skips the checks with an ok record in `out`.
     Three checks run at a time on the CPU, one at a time when CUDA's run (they share the GPU).
-    The CPU's checks take 21-28 s on a 2-core VM at load 4-6, most of it the torchrun launch
+    The CPU's checks take 21-31 s on a 2-core VM at load 2.5-6, most of it the torchrun launch
     of 2 gloo ranks (the distributed checks) and the warm server's start. Raises SpecError for an unknown device or
     check name, ResultsFileError for an unwritable `out`.
     """
