@@ -111,6 +111,20 @@ def test_cpu_ops_are_held_to_the_ceiling_of_their_own_size():
     assert pr.cpu_op_s(rows[0], cal, 0.5e9, 1e9) == pytest.approx(2 * square)
 
 
+def test_cpu_outputs_too_large_to_reuse_pay_page_faults():
+    from dataclasses import replace
+
+    cal = replace(_calibration(), fresh_output_s_per_byte=1e-9)
+    row = _sized_costs().iloc[3].copy()  # aten::mul, 4 calls: its bytes' time only
+    before = pr.cpu_op_s(row, cal, 1e9, 1e9)
+    row["elements"] = 4 * 10 * 2**20  # 40 MiB of fp32 output per call: mapped fresh
+    assert pr.cpu_op_s(row, cal, 1e9, 1e9) - before == pytest.approx(4 * 40 * 2**20 * 1e-9)
+    row["elements"] = 4 * 7 * 2**20  # 28 MiB: reused from the heap
+    assert pr.cpu_op_s(row, cal, 1e9, 1e9) == pytest.approx(before)
+    row["op"], row["elements"] = "aten::mul_", 4 * 10 * 2**20  # in place: nothing fresh
+    assert pr.cpu_op_s(row, cal, 1e9, 1e9) == pytest.approx(before)
+
+
 def test_cpu_target_adds_the_calls_and_its_ideal_is_the_best_ceiling():
     cpu = pr.Target("cpu", {"fp32": 100e9}, 40e9, None, 1e-6, True, "test", _calibration())
     t = pr.phase_times(_sized_costs(), cpu)

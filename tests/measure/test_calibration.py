@@ -24,7 +24,7 @@ def _calibration(rate=lambda m, k, n: 1e9 * min(m, k, n) ** 0.5) -> ca.Calibrati
         bandwidth=[[2**18, 80e9], [2**20, 40e9], [2**26, 10e9]],
         element_rates={"exp": [[2**21, 1e9], [2**25, 5e8]],
                        "softmax": [[2**21, 8e8], [2**25, 4e8]]},
-        optimizer_bytes_per_s=20e9, seconds=0.5)
+        optimizer_bytes_per_s=20e9, fresh_output_s_per_byte=1e-9, seconds=0.5)
 
 
 def test_a_narrow_matmul_gets_a_lower_ceiling_than_a_square_one():
@@ -54,6 +54,12 @@ def test_bandwidth_and_element_rates_follow_the_working_set():
     assert cal.element_rate("aten::_log_softmax", 2**30) == pytest.approx(4e8)
     assert cal.element_rate("aten::mul", 2**21) is None  # no transcendental: bandwidth's
     assert cal.element_rate("aten::_log_softmax_backward_data", 2**21) is None  # not measured
+
+
+def test_only_outputs_beyond_the_allocators_reuse_pay_page_faults():
+    cal = _calibration()
+    assert cal.fresh_output_s(ca.FRESH_MAP_BYTES - 1) == 0.0
+    assert cal.fresh_output_s(64 * 2**20) == pytest.approx(64 * 2**20 * 1e-9)
 
 
 def test_record_round_trip():
@@ -100,11 +106,13 @@ def test_rates_are_work_over_cpu_time_of_repeated_calls(cpu_clock):
 def test_calibrate_measures_every_point(cpu_clock, monkeypatch):
     monkeypatch.setattr(ca, "RATE_SHAPES", ((4, 8), (16, 8)))
     monkeypatch.setattr(ca, "optimizer_bandwidth", lambda repeats: 7.0)  # its own test below
+    monkeypatch.setattr(ca, "FRESH_PROBE_BYTES", 4096)
     cal = ca.calibrate(repeats=1, dims=(4, 8), working_sets=(1024, 4096))
     assert len(cal.matmul) == 8 and [ws for ws, _ in cal.bandwidth] == [1024, 4096]
     assert cal.element_rates["exp"] == [[8 * 32, 32 * 2 / 0.5e-3], [8 * 128, 128 * 2 / 0.5e-3]]
     assert [ws for ws, _ in cal.element_rates["softmax_backward"]] == [12 * 32, 12 * 128]
     assert cal.optimizer_bytes_per_s == 7.0
+    assert cal.fresh_output_s_per_byte == 0.0  # fresh and reused fills: the same 0.5 ms
     assert cal.threads == torch.get_num_threads() and cal.seconds > 0
 
 

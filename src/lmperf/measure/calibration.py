@@ -26,6 +26,10 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
   gradient and both moments, writes parameter and moments in place: 28 bytes per element). An
   in-place update pays no write-allocate, so it streams faster than the triad, whose fresh
   output is read into the cache before it is written.
+- fresh large outputs: an op's output of `FRESH_MAP_BYTES` or more is mapped fresh by glibc's
+  malloc at every call (its dynamic mmap threshold stops growing at 32 MiB on 64-bit systems,
+  mallopt(3)), so the step pays a page fault per page the op writes. Measured as the time to
+  fill a new `FRESH_PROBE_BYTES` tensor minus the time to fill a reused one, per byte.
 About a second in all on one core (most of it the 1024-wide products).
 
 Interpolation: matmul log FLOP/s is trilinear in (log2 m, log2 k, log2 n); bandwidth and element
@@ -53,6 +57,8 @@ CACHE_BYTES = 2**20  # the batch of small products: operands of at most 1 MiB, a
 # faults included, at every call, which would make the second figure a different effect.
 RATE_SHAPES: tuple[tuple[int, int], ...] = ((256, 1024), (4096, 1024))
 OPTIMIZER_ELEMENTS = 2**22  # 4 Mi fp32 parameters: 112 MiB of AdamW traffic per step, DRAM
+FRESH_MAP_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (mallopt(3))
+FRESH_PROBE_BYTES = 64 * 2**20
 MIN_TIMING_S = 1e-3  # one timing at least this long: the clock's and a call's cost stay small
 REPEATS = 3
 # aten op -> the element rate it is held to (elements of its largest output per second). These
@@ -72,7 +78,8 @@ METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.measu
           "interpolated log-log per op at its (m, k, n); triad bandwidth for working sets "
           "256 KiB .. 64 MiB, interpolated at the op's bytes per call; exp / log_softmax / its "
           "backward elements/s at 1 and 16 MiB for ops that compute exp or log per element; "
-          "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; CPU time "
+          "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; page faults "
+          "per byte of a fresh output of 32 MiB or more (64 MiB probe); CPU time "
           "of the calling thread, best of 3")
 
 
@@ -85,6 +92,8 @@ class Calibration:
     element_rates: 'exp' / 'softmax' / 'softmax_backward' -> [working-set bytes, elements per
         second] per calibrated shape.
     optimizer_bytes_per_s: fused AdamW's bytes (read + written) per second.
+    fresh_output_s_per_byte: seconds per byte an output of FRESH_MAP_BYTES or more costs on top
+        of writing it (page faults of freshly mapped memory).
     threads: torch's intra-op threads during the calibration; seconds: how long it took.
     """
 
@@ -93,6 +102,7 @@ class Calibration:
     bandwidth: list[list[float]] = field(default_factory=list)
     element_rates: dict[str, list[list[float]]] = field(default_factory=dict)
     optimizer_bytes_per_s: float = float("nan")
+    fresh_output_s_per_byte: float = 0.0
     seconds: float = float("nan")
 
     def to_dict(self) -> dict:
@@ -122,6 +132,13 @@ class Calibration:
         """Attained bandwidth (bytes/s) for an op touching `working_set` bytes per call,
         linear in log2 of the working set between calibrated points (clamped)."""
         return _by_working_set(self.bandwidth, working_set)
+
+    def fresh_output_s(self, output_bytes: float) -> float:
+        """Seconds one call pays for mapping its fresh output of `output_bytes` (0 below
+        `FRESH_MAP_BYTES`: smaller blocks are reused from the heap)."""
+        if output_bytes < FRESH_MAP_BYTES:
+            return 0.0
+        return output_bytes * self.fresh_output_s_per_byte
 
     def element_rate(self, op: str, working_set: float) -> float | None:
         """Elements per second `op` attains with `working_set` bytes per call where it computes
@@ -230,6 +247,18 @@ def optimizer_bandwidth(elements: int | None = None, repeats: int = REPEATS) -> 
     return _timed_rate(optimizer.step, 28.0 * elements, repeats)
 
 
+def fresh_output_cost(nbytes: int | None = None, repeats: int = REPEATS) -> float:
+    """Seconds per byte of filling a freshly allocated fp32 tensor of `nbytes` (default
+    `FRESH_PROBE_BYTES`) beyond filling a reused one (never negative)."""
+    n = (nbytes or FRESH_PROBE_BYTES) // 4
+    reused = torch.empty(n)
+    reused.fill_(0.0)  # first touch
+    fill_s = best_cpu_s(lambda: reused.fill_(1.0), repeats)
+    del reused
+    fresh_s = best_cpu_s(lambda: torch.empty(n).fill_(1.0), repeats)
+    return max(0.0, (fresh_s - fill_s) / (4 * n))
+
+
 def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
               working_sets: tuple[int, ...] = WORKING_SETS) -> Calibration:
     """Measure the size-aware ceilings of this CPU with the thread count in force: the matmul
@@ -243,6 +272,8 @@ def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
         bandwidth = [[ws, triad_bandwidth(ws, repeats)] for ws in working_sets]
         rates = element_rates(repeats)
         optimizer = optimizer_bandwidth(repeats=repeats)
+        fresh = fresh_output_cost(repeats=repeats)
     return Calibration(threads=torch.get_num_threads(), matmul=matmul, bandwidth=bandwidth,
                        element_rates=rates, optimizer_bytes_per_s=optimizer,
+                       fresh_output_s_per_byte=fresh,
                        seconds=time.perf_counter() - start)

@@ -154,7 +154,7 @@ def cpu_op_s(row, calibration: "Calibration", rate: float, fp32_rate: float) -> 
     calibrated FLOP/s of its (m, k, n), scaled by `rate` / `fp32_rate` for another dtype; an op
     that computes exp / log per element at its measured elements/s; any other op's FLOPs at
     `rate`) and its bytes at the bandwidth of one call's working set (the optimizer's ops at
-    fused AdamW's)."""
+    fused AdamW's), plus the page faults of an output too large for the allocator to reuse."""
     nbytes = row.bytes_read + row.bytes_written
     per_call = nbytes / max(row.calls, 1)
     memory = nbytes / (calibration.optimizer_bytes_per_s if row.op_class == "optimizer"
@@ -166,7 +166,14 @@ def cpu_op_s(row, calibration: "Calibration", rate: float, fp32_rate: float) -> 
         compute = row.elements / elements_per_s
     else:
         compute = row.flops / rate
-    return max(compute, memory)
+    # A fresh output too large for the allocator to reuse pays page faults; in-place ops
+    # ('name_') and the optimizer write into existing tensors. row.elements: the largest
+    # output's elements, summed over the calls.
+    fresh = 0.0
+    if row.op_class != "optimizer" and not row.op.endswith("_") and row.elements:
+        per_call = row.elements / row.calls * (2 if row.dtype in ("bf16", "fp16") else 4)
+        fresh = row.calls * calibration.fresh_output_s(per_call)
+    return max(compute, memory) + fresh
 
 
 def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False) -> dict[str, tuple]:
