@@ -43,7 +43,7 @@ def reference_count(course: str, size: str) -> int:
 @pytest.mark.parametrize("course, size", sorted(PARAMS))
 def test_counts_equal_the_course_model(course, size):
     assert reference_count(course, size) == PARAMS[(course, size)]
-    spec = RunSpec.from_size(size, course, context_length=8)
+    spec = RunSpec.from_size(size, course, context=8)
     from lmperf.model import build_model
 
     with torch.device("meta"):
@@ -77,7 +77,7 @@ def test_the_default_edition_and_cuda_defaults():
 
 
 def test_records_written_before_editions_read_as_2025():
-    spec = RunSpec.from_size("xl", "2025", context_length=8)
+    spec = RunSpec.from_size("xl", "2025", context=8)
     old = {k: v for k, v in spec.to_dict().items() if k != "course"}
     assert RunSpec.from_dict(old).course == "2025"
 
