@@ -114,12 +114,9 @@ class ChildProcess:
             return [self._failed(describe_exit(code), log_path)]
 
     def kill(self) -> None:
-        """Kill the child's whole process group and reap it."""
+        """Kill the child, everything it started, and reap it."""
         if self.proc and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_process_tree(self.proc.pid)
             self.proc.wait()
 
     def _failed(self, why: str, log_path: Path) -> dict:
@@ -275,14 +272,44 @@ class WarmChild(ChildProcess):
                 deadline = time.monotonic() + self.timeout_s
 
     def kill(self) -> None:
-        """Kill the child's process group (its own session), or the child if it has none yet."""
-        if self.pid is None:
-            return
-        for kill in (lambda: os.killpg(self.pid, signal.SIGKILL),
-                     lambda: os.kill(self.pid, signal.SIGKILL)):
+        """Kill the child (its own session) and everything it started."""
+        if self.pid is not None:
+            kill_process_tree(self.pid)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (read from /proc; empty where there is none), parents before
+    their children."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL process `pid`, its process group, and every process below it with theirs.
+
+    A job may start processes in sessions of their own (torchrun and its ranks, the doctor's
+    capped child), which killing the job's group alone would leave running, re-parented to
+    init. So the tree is read before anything is killed."""
+    for p in [pid, *descendants(pid)]:
+        for kill in (os.killpg, os.kill):  # a group where p leads one, else the process
             try:
-                kill()
-                return
+                kill(p, signal.SIGKILL)
+                break
             except (ProcessLookupError, PermissionError):
                 continue
 

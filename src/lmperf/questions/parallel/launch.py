@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmperf.core.jobs import class_path
+from lmperf.core.launch import descendants
 from lmperf.questions.parallel.worker import ENV_DIR
 
 POLL_S = 0.1
@@ -130,31 +131,11 @@ def _watch(proc: subprocess.Popen, folder: Path, timeout_s: float, started: floa
     return None
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (via /proc), children first seen first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def kill_tree(proc: subprocess.Popen, folder: Path) -> None:
     """SIGKILL torchrun and every rank. torchrun starts each rank in its own session, so killing
     torchrun's process group is not enough: the ranks are found as torchrun's descendants (and
     by the pids in their state files) before anything is killed, and each rank's group too."""
-    pids = set(_descendants(proc.pid)) | {s["pid"] for s in _states(folder).values()}
+    pids = set(descendants(proc.pid)) | {s["pid"] for s in _states(folder).values()}
     for pid in [proc.pid, *sorted(pids)]:
         for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
             try:
