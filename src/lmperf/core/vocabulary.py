@@ -302,8 +302,8 @@ def check_args(command: str, args: argparse.Namespace) -> None:
     """Refuse a bad value of a shared option in one line that names its flag, before the command
     imports torch (the specs check everything again, with the same words, for the Python API).
 
-    `--precision` is a regime; `attention` has none (its `--dtype` is a tensor dtype, and its
-    parser checks it, as it checks the deprecated `--precision` alias of it). Raises SpecError.
+    `--precision` is a regime; `attention` has none (its `--dtype`, a tensor dtype, and the
+    deprecated `--precision` alias of it are checked by attention's plan). Raises SpecError.
     """
     from lmperf.errors import SpecError
     from lmperf.model.presets import DEFAULT_COURSE, resolve_preset

@@ -30,7 +30,7 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
   malloc at every call (its dynamic mmap threshold stops growing at 32 MiB on 64-bit systems,
   mallopt(3)), so the step pays a page fault per page the op writes. Measured as the time to
   fill a new `FRESH_PROBE_BYTES` tensor minus the time to fill a reused one, per byte.
-About a second in all on one core (most of it the 1024-wide products).
+About 1.4 s in all on one core at load 3-4 (most of it the 1024-wide products).
 
 Interpolation: matmul log FLOP/s is trilinear in (log2 m, log2 k, log2 n); bandwidth and element
 rates are linear in log2 of the working set (bytes read + written by one call). All are clamped

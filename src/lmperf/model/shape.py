@@ -48,7 +48,7 @@ class ModelShape:
 
     def check_shape(self) -> None:
         """SpecError for a non-positive dimension or an unknown course edition."""
-        check_fields(self, choices={"course": COURSES}, positive=SHAPE_FIELDS, named=as_flag)
+        check_fields(self, choices={"course": COURSES}, positive=SHAPE_FIELDS)
 
     def dims(self) -> str:
         """'d=768 L=12 H=12 ff=3072': the shape that was run, for tables and labels."""

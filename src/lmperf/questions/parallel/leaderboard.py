@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
@@ -63,8 +63,11 @@ class LeaderboardJob(ModelShape, Ranks):
     runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.leaderboard:run_item"
 
-    # size, d_model, num_layers, num_heads, d_ff: from ModelShape; the launch: from Ranks (the
-    # plan gives NCCL on CUDA and a 30-minute timeout)
+    # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; world_size, threads and
+    # the memory cap: Ranks, whose defaults this job changes to the leaderboard's own
+    backend: str = field(default="nccl", kw_only=True)
+    device: str = field(default="cuda", kw_only=True)
+    timeout_s: float = field(default=1800.0, kw_only=True)
     vocab_size: int
     context: int = 32768
     batch: int = 2

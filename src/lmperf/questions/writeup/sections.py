@@ -80,14 +80,18 @@ def run_labels(records: list[dict]) -> list[str]:
     varying = [k for k in keys if k not in DERIVED
                and len({repr(s[k]) for s in specs if k in s}) > 1]
     labels = []
-    for spec in specs:
+    for record, spec in zip(records, specs):
+        # The implementation names an attention run; elsewhere it is a setting, named when it
+        # varies ("attention=sdpa").
+        key_fields = [(n, p) for n, p in KEY_FIELDS
+                      if n != "attention" or record.get("kind") == "attention"]
         parts = []
-        for name, prefix in KEY_FIELDS:
+        for name, prefix in key_fields:
             if name == "size" and spec.get("model"):
                 continue  # a user model: its factory names the run, the preset does not
             if spec.get(name) not in (None, ""):
                 parts.append(f"{prefix}{spec[name]}")
-        key_names = {name for name, _ in KEY_FIELDS}
+        key_names = {name for name, _ in key_fields}
         parts += [f"{k}={spec[k]}" for k in varying if k not in key_names and k in spec]
         labels.append(" ".join(parts) or "run")
     return numbered(labels)
