@@ -62,3 +62,15 @@ def test_resume_recognises_jobs_written_before_the_renames(tmp_path, name, call)
     before = out.read_text()
     call(out)
     assert out.read_text() == before  # nothing ran again, nothing appended
+
+
+def test_records_loaded_by_other_means_are_migrated_too():
+    import json
+
+    from lmperf.core.kinds import build_reports
+
+    raw = [json.loads(line) for line in (RECORDS / "bench-before-issue17.jsonl").read_text().splitlines()]
+    (report,) = build_reports(raw)
+    assert report.frame["context"].tolist() == [16]
+    same = lmperf.compare(raw, raw)  # a list of dicts, as json.load gives them
+    assert len(same.frame) > 0

@@ -26,7 +26,9 @@ def _load(source: Source) -> tuple[list[dict], str]:
     if not all(isinstance(r, dict) and isinstance(r.get("spec"), dict) and "kind" in r
                and "status" in r for r in records):
         raise SpecError("records must be lmperf records (dicts with kind, status and spec)")
-    return latest(records), "the records given"
+    from lmperf.results.record import migrate
+
+    return latest([migrate(r) for r in records]), "the records given"
 
 
 def _check(level: float, min_effect: float, resamples: int, max_load: float | None) -> None:
