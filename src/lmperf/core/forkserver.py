@@ -138,7 +138,11 @@ def serve(preload: tuple[str, ...] = PRELOAD, parent: int | None = None,
     for line in sys.stdin:
         request = json.loads(line)
         _preload(request.get("preload", []))
-        pid = os.fork()
+        # Reap threads write replies to sys.stdout; forking while one holds the stream's
+        # internal lock would hand the child a lock no thread of its own will release (its
+        # final flush would then hang until its timeout). Every write goes through out_lock.
+        with out_lock:
+            pid = os.fork()
         if pid == 0:
             _child(request)
         reply({"id": request["id"], "pid": pid})
