@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from lmperf.core.launch import descendants, kill_process_tree
+from lmperf.core.launch import alive, descendants, kill_process_tree
 
 # A job that starts a grandchild in a session of its own (as torchrun is started), writes its
 # pid, and waits.
@@ -19,14 +18,6 @@ g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], star
 open(sys.argv[1], "w").write(str(g.pid))
 time.sleep(60)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_the_tree_dies_whatever_session_it_is_in(tmp_path):
@@ -43,9 +34,9 @@ def test_the_tree_dies_whatever_session_it_is_in(tmp_path):
         kill_process_tree(job.pid)
         job.wait(timeout=10)
         deadline = time.time() + 10
-        while _alive(grandchild) and time.time() < deadline:
+        while alive(grandchild) and time.time() < deadline:
             time.sleep(0.05)
-        assert not _alive(grandchild)
+        assert not alive(grandchild)
     finally:
         if job.poll() is None:
             job.kill()

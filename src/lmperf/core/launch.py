@@ -299,6 +299,15 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (read from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def kill_process_tree(pid: int) -> None:
     """SIGKILL process `pid`, its process group, and every process below it with theirs.
 

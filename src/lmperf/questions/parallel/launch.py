@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmperf.core.jobs import class_path
-from lmperf.core.launch import descendants
+from lmperf.core.launch import alive, descendants
 from lmperf.questions.parallel.worker import ENV_DIR
 
 POLL_S = 0.1
@@ -144,16 +144,8 @@ def kill_tree(proc: subprocess.Popen, folder: Path) -> None:
                 pass
     proc.wait()
     deadline = time.time() + KILL_WAIT_S
-    while time.time() < deadline and any(_alive(p) for p in pids):
+    while time.time() < deadline and any(alive(p) for p in pids):
         time.sleep(POLL_S)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _tail(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
