@@ -132,3 +132,13 @@ def test_a_hung_check_is_a_failed_row_and_the_others_still_run(tmp_path, monkeyp
     assert rows.loc["nsys on PATH", "status"] == "fail"
     assert rows.loc["nsys on PATH", "result"].startswith("timed out after 3 s")
     assert {r["status"] for r in read_records(out)} == {"ok", "error"}
+
+
+def test_resume_does_not_append_a_skipped_check_again(tmp_path):
+    out = tmp_path / "d.jsonl"
+    names = ["versions and env capture", "CUDA device"]  # any device; CUDA's: skipped with --device cpu
+    first = lmperf.doctor("cpu", checks=names, out=out, inline=True)
+    assert first.frame["status"].tolist() == ["ok", "skip"]
+    lines = out.read_text().splitlines()
+    lmperf.doctor("cpu", checks=names, out=out, inline=True, resume=True)
+    assert out.read_text().splitlines() == lines

@@ -118,6 +118,14 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     wanted = _wanted(checks, NAMES)
     scopes = plan_scopes(device)
     jobs = plan_jobs(scopes, wanted)
+    if resume and out is not None and Path(out).exists():
+        # A check that cannot run here has its skipped row already: do not append it again.
+        from lmperf.results.store import read_records
+
+        recorded = {c for r in read_records(Path(out)) if r.get("kind") == "doctor"
+                    for c in checks_of(r)}
+        jobs = [j for j in jobs
+                if isinstance(scopes[j.scope], torch.device) or not set(j.checks) <= recorded]
     cuda_runs = isinstance(scopes["cuda"], torch.device)
     options.workers = 1 if cuda_runs else CPU_WORKERS
     main = scopes["any"]
