@@ -25,7 +25,8 @@ sooner: the capped child 120 s (twice on the CPU), flash-triton's 240 s, a torch
 CPU_WORKERS = 3
 """Jobs in flight at once when no CUDA check runs: the torchrun launch, a second launching job
 and the in-process checks, the overlap the doctor had when it ran its launches in two
-background threads beside its own checks (2 workers: ~7 s longer on the 2-core VM)."""
+background threads beside its own checks (on the 2-core VM at load 3-9, 2 workers took
+26.5-36.9 s, 3 workers 21.2-28.1 s: docs/benchmarks.md)."""
 
 
 def plan_scopes(device: str) -> dict[str, torch.device | str]:

@@ -71,7 +71,7 @@ ENTRIES: tuple[Entry, ...] = (
 LAUNCH_ORDER: tuple[str, ...] = ("torchrun", "a Triton child (shapes)", "a Triton child",
                                  "a capped child", "nsys")
 """The jobs that launch processes start first, longest first (on the 2-core CPU VM at load 3-8:
-torchrun's agent and 2 ranks 23-28 s, Triton's interpreter child 11-12 s, the capped child
+torchrun's agent and 2 ranks 18-28 s, Triton's interpreter child 11-12 s, the capped child
 twice 9-14 s; the in-process checks ~10 s in all): the doctor's wall time is then about the
 torchrun launch's plus the warm server's start."""
 
