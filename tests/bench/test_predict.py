@@ -85,7 +85,7 @@ def _sized_costs() -> pd.DataFrame:
 
 
 def _calibration():
-    from lmperf.measure.calibration import Calibration
+    from lmperf.runtime.calibration import Calibration
 
     dims = (16, 64, 256, 1024)
     # FLOP/s grow with the smallest dimension: 64-wide products at half the square's rate
@@ -170,7 +170,7 @@ def test_prediction_errors_pair_phases_with_the_measured_run():
 @pytest.mark.slow
 def test_cpu_prediction_records_its_calibration(tmp_path):
     import lmperf
-    from lmperf.measure.calibration import Calibration
+    from lmperf.runtime.calibration import Calibration
 
     report = lmperf.bench(size="tiny", context=32, precision="fp32", predict=["cpu"],
                           out=tmp_path / "b.jsonl")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from lmperf.measure import ceilings as ce
+from lmperf.runtime import ceilings as ce
 from lmperf.questions.doctor import ceilings as check
 from lmperf.questions.doctor.checks import Context
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmperf.measure.ceilings import Ceilings
+from lmperf.runtime.ceilings import Ceilings
 from lmperf.questions.profile import roofline as rl
 from lmperf.questions.profile.trace import load_trace
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.measure.ceilings import Ceilings
+from lmperf.runtime.ceilings import Ceilings
 from lmperf.questions.profile import roofline as rl
 from lmperf.questions.writeup.plots import plots_for
 from lmperf.questions.profile.record import build_report

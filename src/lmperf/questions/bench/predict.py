@@ -18,8 +18,8 @@ FMA (lmperf's fp32 regime turns TF32 off), tf32 -> TF32, bf16/fp16 ops -> tensor
 
 `--predict cpu` predicts for this machine instead, from its own measured ceilings, fractions 1:
 the ideal is the roofline at the best FLOP/s and bandwidth it attained at any size
-(`measure.ceilings`, `measure.calibration`); the typical time holds each op to the ceiling of its
-own size (`measure.calibration`: matmul FLOP/s interpolated at the product's (m, k, n), the
+(`runtime.ceilings`, `runtime.calibration`); the typical time holds each op to the ceiling of its
+own size (`runtime.calibration`: matmul FLOP/s interpolated at the product's (m, k, n), the
 bandwidth of one call's working set, the measured elements/s of exp / log_softmax for ops that
 compute a transcendental per element, which the FLOP counter counts as 0) and adds the measured
 time per eager op call for every call (the CPU runs each op to completion before the next).
@@ -36,7 +36,7 @@ import pandas as pd
 from lmperf.errors import SpecError
 
 if TYPE_CHECKING:
-    from lmperf.measure.calibration import Calibration
+    from lmperf.runtime.calibration import Calibration
 
 KIND = "prediction"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
@@ -122,14 +122,14 @@ def gpu_targets(name: str) -> list[Target]:
 
 
 def cpu_target(threads: int | None = None) -> Target:
-    """This CPU from its measured ceilings (fp32, bf16; `measure.ceilings`) and its size-aware
-    calibration (`measure.calibration`), with `threads` torch threads (None: lmperf's default,
+    """This CPU from its measured ceilings (fp32, bf16; `runtime.ceilings`) and its size-aware
+    calibration (`runtime.calibration`), with `threads` torch threads (None: lmperf's default,
     one). The ideal's ceilings are the best attained at any size."""
     import torch
 
     from lmperf.core.launch import cpu_threads
-    from lmperf.measure.calibration import calibrate
-    from lmperf.measure.ceilings import measure_ceilings
+    from lmperf.runtime.calibration import calibrate
+    from lmperf.runtime.ceilings import measure_ceilings
 
     with cpu_threads(1 if threads is None else threads):
         c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16"))
@@ -140,7 +140,7 @@ def cpu_target(threads: int | None = None) -> Target:
                     *(bw for _, bw in cal.bandwidth))
     return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)", flops,
                   bandwidth, None, c.op_overhead_s, True,
-                  "measured now (lmperf.measure.ceilings, lmperf.measure.calibration)", cal)
+                  "measured now (lmperf.runtime.ceilings, lmperf.runtime.calibration)", cal)
 
 
 def _math_dtype(dtype: str, tf32: bool) -> str:
@@ -265,7 +265,7 @@ def _record(spec, target: Target, metrics: dict, count_method: str) -> dict:
                   "host_op_source": "measured" if target.additive else HOST_OP_SOURCE,
                   "flops_per_s": target.flops_per_s, "bandwidth_bytes_per_s": target.bandwidth}
     if target.calibration is not None:
-        from lmperf.measure.calibration import METHOD as CALIBRATION_METHOD
+        from lmperf.runtime.calibration import METHOD as CALIBRATION_METHOD
 
         prediction |= {"calibration": target.calibration.to_dict(),
                        "calibration_method": CALIBRATION_METHOD}

@@ -17,8 +17,8 @@ DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
 
 def check_ceilings(ctx: Context) -> Outcome:
     """Measure the attained matmul FLOP/s (fp32, bf16; fp16 too on CUDA) and the copy / triad
-    bandwidth on this device (`measure.ceilings`); values: the ceilings and the peaks."""
-    from lmperf.measure.ceilings import datasheet_peaks, measure_ceilings
+    bandwidth on this device (`runtime.ceilings`); values: the ceilings and the peaks."""
+    from lmperf.runtime.ceilings import datasheet_peaks, measure_ceilings
     from lmperf.runtime import device as dev
 
     saved = dev.get_tf32()

@@ -2,7 +2,7 @@
 
 For each aten op of a phase (costs from `workload.op_costs`, counted on fake tensors; times from
 the parsed trace):
-    compute_ms = FLOPs / attained matmul FLOP/s in the op's dtype     (`measure.ceilings`)
+    compute_ms = FLOPs / attained matmul FLOP/s in the op's dtype     (`runtime.ceilings`)
     memory_ms  = bytes / attained memory bandwidth
     ideal_ms   = max(compute_ms, memory_ms)            the roofline time: no op can beat it
     ratio      = measured_ms / ideal_ms
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from lmperf.measure.ceilings import Ceilings
+    from lmperf.runtime.ceilings import Ceilings
 
 OVERHEAD_RATIO = 10.0  # measured > 10x the roofline time: the op is bound by neither ceiling
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
@@ -261,7 +261,7 @@ def analyse(trace, spec, phase_ms: dict[str, float], top: int = 10,
     the `top` ops of each phase) and findings. `phase_ms`: phase -> measured ms per step."""
     import torch
 
-    from lmperf.measure.ceilings import datasheet_peaks, measure_ceilings
+    from lmperf.runtime.ceilings import datasheet_peaks, measure_ceilings
     from lmperf.workload.op_costs import count_op_costs
     from lmperf.runtime.precision import get_regime, matmul_precision
 

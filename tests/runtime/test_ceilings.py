@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.measure import ceilings as ce
+from lmperf.runtime import ceilings as ce
 from lmperf.runtime import device as dev
 
 

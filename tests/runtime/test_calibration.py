@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lmperf.measure import calibration as ca
+from lmperf.runtime import calibration as ca
 from lmperf.runtime import device as dev
 
 DIMS = (16, 64, 256, 1024)

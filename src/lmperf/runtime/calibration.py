@@ -1,7 +1,7 @@
 """Size-aware CPU ceilings: what this CPU attains for an operator of a given size, measured on
 a small grid of generic shapes and interpolated per operator.
 
-One square-matmul ceiling and one 64 MiB stream (`measure.ceilings`) describe large operators.
+One square-matmul ceiling and one 64 MiB stream (`runtime.ceilings`) describe large operators.
 The operators of a small Transformer are not large: 64- and 128-wide matmuls run at a fraction
 of a 1024-square product's FLOP/s, an activation of a few hundred KiB sits in the L2 cache and
 moves several times faster than a DRAM stream, and softmax, exp and log cost more in arithmetic
@@ -73,7 +73,7 @@ ELEMENT_RATE_OPS: dict[str, str] = {
     "aten::_softmax_backward_data": "softmax_backward",
     "aten::_log_softmax_backward_data": "softmax_backward",
 }
-METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.measure.calibration): "
+METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.runtime.calibration): "
           "fp32 matmul FLOP/s on (m, k) @ (k, n) for m, k, n in {16, 64, 256, 1024}, "
           "interpolated log-log per op at its (m, k, n); triad bandwidth for working sets "
           "256 KiB .. 64 MiB, interpolated at the op's bytes per call; exp / log_softmax / its "
