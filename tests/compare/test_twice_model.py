@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lmperf.model.custom import build_model, count_params
+from lmperf.model.checks import count_params
+from lmperf.model.custom import build_model
 from lmperf.model.presets import ModelConfig
 
 

@@ -16,10 +16,11 @@ from lmperf.measure.flops import (
     FLOPS_CONVENTION, analytic_flops, attention_flops, count_flops, no_attention,
     reference_step_flops,
 )
-from lmperf.questions.bench.runner import _throughput
+from lmperf.model.transformer import CausalSelfAttention
+from lmperf.questions.bench.runner import run_spec
 from lmperf.questions.bench.table import display_frame
 from lmperf.runtime.precision import get_regime
-from lmperf.workload.build import meta_flops
+from lmperf.workload.build import meta_flops, prepare
 from lmperf.workload.spec import RunSpec
 
 SHAPE = dict(context=32, batch=2)
@@ -70,14 +71,30 @@ def test_the_stand_in_keeps_every_projection_in_the_backward():
 
 
 def test_the_bench_record_and_table_carry_the_convention():
-    spec = _spec("flash-torch")
-    counted, per_op = meta_flops(spec)
-    metrics = _throughput(spec, torch.device("cpu"), get_regime("fp32"), 100.0, counted, per_op,
-                          "the meta device")
+    spec = RunSpec.from_size("tiny", context=16, batch=1, mode="forward", attention="flash-torch",
+                             warmup=0, steps=1)
+    metrics = run_spec(spec)["metrics"]
     assert metrics["flops_convention"] == FLOPS_CONVENTION
     assert metrics["flops_per_step"] == metrics["flops_per_step_analytic"]
-    assert metrics["tflops"] == pytest.approx(metrics["flops_per_step"] / 0.1 / 1e12)
+    step_s = metrics["step_ms"]["median"] / 1e3
+    assert metrics["tflops"] == pytest.approx(metrics["flops_per_step"] / step_s / 1e12)
     record = {"kind": "bench", "status": "ok", "spec": spec.to_dict(), "metrics": metrics,
               "env": {}, "params": 1}
     _, caption, _ = display_frame([record])
     assert f"FLOPs: {FLOPS_CONVENTION}" in caption
+
+
+def test_a_run_counts_on_a_view_of_its_own_model_as_on_a_fresh_meta_build():
+    # Prepared.count_flops() counts the built model through a meta view; meta_flops builds a
+    # fresh model on meta: both count the same step, and the real model is left as it was.
+    for mode in ("forward", "train-step"):
+        spec = _spec("sdpa", mode)
+        prepared = prepare(spec, torch.device("cpu"), get_regime("fp32"))
+        before = [p.detach().clone() for p in prepared.state.model.parameters()]
+        kernels = [m.attention for m in prepared.state.model.modules()
+                   if isinstance(m, CausalSelfAttention)]
+        assert prepared.count_flops()[0] == meta_flops(spec)[0] > 0
+        after = list(prepared.state.model.parameters())
+        assert all(torch.equal(a, b) and a.grad is None for a, b in zip(after, before))
+        assert [m.attention for m in prepared.state.model.modules()
+                if isinstance(m, CausalSelfAttention)] == kernels  # the stand-in is undone

@@ -7,7 +7,8 @@ import pytest
 
 from lmperf.cli import main
 from lmperf.errors import SpecError
-from lmperf.model.custom import build_model, count_params
+from lmperf.model.checks import count_params
+from lmperf.model.custom import build_model
 from lmperf.model.presets import ModelConfig
 from lmperf.questions.parallel import leaderboard
 from lmperf.results.store import read_records

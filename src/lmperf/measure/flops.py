@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn as nn
+from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 
 BACKWARD_MODES = ("forward-backward", "train-step")
@@ -83,6 +85,26 @@ def no_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
     for counting the rest of a step: the output depends on all three inputs, so the backward
     still reaches (and counts) the q, k and v projections; an add has no FLOP formula."""
     return q + k + v
+
+
+class MetaView(nn.Module):
+    """A shape-only view of a model, for counting: calling it calls the model with every
+    parameter and buffer replaced by a meta tensor of the same shape and dtype
+    (`torch.func.functional_call`), so a step on it runs no arithmetic and allocates nothing,
+    and the model's own tensors (and gradients) are untouched. The model is held, not
+    registered as a submodule, so the view's `zero_grad()` reaches none of its gradients."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.__dict__["_model"] = model
+        self._tensors = {
+            **{n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
+               for n, p in model.named_parameters()},
+            **{n: torch.empty_like(b, device="meta") for n, b in model.named_buffers()},
+        }
+
+    def forward(self, *args: object, **kwargs: object) -> object:
+        return functional_call(self.__dict__["_model"], self._tensors, args, kwargs)
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,22 @@ def spread_warning(summaries: dict[str, dict]) -> str | None:
         return (f"IQR/median {listed}: the environment had a significant influence on this "
                 "measurement (other load, frequency scaling or too few steps)")
     return f"IQR/median {listed}: the machine was noisy"
+
+
+PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
+
+
+def phase_summaries(samples: dict[str, list[float]]) -> dict[str, dict | None]:
+    """'<phase>_ms' -> `summarize()` of that phase's raw samples (ms) for forward, backward,
+    optimizer and step; None for a phase the run did not time (e.g. backward in forward mode)."""
+    return {f"{name}_ms": summarize(samples[name]) if samples.get(name) else None
+            for name in PHASE_NAMES}
+
+
+def cpu_time(kind: str | None, covers: str | None, samples: dict[str, list[float]]) -> dict | None:
+    """The CPU-time figures of a run beside its wall times: which clock (`kind`), what it
+    covers, and `phase_summaries` of the CPU milliseconds (raw samples kept). None where no
+    CPU clock ran (on CUDA the host's CPU time is not the work's)."""
+    if kind is None:
+        return None
+    return {"clock": kind, "covers": covers, **phase_summaries(samples)}

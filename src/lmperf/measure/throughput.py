@@ -18,3 +18,17 @@ def tokens_per_s(tokens_per_step: int, step_ms: dict | float | None) -> float | 
     if not isinstance(median, (int, float)) or median <= 0:
         return None
     return tokens_per_step / (median / 1e3)
+
+
+def step_rates(tokens_per_step: int, step_ms: dict | float | None, flops_per_step: int,
+               peak_tflops: float | None) -> dict:
+    """Tokens/s, TFLOP/s and MFU of one step, defined once (the median step, as
+    `tokens_per_s`): TFLOP/s = FLOPs per step / step seconds / 1e12; MFU = TFLOP/s / the
+    device's peak in the run's math dtype (None where no peak is known, e.g. on the CPU)."""
+    median = step_ms.get(STEP_STATISTIC) if isinstance(step_ms, dict) else step_ms
+    tflops = (flops_per_step / (median / 1e3) / 1e12
+              if isinstance(median, (int, float)) and median > 0 else None)
+    return {"tokens_per_step": tokens_per_step,
+            "tokens_per_s": tokens_per_s(tokens_per_step, step_ms),
+            "tflops": tflops,
+            "mfu": tflops / peak_tflops if (peak_tflops and tflops is not None) else None}

@@ -15,14 +15,15 @@ from lmperf.model.presets import (
 
 if TYPE_CHECKING:
     from lmperf.model.attention import ATTENTION, make_attention
-    from lmperf.model.custom import build_model, count_params, inspect_on_meta, load_factory
+    from lmperf.model.checks import count_params, inspect_on_meta
+    from lmperf.model.custom import build_model, load_factory
     from lmperf.model.transformer import TransformerLM
 
 # name -> the module that defines it (imported, with torch, on first access)
 _LAZY: dict[str, str] = {
     "ATTENTION": "lmperf.model.attention", "make_attention": "lmperf.model.attention",
-    "build_model": "lmperf.model.custom", "count_params": "lmperf.model.custom",
-    "inspect_on_meta": "lmperf.model.custom", "load_factory": "lmperf.model.custom",
+    "build_model": "lmperf.model.custom", "count_params": "lmperf.model.checks",
+    "inspect_on_meta": "lmperf.model.checks", "load_factory": "lmperf.model.custom",
     "TransformerLM": "lmperf.model.transformer",
 }
 

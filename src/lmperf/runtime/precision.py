@@ -79,6 +79,14 @@ def grad_scaler(regime: Regime, device: torch.device) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device.type, enabled=regime.loss_scaling)
 
 
+def math_dtype_name(regime: Regime) -> str:
+    """The dtype the regime's matmuls compute in, as the peak table names it: 'fp32', 'tf32'
+    (fp32 storage, TF32 matmuls), 'bf16' or 'fp16' (MFU's denominator)."""
+    if regime.tf32:
+        return "tf32"
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(compute_dtype(regime), "fp32")
+
+
 @contextlib.contextmanager
 def matmul_precision(regime: Regime) -> Iterator[None]:
     """Set TF32 on or off for the duration of a run and restore the previous setting after."""

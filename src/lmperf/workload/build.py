@@ -4,15 +4,19 @@ the GradScaler, as a StepState; and the checks of a user's model that run before
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn as nn
 
 from lmperf.errors import SpecError
-from lmperf.model.custom import build_model, check_logits, count_params, inspect_on_meta
+from lmperf.model.checks import inspect_on_meta
+from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import Regime, autocast, grad_scaler
+from lmperf.runtime.precision import Regime, autocast, grad_scaler, math_dtype_name
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, STEPS, Observer, StepState
 
@@ -22,11 +26,16 @@ OPTIMIZER_FLAGS: dict[str, dict] = {"fused": {"fused": True}, "foreach": {"forea
 
 @dataclass
 class Prepared:
-    """A run ready to step: its state, the step function of its mode, and the parameter count."""
+    """A run ready to step: its state, the step function of its mode, the parameter count, the
+    name of the dtype its matmuls compute in (MFU's peak), and `count_flops()`: the FLOPs of one
+    step counted on a shape-only view of the same model (`measure.flops.MetaView`), with the
+    reference LM's attention left out (see `meta_flops`); raises what the model raises there."""
 
     state: StepState
     step: Callable[[StepState, Observer], object]
     params: int
+    math_dtype: str
+    count_flops: Callable[[], tuple[int, dict[str, int]]]
 
 
 def resolve_optimizer(name: str, device: torch.device) -> str:
@@ -38,10 +47,14 @@ def resolve_optimizer(name: str, device: torch.device) -> str:
 
 def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     """Build model, random batch, optimizer and scaler for `spec` on `device` (seeded)."""
+    config, clip = spec.model_config(), spec.clip_norm()
+    scaler, math_dtype = grad_scaler(regime, device), math_dtype_name(regime)
     dev.seed_all(spec.seed)
     with device:  # build directly on the device: no host copy of a large model
-        model = build_model(spec.model_config(), spec.model)
+        model = build_model(config, spec.model)
     model.to(dtype=regime.param_dtype)
+    params = sum(p.numel() for p in model.parameters())  # shared parameters once
+    eager = model
     if spec.compile:  # compiled lazily, by the first step that runs it
         model = torch.compile(model, mode=spec.compile_mode)
     gen = dev.make_generator(device, spec.seed)
@@ -52,52 +65,51 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     if spec.mode == "train-step":
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
                                       **OPTIMIZER_FLAGS[spec.optimizer])
-    state = StepState(model, inputs, targets, lambda: autocast(regime, device),
-                      grad_scaler(regime, device), optimizer, clip=spec.clip_norm())
-    return Prepared(state, STEPS[spec.mode], count_params(model))
+    state = StepState(model, inputs, targets, functools.partial(autocast, regime, device), scaler,
+                      optimizer, clip=clip)
+    count = functools.partial(count_on_meta, eager, spec.mode, shape, spec.model is None)
+    return Prepared(state, STEPS[spec.mode], params, math_dtype, count)
+
+
+def count_on_meta(model: nn.Module, mode: str, shape: tuple[int, int],
+                  leave_out_attention: bool) -> tuple[int, dict[str, int]]:
+    """FLOPs of one step of `mode` on (B, T) = `shape` tokens, counted on a shape-only view of
+    `model` (every parameter and buffer a meta tensor: no arithmetic runs, nothing is allocated,
+    the model is untouched). Forward and backward are counted (the optimizer's elementwise work
+    has no FLOP formula in the counter either way); autocast is left out (FLOPs do not depend on
+    dtype). With `leave_out_attention` (the reference LM) every `CausalSelfAttention` runs
+    `measure.flops.no_attention` instead of its kernel during the count, whatever `--attention`
+    names (flash-triton cannot run on meta, and each kernel would be credited differently); the
+    caller adds attention on one convention (`measure.flops.reference_step_flops`)."""
+    from lmperf.measure.flops import MetaView, count_flops, no_attention
+    from lmperf.model.transformer import CausalSelfAttention
+
+    layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    kernels = [layer.attention for layer in layers]
+    tokens = torch.zeros(shape, dtype=torch.long, device="meta")
+    state = StepState(MetaView(model), tokens, tokens, contextlib.nullcontext,
+                      torch.amp.GradScaler("cpu", enabled=False))
+    step = STEPS["forward" if mode == "forward" else "forward-backward"]
+    try:
+        if leave_out_attention:
+            for layer in layers:
+                layer.attention = no_attention
+        return count_flops(lambda: step(state, NO_OBSERVER))
+    finally:
+        for layer, kernel in zip(layers, kernels):
+            layer.attention = kernel
 
 
 def meta_flops(spec: RunSpec) -> tuple[int, dict[str, int]]:
-    """FLOPs of one step of `spec` counted on the meta device: the model and batch have shapes
-    but no data, so no arithmetic runs (a `small` step costs tenths of a second instead of
-    seconds). Forward and backward are counted (the optimizer's elementwise work has no FLOP
-    formula in the counter either way); autocast is left out (FLOPs do not depend on dtype).
-    The reference LM is counted with its attention left out (`measure.flops.no_attention` in
-    every layer, whatever `--attention` names: flash-triton cannot run on meta, and each kernel
-    would be credited differently); the caller adds attention on one convention
-    (`measure.flops.reference_step_flops`). A user model is counted as it is. Raises whatever
-    the model raises on meta (a user model may not run there): the caller then counts a real step.
-    """
-    import dataclasses
-
-    from lmperf.measure.flops import count_flops, no_attention
-    from lmperf.model.transformer import CausalSelfAttention
-
-    meta = torch.device("meta")
+    """FLOPs of one step of `spec`, its model built on the meta device and counted there
+    (`count_on_meta`: what a run's `Prepared.count_flops()` counts, without building the model
+    for real). Raises whatever the model raises on meta."""
     config = spec.model_config()
-    if spec.model is None:
-        config = dataclasses.replace(config, attention="naive")  # replaced below; loads anywhere
-    with meta:
+    if spec.model is None:  # its kernel is left out of the count: one that loads anywhere
+        config = dataclasses.replace(config, attention="naive")
+    with torch.device("meta"):
         model = build_model(config, spec.model)
-    if spec.model is None:
-        for layer in model.modules():
-            if isinstance(layer, CausalSelfAttention):
-                layer.attention = no_attention
-    shape = (spec.batch, spec.context)
-    tokens = torch.zeros(shape, dtype=torch.long, device=meta)
-    state = StepState(model, tokens, tokens, contextlib.nullcontext,
-                      torch.amp.GradScaler("cpu", enabled=False))
-    step = STEPS["forward" if spec.mode == "forward" else "forward-backward"]
-    return count_flops(lambda: step(state, NO_OBSERVER))
-
-
-def check_user_model(spec: RunSpec, state: StepState) -> None:
-    """For a user's model, check once that its logits have shape (B, T, vocab)."""
-    if spec.model is None:
-        return
-    with torch.no_grad(), state.autocast():
-        out = state.model(state.inputs)
-    check_logits(out, spec.batch, spec.context, spec.vocab_size, spec.model)
+    return count_on_meta(model, spec.mode, (spec.batch, spec.context), spec.model is None)
 
 
 def check_user_models(specs: list[RunSpec]) -> None:

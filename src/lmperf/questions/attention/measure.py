@@ -15,11 +15,10 @@ import torch
 
 from lmperf import kernels
 from lmperf.questions.attention.spec import MIB, AttnSpec
-from lmperf.core.outcome import Stage, failure
+from lmperf.core.envelope import Run, measured
+from lmperf.core.outcome import Stage
 from lmperf.measure.stats import spread_warning, summarize
-from lmperf.results.schema import make_record
 from lmperf.runtime import device as dev
-from lmperf.runtime import env as envmod
 
 KIND = AttnSpec.kind
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -38,33 +37,23 @@ def make_inputs(spec: AttnSpec, device: torch.device) -> tuple[torch.Tensor, ...
 def run_spec(spec: AttnSpec) -> dict:
     """Measure `spec` in this process and return its record (ok / oom / error / unsupported).
 
-    Never raises for a failure of the run itself: `lmperf.core.outcome.failure` turns out of
-    memory into an 'oom' record and any other exception into an 'error' record naming the stage
-    it happened in. The launcher sets the spec's CPU threads around this call.
+    Never raises for a failure of the run itself (`core.envelope.measured`): out of memory is
+    an 'oom' record and any other exception an 'error' record naming the stage it happened in;
+    an implementation this device or dtype cannot run is 'unsupported'. Every record carries
+    the analytic figures. The launcher sets the spec's CPU threads around this call.
     """
-    device = torch.device(spec.device)
-    environment = envmod.capture(device)
-    analytic = analytic_metrics(spec)
+    return measured(KIND, spec, _measure_record, first_stage="making the inputs",
+                    unsupported=lambda device: kernels.supports(spec.attention, device,
+                                                                TORCH_DTYPES[spec.dtype]),
+                    fields={"metrics": {"analytic": analytic_metrics(spec)}})
 
-    def record(status: str, **fields: object) -> dict:
-        return make_record(KIND, spec.to_dict(), status, environment, **fields)
 
-    reason = kernels.supports(spec.attention, device, TORCH_DTYPES[spec.dtype])
-    if reason:
-        return record("unsupported", message=reason, metrics={"analytic": analytic})
-    environment["torch_threads"] = torch.get_num_threads()
-    warnings: list[str] = []
-    stage = Stage("making the inputs")
-    try:
-        metrics = _measure(spec, device, stage, warnings)
-        metrics["analytic"] = analytic
-        mem = metrics["memory"]
-        mem["x_score_matrix"] = mem["before_backward_bytes"] / spec.score_matrix_bytes()
-        return record("ok", metrics=metrics, warnings=warnings)
-    except Exception as exc:  # the run failed; the sweep goes on
-        return record(**failure(exc, stage), metrics={"analytic": analytic}, warnings=warnings)
-    finally:
-        dev.free_memory(device)
+def _measure_record(spec: AttnSpec, run: Run) -> dict:
+    metrics = _measure(spec, run.device, run.stage, run.warnings)
+    metrics["analytic"] = run.fields["metrics"]["analytic"]
+    mem = metrics["memory"]
+    mem["x_score_matrix"] = mem["before_backward_bytes"] / spec.score_matrix_bytes()
+    return {"metrics": metrics}
 
 
 def analytic_metrics(spec: AttnSpec) -> dict:

@@ -9,70 +9,47 @@ from __future__ import annotations
 
 import time
 
-import torch
-
+from lmperf.core.envelope import Run, measured
 from lmperf.core.heartbeat import beat
-from lmperf.core.outcome import Stage, failure, first_line
+from lmperf.core.outcome import first_line
 from lmperf.measure.flops import (
     BACKWARD_MODES, COUNTED_CONVENTION, StepFlops, count_flops, reference_step_flops,
 )
-from lmperf.measure.stats import spread_warning, summarize
-from lmperf.results.schema import make_record
+from lmperf.measure.stats import cpu_time, phase_summaries, spread_warning
+from lmperf.measure.throughput import step_rates
+from lmperf.model.checks import check_output
 from lmperf.runtime import device as dev
-from lmperf.runtime import env as envmod
 from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.peaks import lookup_peak
-from lmperf.runtime.precision import (
-    Regime, compute_dtype, get_regime, matmul_precision, slowness_warning, unsupported_reason,
-)
-from lmperf.workload.build import check_user_model, meta_flops, prepare
+from lmperf.workload.build import prepare
 from lmperf.workload.probe import PhaseProbe
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
-from lmperf.measure.throughput import tokens_per_s
 
 KIND = "bench"
 STEP_TIMING = ("step: one device synchronisation per step, at its end (as lmperf train); phases: "
                "the boundaries inside the same steps, read without a synchronisation (CUDA "
                "events on the GPU's timeline), so they sum to the step; tokens/s, TFLOP/s and "
                "MFU from the median step")
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def run_spec(spec: RunSpec) -> dict:
     """Run one spec in this process and return its record (status ok/oom/error/unsupported).
 
-    Never raises for a failure of the run itself: an out-of-memory error becomes an 'oom'
-    record, any other exception an 'error' record with the exception's message.
+    Never raises for a failure of the run itself (`core.envelope.measured`): an out-of-memory
+    error becomes an 'oom' record, any other exception an 'error' record with the exception's
+    message, a regime this device cannot run an 'unsupported' one.
     """
-    device = torch.device(spec.device)
-    regime = get_regime(spec.precision)
-    environment = envmod.capture(device)
-
-    def record(status: str, **fields: object) -> dict:
-        return make_record(KIND, spec.to_dict(), status, environment, **fields)
-
-    reason = unsupported_reason(regime, device)
-    if reason:
-        return record("unsupported", message=reason)
-    warnings = [w for w in [slowness_warning(regime, device)] if w]
-    environment["torch_threads"] = torch.get_num_threads()
-    stage = Stage("building the model")
-    try:
-        with matmul_precision(regime):
-            params, metrics = _measure(spec, device, regime, stage, warnings)
-            environment.update(dev.tf32_state())  # what was in force during the run
-        return record("ok", params=params, metrics=metrics, warnings=warnings)
-    except Exception as exc:  # the run failed; the sweep goes on
-        return record(**failure(exc, stage), warnings=warnings)
-    finally:
-        dev.free_memory(device)
+    return measured(KIND, spec, _measure, precision=spec.precision,
+                    first_stage="building the model")
 
 
-def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
-             warnings: list[str]) -> tuple[int, dict]:
-    prepared = prepare(spec, device, regime)
-    state, step, params = prepared.state, prepared.step, prepared.params
+def _measure(spec: RunSpec, run: Run) -> dict:
+    """The measurement, top to bottom: build (workload, model, runtime), time the steps, check
+    a user's output, record the memory step, then the figures (peak, FLOPs, summaries, rates)."""
+    device, stage = run.device, run.stage
+    prepared = prepare(spec, device, run.regime)
+    state, step = prepared.state, prepared.step
 
     compile_s = None
     if spec.compile:
@@ -113,77 +90,54 @@ def _measure(spec: RunSpec, device: torch.device, regime: Regime, stage: Stage,
              step_ms=samples["step"])
 
     stage.now = "checking the model's output"
-    check_user_model(spec, state)
-
-    stage.now = "counting FLOPs (on the meta device)"
-    try:
-        counted, per_op = meta_flops(spec)
-        counted_on = "the meta device"
-    except Exception as exc:  # e.g. a user model that cannot run on meta: count a real step
-        stage.now = "counting FLOPs (one untimed step)"
-        counted, per_op = count_flops(lambda: step(state, NO_OBSERVER))
-        counted_on = f"a real step ({type(exc).__name__} on the meta device: {first_line(exc)})"
+    check_output(state.model, state.inputs, state.autocast, spec.vocab_size, spec.model)
 
     stage.now = "recording peak memory (one untimed step)"
     probe = PhaseProbe(dev.PeakMemory(device))
     step(state, probe)
-
-    metrics: dict = {"timer": clock.kind, "timer_sync": clock.sync, "step_timing": STEP_TIMING,
-                     "compile_s": compile_s}
-    for name in ("forward", "backward", "optimizer", "step"):
-        metrics[f"{name}_ms"] = summarize(samples[name]) if name in samples else None
-    metrics["cpu_time"] = cpu_time(clock.cpu_kind, cpu)
-    if (w := spread_warning({n: metrics[f"{n}_ms"] for n in samples})):
-        warnings.append(w)
-    metrics.update(_throughput(spec, device, regime, metrics["step_ms"]["median"], counted, per_op,
-                               counted_on))
-    metrics["memory"] = probe.result()
     if not probe.memory.resettable:
-        warnings.append("peak RSS could not be reset per phase here; memory peaks are cumulative")
-    return params, metrics
-
-
-def cpu_time(kind: str | None, samples: dict[str, list[float]]) -> dict | None:
-    """The CPU-time figures of a run beside its wall times: which clock (`PhaseClock.cpu_kind`),
-    what it covers, and a `summarize()` dict per phase ('<phase>_ms', CPU milliseconds, raw
-    samples kept). None on CUDA, where the host's CPU time is not the work's."""
-    if kind is None:
-        return None
-    out: dict = {"clock": kind, "covers": CPU_CLOCK_COVERS[kind]}
-    for name in ("forward", "backward", "optimizer", "step"):  # as the wall times: None if untimed
-        out[f"{name}_ms"] = summarize(samples[name]) if samples.get(name) else None
-    return out
-
-
-def _throughput(spec: RunSpec, device: torch.device, regime: Regime, step_ms: float, counted: int,
-                per_op: dict[str, int], counted_on: str) -> dict:
-    """Tokens/s, FLOPs per step (counted, with the analytic check), TFLOP/s and MFU."""
-    tokens = spec.batch * spec.context
-    step_s = step_ms / 1e3
-    if spec.model is None:  # the reference LM: one convention whatever --attention runs
-        fl = reference_step_flops(counted, counted_on == "the meta device", spec.d_model,
-                                  spec.num_layers, spec.d_ff, spec.vocab_size, spec.batch,
-                                  spec.context, spec.mode)
-    else:
-        fl = StepFlops(counted, f"torch.utils.flop_counter on {counted_on}", COUNTED_CONVENTION)
-    flops = fl.flops
-    math_dtype = _DTYPE_NAMES.get(compute_dtype(regime), "fp32")
-    if regime.tf32:
-        math_dtype = "tf32"
+        run.warnings.append("peak RSS could not be reset per phase here; memory peaks are "
+                            "cumulative")
     name = dev.device_name(device)
-    peak = lookup_peak(name, math_dtype) if device.type == "cuda" else None
-    tflops = flops / step_s / 1e12 if step_s > 0 else None
-    return {
-        "tokens_per_step": tokens,
-        "tokens_per_s": tokens_per_s(tokens, step_ms),
-        "flops_per_step": flops,
-        "flops_per_step_analytic": fl.analytic,
-        "flops_source": fl.source,
-        "flops_convention": fl.convention,
+    peak = lookup_peak(name, prepared.math_dtype) if device.type == "cuda" else None
+
+    stage.now = "counting FLOPs (on the meta device)"
+    try:
+        counted, _ = prepared.count_flops()
+        counted_on = "the meta device"
+    except Exception as exc:  # e.g. a user model that cannot run on meta: count a real step
+        stage.now = "counting FLOPs (one untimed step)"
+        counted, _ = count_flops(lambda: step(state, NO_OBSERVER))
+        counted_on = f"a real step ({type(exc).__name__} on the meta device: {first_line(exc)})"
+    if spec.model is None:  # the reference LM: one convention whatever --attention runs
+        flops = reference_step_flops(counted, counted_on == "the meta device", spec.d_model,
+                                     spec.num_layers, spec.d_ff, spec.vocab_size, spec.batch,
+                                     spec.context, spec.mode)
+    else:
+        flops = StepFlops(counted, f"torch.utils.flop_counter on {counted_on}", COUNTED_CONVENTION)
+
+    timed = phase_summaries(samples)
+    metrics: dict = {"timer": clock.kind, "timer_sync": clock.sync, "step_timing": STEP_TIMING,
+                     "compile_s": compile_s, **timed,
+                     "cpu_time": cpu_time(clock.cpu_kind, CPU_CLOCK_COVERS.get(clock.cpu_kind),
+                                          cpu)}
+    if (w := spread_warning({n: timed[f"{n}_ms"] for n in samples})):
+        run.warnings.append(w)
+    rates = step_rates(spec.batch * spec.context, timed["step_ms"], flops.flops,
+                       peak.tflops if peak else None)
+    metrics.update({
+        "tokens_per_step": rates["tokens_per_step"],
+        "tokens_per_s": rates["tokens_per_s"],
+        "flops_per_step": flops.flops,
+        "flops_per_step_analytic": flops.analytic,
+        "flops_source": flops.source,
+        "flops_convention": flops.convention,
         "flops_includes": "forward" + (" + backward" if spec.mode in BACKWARD_MODES else ""),
-        "tflops": tflops,
-        "math_dtype": math_dtype,
+        "tflops": rates["tflops"],
+        "math_dtype": prepared.math_dtype,
         "peak_tflops": peak.tflops if peak else None,
         "peak_source": peak.source if peak else None,
-        "mfu": tflops / peak.tflops if (peak and tflops is not None) else None,
-    }
+        "mfu": rates["mfu"],
+        "memory": probe.result(),
+    })
+    return {"params": prepared.params, "metrics": metrics}

@@ -64,7 +64,8 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, max_entries: int = dev.S
         if p.exists() and not overwrite:
             raise SpecError(f"{p} exists; refusing to overwrite it (move it away or pass overwrite)")
     # Imported when recording: loading and summarising a snapshot (any machine) need neither.
-    from lmperf.workload.build import check_user_model, prepare
+    from lmperf.model.checks import check_output
+    from lmperf.workload.build import prepare
     from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
 
     regime = get_regime(spec.precision)
@@ -76,7 +77,8 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, max_entries: int = dev.S
     try:
         with matmul_precision(regime):
             prepared = prepare(spec, device, regime)
-            check_user_model(spec, prepared.state)
+            check_output(prepared.state.model, prepared.state.inputs, prepared.state.autocast,
+                         spec.vocab_size, spec.model)
             for _ in range(spec.warmup):
                 prepared.step(prepared.state, NO_OBSERVER)
             dev.synchronize(device)  # warm-up frees must land before the history starts

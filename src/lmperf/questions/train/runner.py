@@ -12,13 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-
-from lmperf.core.outcome import Stage, failure
-from lmperf.results.schema import make_record, to_jsonable
-from lmperf.runtime import device as dev
-from lmperf.runtime import env as envmod
-from lmperf.runtime.precision import get_regime, matmul_precision, slowness_warning, unsupported_reason
+from lmperf.core.envelope import Run, measured
+from lmperf.results.schema import to_jsonable
 from lmperf.questions.train.data import Corpus, eval_windows, load_corpus, prepare_corpus
 from lmperf.questions.train.loop import Progress, status_text, train_loop
 from lmperf.questions.train.spec import TrainSpec
@@ -43,35 +38,21 @@ def run_train(spec: TrainSpec, *, fault: LossFault = no_fault,
     on stderr at the first step, at each evaluation and at the end). The record's `corpus`
     field describes the data the job loaded (source, name, split sizes, largest id).
     """
-    device = torch.device(spec.device)
-    regime = get_regime(spec.precision)
-    environment = envmod.capture(device)
     progress = progress or StderrProgress(spec.steps)
-    extra: dict = {}
 
-    def record(status: str, **fields: object) -> dict:
-        rec = to_jsonable(make_record(KIND, spec.to_dict(), status, environment, **extra, **fields))
-        progress(spec.precision, {"event": "end", "record": rec})
-        return rec
-
-    if (reason := unsupported_reason(regime, device)):
-        return record("unsupported", message=reason)
-    warnings = [w for w in [slowness_warning(regime, device)] if w]
-    stage = Stage("loading the data")
-    try:
+    def body(spec: TrainSpec, run: Run) -> dict:
         corpus = load_data(spec)
-        extra["corpus"] = corpus.describe()
+        run.fields["corpus"] = corpus.describe()
         # fixed validation batches: the same windows at every evaluation and for every regime
         val = eval_windows(corpus.val, spec.eval_batches, spec.batch, spec.context, spec.seed + 1)
-        with matmul_precision(regime):
-            params, metrics = train_loop(spec, regime, corpus, device, val, stage=stage,
-                                         warnings=warnings, fault=fault, progress=progress)
-            environment.update(dev.tf32_state())  # what was in force during the run
-        return record("ok", params=params, metrics=metrics, warnings=warnings)
-    except Exception as exc:  # this regime failed; the next one still runs
-        return record(**failure(exc, stage), warnings=warnings)
-    finally:
-        dev.free_memory(device)
+        params, metrics = train_loop(spec, run.regime, corpus, run.device, val, stage=run.stage,
+                                     warnings=run.warnings, fault=fault, progress=progress)
+        return {"params": params, "metrics": metrics}
+
+    record = to_jsonable(measured(KIND, spec, body, precision=spec.precision,
+                                  first_stage="loading the data"))
+    progress(spec.precision, {"event": "end", "record": record})
+    return record
 
 
 class StderrProgress:

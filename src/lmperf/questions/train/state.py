@@ -9,7 +9,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from lmperf.model.custom import build_model, count_params
+from lmperf.model.checks import count_params
+from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import Regime, autocast, grad_scaler
 from lmperf.questions.train.spec import TrainSpec

@@ -16,7 +16,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from lmperf.core.outcome import Stage
-from lmperf.workload.build import Prepared, check_user_model, prepare
+from lmperf.model.checks import check_output
+from lmperf.workload.build import Prepared, prepare
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
 from lmperf.questions.profile.annotate import WARMUP, annotate, annotate_attention
@@ -51,7 +52,8 @@ def prepare_annotated(spec: RunSpec, device: torch.device, regime: Regime) -> tu
     """`prepare` the run with profiling ranges on: phase ranges through `state.annotate` and
     the annotated naive attention injected; returns it and the number of attention modules."""
     prepared = prepare(spec, device, regime)
-    check_user_model(spec, prepared.state)
+    check_output(prepared.state.model, prepared.state.inputs, prepared.state.autocast,
+                 spec.vocab_size, spec.model)
     layers = annotate_attention(prepared.state.model)
     prepared.state.annotate = annotate
     return prepared, layers
