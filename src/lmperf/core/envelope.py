@@ -61,7 +61,8 @@ class Run:
 def measured(kind: str, spec: Spec, body: Callable[[Spec, Run], dict], *,
              precision: str | None = None,
              unsupported: Callable[[torch.device], str | None] | None = None,
-             first_stage: str = "starting", fields: dict | None = None) -> dict:
+             first_stage: str = "starting", fields: dict | None = None,
+             record_spec: dict | None = None) -> dict:
     """Run `body(spec, run)` in this process inside the envelope and return the record.
 
     Args:
@@ -73,8 +74,11 @@ def measured(kind: str, spec: Spec, body: Callable[[Spec, Run], dict], *,
         unsupported: the kind's own check, device -> why it cannot run here (None: it can).
         first_stage: the stage a failure before the body's first `stage.now` is named by.
         fields: record fields kept whatever the outcome.
+        record_spec: the records' `spec` where it is not `spec.to_dict()` (profile adds its
+            backend).
     """
     device = torch.device(spec.device)
+    identity = spec.to_dict() if record_spec is None else record_spec
     environment = capture(device)
     regime = None if precision is None else get_regime(precision)
     reason = None if regime is None else unsupported_reason(regime, device)
@@ -83,17 +87,17 @@ def measured(kind: str, spec: Spec, body: Callable[[Spec, Run], dict], *,
     run = Run(device, regime, Stage(first_stage), [w for w in [warning] if w], dict(fields or {}))
     reason = reason or (unsupported(device) if unsupported is not None else None)
     if reason:
-        return make_record(kind, spec.to_dict(), "unsupported", environment, message=reason,
+        return make_record(kind, identity, "unsupported", environment, message=reason,
                            **run.fields)
     environment["torch_threads"] = torch.get_num_threads()  # as the launcher set them
     try:
         with holding:
             result = body(spec, run)
             environment.update(dev.tf32_state())  # what was in force during the run
-        return make_record(kind, spec.to_dict(), "ok", environment, warnings=run.warnings,
+        return make_record(kind, identity, "ok", environment, warnings=run.warnings,
                            **{**run.fields, **result})
     except Exception as exc:  # the run failed; the sweep goes on
-        return make_record(kind, spec.to_dict(), env=environment, warnings=run.warnings,
+        return make_record(kind, identity, env=environment, warnings=run.warnings,
                            **{**run.fields, **failure(exc, run.stage)})
     finally:
         dev.free_memory(device)

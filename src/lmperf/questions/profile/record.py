@@ -31,7 +31,7 @@ _MEAN_STD = re.compile(r"^\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*±\s*(-?[\d.]+(?:e[-+]?\
 
 def to_record(result, environment: dict | None = None) -> dict:
     """The `kind: "profile"` 'ok' record of a ProfileResult: spec (the run's spec + backend),
-    params, and metrics: tables (rows of numbers), notes, timings_s, samples_ms, trace_path."""
+    params, and metrics (`record_fields`)."""
     if environment is None:
         import torch
 
@@ -39,6 +39,12 @@ def to_record(result, environment: dict | None = None) -> dict:
 
         environment = envmod.capture(torch.device(result.spec.device))
     spec = result.spec.to_dict() | {"backend": result.backend}
+    return make_record(KIND, spec, "ok", environment, **record_fields(result))
+
+
+def record_fields(result) -> dict:
+    """The ok record's fields of a ProfileResult: params, and metrics: tables (rows of numbers),
+    notes, timings_s, samples_ms, trace_path."""
     metrics = {
         "trace_path": str(result.trace_path),
         "tables": {title: to_jsonable(df.to_dict(orient="records")) for title, df in result.tables},
@@ -47,7 +53,7 @@ def to_record(result, environment: dict | None = None) -> dict:
     }
     if result.samples_ms:
         metrics["samples_ms"] = to_jsonable(result.samples_ms)
-    return make_record(KIND, spec, "ok", environment, params=result.params, metrics=metrics)
+    return {"params": result.params, "metrics": metrics}
 
 
 def build_report(records: list[dict]) -> Report:
