@@ -111,18 +111,28 @@ def test_cpu_ops_are_held_to_the_ceiling_of_their_own_size():
     assert pr.cpu_op_s(rows[0], cal, 0.5e9, 1e9) == pytest.approx(2 * square)
 
 
-def test_cpu_outputs_too_large_to_reuse_pay_page_faults():
+def test_cpu_rows_pay_their_faulted_bytes_at_the_calibrated_rate():
     from dataclasses import replace
 
     cal = replace(_calibration(), fresh_output_s_per_byte=1e-9)
     row = _sized_costs().iloc[3].copy()  # aten::mul, 4 calls: its bytes' time only
-    before = pr.cpu_op_s(row, cal, 1e9, 1e9)
-    row["elements"] = 4 * 10 * 2**20  # 40 MiB of fp32 output per call: mapped fresh
-    assert pr.cpu_op_s(row, cal, 1e9, 1e9) - before == pytest.approx(4 * 40 * 2**20 * 1e-9)
-    row["elements"] = 4 * 7 * 2**20  # 28 MiB: reused from the heap
+    before = pr.cpu_op_s(row, cal, 1e9, 1e9)  # a table without the column: no faults
+    row["fault_bytes"] = 40 * 2**20  # the heap replay says its outputs fault in 40 MiB
+    assert pr.cpu_op_s(row, cal, 1e9, 1e9) - before == pytest.approx(40 * 2**20 * 1e-9)
+    row["fault_bytes"] = 0
     assert pr.cpu_op_s(row, cal, 1e9, 1e9) == pytest.approx(before)
-    row["op"], row["elements"] = "aten::mul_", 4 * 10 * 2**20  # in place: nothing fresh
-    assert pr.cpu_op_s(row, cal, 1e9, 1e9) == pytest.approx(before)
+
+
+def test_the_cpu_optimizer_phase_pays_its_measured_host_time_per_parameter_tensor():
+    from dataclasses import replace
+
+    cal = replace(_calibration(), optimizer_fixed_s=1e-3, optimizer_tensor_s=1e-4)
+    cpu = pr.Target("cpu", {"fp32": 100e9}, 40e9, None, 1e-6, True, "test", cal)
+    t = pr.phase_times(_sized_costs(), cpu, param_tensors=30)
+    assert t["optimizer"][1] == pytest.approx(28e6 / 28e9 + 1e-3 + 30 * 1e-4)
+    # forward keeps the time per op call (8 calls)
+    forward = [pr.cpu_op_s(r, cal, 100e9, 100e9) for r in list(_sized_costs().itertuples())[:4]]
+    assert t["forward"][1] == pytest.approx(sum(forward) + 8 * 1e-6)
 
 
 def test_cpu_target_adds_the_calls_and_its_ideal_is_the_best_ceiling():

@@ -24,7 +24,8 @@ def _calibration(rate=lambda m, k, n: 1e9 * min(m, k, n) ** 0.5) -> ca.Calibrati
         bandwidth=[[2**18, 80e9], [2**20, 40e9], [2**26, 10e9]],
         element_rates={"exp": [[2**21, 1e9], [2**25, 5e8]],
                        "softmax": [[2**21, 8e8], [2**25, 4e8]]},
-        optimizer_bytes_per_s=20e9, fresh_output_s_per_byte=1e-9, seconds=0.5)
+        optimizer_bytes_per_s=20e9, fresh_output_s_per_byte=1e-9, optimizer_fixed_s=1e-4,
+        optimizer_tensor_s=1e-5, seconds=0.5)
 
 
 def test_a_narrow_matmul_gets_a_lower_ceiling_than_a_square_one():
@@ -56,10 +57,11 @@ def test_bandwidth_and_element_rates_follow_the_working_set():
     assert cal.element_rate("aten::_log_softmax_backward_data", 2**21) is None  # not measured
 
 
-def test_only_outputs_beyond_the_allocators_reuse_pay_page_faults():
+def test_faulted_bytes_and_the_optimizers_host_time_at_their_measured_rates():
     cal = _calibration()
-    assert cal.fresh_output_s(ca.FRESH_MAP_BYTES - 1) == 0.0
-    assert cal.fresh_output_s(64 * 2**20) == pytest.approx(64 * 2**20 * 1e-9)
+    assert cal.fault_s(64 * 2**20) == pytest.approx(64 * 2**20 * 1e-9)
+    assert cal.optimizer_host_s(30) == pytest.approx(1e-4 + 30 * 1e-5)
+    assert ca.Calibration(threads=1).optimizer_host_s(30) is None  # not measured
 
 
 def test_record_round_trip():
@@ -107,12 +109,15 @@ def test_calibrate_measures_every_point(cpu_clock, monkeypatch):
     monkeypatch.setattr(ca, "RATE_SHAPES", ((4, 8), (16, 8)))
     monkeypatch.setattr(ca, "optimizer_bandwidth", lambda repeats: 7.0)  # its own test below
     monkeypatch.setattr(ca, "FRESH_PROBE_BYTES", 4096)
+    monkeypatch.setattr(ca, "POOL_BYTES", 2**16)
+    monkeypatch.setattr(ca, "optimizer_host_cost", lambda repeats: (1e-4, 2e-6))
     cal = ca.calibrate(repeats=1, dims=(4, 8), working_sets=(1024, 4096))
     assert len(cal.matmul) == 8 and [ws for ws, _ in cal.bandwidth] == [1024, 4096]
     assert cal.element_rates["exp"] == [[8 * 32, 32 * 2 / 0.5e-3], [8 * 128, 128 * 2 / 0.5e-3]]
     assert [ws for ws, _ in cal.element_rates["softmax_backward"]] == [12 * 32, 12 * 128]
     assert cal.optimizer_bytes_per_s == 7.0
     assert cal.fresh_output_s_per_byte == 0.0  # fresh and reused fills: the same 0.5 ms
+    assert (cal.optimizer_fixed_s, cal.optimizer_tensor_s) == (1e-4, 2e-6)
     assert cal.threads == torch.get_num_threads() and cal.seconds > 0
 
 
@@ -124,3 +129,40 @@ def test_the_optimizer_bandwidth_counts_28_bytes_per_element(cpu_clock):
 def test_a_real_calibration_point_is_positive_and_finite():
     rate = ca.matmul_rate(16, 16, 16, repeats=1)
     assert math.isfinite(rate) and rate > 0
+
+
+def test_cold_operands_come_from_the_next_slice_of_the_pool_at_every_call(cpu_clock):
+    pool = ca.ColdPool(4096)
+    slices = pool.slices(1000)  # 250 fp32 elements each: 4 disjoint slices of the pool
+    assert len(slices) == 4 and {s.numel() for s in slices} == {250}
+    starts = [s.data_ptr() - pool.buffer.data_ptr() for s in slices]
+    assert starts == [0, 1000, 2000, 3000]
+    assert pool.slices(8192)[0].numel() == 2048  # larger than the pool: fresh memory
+    # the timed calls cycle through the list and never restart at its first element
+    seen = []
+    ca._timed_rate([lambda i=i: seen.append(i) for i in range(3)], work=1.0, repeats=2)
+    assert seen == [0, 1, 2, 0, 1]  # a warm-up call, then 2 timings of 2 calls (fake clock)
+
+
+def test_a_matmul_rate_with_a_pool_takes_each_call_from_the_next_slice(cpu_clock, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "bmm", lambda a, b, out: calls.append(a.data_ptr()))
+    batch = ca.CACHE_BYTES // (4 * 3 * 16)  # (4, 4) @ (4, 4) products: a, b and out per slice
+    pool = ca.ColdPool(2 * 4 * 3 * 16 * batch)  # two slices
+    ca.matmul_rate(4, 4, 4, repeats=1, pool=pool)
+    base = pool.buffer.data_ptr()
+    # a warm-up call, then one timing of two calls (0.5 ms each on the fake clock)
+    assert [c - base for c in calls] == [0, 4 * 3 * 16 * batch, 0]
+
+
+def test_the_optimizer_host_cost_is_a_fixed_time_plus_a_time_per_tensor(monkeypatch):
+    # scripted CPU times of each lap: the first of each count (AdamW's state) is dropped
+    laps = iter([1.0, 1e-3 + 8 * 1e-5, 1.0, 1e-3 + 64 * 1e-5])
+
+    def fake_best(fn, repeats):
+        fn()
+        return next(laps)
+
+    monkeypatch.setattr(ca, "best_cpu_s", fake_best)
+    fixed, per_tensor = ca.optimizer_host_cost((8, 64), repeats=1)
+    assert fixed == pytest.approx(1e-3) and per_tensor == pytest.approx(1e-5)

@@ -3,10 +3,19 @@ a small grid of generic shapes and interpolated per operator.
 
 One square-matmul ceiling and one 64 MiB stream (`runtime.ceilings`) describe large operators.
 The operators of a small Transformer are not large: 64- and 128-wide matmuls run at a fraction
-of a 1024-square product's FLOP/s, an activation of a few hundred KiB sits in the L2 cache and
-moves several times faster than a DRAM stream, and softmax, exp and log cost more in arithmetic
-than in bytes (on one core `torch.exp` takes ~1 ns per element, a copy ~0.2). So the CPU
-prediction (`questions.bench.predict`) holds each operator to the ceiling of its own size.
+of a 1024-square product's FLOP/s, a small elementwise op pays its fixed costs on few bytes,
+and softmax, exp and log cost more in arithmetic than in bytes (on one core `torch.exp` takes
+~1 ns per element, a copy ~0.2). So the CPU prediction (`questions.bench.predict`) holds each
+operator to the ceiling of its own size.
+
+Operands out of the cache ("cold"): inside a training step an op's inputs were written many ops
+earlier (backward reads what forward saved) and its output is a block the allocator hands back
+cold, so the operands of every measurement below come from the next slice of a `POOL_BYTES`
+buffer, larger than the last-level cache (`ColdPool`), never from the previous call's. Measured
+on the project's VM (2026-11-25, one thread): the triad at 256 KiB .. 16 MiB ran at 43-60 GB/s
+with the same operands at every call and 17-26 GB/s cold; a (64, 64, 64) product at 80 and 56
+GFLOP/s, (256, 256, 256) at 89 and 75, (1024, 1024, 1024) at 89 and 91. Ops of a real step ran
+at the cold figures or below (docs/benchmarks.md, issue 20 runs 8+).
 
 Calibration, on shapes chosen before looking at any model (none is taken from the operators
 being predicted), with lmperf's thread count in force, best of `REPEATS` timings:
@@ -18,18 +27,22 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
   for ws in `WORKING_SETS` (256 KiB .. 64 MiB: L2, L3 and DRAM on the project's machines).
 - element rates (elements/s) of operators that compute a transcendental function per element:
   'exp' (`torch.exp`), 'softmax' (`torch.log_softmax` over the last dim), 'softmax_backward'
-  (its backward), each on the fp32 shapes of `RATE_SHAPES` (1 MiB in cache, 16 MiB beyond
-  it: on one core the memory traffic adds to the arithmetic rather than hiding behind it).
+  (its backward), each on the fp32 shapes of `RATE_SHAPES` (1 and 16 MiB per operand; on one
+  core the memory traffic adds to the arithmetic rather than hiding behind it).
   `ELEMENT_RATE_OPS` maps aten ops to them.
 - the optimizer's bandwidth: one fused AdamW step on a generic parameter of
   `OPTIMIZER_ELEMENTS` fp32 elements, bytes as `workload.op_costs` counts them (reads parameter,
   gradient and both moments, writes parameter and moments in place: 28 bytes per element). An
   in-place update pays no write-allocate, so it streams faster than the triad, whose fresh
   output is read into the cache before it is written.
-- fresh large outputs: an op's output of `FRESH_MAP_BYTES` or more is mapped fresh by glibc's
-  malloc at every call (its dynamic mmap threshold stops growing at 32 MiB on 64-bit systems,
-  mallopt(3)), so the step pays a page fault per page the op writes. Measured as the time to
-  fill a new `FRESH_PROBE_BYTES` tensor minus the time to fill a reused one, per byte.
+- page faults: the bytes of fresh memory a step's outputs fault in (glibc maps a large block
+  fresh at every call, and gives a trimmed heap top back to the kernel: which outputs pay is
+  `workload.heap_faults`'s replay of the step) cost the time to fill a new `FRESH_PROBE_BYTES`
+  tensor minus the time to fill a reused one, per byte (fault, zeroing and the unmap).
+- the optimizer phase's host time: the step's optimizer lines (clip_grad_norm_, fused AdamW
+  through a disabled GradScaler, zero_grad) on `OPTIMIZER_TENSORS` one-element parameters,
+  whose arithmetic is nil: a fixed time plus a time per parameter tensor (Python loops over
+  the parameters, per-tensor bookkeeping of the fused kernel), from the two counts' times.
 About 1.4 s in all on one core at load 3-4 (most of it the 1024-wide products).
 
 Interpolation: matmul log FLOP/s is trilinear in (log2 m, log2 k, log2 n); bandwidth and element
@@ -57,8 +70,11 @@ CACHE_BYTES = 2**20  # the batch of small products: operands of at most 1 MiB, a
 # faults included, at every call, which would make the second figure a different effect.
 RATE_SHAPES: tuple[tuple[int, int], ...] = ((256, 1024), (4096, 1024))
 OPTIMIZER_ELEMENTS = 2**22  # 4 Mi fp32 parameters: 112 MiB of AdamW traffic per step, DRAM
-FRESH_MAP_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (mallopt(3))
-FRESH_PROBE_BYTES = 64 * 2**20
+FRESH_PROBE_BYTES = 64 * 2**20  # above glibc's largest mmap threshold: mapped fresh each time
+OPTIMIZER_TENSORS = (8, 64)  # one-element parameters: the optimizer's host time per tensor
+# More than the last-level cache of the project's machines (32 MiB L3 on its EPYC VM, up to
+# ~100 MiB per socket on server parts would need more; the DRAM figure is then the floor).
+POOL_BYTES = 128 * 2**20
 MIN_TIMING_S = 1e-3  # one timing at least this long: the clock's and a call's cost stay small
 REPEATS = 3
 # aten op -> the element rate it is held to (elements of its largest output per second). These
@@ -78,8 +94,11 @@ METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.runti
           "interpolated log-log per op at its (m, k, n); triad bandwidth for working sets "
           "256 KiB .. 64 MiB, interpolated at the op's bytes per call; exp / log_softmax / its "
           "backward elements/s at 1 and 16 MiB for ops that compute exp or log per element; "
-          "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; page faults "
-          "per byte of a fresh output of 32 MiB or more (64 MiB probe); CPU time "
+          "operands out of the cache (a 128 MiB pool) for all of these; "
+          "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; the "
+          "optimizer phase's host time per parameter tensor (its lines on 8 and 64 one-element "
+          "parameters); page faults per byte of fresh memory (64 MiB probe) for the bytes a "
+          "replay of the step through glibc's heap says its outputs fault in; CPU time "
           "of the calling thread, best of 3")
 
 
@@ -92,8 +111,10 @@ class Calibration:
     element_rates: 'exp' / 'softmax' / 'softmax_backward' -> [working-set bytes, elements per
         second] per calibrated shape.
     optimizer_bytes_per_s: fused AdamW's bytes (read + written) per second.
-    fresh_output_s_per_byte: seconds per byte an output of FRESH_MAP_BYTES or more costs on top
-        of writing it (page faults of freshly mapped memory).
+    fresh_output_s_per_byte: seconds per byte of fresh memory an output faults in, on top of
+        writing it (page faults, zeroing, unmapping).
+    optimizer_fixed_s, optimizer_tensor_s: host seconds of the optimizer phase with no
+        arithmetic, per step and per parameter tensor (NaN: not measured).
     threads: torch's intra-op threads during the calibration; seconds: how long it took.
     """
 
@@ -103,6 +124,8 @@ class Calibration:
     element_rates: dict[str, list[list[float]]] = field(default_factory=dict)
     optimizer_bytes_per_s: float = float("nan")
     fresh_output_s_per_byte: float = 0.0
+    optimizer_fixed_s: float = float("nan")
+    optimizer_tensor_s: float = float("nan")
     seconds: float = float("nan")
 
     def to_dict(self) -> dict:
@@ -133,12 +156,17 @@ class Calibration:
         linear in log2 of the working set between calibrated points (clamped)."""
         return _by_working_set(self.bandwidth, working_set)
 
-    def fresh_output_s(self, output_bytes: float) -> float:
-        """Seconds one call pays for mapping its fresh output of `output_bytes` (0 below
-        `FRESH_MAP_BYTES`: smaller blocks are reused from the heap)."""
-        if output_bytes < FRESH_MAP_BYTES:
-            return 0.0
-        return output_bytes * self.fresh_output_s_per_byte
+    def fault_s(self, fault_bytes: float) -> float:
+        """Seconds to fault in `fault_bytes` of fresh memory (`workload.heap_faults` says
+        which outputs do)."""
+        return fault_bytes * self.fresh_output_s_per_byte
+
+    def optimizer_host_s(self, tensors: int) -> float | None:
+        """Host seconds of the optimizer phase for `tensors` parameter tensors, arithmetic
+        left out; None when not measured."""
+        if math.isnan(self.optimizer_tensor_s):
+            return None
+        return self.optimizer_fixed_s + tensors * self.optimizer_tensor_s
 
     def element_rate(self, op: str, working_set: float) -> float | None:
         """Elements per second `op` attains with `working_set` bytes per call where it computes
@@ -188,50 +216,103 @@ def best_cpu_s(fn, repeats: int) -> float:
 
 def _timed_rate(fn, work: float, repeats: int) -> float:
     """`work` units per second of `fn`, calls repeated so that one timing lasts at least
-    `MIN_TIMING_S`; best of `repeats` timings."""
-    single = best_cpu_s(fn, 1)  # also the warm-up: first touch, kernel selection
+    `MIN_TIMING_S`; best of `repeats` timings. `fn` may be a list of calls doing the same
+    work on different operands (a `ColdPool`'s): the calls cycle through it, never restarting,
+    so that each call's operands were last touched a whole pool ago."""
+    fns = fn if isinstance(fn, list) else [fn]
+    turn = [0]
+
+    def one() -> None:
+        fns[turn[0] % len(fns)]()
+        turn[0] += 1
+
+    single = best_cpu_s(one, 1)  # also the warm-up: first touch, kernel selection
     calls = max(1, math.ceil(MIN_TIMING_S / max(single, 1e-9)))
 
     def run() -> None:
         for _ in range(calls):
-            fn()
+            one()
 
     return work * calls / best_cpu_s(run, repeats)
 
 
-def matmul_rate(m: int, k: int, n: int, repeats: int = REPEATS) -> float:
+class ColdPool:
+    """One fp32 buffer of `nbytes` (default `POOL_BYTES`, more than the last-level cache) cut
+    into disjoint slices: a measurement that takes each call's operands from the next slice
+    finds them out of the cache, as an op of a training step does (see the module)."""
+
+    def __init__(self, nbytes: int | None = None):
+        self.buffer = torch.ones((nbytes or POOL_BYTES) // 4)  # written once: no page faults
+
+    def slices(self, nbytes: int) -> list[torch.Tensor]:
+        """Disjoint 1-D fp32 views of `nbytes` each (at least one; fresh memory when one
+        slice does not fit the pool)."""
+        n = max(1, nbytes // 4)
+        count = self.buffer.numel() // n
+        if count == 0:
+            return [torch.ones(n)]
+        return [self.buffer[i * n:(i + 1) * n] for i in range(count)]
+
+
+def _split(flat: torch.Tensor, *shapes: tuple[int, ...]) -> list[torch.Tensor]:
+    """Consecutive views of `flat` with the given shapes."""
+    out, start = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        out.append(flat[start:start + size].view(shape))
+        start += size
+    return out
+
+
+def matmul_rate(m: int, k: int, n: int, repeats: int = REPEATS,
+                pool: ColdPool | None = None) -> float:
     """Attained fp32 FLOP/s of (m, k) @ (k, n) on the CPU, as a batch of products whose
-    operands fit in `CACHE_BYTES` (`torch.bmm`: one dispatch for the batch)."""
+    operands fit in `CACHE_BYTES` (`torch.bmm`: one dispatch for the batch); operands and
+    output from `pool` (out of the cache), or the same ones at every call when None."""
     batch = max(1, CACHE_BYTES // (4 * (m * k + k * n + m * n)))
-    a = torch.rand(batch, m, k)  # (b, m, k)
-    b = torch.rand(batch, k, n)  # (b, k, n)
-    out = torch.empty(batch, m, n)
-    return _timed_rate(lambda: torch.bmm(a, b, out=out), 2.0 * batch * m * k * n, repeats)
+    shapes = ((batch, m, k), (batch, k, n), (batch, m, n))  # a, b, out
+    flats = ([torch.ones(sum(math.prod(s) for s in shapes))] if pool is None
+             else pool.slices(4 * sum(math.prod(s) for s in shapes)))
+    calls = []
+    for flat in flats:
+        a, b, out = _split(flat, *shapes)
+        calls.append(lambda a=a, b=b, out=out: torch.bmm(a, b, out=out))
+    return _timed_rate(calls, 2.0 * batch * m * k * n, repeats)
 
 
-def triad_bandwidth(working_set: int, repeats: int = REPEATS) -> float:
-    """Attained bytes/s (read + written) of z = x + 2 y over `working_set` bytes in all."""
+def triad_bandwidth(working_set: int, repeats: int = REPEATS,
+                    pool: ColdPool | None = None) -> float:
+    """Attained bytes/s (read + written) of z = x + 2 y over `working_set` bytes in all,
+    operands from `pool` (out of the cache) or the same ones at every call when None."""
     n = max(1, working_set // 12)  # three fp32 buffers of n elements
-    x, y, z = torch.ones(n), torch.ones(n), torch.empty(n)
-    return _timed_rate(lambda: torch.add(x, y, alpha=2.0, out=z), 12.0 * n, repeats)
+    flats = [torch.ones(3 * n)] if pool is None else pool.slices(12 * n)
+    calls = []
+    for flat in flats:
+        x, y, z = _split(flat, (n,), (n,), (n,))
+        calls.append(lambda x=x, y=y, z=z: torch.add(x, y, alpha=2.0, out=z))
+    return _timed_rate(calls, 12.0 * n, repeats)
 
 
-def element_rates(repeats: int = REPEATS, shapes: tuple[tuple[int, int], ...] | None = None
-                  ) -> dict[str, list[list[float]]]:
+def element_rates(repeats: int = REPEATS, shapes: tuple[tuple[int, int], ...] | None = None,
+                  pool: ColdPool | None = None) -> dict[str, list[list[float]]]:
     """[working-set bytes, elements per second] of exp, log_softmax and log_softmax's backward
     on each of `shapes` (default `RATE_SHAPES`; the working set: fp32 bytes read + written by
-    one call)."""
+    one call), inputs and outputs from `pool` (out of the cache) or the same ones when None.
+    Inputs are ones (finite: a masked score's -inf is slower, see the module)."""
     rates: dict[str, list[list[float]]] = {"exp": [], "softmax": [], "softmax_backward": []}
     for shape in shapes or RATE_SHAPES:
-        x = torch.randn(*shape)  # (rows, columns)
-        y = torch.log_softmax(x, -1)
-        grad = torch.randn_like(x)
-        n = x.numel()
-        rates["exp"].append([8 * n, _timed_rate(lambda: torch.exp(x), n, repeats)])
-        rates["softmax"].append([8 * n, _timed_rate(lambda: torch.log_softmax(x, -1), n,
-                                                    repeats)])
-        rates["softmax_backward"].append([12 * n, _timed_rate(
-            lambda: torch._log_softmax_backward_data(grad, y, -1, torch.float32), n, repeats)])
+        n = math.prod(shape)
+        flats = [torch.ones(4 * n)] if pool is None else pool.slices(16 * n)
+        exp, softmax, backward = [], [], []
+        for flat in flats:
+            x, y, grad, out = _split(flat, shape, shape, shape, shape)  # (rows, columns) each
+            exp.append(lambda x=x, out=out: torch.exp(x, out=out))
+            softmax.append(lambda x=x, y=y: torch._log_softmax(x, -1, False, out=y))
+            backward.append(lambda grad=grad, y=y, out=out: torch._log_softmax_backward_data(
+                grad, y, -1, torch.float32, out=out))
+        rates["exp"].append([8 * n, _timed_rate(exp, n, repeats)])
+        rates["softmax"].append([8 * n, _timed_rate(softmax, n, repeats)])
+        rates["softmax_backward"].append([12 * n, _timed_rate(backward, n, repeats)])
     return rates
 
 
@@ -259,6 +340,36 @@ def fresh_output_cost(nbytes: int | None = None, repeats: int = REPEATS) -> floa
     return max(0.0, (fresh_s - fill_s) / (4 * n))
 
 
+def optimizer_host_cost(counts: tuple[int, int] = OPTIMIZER_TENSORS,
+                        repeats: int = REPEATS) -> tuple[float, float]:
+    """(fixed seconds, seconds per parameter tensor) of the step's optimizer lines on one-element
+    parameters, from the fastest of `repeats` timings at each of the two `counts` (their
+    difference per tensor; the fixed part never below 0)."""
+    from torch.nn.utils import clip_grad_norm_
+
+    times = []
+    for count in counts:
+        params = [torch.nn.Parameter(torch.ones(1)) for _ in range(count)]
+        optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)  # the fp32 regimes' no-op scaler
+        grads = [torch.ones(1) for _ in params]
+
+        def phase() -> None:  # workload.steps.train_step's optimizer lines
+            clip_grad_norm_(params, 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+
+        laps = []
+        for _ in range(repeats + 1):
+            for p, g in zip(params, grads):
+                p.grad = g
+            laps.append(best_cpu_s(phase, 1))
+        times.append(min(laps[1:]))  # the first lap creates AdamW's state: not kept
+    per_tensor = max(0.0, (times[1] - times[0]) / (counts[1] - counts[0]))
+    return max(0.0, times[0] - counts[0] * per_tensor), per_tensor
+
+
 def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
               working_sets: tuple[int, ...] = WORKING_SETS) -> Calibration:
     """Measure the size-aware ceilings of this CPU with the thread count in force: the matmul
@@ -267,13 +378,17 @@ def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
 
     start = time.perf_counter()
     with torch.no_grad():
-        matmul = [[m, k, n, matmul_rate(m, k, n, repeats)]
+        pool = ColdPool()
+        matmul = [[m, k, n, matmul_rate(m, k, n, repeats, pool)]
                   for m in dims for k in dims for n in dims]
-        bandwidth = [[ws, triad_bandwidth(ws, repeats)] for ws in working_sets]
-        rates = element_rates(repeats)
+        bandwidth = [[ws, triad_bandwidth(ws, repeats, pool)] for ws in working_sets]
+        rates = element_rates(repeats, pool=pool)
+        del pool
         optimizer = optimizer_bandwidth(repeats=repeats)
         fresh = fresh_output_cost(repeats=repeats)
+    fixed, per_tensor = optimizer_host_cost(repeats=repeats)  # clip_grad_norm_ needs grad mode
     return Calibration(threads=torch.get_num_threads(), matmul=matmul, bandwidth=bandwidth,
                        element_rates=rates, optimizer_bytes_per_s=optimizer,
-                       fresh_output_s_per_byte=fresh,
+                       fresh_output_s_per_byte=fresh, optimizer_fixed_s=fixed,
+                       optimizer_tensor_s=per_tensor,
                        seconds=time.perf_counter() - start)

@@ -21,11 +21,15 @@ re-reads a tile from memory moves more, which the roofline ratio then shows.
   every op's elements (its largest output's, summed over calls). Rows are kept apart by the
   product's shape and by the bytes one call moves (bytes / calls of a row is one call's), so a
   size-aware ceiling (the CPU prediction's) can hold each row to the ceiling of its own size.
+- page faults: each fresh storage's allocation and (through a weak reference) its free are
+  logged, in step order, with the first uncounted step's; `workload.heap_faults` replays them
+  through a model of glibc's heap and charges each row the bytes its outputs fault in.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -45,9 +49,10 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
                torch.float64: "fp64"}
 _Rows = dict[tuple, list[int]]  # (phase, op, dtype, m, k, n, bytes per call) -> VALUES
 COLUMNS = ["phase", "op", "dtype", "op_class", "m", "k", "n", "calls", "flops", "bytes_read",
-           "bytes_written", "elements"]
+           "bytes_written", "elements", "fault_bytes"]
 # A row's key: (phase, op, dtype, m, k, n, bytes per call); its values VALUES, summed over calls.
-VALUES: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written", "elements")
+VALUES: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written", "elements",
+                           "fault_bytes")
 
 
 def op_class(op: str, phase: str) -> str:
@@ -99,11 +104,17 @@ class _CostMode(TorchDispatchMode):
     """Adds each op call's FLOPs, bytes and elements to rows keyed by (phase, op, dtype, m, k,
     n, bytes per call)."""
 
-    def __init__(self, flops: FlopCounterMode):
+    def __init__(self, flops: FlopCounterMode, events: list | None = None,
+                 storages: weakref.WeakKeyDictionary | None = None):
         super().__init__()
         self.flops = flops
         self.phase = "forward"
         self.rows: _Rows = defaultdict(lambda: [0] * len(VALUES))
+        # storage -> id, and the (id, bytes, row key) / (id, 0, None) events of the fresh
+        # storages the step allocates and frees (`workload.heap_faults`), shared with the
+        # first step's mode: one order, one id per storage
+        self.storages = weakref.WeakKeyDictionary() if storages is None else storages
+        self.events: list = [] if events is None else events
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -127,11 +138,27 @@ class _CostMode(TorchDispatchMode):
         # parameter at once (fused / foreach lists), so their size grows with the layers, which
         # the extrapolation over layers must see as one row.
         per_call = 0 if self.phase == "optimizer" else read + written
-        row = self.rows[(self.phase, name, dtype, *_matmul_shape(name, args), per_call)]
+        key = (self.phase, name, dtype, *_matmul_shape(name, args), per_call)
+        row = self.rows[key]
         for i, value in enumerate((1, self.flops.get_total_flops() - before, read, written,
                                    elements)):
             row[i] += value
+        if not (func.is_view or name in VIEW_OPS):
+            self._log_fresh(outputs, inputs.values(), key)
         return out
+
+    def _log_fresh(self, outputs: list, inputs, key: tuple) -> None:
+        """Log the storages among `outputs` that are new (neither an input's nor seen before),
+        and, through a weak reference, the moment each is freed (CPython frees it when its
+        last tensor dies, in step order)."""
+        known = {id(t.untyped_storage()) for t in inputs}
+        for t in outputs:
+            storage = t.untyped_storage()
+            if id(storage) in known or storage in self.storages:
+                continue
+            sid = self.storages[storage] = len(self.events)  # unique: one event per alloc
+            self.events.append((sid, int(storage.nbytes()), key))
+            weakref.finalize(storage, self.events.append, (sid, 0, None)).atexit = False
 
 
 class _PhaseObserver:
@@ -154,11 +181,12 @@ class OpCosts:
     """Per-op costs of one step: `table` has COLUMNS (FLOPs, bytes and elements per step,
     summed over the op's calls of one size in that phase and dtype; m, k, n: a matrix
     product's shape, 0 for other ops); method says how they were counted; count_s is how long
-    counting took (seconds)."""
+    counting took (seconds); param_tensors: the model's parameter tensors (0: not counted)."""
 
     table: pd.DataFrame
     method: str
     count_s: float
+    param_tensors: int = 0
 
     def by_phase(self) -> pd.DataFrame:
         """FLOPs, bytes and calls per phase (one step)."""
@@ -176,37 +204,47 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     The reference LM's blocks are identical, so every count is exactly linear in the number of
     layers L: it is counted at L = 1 and L = 2 and extrapolated (count(1) + (L - 1) x
     (count(2) - count(1))), which takes seconds where counting `medium` whole would take a
-    minute (fake tensors cost ~1 ms per op). A user's model is counted whole.
+    minute (fake tensors cost ~1 ms per op). A user's model is counted whole. The exception is
+    `fault_bytes` (bytes of fresh heap or mapped memory an op's outputs fault in per step, from
+    replaying the step's storage events through `workload.heap_faults`): it is the two-layer
+    step's, not extrapolated.
     """
     from dataclasses import replace
 
     start = time.perf_counter()
     layers = spec.num_layers
     if spec.model is None and layers > 2:
-        one, two = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
+        (one, p1), (two, p2) = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
+        params = p1 + (layers - 1) * (p2 - p1)
         zero = [0] * len(VALUES)
-        rows = {k: [a + (layers - 1) * (b - a) for a, b in zip(one.get(k, zero),
-                                                               two.get(k, zero))]
+        # Page faults are not linear in depth (a hole one layer leaves is reused by the next):
+        # the two-layer step's are kept as they are (`workload.heap_faults`).
+        linear = [name != "fault_bytes" for name in VALUES]
+        rows = {k: [a + (layers - 1) * (b - a) if lin else b for a, b, lin in zip(
+                    one.get(k, zero), two.get(k, zero), linear)]
                 for k in dict.fromkeys(list(one) + list(two))}
-        method = f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to {layers}"
+        method = (f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to "
+                  f"{layers} (page faults: the 2-layer step's)")
     else:
-        rows = _count(spec, precision)
+        rows, params = _count(spec, precision)
         method = "counted on fake tensors"
     table = pd.DataFrame([{"phase": phase, "op": op, "dtype": dtype,
                            "op_class": op_class(op, phase), "m": m, "k": k, "n": n,
                            **dict(zip(VALUES, values))}
                           for (phase, op, dtype, m, k, n, _), values in rows.items()
                           if phase != "after"], columns=COLUMNS)
-    return OpCosts(table, method, time.perf_counter() - start)
+    return OpCosts(table, method, time.perf_counter() - start, params)
 
 
-def _count(spec, precision: str | None) -> _Rows:
-    """(phase, op, dtype, m, k, n, bytes per call) -> VALUES of one step of `spec`."""
+def _count(spec, precision: str | None) -> tuple[_Rows, int]:
+    """(phase, op, dtype, m, k, n, bytes per call) -> VALUES of one step of `spec`, and the
+    model's number of parameter tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from lmperf.model.custom import build_model
     from lmperf.runtime.precision import autocast, get_regime
     from lmperf.workload.build import OPTIMIZER_FLAGS
+    from lmperf.workload.heap_faults import fault_bytes
     from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 
     regime = get_regime(precision or spec.precision)
@@ -225,8 +263,20 @@ def _count(spec, precision: str | None) -> _Rows:
                           torch.amp.GradScaler("cpu", enabled=False), optimizer,
                           clip=spec.clip_norm())
         step = STEPS[spec.mode]
-        if optimizer is not None:
-            step(state, NO_OBSERVER)  # AdamW's state is created here, not counted
-        with FlopCounterMode(display=False) as flops, _CostMode(flops) as mode:
+        # The first step is not counted (AdamW creates its state in it, which measured steps
+        # never do) but its storages are logged: the moments it leaves in the heap shape where
+        # later steps' activations go (`workload.heap_faults`).
+        first = _CostMode(FlopCounterMode(display=False))
+        with first:
+            step(state, NO_OBSERVER)
+        mark = len(first.events)
+        with FlopCounterMode(display=False) as flops, \
+                _CostMode(flops, first.events, first.storages) as mode:
             step(state, _PhaseObserver(mode, PHASES[spec.mode] + ("after",)))
-    return dict(mode.rows)
+    column = VALUES.index("fault_bytes")
+    # the step's output is freed by now; a free of a first-step storage seen during the
+    # counted step (none in lmperf's steps) belongs to neither replay
+    events = mode.events
+    for key, nbytes in fault_bytes(events[mark:], events[:mark]).items():
+        mode.rows[key][column] += nbytes
+    return dict(mode.rows), sum(1 for _ in model.parameters())

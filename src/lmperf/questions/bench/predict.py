@@ -19,10 +19,14 @@ FMA (lmperf's fp32 regime turns TF32 off), tf32 -> TF32, bf16/fp16 ops -> tensor
 `--predict cpu` predicts for this machine instead, from its own measured ceilings, fractions 1:
 the ideal is the roofline at the best FLOP/s and bandwidth it attained at any size
 (`runtime.ceilings`, `runtime.calibration`); the typical time holds each op to the ceiling of its
-own size (`runtime.calibration`: matmul FLOP/s interpolated at the product's (m, k, n), the
-bandwidth of one call's working set, the measured elements/s of exp / log_softmax for ops that
-compute a transcendental per element, which the FLOP counter counts as 0) and adds the measured
-time per eager op call for every call (the CPU runs each op to completion before the next).
+own size (`runtime.calibration`, operands out of the cache as in a step: matmul FLOP/s
+interpolated at the product's (m, k, n), the bandwidth of one call's working set, the measured
+elements/s of exp / log_softmax for ops that compute a transcendental per element, which the
+FLOP counter counts as 0), adds the page faults of the fresh memory its outputs take (bytes from
+`workload.heap_faults`' replay of the step through glibc's heap, at the calibrated seconds per
+byte) and the measured time per eager op call for every call (the CPU runs each op to
+completion before the next); the optimizer phase's host time is measured per parameter tensor
+instead (its Python loops cost more than its few op calls).
 """
 
 from __future__ import annotations
@@ -77,8 +81,10 @@ METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes of the real model cou
 CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and sizes counted on fake tensors; "
               "ideal = roofline at the best ceilings this CPU attained at any size; typical = "
               "each op at the measured ceiling of its own size (matmul FLOP/s by (m, k, n), "
-              "bandwidth by working set, elements/s for exp / log / softmax, the optimizer at "
-              "fused AdamW's bytes/s) + measured time per op call x calls")
+              "bandwidth by working set, elements/s for exp / log / softmax, operands out of "
+              "the cache, the optimizer at fused AdamW's bytes/s) + page faults of the fresh "
+              "memory a replay of glibc's heap says the step's outputs take + measured time per "
+              "op call x calls (the optimizer phase: measured host time per parameter tensor)")
 # The columns a GPU prediction sums per (phase, op, dtype): its fractions are per op class.
 SUMMED: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written")
 
@@ -154,7 +160,8 @@ def cpu_op_s(row, calibration: "Calibration", rate: float, fp32_rate: float) -> 
     calibrated FLOP/s of its (m, k, n), scaled by `rate` / `fp32_rate` for another dtype; an op
     that computes exp / log per element at its measured elements/s; any other op's FLOPs at
     `rate`) and its bytes at the bandwidth of one call's working set (the optimizer's ops at
-    fused AdamW's), plus the page faults of an output too large for the allocator to reuse."""
+    fused AdamW's), plus the page faults of the fresh memory its outputs fault in (the row's
+    `fault_bytes`, from `workload.heap_faults`'s replay of glibc's heap; 0 when absent)."""
     nbytes = row.bytes_read + row.bytes_written
     per_call = nbytes / max(row.calls, 1)
     memory = nbytes / (calibration.optimizer_bytes_per_s if row.op_class == "optimizer"
@@ -166,19 +173,14 @@ def cpu_op_s(row, calibration: "Calibration", rate: float, fp32_rate: float) -> 
         compute = row.elements / elements_per_s
     else:
         compute = row.flops / rate
-    # A fresh output too large for the allocator to reuse pays page faults; in-place ops
-    # ('name_') and the optimizer write into existing tensors. row.elements: the largest
-    # output's elements, summed over the calls.
-    fresh = 0.0
-    if row.op_class != "optimizer" and not row.op.endswith("_") and row.elements:
-        per_call = row.elements / row.calls * (2 if row.dtype in ("bf16", "fp16") else 4)
-        fresh = row.calls * calibration.fresh_output_s(per_call)
-    return max(compute, memory) + fresh
+    return max(compute, memory) + calibration.fault_s(getattr(row, "fault_bytes", 0))
 
 
-def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False) -> dict[str, tuple]:
+def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False,
+                param_tensors: int = 0) -> dict[str, tuple]:
     """phase -> (ideal s, typical s, FLOPs, bytes, calls) of one step on `target`;
-    `costs` is `OpCosts.table`."""
+    `costs` is `OpCosts.table`, `param_tensors` the model's parameter tensors (the CPU's
+    optimizer phase pays a measured host time per tensor instead of per op call)."""
     out = {}
     cal = target.calibration
     if cal is None:  # fractions of peak are per op class: one row per (phase, op, dtype)
@@ -198,6 +200,9 @@ def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False) -> dict
             fc, fm = (f.compute, f.memory) if f else (1.0, 1.0)
             typical += max(r.flops / (rate * fc), nbytes / (target.bandwidth * fm))
         host = float(ops["calls"].sum()) * target.op_s
+        optimizer_host = cal.optimizer_host_s(param_tensors) if cal is not None else None
+        if phase == "optimizer" and optimizer_host is not None:
+            host = optimizer_host  # measured on the step's own optimizer lines, per tensor
         typical = typical + host if target.additive else max(typical, host)
         out[phase] = (ideal, typical, int(ops["flops"].sum()),
                       int((ops["bytes_read"] + ops["bytes_written"]).sum()), int(ops["calls"].sum()))
@@ -243,7 +248,7 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None)
         costs = count_op_costs(spec)
         tf32 = get_regime(spec.precision).tf32
         for target in targets:
-            times = phase_times(costs.table, target, tf32)
+            times = phase_times(costs.table, target, tf32, costs.param_tensors)
             metrics = {p: dict(zip(("ideal_s", "typical_s", "flops", "bytes", "calls"), v))
                        for p, v in times.items()}
             metrics["step"] = {k: sum(m[k] for m in metrics.values())

@@ -1,0 +1,58 @@
+"""workload.heap_faults: glibc's heap replayed over a step's storage events (no torch)."""
+
+from __future__ import annotations
+
+from lmperf.workload import heap_faults as hf
+
+MiB = 2**20
+
+
+def _step(*blocks: tuple[int, int, str]) -> list[hf.Event]:
+    """Events of a step that allocates each (id, bytes, op) in order, then frees them in order."""
+    return [(sid, n, op) for sid, n, op in blocks] + [(sid, 0, None) for sid, _, _ in blocks]
+
+
+def test_the_mmap_threshold_follows_the_largest_freed_block_up_to_32_mib():
+    assert hf.mmap_threshold(_step((0, 20 * MiB, "a"), (1, MiB, "b"))) == 20 * MiB + 4096
+    assert hf.mmap_threshold(_step((0, 100 * MiB, "a"))) == hf.MMAP_THRESHOLD_MAX
+    assert hf.mmap_threshold(_step((0, 1000, "a"))) == hf.MMAP_THRESHOLD_MIN
+    never_freed = [(0, 20 * MiB, "a")]
+    assert hf.mmap_threshold(never_freed) == hf.MMAP_THRESHOLD_MIN
+
+
+def test_blocks_of_32_mib_or_more_fault_in_at_every_step():
+    faults = hf.fault_bytes(_step((0, 40 * MiB, "big"), (1, 4 * MiB, "small")))
+    assert faults == {"big": 40 * MiB}  # the small one is reused from the heap
+
+
+def test_a_trimmed_heap_top_faults_in_again_at_the_next_step():
+    # three 20 MiB blocks freed together leave 60 MiB at the top >= 2 T (T = 20 MiB + a page,
+    # the largest block freed, as mapped): trimmed, faulted in again at each step
+    step = _step((0, 20 * MiB, "logits"), (1, 20 * MiB, "log_softmax"), (2, 20 * MiB, "grad"))
+    assert hf.fault_bytes(step) == {"logits": 20 * MiB + 16, "log_softmax": 20 * MiB + 16,
+                                    "grad": 20 * MiB + 16}  # whole chunks, header included
+    # two of them (40 MiB + 32 B < 2 T) never reach the trim threshold: resident
+    assert hf.fault_bytes(_step((0, 20 * MiB, "logits"), (1, 20 * MiB, "x"))) == {}
+
+
+def test_a_long_lived_block_above_a_hole_keeps_it_resident():
+    step = _step((0, 20 * MiB, "logits"), (1, 20 * MiB, "log_softmax"), (2, 20 * MiB, "grad"))
+    # the first step leaves a block (AdamW's moments) above its own activations
+    first = [(10, 20 * MiB, "a"), (11, 20 * MiB, "b"), (13, 20 * MiB, "c"), (12, MiB, "moments"),
+             (10, 0, None), (11, 0, None), (13, 0, None)]
+    assert hf.fault_bytes(step, first) == {}
+    # without the first step's survivor the same step is trimmed and faults
+    assert hf.fault_bytes(step, first[:3] + first[4:]) != {}
+
+
+def test_a_free_block_is_reused_best_fit_and_the_remainder_stays_free():
+    heap = hf._Heap(trim=10**12)
+    assert heap.allocate(0, 100) == 100 and heap.allocate(1, 10) == 10
+    assert heap.allocate(2, 50) == 50 and heap.allocate(3, 10) == 10
+    heap.free(0)
+    heap.free(2)
+    assert heap.allocate(4, 40) == 0  # the 50-byte hole fits best: no growth
+    assert [b[:2] for b in heap.blocks if b[2] is None] == [[0, 100], [150, 10]]
+    heap.free(3)  # coalesced into a free top of 20 bytes at 150
+    assert heap.allocate(5, 30) == 0  # the 100-byte hole below the top
+    assert heap.allocate(6, 150) == 130 and heap.extent == 300  # no hole: the top grows
