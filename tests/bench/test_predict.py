@@ -130,6 +130,12 @@ def test_the_cpu_optimizer_phase_pays_its_measured_host_time_per_parameter_tenso
     cpu = pr.Target("cpu", {"fp32": 100e9}, 40e9, None, 1e-6, True, "test", cal)
     t = pr.phase_times(_sized_costs(), cpu, param_tensors=30)
     assert t["optimizer"][1] == pytest.approx(28e6 / 28e9 + 1e-3 + 30 * 1e-4)
+    # the bytes a phase's frees give back to the kernel (heap replay) at the calibrated rate
+    cpu = replace(cpu, calibration=replace(cal, give_back_s_per_byte=1e-10))
+    given = pr.phase_times(_sized_costs(), cpu, param_tensors=30,
+                           returned_bytes={"optimizer": 5e6})
+    assert given["optimizer"][1] - t["optimizer"][1] == pytest.approx(5e6 * 1e-10)
+    assert given["forward"][1] == pytest.approx(t["forward"][1])
     # forward keeps the time per op call (8 calls)
     forward = [pr.cpu_op_s(r, cal, 100e9, 100e9) for r in list(_sized_costs().itertuples())[:4]]
     assert t["forward"][1] == pytest.approx(sum(forward) + 8 * 1e-6)

@@ -24,7 +24,8 @@ def _calibration(rate=lambda m, k, n: 1e9 * min(m, k, n) ** 0.5) -> ca.Calibrati
         bandwidth=[[2**18, 80e9], [2**20, 40e9], [2**26, 10e9]],
         element_rates={"exp": [[2**21, 1e9], [2**25, 5e8]],
                        "softmax": [[2**21, 8e8], [2**25, 4e8]]},
-        optimizer_bytes_per_s=20e9, fresh_output_s_per_byte=1e-9, optimizer_fixed_s=1e-4,
+        optimizer_bytes_per_s=20e9, fresh_output_s_per_byte=1e-9, give_back_s_per_byte=2e-10,
+        optimizer_fixed_s=1e-4,
         optimizer_tensor_s=1e-5, seconds=0.5)
 
 
@@ -60,6 +61,7 @@ def test_bandwidth_and_element_rates_follow_the_working_set():
 def test_faulted_bytes_and_the_optimizers_host_time_at_their_measured_rates():
     cal = _calibration()
     assert cal.fault_s(64 * 2**20) == pytest.approx(64 * 2**20 * 1e-9)
+    assert cal.give_back_s(2**20) == pytest.approx(2**20 * 2e-10)
     assert cal.optimizer_host_s(30) == pytest.approx(1e-4 + 30 * 1e-5)
     assert ca.Calibration(threads=1).optimizer_host_s(30) is None  # not measured
 
@@ -117,6 +119,7 @@ def test_calibrate_measures_every_point(cpu_clock, monkeypatch):
     assert [ws for ws, _ in cal.element_rates["softmax_backward"]] == [12 * 32, 12 * 128]
     assert cal.optimizer_bytes_per_s == 7.0
     assert cal.fresh_output_s_per_byte == 0.0  # fresh and reused fills: the same 0.5 ms
+    assert cal.give_back_s_per_byte == pytest.approx(0.5e-3 / 4096)  # the free: one lap
     assert (cal.optimizer_fixed_s, cal.optimizer_tensor_s) == (1e-4, 2e-6)
     assert cal.threads == torch.get_num_threads() and cal.seconds > 0
 

@@ -8,8 +8,10 @@ MiB = 2**20
 
 
 def _step(*blocks: tuple[int, int, str]) -> list[hf.Event]:
-    """Events of a step that allocates each (id, bytes, op) in order, then frees them in order."""
-    return [(sid, n, op) for sid, n, op in blocks] + [(sid, 0, None) for sid, _, _ in blocks]
+    """Events of a step that allocates each (id, bytes, op) in order, then frees them in order
+    during the 'optimizer' phase."""
+    return [(sid, n, op) for sid, n, op in blocks] + [(sid, -1, "optimizer")
+                                                       for sid, _, _ in blocks]
 
 
 def test_the_mmap_threshold_follows_the_largest_freed_block_up_to_32_mib():
@@ -21,28 +23,31 @@ def test_the_mmap_threshold_follows_the_largest_freed_block_up_to_32_mib():
 
 
 def test_blocks_of_32_mib_or_more_fault_in_at_every_step():
-    faults = hf.fault_bytes(_step((0, 40 * MiB, "big"), (1, 4 * MiB, "small")))
-    assert faults == {"big": 40 * MiB}  # the small one is reused from the heap
+    faults = hf.replay(_step((0, 40 * MiB, "big"), (1, 4 * MiB, "small")))
+    assert faults.faulted == {"big": 40 * MiB}  # the small one is reused from the heap
+    assert faults.returned == {"optimizer": 40 * MiB}  # unmapped where it is freed
 
 
 def test_a_trimmed_heap_top_faults_in_again_at_the_next_step():
     # three 20 MiB blocks freed together leave 60 MiB at the top >= 2 T (T = 20 MiB + a page,
     # the largest block freed, as mapped): trimmed, faulted in again at each step
     step = _step((0, 20 * MiB, "logits"), (1, 20 * MiB, "log_softmax"), (2, 20 * MiB, "grad"))
-    assert hf.fault_bytes(step) == {"logits": 20 * MiB + 16, "log_softmax": 20 * MiB + 16,
-                                    "grad": 20 * MiB + 16}  # whole chunks, header included
+    faults = hf.replay(step)
+    assert faults.faulted == {"logits": 20 * MiB + 16, "log_softmax": 20 * MiB + 16,
+                              "grad": 20 * MiB + 16}  # whole chunks, header included
+    assert faults.returned == {"optimizer": 3 * (20 * MiB + 16)}  # the trim
     # two of them (40 MiB + 32 B < 2 T) never reach the trim threshold: resident
-    assert hf.fault_bytes(_step((0, 20 * MiB, "logits"), (1, 20 * MiB, "x"))) == {}
+    assert hf.replay(_step((0, 20 * MiB, "logits"), (1, 20 * MiB, "x"))) == hf.Faults({}, {})
 
 
 def test_a_long_lived_block_above_a_hole_keeps_it_resident():
     step = _step((0, 20 * MiB, "logits"), (1, 20 * MiB, "log_softmax"), (2, 20 * MiB, "grad"))
     # the first step leaves a block (AdamW's moments) above its own activations
     first = [(10, 20 * MiB, "a"), (11, 20 * MiB, "b"), (13, 20 * MiB, "c"), (12, MiB, "moments"),
-             (10, 0, None), (11, 0, None), (13, 0, None)]
-    assert hf.fault_bytes(step, first) == {}
+             (10, -1, "backward"), (11, -1, "backward"), (13, -1, "backward")]
+    assert hf.replay(step, first) == hf.Faults({}, {})
     # without the first step's survivor the same step is trimmed and faults
-    assert hf.fault_bytes(step, first[:3] + first[4:]) != {}
+    assert hf.replay(step, first[:3] + first[4:]).faulted != {}
 
 
 def test_a_free_block_is_reused_best_fit_and_the_remainder_stays_free():

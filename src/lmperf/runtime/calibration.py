@@ -38,7 +38,8 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
 - page faults: the bytes of fresh memory a step's outputs fault in (glibc maps a large block
   fresh at every call, and gives a trimmed heap top back to the kernel: which outputs pay is
   `workload.heap_faults`'s replay of the step) cost the time to fill a new `FRESH_PROBE_BYTES`
-  tensor minus the time to fill a reused one, per byte (fault, zeroing and the unmap).
+  tensor minus the time to fill a reused one, per byte (fault and zeroing), and the frees
+  that give memory back (trim, unmap) the time to free that tensor, per byte.
 - the optimizer phase's host time: the step's optimizer lines (clip_grad_norm_, fused AdamW
   through a disabled GradScaler, zero_grad) on `OPTIMIZER_TENSORS` one-element parameters,
   whose arithmetic is nil: a fixed time plus a time per parameter tensor (Python loops over
@@ -97,8 +98,9 @@ METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.runti
           "operands out of the cache (a 128 MiB pool) for all of these; "
           "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; the "
           "optimizer phase's host time per parameter tensor (its lines on 8 and 64 one-element "
-          "parameters); page faults per byte of fresh memory (64 MiB probe) for the bytes a "
-          "replay of the step through glibc's heap says its outputs fault in; CPU time "
+          "parameters); page faults and unmapping per byte of fresh memory (64 MiB probe) for "
+          "the bytes a replay of the step through glibc's heap says it faults in and gives "
+          "back; CPU time "
           "of the calling thread, best of 3")
 
 
@@ -112,7 +114,9 @@ class Calibration:
         second] per calibrated shape.
     optimizer_bytes_per_s: fused AdamW's bytes (read + written) per second.
     fresh_output_s_per_byte: seconds per byte of fresh memory an output faults in, on top of
-        writing it (page faults, zeroing, unmapping).
+        writing it (page faults, zeroing).
+    give_back_s_per_byte: seconds per byte of memory a free gives back to the kernel (munmap,
+        a trimmed heap top).
     optimizer_fixed_s, optimizer_tensor_s: host seconds of the optimizer phase with no
         arithmetic, per step and per parameter tensor (NaN: not measured).
     threads: torch's intra-op threads during the calibration; seconds: how long it took.
@@ -124,6 +128,7 @@ class Calibration:
     element_rates: dict[str, list[list[float]]] = field(default_factory=dict)
     optimizer_bytes_per_s: float = float("nan")
     fresh_output_s_per_byte: float = 0.0
+    give_back_s_per_byte: float = 0.0
     optimizer_fixed_s: float = float("nan")
     optimizer_tensor_s: float = float("nan")
     seconds: float = float("nan")
@@ -160,6 +165,11 @@ class Calibration:
         """Seconds to fault in `fault_bytes` of fresh memory (`workload.heap_faults` says
         which outputs do)."""
         return fault_bytes * self.fresh_output_s_per_byte
+
+    def give_back_s(self, nbytes: float) -> float:
+        """Seconds to give `nbytes` back to the kernel (`workload.heap_faults` says which
+        frees do)."""
+        return nbytes * self.give_back_s_per_byte
 
     def optimizer_host_s(self, tensors: int) -> float | None:
         """Host seconds of the optimizer phase for `tensors` parameter tensors, arithmetic
@@ -300,6 +310,10 @@ def element_rates(repeats: int = REPEATS, shapes: tuple[tuple[int, int], ...] | 
     one call), inputs and outputs from `pool` (out of the cache) or the same ones when None.
     Inputs are ones (finite: a masked score's -inf is slower, see the module)."""
     rates: dict[str, list[list[float]]] = {"exp": [], "softmax": [], "softmax_backward": []}
+    if pool is not None:
+        # earlier measurements left products in the pool (up to inf): exp of an overflowing or
+        # infinite input takes a slow path (3.2 ns per element measured, against 1.0)
+        pool.buffer.fill_(1.0)
     for shape in shapes or RATE_SHAPES:
         n = math.prod(shape)
         flats = [torch.ones(4 * n)] if pool is None else pool.slices(16 * n)
@@ -328,16 +342,21 @@ def optimizer_bandwidth(elements: int | None = None, repeats: int = REPEATS) -> 
     return _timed_rate(optimizer.step, 28.0 * elements, repeats)
 
 
-def fresh_output_cost(nbytes: int | None = None, repeats: int = REPEATS) -> float:
-    """Seconds per byte of filling a freshly allocated fp32 tensor of `nbytes` (default
-    `FRESH_PROBE_BYTES`) beyond filling a reused one (never negative)."""
+def fresh_memory_cost(nbytes: int | None = None, repeats: int = REPEATS) -> tuple[float, float]:
+    """(seconds per byte of filling a freshly mapped fp32 tensor of `nbytes` (default
+    `FRESH_PROBE_BYTES`, mapped by glibc at every allocation) beyond filling a reused one,
+    never negative; seconds per byte of freeing it: the unmap), fastest of `repeats` each."""
     n = (nbytes or FRESH_PROBE_BYTES) // 4
     reused = torch.empty(n)
     reused.fill_(0.0)  # first touch
     fill_s = best_cpu_s(lambda: reused.fill_(1.0), repeats)
     del reused
-    fresh_s = best_cpu_s(lambda: torch.empty(n).fill_(1.0), repeats)
-    return max(0.0, (fresh_s - fill_s) / (4 * n))
+    held: list[torch.Tensor] = []
+    fresh_s = free_s = float("inf")
+    for _ in range(repeats):
+        fresh_s = min(fresh_s, best_cpu_s(lambda: held.append(torch.empty(n).fill_(1.0)), 1))
+        free_s = min(free_s, best_cpu_s(held.clear, 1))  # the last reference: munmap
+    return max(0.0, (fresh_s - fill_s) / (4 * n)), free_s / (4 * n)
 
 
 def optimizer_host_cost(counts: tuple[int, int] = OPTIMIZER_TENSORS,
@@ -385,10 +404,11 @@ def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
         rates = element_rates(repeats, pool=pool)
         del pool
         optimizer = optimizer_bandwidth(repeats=repeats)
-        fresh = fresh_output_cost(repeats=repeats)
+        fresh, give_back = fresh_memory_cost(repeats=repeats)
     fixed, per_tensor = optimizer_host_cost(repeats=repeats)  # clip_grad_norm_ needs grad mode
     return Calibration(threads=torch.get_num_threads(), matmul=matmul, bandwidth=bandwidth,
                        element_rates=rates, optimizer_bytes_per_s=optimizer,
-                       fresh_output_s_per_byte=fresh, optimizer_fixed_s=fixed,
+                       fresh_output_s_per_byte=fresh, give_back_s_per_byte=give_back,
+                       optimizer_fixed_s=fixed,
                        optimizer_tensor_s=per_tensor,
                        seconds=time.perf_counter() - start)

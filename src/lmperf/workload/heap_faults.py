@@ -1,6 +1,6 @@
-"""Which outputs of a CPU training step pay page faults: the step's allocations and frees replayed
-through a model of glibc malloc's main heap (the CPU prediction charges the faulted bytes at a
-measured rate, `runtime.calibration.fresh_output_cost`).
+"""Which outputs of a CPU training step pay page faults, and which frees give memory back to the
+kernel: the step's allocations and frees replayed through a model of glibc malloc's main heap
+(the CPU prediction charges both at measured rates, `runtime.calibration.fresh_memory_cost`).
 
 A CPU tensor's storage comes from `posix_memalign` (c10's CPU allocator), that is glibc's malloc.
 A block the kernel maps in is faulted in page by page when the op first writes it (a page fault
@@ -34,14 +34,15 @@ small-chunk caches (tcache, fastbins: no coalescing), the process's allocations 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Hashable, Sequence
 
 PAGE = 4096
 MMAP_THRESHOLD_MIN = 128 * 2**10  # glibc's DEFAULT_MMAP_THRESHOLD (mallopt(3))
 MMAP_THRESHOLD_MAX = 32 * 2**20  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 REPLAYS = 3
-# One event: (storage id, bytes, key) for an allocation by the op `key`; (storage id, 0, None)
-# for the free of that storage.
+# One event: (storage id, bytes >= 0, key) for an allocation by the op `key`; (storage id, -1,
+# phase) for the free of that storage during `phase`.
 Event = tuple[int, int, Hashable]
 
 
@@ -59,8 +60,8 @@ def mmap_threshold(events: Sequence[Event]) -> int:
     """glibc's dynamic mmap threshold after the step has run once: the largest block it frees
     (as mapped: page-rounded with its header), clamped to [128 KiB, 32 MiB]. A request of the
     same size then stays below it and comes from the heap."""
-    sizes = {sid: n for sid, n, key in events if key is not None}
-    freed = [_pages(sizes[sid]) for sid, n, key in events if key is None and sid in sizes]
+    sizes = {sid: n for sid, n, key in events if n >= 0}
+    freed = [_pages(sizes[sid]) for sid, n, key in events if n < 0 and sid in sizes]
     return min(MMAP_THRESHOLD_MAX, max([MMAP_THRESHOLD_MIN, *freed]))
 
 
@@ -97,8 +98,9 @@ class _Heap:
         self.extent += grow
         return grow
 
-    def free(self, sid: int) -> None:
-        """Free storage `sid`: coalesce with free neighbours; trim a free top of >= `trim`."""
+    def free(self, sid: int) -> int:
+        """Free storage `sid`: coalesce with free neighbours; trim a free top of >= `trim`.
+        Returns the bytes trimmed (given back to the kernel)."""
         i = next(i for i, b in enumerate(self.blocks) if b[2] == sid)
         self.blocks[i][2] = None
         if i + 1 < len(self.blocks) and self.blocks[i + 1][2] is None:
@@ -107,28 +109,47 @@ class _Heap:
             self.blocks[i - 1][1] += self.blocks.pop(i)[1]
             i -= 1
         if i == len(self.blocks) - 1 and self.blocks[i][1] >= self.trim:
-            self.extent = self.blocks.pop()[0]  # systrim: the top goes back to the kernel
+            start, size, _ = self.blocks.pop()  # systrim: the top goes back to the kernel
+            self.extent = start
+            return size
+        return 0
 
 
-def fault_bytes(events: Sequence[Event], first: Sequence[Event] = (),
-                replays: int = REPLAYS) -> dict[Hashable, int]:
-    """key -> bytes the allocations of op `key` fault in per step, in the steady state of the
-    step whose storage events (in order) are `events`, after a first step whose events are
-    `first` (see the module for the model). Storages still alive at the end of the events are
-    freed there (the step's outputs, dropped before the next step); the first step's survivors
-    live on (AdamW's moments)."""
+@dataclass(frozen=True)
+class Faults:
+    """What a step's storages cost the kernel per step, in the steady state.
+
+    faulted: op key -> bytes its allocations fault in (fresh pages, written by the op).
+    returned: phase -> bytes the frees in that phase give back to the kernel (a heap top
+        trimmed, a mapped block unmapped), which the next allocations fault in again.
+    """
+
+    faulted: dict[Hashable, int]
+    returned: dict[Hashable, int]
+
+
+def replay(events: Sequence[Event], first: Sequence[Event] = (),
+           replays: int = REPLAYS) -> Faults:
+    """Replay the storage events of a step (`events`, in order) after a first step's (`first`)
+    through the heap model (see the module), `replays` times, and count the last replay.
+    Storages still alive at the end of the events are freed there, in no phase (the step's
+    outputs, dropped before the next step); the first step's survivors live on (AdamW's
+    moments)."""
     threshold = mmap_threshold(list(first) + list(events))
     heap = _Heap(2 * threshold)
-    freed = {sid for sid, n, key in events if key is None}
-    tail = [(sid, 0, None) for sid, n, key in events if key is not None and sid not in freed]
+    sizes = {sid: n for sid, n, key in list(first) + list(events) if n >= 0}
+    freed = {sid for sid, n, key in events if n < 0}
+    tail = [(sid, -1, None) for sid, n, key in events if n >= 0 and sid not in freed]
     mapped: set[int] = set()
     placed: set[int] = set()
-    faults: dict[Hashable, int] = defaultdict(int)
+    faulted: dict[Hashable, int] = defaultdict(int)
+    returned: dict[Hashable, int] = defaultdict(int)
     passes = [(list(first), False)] + [(list(events) + tail, i == replays - 1)
                                       for i in range(replays)]
     for sequence, counted in passes:
         for sid, nbytes, key in sequence:
-            if key is not None:  # an allocation
+            back = 0
+            if nbytes >= 0:  # an allocation by op `key`
                 if _chunk(nbytes) >= threshold:  # mapped on its own: faults at each call
                     mapped.add(sid)
                     grow = nbytes  # the pages the op writes
@@ -136,10 +157,13 @@ def fault_bytes(events: Sequence[Event], first: Sequence[Event] = (),
                     placed.add(sid)
                     grow = heap.allocate(sid, _chunk(nbytes))
                 if counted and grow:
-                    faults[key] += grow
-            elif sid in mapped:
+                    faulted[key] += grow
+            elif sid in mapped:  # a free in phase `key`: munmap
                 mapped.discard(sid)
+                back = sizes[sid]
             elif sid in placed:
                 placed.discard(sid)
-                heap.free(sid)
-    return dict(faults)
+                back = heap.free(sid)
+            if counted and back and key is not None:
+                returned[key] += back
+    return Faults(dict(faulted), dict(returned))

@@ -31,7 +31,8 @@ from __future__ import annotations
 import time
 import weakref
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pandas as pd
 import torch
@@ -158,7 +159,10 @@ class _CostMode(TorchDispatchMode):
                 continue
             sid = self.storages[storage] = len(self.events)  # unique: one event per alloc
             self.events.append((sid, int(storage.nbytes()), key))
-            weakref.finalize(storage, self.events.append, (sid, 0, None)).atexit = False
+            weakref.finalize(storage, self._freed, sid).atexit = False
+
+    def _freed(self, sid: int) -> None:
+        self.events.append((sid, -1, self.phase))
 
 
 class _PhaseObserver:
@@ -176,17 +180,26 @@ class _PhaseObserver:
         self.mode.phase = self.phases[self.index]
 
 
+class _Count(NamedTuple):
+    rows: _Rows
+    params: int
+    returned: dict
+
+
 @dataclass(frozen=True)
 class OpCosts:
     """Per-op costs of one step: `table` has COLUMNS (FLOPs, bytes and elements per step,
     summed over the op's calls of one size in that phase and dtype; m, k, n: a matrix
     product's shape, 0 for other ops); method says how they were counted; count_s is how long
-    counting took (seconds); param_tensors: the model's parameter tensors (0: not counted)."""
+    counting took (seconds); param_tensors: the model's parameter tensors (0: not counted);
+    returned_bytes: phase -> bytes its frees give back to the kernel per step (heap trims,
+    unmaps: `workload.heap_faults`; the two-layer step's when extrapolated)."""
 
     table: pd.DataFrame
     method: str
     count_s: float
     param_tensors: int = 0
+    returned_bytes: dict = field(default_factory=dict)
 
     def by_phase(self) -> pd.DataFrame:
         """FLOPs, bytes and calls per phase (one step)."""
@@ -214,8 +227,9 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     start = time.perf_counter()
     layers = spec.num_layers
     if spec.model is None and layers > 2:
-        (one, p1), (two, p2) = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
-        params = p1 + (layers - 1) * (p2 - p1)
+        c1, c2 = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
+        one, two, returned = c1.rows, c2.rows, c2.returned
+        params = c1.params + (layers - 1) * (c2.params - c1.params)
         zero = [0] * len(VALUES)
         # Page faults are not linear in depth (a hole one layer leaves is reused by the next):
         # the two-layer step's are kept as they are (`workload.heap_faults`).
@@ -226,25 +240,26 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
         method = (f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to "
                   f"{layers} (page faults: the 2-layer step's)")
     else:
-        rows, params = _count(spec, precision)
+        rows, params, returned = _count(spec, precision)
         method = "counted on fake tensors"
     table = pd.DataFrame([{"phase": phase, "op": op, "dtype": dtype,
                            "op_class": op_class(op, phase), "m": m, "k": k, "n": n,
                            **dict(zip(VALUES, values))}
                           for (phase, op, dtype, m, k, n, _), values in rows.items()
                           if phase != "after"], columns=COLUMNS)
-    return OpCosts(table, method, time.perf_counter() - start, params)
+    returned = {phase: n for phase, n in returned.items() if phase in set(table["phase"])}
+    return OpCosts(table, method, time.perf_counter() - start, params, returned)
 
 
-def _count(spec, precision: str | None) -> tuple[_Rows, int]:
-    """(phase, op, dtype, m, k, n, bytes per call) -> VALUES of one step of `spec`, and the
-    model's number of parameter tensors."""
+def _count(spec, precision: str | None) -> "_Count":
+    """(phase, op, dtype, m, k, n, bytes per call) -> VALUES of one step of `spec`, the
+    model's number of parameter tensors and the bytes each phase gives back to the kernel."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from lmperf.model.custom import build_model
     from lmperf.runtime.precision import autocast, get_regime
     from lmperf.workload.build import OPTIMIZER_FLAGS
-    from lmperf.workload.heap_faults import fault_bytes
+    from lmperf.workload.heap_faults import replay
     from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 
     regime = get_regime(precision or spec.precision)
@@ -276,7 +291,7 @@ def _count(spec, precision: str | None) -> tuple[_Rows, int]:
     column = VALUES.index("fault_bytes")
     # the step's output is freed by now; a free of a first-step storage seen during the
     # counted step (none in lmperf's steps) belongs to neither replay
-    events = mode.events
-    for key, nbytes in fault_bytes(events[mark:], events[:mark]).items():
+    faults = replay(mode.events[mark:], mode.events[:mark])
+    for key, nbytes in faults.faulted.items():
         mode.rows[key][column] += nbytes
-    return dict(mode.rows), sum(1 for _ in model.parameters())
+    return _Count(dict(mode.rows), sum(1 for _ in model.parameters()), faults.returned)

@@ -177,10 +177,12 @@ def cpu_op_s(row, calibration: "Calibration", rate: float, fp32_rate: float) -> 
 
 
 def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False,
-                param_tensors: int = 0) -> dict[str, tuple]:
+                param_tensors: int = 0, returned_bytes: dict | None = None
+                ) -> dict[str, tuple]:
     """phase -> (ideal s, typical s, FLOPs, bytes, calls) of one step on `target`;
     `costs` is `OpCosts.table`, `param_tensors` the model's parameter tensors (the CPU's
-    optimizer phase pays a measured host time per tensor instead of per op call)."""
+    optimizer phase pays a measured host time per tensor instead of per op call),
+    `returned_bytes` phase -> bytes its frees give back to the kernel (the CPU pays them)."""
     out = {}
     cal = target.calibration
     if cal is None:  # fractions of peak are per op class: one row per (phase, op, dtype)
@@ -203,6 +205,8 @@ def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False,
         optimizer_host = cal.optimizer_host_s(param_tensors) if cal is not None else None
         if phase == "optimizer" and optimizer_host is not None:
             host = optimizer_host  # measured on the step's own optimizer lines, per tensor
+        if cal is not None:
+            typical += cal.give_back_s((returned_bytes or {}).get(phase, 0))
         typical = typical + host if target.additive else max(typical, host)
         out[phase] = (ideal, typical, int(ops["flops"].sum()),
                       int((ops["bytes_read"] + ops["bytes_written"]).sum()), int(ops["calls"].sum()))
@@ -248,7 +252,8 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None)
         costs = count_op_costs(spec)
         tf32 = get_regime(spec.precision).tf32
         for target in targets:
-            times = phase_times(costs.table, target, tf32, costs.param_tensors)
+            times = phase_times(costs.table, target, tf32, costs.param_tensors,
+                                costs.returned_bytes)
             metrics = {p: dict(zip(("ideal_s", "typical_s", "flops", "bytes", "calls"), v))
                        for p, v in times.items()}
             metrics["step"] = {k: sum(m[k] for m in metrics.values())
