@@ -99,7 +99,8 @@ def test_phase_clock_fails_when_the_phases_do_not_sum(ctx, monkeypatch):
         def total_ms(self):
             return super().total_ms + 5.0  # a clock whose step is not its phases
 
-    monkeypatch.setattr(timing, "tiny_step", lambda device: Prepared(None, _three_phases, 0))
+    monkeypatch.setattr(timing, "tiny_step",
+                        lambda device: Prepared(None, _three_phases, 0, "fp32", lambda: (0, {})))
     assert timing.check_phase_clock(ctx).status == "ok"
     monkeypatch.setattr(dev, "PhaseClock", Skewed)
     out = timing.check_phase_clock(ctx)
