@@ -15,7 +15,7 @@ from lmperf.model.presets import DEFAULT_COURSE
 
 # Where the CLI and the API differ on purpose, and why:
 # out: the CLI appends to results/<command>.jsonl, the API keeps records in memory (None);
-# plots: train's CLI draws into results/train-plots, the API draws only when asked.
+# plots: train's CLI draws into train-plots/ beside --out, the API draws only when asked.
 CLI_ONLY_DEFAULTS = {"out", "plots"}
 # --compile takes off/on on the command line, a bool in Python.
 SPELLED = {"off": False, "on": True}

@@ -255,3 +255,25 @@ def test_a_run_that_does_not_fit_is_an_oom_row(tmp_path):
     assert record["status"] == "oom" and "traceback" not in record
     assert record["message"].startswith("out of memory while evaluating at step 0")
     assert "1 regime(s): 1 oom" in done.stderr and "oom" in done.stdout
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], "sub/train-plots"),                # beside --out, not ./results
+    (["--plots", "mine"], "mine"),
+    (["--no-plots"], None),
+])
+def test_plots_go_beside_out_unless_named(monkeypatch, tmp_path, extra, expected):
+    import lmperf.questions.train.api as api
+    from lmperf.core.report import Report
+
+    seen = {}
+
+    def fake_train(**kwargs):
+        seen["plots"] = kwargs["plots"]
+        return Report(kind="train")
+
+    monkeypatch.setattr(api, "train", fake_train)
+    monkeypatch.chdir(tmp_path)
+    args = _parse(["--out", "sub/train.jsonl", *extra])
+    args.func(args)
+    assert seen["plots"] == (None if expected is None else Path(expected))

@@ -9,7 +9,7 @@ from lmperf.core.command import err, launch_kwargs, run_command
 from lmperf.core.vocabulary import LAUNCH, add_alias, add_compile, add_options, compile_values
 
 DEFAULT_OUT = Path("results") / "train.jsonl"
-DEFAULT_PLOTS = Path("results") / "train-plots"
+PLOTS_FOLDER = "train-plots"  # beside --out unless --plots names a folder
 SPEC_OPTIONS = ("size", "course", "context", "batch", "precision", "attention", "device", "threads",
                 "steps", "seed")
 TRAIN_OPTIONS = ("lr", "lr_warmup", "clip", "eps", "eval_interval", "eval_batches", "data",
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf train`."""
     p = sub.add_parser("train", help=HELP, description=DESCRIPTION)
     add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH, lists=("precision",),
-                defaults={"batch": None, "out": DEFAULT_OUT, "plots": DEFAULT_PLOTS},
+                defaults={"batch": None, "out": DEFAULT_OUT, "plots": None},
                 helps={"size": "default: tiny on CPU, mini on CUDA",
                        "context": "tokens per window (default: 64 on CPU, 256 on CUDA)",
                        "batch": "windows per step (default: 16 on CPU, 32 on CUDA)",
@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                     "bf16-true on CPU; the fp16 regimes join on CUDA)",
                        "steps": "optimizer steps per regime, each timed (default: 200 on CPU, "
                                 "500 on CUDA)",
-                       "plots": "train.png is overwritten each run"})
+                       "plots": "train.png is overwritten each run (default: train-plots/ beside "
+                                "--out)"})
     add_alias(p, "--regime", "--precision", many=True)
     p.add_argument("--no-plots", action="store_true", help="skip the PNG")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: 3e-3)")
@@ -81,6 +82,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             "first step and at each evaluation (--eval-interval)")
     kwargs["compile"] = compile_values(args)
     kwargs["compile_mode"] = args.compile_mode
-    return run_command(args, lambda: train(**kwargs, plots=None if args.no_plots else args.plots,
+    # beside the results file, not in the working directory: a run with --out elsewhere leaves
+    # nothing behind here (as dist's plots and profile's traces)
+    plots = None if args.no_plots else (args.plots or Path(args.out).parent / PLOTS_FOLDER)
+    return run_command(args, lambda: train(**kwargs, plots=plots,
                                            out=args.out, progress=True, **launch_kwargs(args)),
                        noun="regime")
