@@ -136,9 +136,13 @@ def test_the_cpu_optimizer_phase_pays_its_measured_host_time_per_parameter_tenso
                            returned_bytes={"optimizer": 5e6})
     assert given["optimizer"][1] - t["optimizer"][1] == pytest.approx(5e6 * 1e-10)
     assert given["forward"][1] == pytest.approx(t["forward"][1])
-    # forward keeps the time per op call (8 calls)
+    # forward keeps the target's time per op call (8 calls)
     forward = [pr.cpu_op_s(r, cal, 100e9, 100e9) for r in list(_sized_costs().itertuples())[:4]]
     assert t["forward"][1] == pytest.approx(sum(forward) + 8 * 1e-6)
+    # ... unless the calibration measured one per phase
+    timed = replace(cpu, calibration=replace(cal, forward_op_s=1e-5, backward_op_s=2e-5))
+    assert pr.phase_times(_sized_costs(), timed, param_tensors=30)["forward"][1] == \
+        pytest.approx(sum(forward) + 8 * 1e-5)
 
 
 def test_cpu_target_adds_the_calls_and_its_ideal_is_the_best_ceiling():

@@ -113,6 +113,7 @@ def test_calibrate_measures_every_point(cpu_clock, monkeypatch):
     monkeypatch.setattr(ca, "FRESH_PROBE_BYTES", 4096)
     monkeypatch.setattr(ca, "POOL_BYTES", 2**16)
     monkeypatch.setattr(ca, "optimizer_host_cost", lambda repeats: (1e-4, 2e-6))
+    monkeypatch.setattr(ca, "host_op_costs", lambda: (9e-6, 5e-6))
     cal = ca.calibrate(repeats=1, dims=(4, 8), working_sets=(1024, 4096))
     assert len(cal.matmul) == 8 and [ws for ws, _ in cal.bandwidth] == [1024, 4096]
     assert cal.element_rates["exp"] == [[8 * 32, 32 * 2 / 0.5e-3], [8 * 128, 128 * 2 / 0.5e-3]]
@@ -121,6 +122,8 @@ def test_calibrate_measures_every_point(cpu_clock, monkeypatch):
     assert cal.fresh_output_s_per_byte == 0.0  # fresh and reused fills: the same 0.5 ms
     assert cal.give_back_s_per_byte == pytest.approx(0.5e-3 / 4096)  # the free: one lap
     assert (cal.optimizer_fixed_s, cal.optimizer_tensor_s) == (1e-4, 2e-6)
+    assert (cal.op_host_s("forward"), cal.op_host_s("backward")) == (9e-6, 5e-6)
+    assert cal.op_host_s("optimizer") is None and ca.Calibration(1).op_host_s("forward") is None
     assert cal.threads == torch.get_num_threads() and cal.seconds > 0
 
 
@@ -169,3 +172,12 @@ def test_the_optimizer_host_cost_is_a_fixed_time_plus_a_time_per_tensor(monkeypa
     monkeypatch.setattr(ca, "best_cpu_s", fake_best)
     fixed, per_tensor = ca.optimizer_host_cost((8, 64), repeats=1)
     assert fixed == pytest.approx(1e-3) and per_tensor == pytest.approx(1e-5)
+
+
+def test_the_host_time_per_call_is_a_phase_time_over_its_counted_aten_calls(cpu_clock):
+    forward, backward = ca.host_op_costs(repeats=2)
+    # every phase takes 0.5 ms on the fake clock: the per-call figures are 0.5 ms / calls
+    forward_calls, backward_calls = 0.5e-3 / forward, 0.5e-3 / backward
+    assert forward_calls == pytest.approx(round(forward_calls))
+    # each of the 8 blocks: norm, 2 linears (each t + addmm, views around a 3-D input), gelu, add
+    assert 8 * 5 < forward_calls < backward_calls

@@ -40,6 +40,14 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
   `workload.heap_faults`'s replay of the step) cost the time to fill a new `FRESH_PROBE_BYTES`
   tensor minus the time to fill a reused one, per byte (fault and zeroing), and the frees
   that give memory back (trim, unmap) the time to free that tensor, per byte.
+- the host time per aten op call in forward and in backward: an eager forward + backward of a
+  generic stack of `HOST_BLOCKS` pre-norm residual MLP blocks (LayerNorm, Linear, GELU, Linear,
+  add) at width `HOST_WIDTH` on 4 tokens, whose arithmetic is nil, over the aten calls it makes
+  (counted as `workload.op_costs` counts them). It carries what an op costs inside a step
+  beyond the kernel: module calls, autograd nodes, the output's allocation, views. Measured on
+  the project's VM: 9.2 us per call forward, 5.2 backward, where a one-element `torch.add` in a
+  loop (`runtime.ceilings.op_overhead`) takes 2.5; tiny's and mini's own steps at batch 1,
+  context 8 took 9-10 us forward and 6-10.5 backward (docs/benchmarks.md, issue 20 runs 8+).
 - the optimizer phase's host time: the step's optimizer lines (clip_grad_norm_, fused AdamW
   through a disabled GradScaler, zero_grad) on `OPTIMIZER_TENSORS` one-element parameters,
   whose arithmetic is nil: a fixed time plus a time per parameter tensor (Python loops over
@@ -58,6 +66,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmperf.runtime import device as dev
 
@@ -73,6 +82,7 @@ RATE_SHAPES: tuple[tuple[int, int], ...] = ((256, 1024), (4096, 1024))
 OPTIMIZER_ELEMENTS = 2**22  # 4 Mi fp32 parameters: 112 MiB of AdamW traffic per step, DRAM
 FRESH_PROBE_BYTES = 64 * 2**20  # above glibc's largest mmap threshold: mapped fresh each time
 OPTIMIZER_TENSORS = (8, 64)  # one-element parameters: the optimizer's host time per tensor
+HOST_BLOCKS, HOST_WIDTH = 8, 8  # the generic MLP stack timed for the host time per op call
 # More than the last-level cache of the project's machines (32 MiB L3 on its EPYC VM, up to
 # ~100 MiB per socket on server parts would need more; the DRAM figure is then the floor).
 POOL_BYTES = 128 * 2**20
@@ -98,7 +108,8 @@ METHOD = ("size-aware CPU ceilings, measured now on generic shapes (lmperf.runti
           "operands out of the cache (a 128 MiB pool) for all of these; "
           "fused AdamW bytes/s on a 4 Mi-element parameter for the optimizer's ops; the "
           "optimizer phase's host time per parameter tensor (its lines on 8 and 64 one-element "
-          "parameters); page faults and unmapping per byte of fresh memory (64 MiB probe) for "
+          "parameters); host time per op call of a generic MLP stack's eager forward and "
+          "backward; page faults and unmapping per byte of fresh memory (64 MiB probe) for "
           "the bytes a replay of the step through glibc's heap says it faults in and gives "
           "back; CPU time "
           "of the calling thread, best of 3")
@@ -119,6 +130,8 @@ class Calibration:
         a trimmed heap top).
     optimizer_fixed_s, optimizer_tensor_s: host seconds of the optimizer phase with no
         arithmetic, per step and per parameter tensor (NaN: not measured).
+    forward_op_s, backward_op_s: host seconds per aten op call of an eager forward / backward
+        (NaN: not measured).
     threads: torch's intra-op threads during the calibration; seconds: how long it took.
     """
 
@@ -131,6 +144,8 @@ class Calibration:
     give_back_s_per_byte: float = 0.0
     optimizer_fixed_s: float = float("nan")
     optimizer_tensor_s: float = float("nan")
+    forward_op_s: float = float("nan")
+    backward_op_s: float = float("nan")
     seconds: float = float("nan")
 
     def to_dict(self) -> dict:
@@ -170,6 +185,12 @@ class Calibration:
         """Seconds to give `nbytes` back to the kernel (`workload.heap_faults` says which
         frees do)."""
         return nbytes * self.give_back_s_per_byte
+
+    def op_host_s(self, phase: str) -> float | None:
+        """Host seconds per aten op call in `phase` ('forward', 'backward'); None when not
+        measured (or another phase)."""
+        value = {"forward": self.forward_op_s, "backward": self.backward_op_s}.get(phase)
+        return None if value is None or math.isnan(value) else value
 
     def optimizer_host_s(self, tensors: int) -> float | None:
         """Host seconds of the optimizer phase for `tensors` parameter tensors, arithmetic
@@ -389,6 +410,56 @@ def optimizer_host_cost(counts: tuple[int, int] = OPTIMIZER_TENSORS,
     return max(0.0, times[0] - counts[0] * per_tensor), per_tensor
 
 
+class _MlpBlock(torch.nn.Module):
+    """A generic pre-norm residual MLP block: x + fc2(gelu(fc1(norm(x))))."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.fc1 = torch.nn.Linear(width, 4 * width)
+        self.fc2 = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))  # (1, 4, width)
+
+
+class _CallCounter(TorchDispatchMode):
+    """Counts aten op calls below autograd, as `workload.op_costs` counts them."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func._schema.name.startswith("prim::"):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def host_op_costs(repeats: int = 10) -> tuple[float, float]:
+    """Host seconds per aten op call of an eager forward and of its backward: a stack of
+    `HOST_BLOCKS` generic MLP blocks at width `HOST_WIDTH` on 4 tokens (arithmetic nil), the
+    fastest of `repeats` CPU times of each phase over its counted calls."""
+    model = torch.nn.Sequential(*[_MlpBlock(HOST_WIDTH) for _ in range(HOST_BLOCKS)])
+    x = torch.randn(1, 4, HOST_WIDTH)  # (batch, tokens, width)
+
+    def forward() -> torch.Tensor:
+        return model(x).square().mean()
+
+    forward().backward()  # warm-up: first calls, gradient buffers
+    with _CallCounter() as counted_forward:
+        loss = forward()
+    with _CallCounter() as counted_backward:
+        loss.backward()
+    forward_s = backward_s = float("inf")
+    for _ in range(repeats):
+        model.zero_grad(set_to_none=True)
+        box: list[torch.Tensor] = []
+        forward_s = min(forward_s, best_cpu_s(lambda: box.append(forward()), 1))
+        backward_s = min(backward_s, best_cpu_s(lambda: box[0].backward(), 1))
+    return forward_s / counted_forward.calls, backward_s / counted_backward.calls
+
+
 def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
               working_sets: tuple[int, ...] = WORKING_SETS) -> Calibration:
     """Measure the size-aware ceilings of this CPU with the thread count in force: the matmul
@@ -406,9 +477,11 @@ def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
         optimizer = optimizer_bandwidth(repeats=repeats)
         fresh, give_back = fresh_memory_cost(repeats=repeats)
     fixed, per_tensor = optimizer_host_cost(repeats=repeats)  # clip_grad_norm_ needs grad mode
+    forward_op, backward_op = host_op_costs()  # autograd on
     return Calibration(threads=torch.get_num_threads(), matmul=matmul, bandwidth=bandwidth,
                        element_rates=rates, optimizer_bytes_per_s=optimizer,
                        fresh_output_s_per_byte=fresh, give_back_s_per_byte=give_back,
                        optimizer_fixed_s=fixed,
-                       optimizer_tensor_s=per_tensor,
+                       optimizer_tensor_s=per_tensor, forward_op_s=forward_op,
+                       backward_op_s=backward_op,
                        seconds=time.perf_counter() - start)

@@ -24,9 +24,10 @@ interpolated at the product's (m, k, n), the bandwidth of one call's working set
 elements/s of exp / log_softmax for ops that compute a transcendental per element, which the
 FLOP counter counts as 0), adds the page faults of the fresh memory its outputs take (bytes from
 `workload.heap_faults`' replay of the step through glibc's heap, at the calibrated seconds per
-byte) and the measured time per eager op call for every call (the CPU runs each op to
-completion before the next); the optimizer phase's host time is measured per parameter tensor
-instead (its Python loops cost more than its few op calls).
+byte) and the measured host time per eager op call for every call (the CPU runs each op to
+completion before the next; measured per phase on a generic MLP stack's forward and backward);
+the optimizer phase's host time is measured per parameter tensor instead (its Python loops cost
+more than its few op calls).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and sizes counted on
               "each op at the measured ceiling of its own size (matmul FLOP/s by (m, k, n), "
               "bandwidth by working set, elements/s for exp / log / softmax, operands out of "
               "the cache, the optimizer at fused AdamW's bytes/s) + page faults of the fresh "
-              "memory a replay of glibc's heap says the step's outputs take + measured time per "
-              "op call x calls (the optimizer phase: measured host time per parameter tensor)")
+              "memory a replay of glibc's heap says the step's outputs take + measured host time "
+              "per op call x calls (forward, backward: a generic MLP stack's; the optimizer "
+              "phase: measured host time per parameter tensor)")
 # The columns a GPU prediction sums per (phase, op, dtype): its fractions are per op class.
 SUMMED: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written")
 
@@ -201,7 +203,8 @@ def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False,
             f = (target.fractions or {}).get(r.op_class)
             fc, fm = (f.compute, f.memory) if f else (1.0, 1.0)
             typical += max(r.flops / (rate * fc), nbytes / (target.bandwidth * fm))
-        host = float(ops["calls"].sum()) * target.op_s
+        per_call = cal.op_host_s(phase) if cal is not None else None
+        host = float(ops["calls"].sum()) * (target.op_s if per_call is None else per_call)
         optimizer_host = cal.optimizer_host_s(param_tensors) if cal is not None else None
         if phase == "optimizer" and optimizer_host is not None:
             host = optimizer_host  # measured on the step's own optimizer lines, per tensor
