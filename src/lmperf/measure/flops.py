@@ -21,12 +21,12 @@ skips the masked half is how MFU reads over 100% (torchtitan #341).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
-from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 
 BACKWARD_MODES = ("forward-backward", "train-step")
@@ -87,24 +87,39 @@ def no_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
     return q + k + v
 
 
-class MetaView(nn.Module):
-    """A shape-only view of a model, for counting: calling it calls the model with every
-    parameter and buffer replaced by a meta tensor of the same shape and dtype
-    (`torch.func.functional_call`), so a step on it runs no arithmetic and allocates nothing,
-    and the model's own tensors (and gradients) are untouched. The model is held, not
-    registered as a submodule, so the view's `zero_grad()` reaches none of its gradients."""
+@contextlib.contextmanager
+def meta_view(model: nn.Module) -> Iterator[nn.Module]:
+    """Hold `model` shape-only for the duration: every parameter and buffer slot of every
+    submodule holds a meta tensor of the same shape, dtype and `requires_grad` (tied tensors
+    stay tied: one meta tensor each), so a step on the model runs no arithmetic, allocates
+    nothing and accumulates gradients on the meta tensors only. The model's own tensors (and
+    their gradients) go back into their slots on exit, also when the step raised.
 
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.__dict__["_model"] = model
-        self._tensors = {
-            **{n: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
-               for n, p in model.named_parameters()},
-            **{n: torch.empty_like(b, device="meta") for n, b in model.named_buffers()},
-        }
-
-    def forward(self, *args: object, **kwargs: object) -> object:
-        return functional_call(self.__dict__["_model"], self._tensors, args, kwargs)
+    Each slot is swapped once, found through `model.modules()` (a submodule shared by several
+    parents, as the reference LM's RoPE table is by every block, is visited once).
+    `torch.func.functional_call` is not used: with `tie_weights` it swaps a shared submodule's
+    slot once per path and restores the already-swapped meta tensor last, leaving the model on
+    meta (pytorch/pytorch#164759; seen on torch 2.13).
+    """
+    swapped: list[tuple[dict, str, torch.Tensor]] = []  # (slot table, name, the model's tensor)
+    metas: dict[int, torch.Tensor] = {}  # id(the model's tensor) -> its meta stand-in
+    try:
+        for module in model.modules():  # each module once, shared ones included
+            for table in (module._parameters, module._buffers):
+                for name, tensor in list(table.items()):
+                    if tensor is None:
+                        continue
+                    if id(tensor) not in metas:
+                        meta = torch.empty_like(tensor, device="meta")
+                        metas[id(tensor)] = (
+                            nn.Parameter(meta, requires_grad=tensor.requires_grad)
+                            if isinstance(tensor, nn.Parameter) else meta)
+                    swapped.append((table, name, tensor))
+                    table[name] = metas[id(tensor)]
+        yield model
+    finally:
+        for table, name, tensor in reversed(swapped):
+            table[name] = tensor
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ OPTIMIZER_FLAGS: dict[str, dict] = {"fused": {"fused": True}, "foreach": {"forea
 class Prepared:
     """A run ready to step: its state, the step function of its mode, the parameter count, the
     name of the dtype its matmuls compute in (MFU's peak), and `count_flops()`: the FLOPs of one
-    step counted on a shape-only view of the same model (`measure.flops.MetaView`), with the
-    reference LM's attention left out (see `meta_flops`); raises what the model raises there."""
+    step counted on the same model held shape-only (`measure.flops.meta_view`), with the
+    reference LM's attention left out (see `count_on_meta`); raises what the model raises there."""
 
     state: StepState
     step: Callable[[StepState, Observer], object]
@@ -81,20 +81,22 @@ def count_on_meta(model: nn.Module, mode: str, shape: tuple[int, int],
     `measure.flops.no_attention` instead of its kernel during the count, whatever `--attention`
     names (flash-triton cannot run on meta, and each kernel would be credited differently); the
     caller adds attention on one convention (`measure.flops.reference_step_flops`)."""
-    from lmperf.measure.flops import MetaView, count_flops, no_attention
+    from lmperf.measure.flops import count_flops, meta_view, no_attention
     from lmperf.model.transformer import CausalSelfAttention
 
     layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
     kernels = [layer.attention for layer in layers]
-    tokens = torch.zeros(shape, dtype=torch.long, device="meta")
-    state = StepState(MetaView(model), tokens, tokens, contextlib.nullcontext,
+    tokens = torch.zeros(shape, dtype=torch.long, device="meta")  # (B, T)
+    state = StepState(model, tokens, tokens, contextlib.nullcontext,
                       torch.amp.GradScaler("cpu", enabled=False))
     step = STEPS["forward" if mode == "forward" else "forward-backward"]
     try:
         if leave_out_attention:
             for layer in layers:
                 layer.attention = no_attention
-        return count_flops(lambda: step(state, NO_OBSERVER))
+        # held for the whole step: backward (and a checkpointed block's recompute) sees meta too
+        with meta_view(model):
+            return count_flops(lambda: step(state, NO_OBSERVER))
     finally:
         for layer, kernel in zip(layers, kernels):
             layer.attention = kernel
