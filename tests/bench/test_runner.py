@@ -106,3 +106,19 @@ def test_user_model_runs_like_the_reference():
 def test_each_optimizer_implementation_runs(optimizer):
     rec = run_spec(RunSpec.from_size("tiny", optimizer=optimizer, **TINY))
     assert rec["status"] == "ok" and rec["spec"]["optimizer"] == optimizer
+
+
+def test_warnings_keep_their_order_spread_then_memory(monkeypatch):
+    # as before the envelope: the regime's slowness, the timing spread, then the memory caveat
+    from lmperf.questions.bench import runner
+    from lmperf.runtime.device.memory import PeakMemory
+
+    def no_reset(self: PeakMemory) -> None:
+        self.resettable = False  # as where /proc/self/clear_refs is not writable
+
+    monkeypatch.setattr(runner, "spread_warning", lambda summaries: "spread")
+    monkeypatch.setattr(PeakMemory, "reset", no_reset)
+    rec = run_spec(RunSpec.from_size("tiny", mode="forward", **TINY))
+    assert rec["status"] == "ok", rec["message"]
+    assert rec["warnings"][-2:] == ["spread", "peak RSS could not be reset per phase here; "
+                                              "memory peaks are cumulative"]

@@ -1,8 +1,9 @@
 """The in-process runner: build model, batch and regime for a RunSpec, measure, return a record.
 
 One kind of measurement per pass: `warmup` untimed steps, `steps` timed steps (raw samples
-kept), then an untimed FLOP-counting step and one untimed step that records peak memory per
-phase (the same probe as `lmperf memory`).
+kept), then one untimed step that records peak memory per phase (the same probe as `lmperf
+memory`), and last the FLOPs of one step, counted on the meta device (a real untimed step for a
+model that cannot run there).
 """
 
 from __future__ import annotations
@@ -95,9 +96,6 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     stage.now = "recording peak memory (one untimed step)"
     probe = PhaseProbe(dev.PeakMemory(device))
     step(state, probe)
-    if not probe.memory.resettable:
-        run.warnings.append("peak RSS could not be reset per phase here; memory peaks are "
-                            "cumulative")
     name = dev.device_name(device)
     peak = lookup_peak(name, prepared.math_dtype) if device.type == "cuda" else None
 
@@ -123,6 +121,9 @@ def _measure(spec: RunSpec, run: Run) -> dict:
                                           cpu)}
     if (w := spread_warning({n: timed[f"{n}_ms"] for n in samples})):
         run.warnings.append(w)
+    if not probe.memory.resettable:  # after the spread's warning, as before the envelope
+        run.warnings.append("peak RSS could not be reset per phase here; memory peaks are "
+                            "cumulative")
     rates = step_rates(spec.batch * spec.context, timed["step_ms"], flops.flops,
                        peak.tflops if peak else None)
     metrics.update({
