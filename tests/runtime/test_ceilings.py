@@ -1,4 +1,4 @@
-"""measure.ceilings: the arithmetic of attained FLOP/s and bandwidth (on a fake clock), the
+"""runtime.ceilings: the arithmetic of attained FLOP/s and bandwidth (on a fake clock), the
 record round trip, and the datasheet peaks beside them."""
 
 from __future__ import annotations
