@@ -25,7 +25,8 @@ def test_ok_record_carries_the_body_fields_the_kept_fields_and_the_environment()
         return {"params": spec.size, "metrics": {"x": 1.0}}
 
     rec = measured("demo", Job(), body, fields={"corpus": "c"})
-    assert rec["status"] == "ok" and rec["kind"] == "demo" and rec["spec"] == {"device": "cpu", "size": 3}
+    assert rec["status"] == "ok" and rec["kind"] == "demo"
+    assert rec["spec"] == {"device": "cpu", "size": 3}
     assert rec["params"] == 3 and rec["metrics"] == {"x": 1.0} and rec["corpus"] == "c"
     assert rec["warnings"] == ["noisy"] and rec["env"]["device"] == "cpu"
     assert "torch_threads" in rec["env"] and "timestamp" in rec["env"]
@@ -72,3 +73,18 @@ def test_the_regime_is_resolved_and_held_during_the_body():
 
     assert measured("demo", Job(), body, precision="bf16-mixed")["status"] == "ok"
     assert seen == {"regime": "bf16-mixed"}
+
+
+@pytest.mark.parametrize("precision, raises, status", [
+    ("fp32", False, "ok"), ("fp32", True, "error"), ("tf32", False, "unsupported"),
+])
+def test_record_spec_is_every_record_s_identity(precision, raises, status):
+    # profile's records carry the backend beside the run's spec, whatever the outcome
+    def body(spec: Job, run: Run) -> dict:
+        if raises:
+            raise RuntimeError("boom")
+        return {}
+
+    rec = measured("demo", Job(), body, precision=precision,
+                   record_spec={"device": "cpu", "backend": "torch"})
+    assert rec["status"] == status and rec["spec"] == {"device": "cpu", "backend": "torch"}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Protocol, TypeVar
 
 import torch
 
@@ -35,9 +35,13 @@ from lmperf.runtime.precision import (
 class Spec(Protocol):
     """What the envelope needs of a job spec: its device and its identity as a dict."""
 
-    device: str
+    @property
+    def device(self) -> str: ...  # read-only: the job specs are frozen dataclasses
 
     def to_dict(self) -> dict: ...
+
+
+S = TypeVar("S", bound=Spec)  # the kind's own spec class: the body receives the spec it was given
 
 
 @dataclass
@@ -58,7 +62,7 @@ class Run:
     fields: dict = field(default_factory=dict)
 
 
-def measured(kind: str, spec: Spec, body: Callable[[Spec, Run], dict], *,
+def measured(kind: str, spec: S, body: Callable[[S, Run], dict], *,
              precision: str | None = None,
              unsupported: Callable[[torch.device], str | None] | None = None,
              first_stage: str = "starting", fields: dict | None = None,

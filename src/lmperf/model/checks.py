@@ -39,7 +39,8 @@ def inspect_on_meta(config: ModelConfig, custom: str | None, batch_size: int,
     except NotImplementedError:
         return n  # an op without a meta kernel: the real run checks the output instead
     except Exception as exc:
-        raise ModelLoadError(f"--model {custom!r}: forward failed: {type(exc).__name__}: {exc}") from exc
+        raise ModelLoadError(
+            f"--model {custom!r}: forward failed: {type(exc).__name__}: {exc}") from exc
     check_logits(out, batch_size, seq, config.vocab_size, custom)
     return n
 
@@ -49,9 +50,8 @@ def check_logits(out: object, batch: int, seq: int, vocab: int, custom: str | No
     expected = (batch, seq, vocab)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ModelLoadError(
-            f"--model {custom!r}: forward must return logits of shape {expected} (B, T, vocab), got {got}"
-        )
+        raise ModelLoadError(f"--model {custom!r}: forward must return logits of shape "
+                             f"{expected} (B, T, vocab), got {got}")
 
 
 def check_output(model: nn.Module, inputs: torch.Tensor, autocast: Callable[[], ContextManager],

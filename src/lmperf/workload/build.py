@@ -53,7 +53,9 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     with device:  # build directly on the device: no host copy of a large model
         model = build_model(config, spec.model)
     model.to(dtype=regime.param_dtype)
-    params = sum(p.numel() for p in model.parameters())  # shared parameters once
+    # shared parameters once, as model.checks.count_params (inline: a bench run visits
+    # model/checks once, for the output check; docs/architecture.md)
+    params = sum(p.numel() for p in model.parameters())
     eager = model
     if spec.compile:  # compiled lazily, by the first step that runs it
         model = torch.compile(model, mode=spec.compile_mode)
