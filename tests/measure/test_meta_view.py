@@ -123,3 +123,19 @@ def test_a_compiled_model_runs_on_after_its_eager_module_was_counted():
     assert prepared.count_flops()[0] == meta_flops(spec)[0]
     _assert_given_back(compiled._orig_mod, before)
     prepared.step(prepared.state, NO_OBSERVER)
+
+
+def test_the_reference_lm_gets_its_kernels_and_tensors_back_when_the_count_raises(monkeypatch):
+    import lmperf.measure.flops as flops
+
+    def failing(fn):  # the step runs on meta with attention left out, then the count fails
+        fn()
+        raise RuntimeError("counter failed")
+
+    spec = RunSpec.from_size("tiny", context=16, batch=2, attention="sdpa", mode="forward")
+    prepared = prepare(spec, CPU, get_regime("fp32"))
+    before = _slots(prepared.state.model)
+    monkeypatch.setattr(flops, "count_flops", failing)
+    with pytest.raises(RuntimeError, match="counter failed"):
+        prepared.count_flops()
+    _assert_given_back(prepared.state.model, before)
