@@ -1,5 +1,6 @@
-"""measure.calibration: interpolation of size-aware ceilings from injected measurements, the
-arithmetic of a calibration (on a fake clock), and the record round trip."""
+"""runtime.calibration and runtime.host_costs: interpolation of size-aware ceilings from
+injected measurements, the arithmetic of a calibration (on a fake clock), and the record round
+trip."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from lmperf.runtime import calibration as ca
+from lmperf.runtime import host_costs
 from lmperf.runtime import device as dev
 
 DIMS = (16, 64, 256, 1024)
@@ -169,7 +171,7 @@ def test_the_optimizer_host_cost_is_a_fixed_time_plus_a_time_per_tensor(monkeypa
         fn()
         return next(laps)
 
-    monkeypatch.setattr(ca, "best_cpu_s", fake_best)
+    monkeypatch.setattr(host_costs, "best_cpu_s", fake_best)
     fixed, per_tensor = ca.optimizer_host_cost((8, 64), repeats=1)
     assert fixed == pytest.approx(1e-3) and per_tensor == pytest.approx(1e-5)
 

@@ -40,16 +40,17 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
   `workload.heap_faults`'s replay of the step) cost the time to fill a new `FRESH_PROBE_BYTES`
   tensor minus the time to fill a reused one, per byte (fault and zeroing), and the frees
   that give memory back (trim, unmap) the time to free that tensor, per byte.
-- the host time per aten op call in forward and in backward: an eager forward + backward of a
-  generic stack of `HOST_BLOCKS` pre-norm residual MLP blocks (LayerNorm, Linear, GELU, Linear,
+- the host time per aten op call in forward and in backward (`runtime.host_costs`): an eager
+  forward + backward of a generic stack of `HOST_BLOCKS` pre-norm residual MLP blocks (LayerNorm, Linear, GELU, Linear,
   add) at width `HOST_WIDTH` on 4 tokens, whose arithmetic is nil, over the aten calls it makes
   (counted as `workload.op_costs` counts them). It carries what an op costs inside a step
   beyond the kernel: module calls, autograd nodes, the output's allocation, views. Measured on
   the project's VM: 9.2 us per call forward, 5.2 backward, where a one-element `torch.add` in a
   loop (`runtime.ceilings.op_overhead`) takes 2.5; tiny's and mini's own steps at batch 1,
   context 8 took 9-10 us forward and 6-10.5 backward (docs/benchmarks.md, issue 20 runs 8+).
-- the optimizer phase's host time: the step's optimizer lines (clip_grad_norm_, fused AdamW
-  through a disabled GradScaler, zero_grad) on `OPTIMIZER_TENSORS` one-element parameters,
+- the optimizer phase's host time (`runtime.host_costs`): the step's optimizer lines
+  (clip_grad_norm_, fused AdamW through a disabled GradScaler, zero_grad) on
+  `OPTIMIZER_TENSORS` one-element parameters,
   whose arithmetic is nil: a fixed time plus a time per parameter tensor (Python loops over
   the parameters, per-tensor bookkeeping of the fused kernel), from the two counts' times.
 About 1.4 s in all on one core at load 3-4 (most of it the 1024-wide products).
@@ -66,9 +67,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from lmperf.runtime import device as dev
+from lmperf.runtime.host_costs import REPEATS, best_cpu_s, host_op_costs, optimizer_host_cost
 
 MATMUL_DIMS: tuple[int, ...] = (16, 64, 256, 1024)
 # From L2 to DRAM on the project's machines; below 256 KiB one call's dispatch (~1 us) would
@@ -81,13 +81,10 @@ CACHE_BYTES = 2**20  # the batch of small products: operands of at most 1 MiB, a
 RATE_SHAPES: tuple[tuple[int, int], ...] = ((256, 1024), (4096, 1024))
 OPTIMIZER_ELEMENTS = 2**22  # 4 Mi fp32 parameters: 112 MiB of AdamW traffic per step, DRAM
 FRESH_PROBE_BYTES = 64 * 2**20  # above glibc's largest mmap threshold: mapped fresh each time
-OPTIMIZER_TENSORS = (8, 64)  # one-element parameters: the optimizer's host time per tensor
-HOST_BLOCKS, HOST_WIDTH = 8, 8  # the generic MLP stack timed for the host time per op call
 # More than the last-level cache of the project's machines (32 MiB L3 on its EPYC VM, up to
 # ~100 MiB per socket on server parts would need more; the DRAM figure is then the floor).
 POOL_BYTES = 128 * 2**20
 MIN_TIMING_S = 1e-3  # one timing at least this long: the clock's and a call's cost stay small
-REPEATS = 3
 # aten op -> the element rate it is held to (elements of its largest output per second). These
 # ops evaluate exp / log / tanh / erf per element (sigmoid and silu via exp; the backward of
 # log_softmax recomputes exp(output); softmax's backward is one row reduction and one
@@ -229,22 +226,6 @@ def _bracket(axis: list[int], x: float) -> list[tuple[int, float]]:
     return [(lo_v, 1.0 - w), (hi_v, w)]
 
 
-def best_cpu_s(fn, repeats: int) -> float:
-    """Seconds of the fastest of `repeats` calls of `fn` on the CPU: CPU time of the calling
-    thread when torch runs one intra-op thread (the whole call runs on it; another process
-    steals wall time from a long call but not CPU time, so small and large calls are timed
-    alike on a shared machine), else wall time (the pool's threads do the work)."""
-    clock = dev.PhaseClock(torch.device("cpu"))
-    cpu_time = clock.cpu_kind == "thread_time"
-    best = float("inf")
-    for _ in range(repeats):
-        clock.start()
-        fn()
-        clock.lap("call")
-        best = min(best, (clock.cpu_laps if cpu_time else clock.laps)["call"] / 1e3)
-    return best
-
-
 def _timed_rate(fn, work: float, repeats: int) -> float:
     """`work` units per second of `fn`, calls repeated so that one timing lasts at least
     `MIN_TIMING_S`; best of `repeats` timings. `fn` may be a list of calls doing the same
@@ -378,86 +359,6 @@ def fresh_memory_cost(nbytes: int | None = None, repeats: int = REPEATS) -> tupl
         fresh_s = min(fresh_s, best_cpu_s(lambda: held.append(torch.empty(n).fill_(1.0)), 1))
         free_s = min(free_s, best_cpu_s(held.clear, 1))  # the last reference: munmap
     return max(0.0, (fresh_s - fill_s) / (4 * n)), free_s / (4 * n)
-
-
-def optimizer_host_cost(counts: tuple[int, int] = OPTIMIZER_TENSORS,
-                        repeats: int = REPEATS) -> tuple[float, float]:
-    """(fixed seconds, seconds per parameter tensor) of the step's optimizer lines on one-element
-    parameters, from the fastest of `repeats` timings at each of the two `counts` (their
-    difference per tensor; the fixed part never below 0)."""
-    from torch.nn.utils import clip_grad_norm_
-
-    times = []
-    for count in counts:
-        params = [torch.nn.Parameter(torch.ones(1)) for _ in range(count)]
-        optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
-        scaler = torch.amp.GradScaler("cpu", enabled=False)  # the fp32 regimes' no-op scaler
-        grads = [torch.ones(1) for _ in params]
-
-        def phase() -> None:  # workload.steps.train_step's optimizer lines
-            clip_grad_norm_(params, 1.0)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-
-        laps = []
-        for _ in range(repeats + 1):
-            for p, g in zip(params, grads):
-                p.grad = g
-            laps.append(best_cpu_s(phase, 1))
-        times.append(min(laps[1:]))  # the first lap creates AdamW's state: not kept
-    per_tensor = max(0.0, (times[1] - times[0]) / (counts[1] - counts[0]))
-    return max(0.0, times[0] - counts[0] * per_tensor), per_tensor
-
-
-class _MlpBlock(torch.nn.Module):
-    """A generic pre-norm residual MLP block: x + fc2(gelu(fc1(norm(x))))."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(width)
-        self.fc1 = torch.nn.Linear(width, 4 * width)
-        self.fc2 = torch.nn.Linear(4 * width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))  # (1, 4, width)
-
-
-class _CallCounter(TorchDispatchMode):
-    """Counts aten op calls below autograd, as `workload.op_costs` counts them."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func._schema.name.startswith("prim::"):
-            self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-def host_op_costs(repeats: int = 10) -> tuple[float, float]:
-    """Host seconds per aten op call of an eager forward and of its backward: a stack of
-    `HOST_BLOCKS` generic MLP blocks at width `HOST_WIDTH` on 4 tokens (arithmetic nil), the
-    fastest of `repeats` CPU times of each phase over its counted calls."""
-    model = torch.nn.Sequential(*[_MlpBlock(HOST_WIDTH) for _ in range(HOST_BLOCKS)])
-    x = torch.randn(1, 4, HOST_WIDTH)  # (batch, tokens, width)
-
-    def forward() -> torch.Tensor:
-        return model(x).square().mean()
-
-    forward().backward()  # warm-up: first calls, gradient buffers
-    with _CallCounter() as counted_forward:
-        loss = forward()
-    with _CallCounter() as counted_backward:
-        loss.backward()
-    forward_s = backward_s = float("inf")
-    for _ in range(repeats):
-        model.zero_grad(set_to_none=True)
-        box: list[torch.Tensor] = []
-        forward_s = min(forward_s, best_cpu_s(lambda: box.append(forward()), 1))
-        backward_s = min(backward_s, best_cpu_s(lambda: box[0].backward(), 1))
-    return forward_s / counted_forward.calls, backward_s / counted_backward.calls
 
 
 def calibrate(repeats: int = REPEATS, dims: tuple[int, ...] = MATMUL_DIMS,
