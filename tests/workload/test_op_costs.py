@@ -101,17 +101,18 @@ def test_bf16_mixed_counts_its_matmuls_in_bf16():
     assert set(mm["dtype"]) == {"bf16"} and set(table["phase"]) == {"forward"}
 
 
+@pytest.mark.slow
 def test_the_step_replay_charges_page_faults_to_the_outputs_that_take_fresh_memory():
     # tiny at context 128 writes 20 MB logits (B T x V fp32): the largest block the step
     # frees, so glibc's mmap threshold rises to it and they come from the heap, whose top is
     # trimmed when the backward frees two of them (2 x 20 MB >= the trim threshold 2 T): the
     # next step faults them in again (measured: ~10,000 faulted pages per phase, ru_minflt)
     spec = RunSpec.from_size("tiny", context=128, batch=4, optimizer="fused")
-    table = oc.count_op_costs(spec).table
+    costs = oc.count_op_costs(spec)
+    table = costs.table
     faults = table[table["fault_bytes"] > 0].groupby(["phase", "op"])["fault_bytes"].sum()
     logits = 4 * 128 * spec.vocab_size * 4
     assert faults[("forward", "aten::_log_softmax")] >= logits
     assert faults[("backward", "aten::_log_softmax_backward_data")] >= logits
     assert faults.sum() < 6 * logits  # small activations are reused from the heap's holes
-    costs = oc.count_op_costs(spec)
     assert 0 < sum(costs.returned_bytes.values()) <= faults.sum()  # trims give them back
