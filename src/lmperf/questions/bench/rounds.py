@@ -11,6 +11,7 @@ part of the noise one run cannot show.
 from __future__ import annotations
 
 import copy
+import math
 import re
 
 from lmperf.measure.stats import summarize
@@ -46,8 +47,12 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
     metrics = copy.deepcopy(last["metrics"])
     _pool_phases(metrics, [r["metrics"] for r in rounds], [r["round"] for r in rounds])
     if metrics.get("cpu_time"):  # the CPU times of the same steps, pooled alike
-        _pool_phases(metrics["cpu_time"], [r["metrics"].get("cpu_time") or {} for r in rounds],
-                     [r["round"] for r in rounds])
+        cpus = [r["metrics"].get("cpu_time") or {} for r in rounds]
+        _pool_phases(metrics["cpu_time"], cpus, [r["round"] for r in rounds])
+        if metrics["cpu_time"].get("minor_faults"):  # and their page faults
+            _pool_phases(metrics["cpu_time"]["minor_faults"],
+                         [c.get("minor_faults") or {} for c in cpus],
+                         [r["round"] for r in rounds], suffix="")
     step_s = metrics["step_ms"]["median"] / 1e3
     if step_s > 0:  # the derived figures follow the pooled median step
         metrics["tokens_per_s"] = metrics["tokens_per_step"] / step_s
@@ -60,12 +65,13 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
     return {**out, "metrics": metrics, "warnings": warnings, "job_id": jid, "rounds": len(rounds)}
 
 
-def _pool_phases(out: dict, per_round: list[dict], numbers: list[int]) -> None:
-    """Replace each '<phase>_ms' summary of `out` by the pool of the rounds' (`per_round`, in
-    round order, numbered `numbers`): their samples concatenated with each sample's round, the
-    round medians and their spread. A phase missing from a round is left as it was."""
+def _pool_phases(out: dict, per_round: list[dict], numbers: list[int],
+                 suffix: str = "_ms") -> None:
+    """Replace each '<phase><suffix>' summary of `out` by the pool of the rounds' (`per_round`,
+    in round order, numbered `numbers`): their samples concatenated with each sample's round,
+    the round medians and their spread. A phase missing from a round is left as it was."""
     for phase in PHASES:
-        key = f"{phase}_ms"
+        key = f"{phase}{suffix}"
         if not out.get(key) or not all(m.get(key) for m in per_round):
             continue
         samples, which, medians = [], [], []
@@ -77,7 +83,10 @@ def _pool_phases(out: dict, per_round: list[dict], numbers: list[int]) -> None:
         pooled = summarize(samples)
         pooled["sample_round"] = which
         pooled["round_medians"] = medians
-        pooled["round_spread"] = (max(medians) - min(medians)) / pooled["median"]
+        spread = max(medians) - min(medians)
+        # over the pooled median; a count whose median is 0 (faults) has a spread only if 0
+        pooled["round_spread"] = (spread / pooled["median"] if pooled["median"]
+                                  else (0.0 if spread == 0 else math.nan))
         out[key] = pooled
 
 
