@@ -116,3 +116,31 @@ def test_the_step_replay_charges_page_faults_to_the_outputs_that_take_fresh_memo
     assert faults[("backward", "aten::_log_softmax_backward_data")] >= logits
     assert faults.sum() < 6 * logits  # small activations are reused from the heap's holes
     assert 0 < sum(costs.returned_bytes.values()) <= faults.sum()  # trims give them back
+
+
+def test_page_faults_are_left_out_and_said_so_where_the_c_library_is_not_glibc(monkeypatch):
+    from lmperf.workload import heap_faults as hf
+
+    spec = RunSpec.from_size("tiny", context=16, batch=1, mode="forward", num_layers=1)
+    # tiny's logits (16 x 10000 fp32 = 640 KB) are the largest block: glibc maps them fresh
+    glibc = oc.count_op_costs(spec)
+    assert glibc.table["fault_bytes"].sum() > 0 and "glibc" in glibc.fault_method
+    monkeypatch.setattr(hf, "glibc_version", lambda: None)  # musl, macOS
+    other = oc.count_op_costs(spec)
+    assert other.table["fault_bytes"].sum() == 0 and other.returned_bytes == {}
+    assert "not glibc" in other.fault_method
+    assert other.table["flops"].sum() == glibc.table["flops"].sum()  # the rest is counted alike
+
+
+def test_glibc_version_reads_the_running_library(monkeypatch):
+    from lmperf.workload import heap_faults as hf
+
+    monkeypatch.setattr(hf.os, "confstr", lambda name: "glibc 2.36")
+    assert hf.glibc_version() == "2.36"
+
+    def unknown(name):
+        raise ValueError("unrecognized configuration name")
+
+    monkeypatch.setattr(hf.os, "confstr", unknown)  # musl: no such name
+    monkeypatch.setattr(hf.platform, "libc_ver", lambda: ("", ""))
+    assert hf.glibc_version() is None

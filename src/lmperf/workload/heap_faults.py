@@ -29,10 +29,16 @@ steps. What it cannot see: Python objects and kernels' scratch memory (not tenso
 small-chunk caches (tcache, fastbins: no coalescing), the process's allocations before the step
 (a bench job's fork server). Measured against the faults a real step takes
 (`resource.getrusage(...).ru_minflt`): docs/benchmarks.md, issue 20 runs 8+.
+
+The model is glibc's: where the process's C library is another (musl's mallocng maps every
+large block and has no dynamic threshold; macOS's and Windows' allocators differ again),
+`glibc_version()` is None and `workload.op_costs` leaves page faults out and says so.
 """
 
 from __future__ import annotations
 
+import os
+import platform
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Hashable, Sequence
@@ -44,6 +50,17 @@ REPLAYS = 3
 # One event: (storage id, bytes >= 0, key) for an allocation by the op `key`; (storage id, -1,
 # phase) for the free of that storage during `phase`.
 Event = tuple[int, int, Hashable]
+
+
+def glibc_version() -> str | None:
+    """The version of glibc this process runs on ('2.36'), or None where the C library is
+    another (musl, macOS, Windows): the heap model below is glibc's only."""
+    try:  # the running library's own answer (Linux with glibc)
+        name, _, version = os.confstr("CS_GNU_LIBC_VERSION").partition(" ")
+        return version if name == "glibc" and version else None
+    except (AttributeError, ValueError, OSError):  # no confstr, or not a name the libc knows
+        lib, version = platform.libc_ver()
+        return version if lib == "glibc" and version else None
 
 
 def _chunk(nbytes: int) -> int:

@@ -23,7 +23,9 @@ re-reads a tile from memory moves more, which the roofline ratio then shows.
   size-aware ceiling (the CPU prediction's) can hold each row to the ceiling of its own size.
 - page faults: each fresh storage's allocation and (through a weak reference) its free are
   logged, in step order, with the first uncounted step's; `workload.heap_faults` replays them
-  through a model of glibc's heap and charges each row the bytes its outputs fault in.
+  through a model of glibc's heap and charges each row the bytes its outputs fault in. Where
+  the C library is not glibc the model does not apply: no faults are charged, and `method`
+  says so.
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ class _Count(NamedTuple):
     rows: _Rows
     params: int
     returned: dict
+    heap: str  # how page faults were counted, for the method
 
 
 @dataclass(frozen=True)
@@ -193,13 +196,15 @@ class OpCosts:
     product's shape, 0 for other ops); method says how they were counted; count_s is how long
     counting took (seconds); param_tensors: the model's parameter tensors (0: not counted);
     returned_bytes: phase -> bytes its frees give back to the kernel per step (heap trims,
-    unmaps: `workload.heap_faults`; the two-layer step's when extrapolated)."""
+    unmaps: `workload.heap_faults`; the two-layer step's when extrapolated); fault_method: how
+    `fault_bytes` and `returned_bytes` were counted (or why they are 0: not glibc)."""
 
     table: pd.DataFrame
     method: str
     count_s: float
     param_tensors: int = 0
     returned_bytes: dict = field(default_factory=dict)
+    fault_method: str = ""
 
     def by_phase(self) -> pd.DataFrame:
         """FLOPs, bytes and calls per phase (one step)."""
@@ -228,7 +233,7 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     layers = spec.num_layers
     if spec.model is None and layers > 2:
         c1, c2 = (_count(replace(spec, num_layers=n), precision) for n in (1, 2))
-        one, two, returned = c1.rows, c2.rows, c2.returned
+        one, two, returned, heap = c1.rows, c2.rows, c2.returned, c2.heap
         params = c1.params + (layers - 1) * (c2.params - c1.params)
         zero = [0] * len(VALUES)
         # Page faults are not linear in depth (a hole one layer leaves is reused by the next):
@@ -240,7 +245,7 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
         method = (f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to "
                   f"{layers} (page faults: the 2-layer step's)")
     else:
-        rows, params, returned = _count(spec, precision)
+        rows, params, returned, heap = _count(spec, precision)
         method = "counted on fake tensors"
     table = pd.DataFrame([{"phase": phase, "op": op, "dtype": dtype,
                            "op_class": op_class(op, phase), "m": m, "k": k, "n": n,
@@ -248,7 +253,7 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
                           for (phase, op, dtype, m, k, n, _), values in rows.items()
                           if phase != "after"], columns=COLUMNS)
     returned = {phase: n for phase, n in returned.items() if phase in set(table["phase"])}
-    return OpCosts(table, method, time.perf_counter() - start, params, returned)
+    return OpCosts(table, method, time.perf_counter() - start, params, returned, heap)
 
 
 def _count(spec, precision: str | None) -> "_Count":
@@ -259,7 +264,7 @@ def _count(spec, precision: str | None) -> "_Count":
     from lmperf.model.custom import build_model
     from lmperf.runtime.precision import autocast, get_regime
     from lmperf.workload.build import OPTIMIZER_FLAGS
-    from lmperf.workload.heap_faults import replay
+    from lmperf.workload.heap_faults import Faults, glibc_version, replay
     from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 
     regime = get_regime(precision or spec.precision)
@@ -289,9 +294,14 @@ def _count(spec, precision: str | None) -> "_Count":
                 _CostMode(flops, first.events, first.storages) as mode:
             step(state, _PhaseObserver(mode, PHASES[spec.mode] + ("after",)))
     column = VALUES.index("fault_bytes")
-    # the step's output is freed by now; a free of a first-step storage seen during the
-    # counted step (none in lmperf's steps) belongs to neither replay
-    faults = replay(mode.events[mark:], mode.events[:mark])
+    glibc = glibc_version()
+    if glibc is None:  # another C library's heap: the replay would be glibc's, not this one's
+        faults, heap = Faults({}, {}), "not modelled (the C library is not glibc)"
+    else:
+        # the step's output is freed by now; a free of a first-step storage seen during the
+        # counted step (none in lmperf's steps) belongs to neither replay
+        faults = replay(mode.events[mark:], mode.events[:mark])
+        heap = f"the step replayed through glibc {glibc}'s heap (workload.heap_faults)"
     for key, nbytes in faults.faulted.items():
         mode.rows[key][column] += nbytes
-    return _Count(dict(mode.rows), sum(1 for _ in model.parameters()), faults.returned)
+    return _Count(dict(mode.rows), sum(1 for _ in model.parameters()), faults.returned, heap)
