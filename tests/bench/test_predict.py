@@ -201,3 +201,32 @@ def test_cpu_prediction_records_its_calibration(tmp_path):
     assert p["flops_per_s"]["fp32"] >= max(rate for *_, rate in cal.matmul)  # the ideal's roof
     for phase in ("forward", "backward", "optimizer"):
         assert 0 < record["metrics"][phase]["ideal_s"] < record["metrics"][phase]["typical_s"]
+
+
+def test_a_user_model_fake_tensors_cannot_run_is_one_line_before_any_calibration(monkeypatch):
+    from lmperf.workload.spec import RunSpec
+
+    def calibrate(threads=None):
+        raise AssertionError("calibrated before counting")
+
+    monkeypatch.setattr(pr, "cpu_target", calibrate)
+    spec = RunSpec.from_size("tiny", context=8, batch=1,
+                             model="tests.fixtures.models:data_dependent")  # .item()
+    with pytest.raises(SpecError) as e:
+        pr.predict([spec], ["cpu"])
+    assert "data_dependent" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_cpu_bf16_prediction_says_its_matmuls_are_not_validated(monkeypatch):
+    from lmperf.workload.spec import RunSpec
+
+    cpu = pr.Target("cpu", {"fp32": 1e11, "bf16": 1e9}, 1e10, None, 1e-5, True, "test",
+                    caveats={"bf16": "bf16 matmuls NOT VALIDATED"})
+    monkeypatch.setattr(pr, "cpu_target", lambda threads=None: cpu)
+    specs = [RunSpec.from_size("tiny", context=8, batch=1, mode="forward", num_layers=1,
+                               precision=p) for p in ("fp32", "bf16-mixed")]
+    fp32, bf16 = pr.predict(specs, ["cpu"])
+    assert fp32["prediction"]["caveats"] == [] and bf16["prediction"]["caveats"] == [
+        "bf16 matmuls NOT VALIDATED"]
+    assert "bf16 matmuls NOT VALIDATED" in pr.build_report([fp32, bf16]).findings
+    assert "bf16 matmuls NOT VALIDATED" not in pr.build_report([fp32]).findings

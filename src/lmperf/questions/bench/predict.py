@@ -27,13 +27,15 @@ FLOP counter counts as 0), adds the page faults of the fresh memory its outputs 
 byte) and the measured host time per eager op call for every call (the CPU runs each op to
 completion before the next; measured per phase on a generic MLP stack's forward and backward);
 the optimizer phase's host time is measured per parameter tensor instead (its Python loops cost
-more than its few op calls).
+more than its few op calls). Only fp32 is calibrated by size: a bf16 product gets its shape's
+fp32 figure x one square product's bf16 / fp32 ratio, which records and tables say is not
+validated (`Target.caveats`). Page faults only where the C library is glibc (`fault_method`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import pandas as pd
@@ -42,6 +44,7 @@ from lmperf.errors import SpecError
 
 if TYPE_CHECKING:
     from lmperf.runtime.calibration import Calibration
+    from lmperf.workload.op_costs import OpCosts
 
 KIND = "prediction"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
@@ -89,6 +92,7 @@ CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and sizes counted on
               "phase: measured host time per parameter tensor)")
 # The columns a GPU prediction sums per (phase, op, dtype): its fractions are per op class.
 SUMMED: tuple[str, ...] = ("calls", "flops", "bytes_read", "bytes_written")
+FIELDS: tuple[str, ...] = ("ideal_s", "typical_s", "flops", "bytes", "calls")  # a phase's
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ class Target:
     additive: bool
     source: str
     calibration: "Calibration | None" = None
+    # math dtype -> what a prediction in it cannot vouch for (said in its record and table)
+    caveats: dict[str, str] = field(default_factory=dict)
 
 
 def gpu_targets(name: str) -> list[Target]:
@@ -146,9 +152,15 @@ def cpu_target(threads: int | None = None) -> Target:
     flops["fp32"] = max(flops["fp32"], *(rate for *_, rate in cal.matmul))
     bandwidth = max(c.bandwidth_bytes_per_s, cal.optimizer_bytes_per_s,
                     *(bw for _, bw in cal.bandwidth))
+    caveats = {d: (f"{d} matmuls NOT VALIDATED on this CPU: the fp32 grid's FLOP/s at their "
+                   f"shape x the ratio of one square {d} product's (n={n}) to the best fp32 "
+                   f"figure; without native {d} a CPU's rate depends on the operands' layout, "
+                   f"which the count does not see: the ideal is no floor either")
+               for d, n in c.matmul_n.items() if d != "fp32"}
     return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)", flops,
                   bandwidth, None, c.op_overhead_s, True,
-                  "measured now (lmperf.runtime.ceilings, lmperf.runtime.calibration)", cal)
+                  "measured now (lmperf.runtime.ceilings, lmperf.runtime.calibration)", cal,
+                  caveats)
 
 
 def _math_dtype(dtype: str, tf32: bool) -> str:
@@ -242,30 +254,49 @@ def plan_predictions(devices: Sequence[str], *, size=None, model: str | None = N
 def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None) -> list[dict]:
     """One prediction record per (spec, device): metrics {phase: {ideal_s, typical_s, flops,
     bytes, calls}} for each phase of the spec's mode and 'step'. Raises SpecError for an unknown
-    device before counting anything."""
-    from lmperf.workload.op_costs import count_op_costs
+    device before counting, for a `--model` fake tensors cannot run before calibrating the CPU."""
     from lmperf.runtime.precision import get_regime
 
     if not devices:
         raise SpecError("--predict needs at least one device (a GPU of the peak table, or cpu)")
-    targets = [t for name in devices for t in (
-        [cpu_target(threads)] if name.lower() == "cpu" else gpu_targets(name))]
+    gpus = {name: gpu_targets(name) for name in devices if name.lower() != "cpu"}
+    counted = [(spec, _counted(spec)) for spec in specs]
+    cpu = [cpu_target(threads)] if len(gpus) < len(devices) else []
+    targets = [t for name in devices for t in (cpu if name.lower() == "cpu" else gpus[name])]
     records = []
-    for spec in specs:
-        costs = count_op_costs(spec)
+    for spec, costs in counted:
         tf32 = get_regime(spec.precision).tf32
+        table = costs.table
+        # the math dtypes of the step's products (bf16 under bf16-mixed autocast)
+        dtypes = set(table.loc[table["op_class"].isin(["matmul", "attention"]), "dtype"])
         for target in targets:
-            times = phase_times(costs.table, target, tf32, costs.param_tensors,
-                                costs.returned_bytes)
-            metrics = {p: dict(zip(("ideal_s", "typical_s", "flops", "bytes", "calls"), v))
-                       for p, v in times.items()}
-            metrics["step"] = {k: sum(m[k] for m in metrics.values())
-                               for k in ("ideal_s", "typical_s", "flops", "bytes", "calls")}
-            records.append(_record(spec, target, metrics, costs.method))
+            times = phase_times(table, target, tf32, costs.param_tensors, costs.returned_bytes)
+            metrics = {p: dict(zip(FIELDS, v)) for p, v in times.items()}
+            metrics["step"] = {k: sum(m[k] for m in metrics.values()) for k in FIELDS}
+            caveats = [c for d, c in sorted(target.caveats.items()) if d in dtypes]
+            records.append(_record(spec, target, metrics, costs, caveats))
     return records
 
 
-def _record(spec, target: Target, metrics: dict, count_method: str) -> dict:
+def _counted(spec) -> "OpCosts":
+    """`count_op_costs(spec)`; a user's `--model` that cannot run on fake tensors (`.item()`,
+    no parameters to optimize) raises a one-line SpecError (the reference model's: a bug)."""
+    from lmperf.errors import LmperfError
+    from lmperf.workload.op_costs import count_op_costs
+
+    try:
+        return count_op_costs(spec)
+    except Exception as e:
+        if spec.model is None or isinstance(e, LmperfError):
+            raise
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise SpecError(f"--predict cannot count {spec.model} ({spec.mode}) on fake tensors "
+                        f"(shapes only, no data): {type(e).__name__}: {reason}") from e
+
+
+def _record(spec, target: Target, metrics: dict, costs: "OpCosts", caveats: list) -> dict:
+    import torch
+
     from lmperf.results.schema import make_record, to_jsonable
     from lmperf.runtime import env as envmod
 
@@ -273,7 +304,7 @@ def _record(spec, target: Target, metrics: dict, count_method: str) -> dict:
                  for k, f in (target.fractions or {}).items()}
     prediction = {"predicted": True, "target": target.name, "target_source": target.source,
                   "method": CPU_METHOD if target.additive else METHOD,
-                  "count_method": count_method, "fractions": fractions,
+                  "count_method": costs.method, "fractions": fractions, "caveats": caveats,
                   "host_op_s": target.op_s,
                   "host_op_source": "measured" if target.additive else HOST_OP_SOURCE,
                   "flops_per_s": target.flops_per_s, "bandwidth_bytes_per_s": target.bandwidth}
@@ -281,9 +312,8 @@ def _record(spec, target: Target, metrics: dict, count_method: str) -> dict:
         from lmperf.runtime.calibration import METHOD as CALIBRATION_METHOD
 
         prediction |= {"calibration": target.calibration.to_dict(),
-                       "calibration_method": CALIBRATION_METHOD}
-    import torch
-
+                       "calibration_method": CALIBRATION_METHOD,
+                       "fault_method": costs.fault_method}
     env = envmod.capture(torch.device("cpu"))  # the machine that computed the prediction
     return to_jsonable(make_record(KIND, spec.to_dict(), "ok", env, metrics=metrics,
                                    prediction=prediction))  # type: ignore[return-value]
@@ -307,9 +337,12 @@ def build_report(records: list[dict]):
                 row[f"{phase}_typical_s"] = m[phase]["typical_s"]
         rows.append(row)
     frame = pd.DataFrame(rows)
-    findings = sorted({r["prediction"]["method"] for r in records})
-    findings += sorted({r["prediction"]["calibration_method"] for r in records
-                        if "calibration_method" in r["prediction"]})
+    predictions = [r["prediction"] for r in records]
+    findings = sorted({p["method"] for p in predictions})
+    findings += sorted({p["calibration_method"] for p in predictions if "calibration_method" in p})
+    findings += sorted({f"page faults: {p['fault_method']}" for p in predictions
+                        if p.get("fault_method")} | {c for p in predictions
+                                                     for c in p.get("caveats", [])})
     findings += [f"attained fraction for {k}: compute {v['compute']:g}, memory {v['memory']:g} "
                  f"of peak ({v['source']})" for k, v in
                  (records[0]["prediction"]["fractions"] if records else {}).items()]
