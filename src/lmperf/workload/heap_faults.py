@@ -7,12 +7,13 @@ A block the kernel maps in is faulted in page by page when the op first writes i
 plus zeroing, ~0.6 ns per byte on the project's VM), so a step pays for every byte the heap has
 to take back from the kernel, at every step. What glibc does, from mallopt(3) (M_MMAP_THRESHOLD,
 M_TRIM_THRESHOLD) and malloc/malloc.c (sysmalloc, systrim, free's dynamic threshold):
-- A request of at least the mmap threshold T that the heap cannot serve is mapped on its own
-  (mmap) and unmapped when freed: it faults in at every call. T starts at 128 KiB; freeing a
-  mapped block of up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit) raises T to its size
-  and the trim threshold to 2 T. After a step's warm-up, T is the largest block the step freed,
-  up to 32 MiB: same-sized requests then come from the heap; larger ones, and all of 32 MiB or
-  more, are mapped at every call.
+- A request of at least the mmap threshold T that the heap cannot serve from a free block or
+  its free top (glibc looks there first: sysmalloc, which maps, runs only when they fail) is
+  mapped on its own (mmap) and unmapped when freed: it faults in at every call. T starts at
+  128 KiB; freeing a mapped block of up to 32 MiB (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit) raises
+  T to its size and the trim threshold to 2 T. After a step's warm-up, T is the largest block
+  the step freed, up to 32 MiB: same-sized requests then come from the heap; larger ones, and
+  those of 32 MiB or more, are mapped at every call unless a free block holds them.
 - Smaller requests come from the heap; when no free space fits, the heap grows (sbrk) and the
   new pages fault in as they are written.
 - When a free leaves more than the trim threshold (2 T) free at the top of the heap, glibc gives
@@ -91,6 +92,10 @@ class _Heap:
         self.extent = 0
         self.trim = trim
 
+    def fits(self, nbytes: int) -> bool:
+        """Whether a free block or the free top holds `nbytes` (the heap need not grow)."""
+        return any(b[2] is None and b[1] >= nbytes for b in self.blocks)
+
     def allocate(self, sid: int, nbytes: int) -> int:
         """Place storage `sid`; returns the bytes the heap had to grow (they fault in)."""
         fits = [b for b in self.blocks[:-1] if b[2] is None and b[1] >= nbytes]
@@ -167,12 +172,13 @@ def replay(events: Sequence[Event], first: Sequence[Event] = (),
         for sid, nbytes, key in sequence:
             back = 0
             if nbytes >= 0:  # an allocation by op `key`
-                if _chunk(nbytes) >= threshold:  # mapped on its own: faults at each call
+                chunk = _chunk(nbytes)
+                if chunk >= threshold and not heap.fits(chunk):  # mapped: faults each call
                     mapped.add(sid)
                     grow = nbytes  # the pages the op writes
                 else:
                     placed.add(sid)
-                    grow = heap.allocate(sid, _chunk(nbytes))
+                    grow = heap.allocate(sid, chunk)
                 if counted and grow:
                     faulted[key] += grow
             elif sid in mapped:  # a free in phase `key`: munmap
