@@ -185,6 +185,11 @@ def test_prediction_errors_pair_phases_with_the_measured_run():
     assert list(df["phase"]) == ["forward", "backward", "optimizer"]
     assert list(df["error_wall"].round(6)) == [0.2, -0.2, 0.0]
     assert list(df["error_cpu"].round(6)) == [0.5, 0.0, 0.5]
+    pooled = {**measured, "metrics": {**measured["metrics"], "cpu_time": {
+        **measured["metrics"]["cpu_time"], "clock": "process_time"}}}  # --threads 2: summed
+    df = pr.prediction_errors([predicted], [pooled])
+    assert df["cpu_ms"].isna().all() and df["error_cpu"].isna().all()
+    assert list(df["error_wall"].round(6)) == [0.2, -0.2, 0.0]
 
 
 @pytest.mark.slow

@@ -373,9 +373,9 @@ def _fmt(seconds: float) -> str:
 
 def prediction_errors(predictions: list[dict], measured: list[dict]) -> pd.DataFrame:
     """Each predicted phase against the measured bench run of the same size, context, batch,
-    precision and mode: one row per (run, phase) with the typical prediction, the measured
-    median wall time and median CPU time (ms; NaN where the record has none) and the signed
-    errors predicted / measured - 1. Only 'ok' bench records with a matching prediction."""
+    precision and mode: one row per (run, phase) with the typical prediction, the measured median
+    wall and CPU times (ms; CPU NaN where none, or several threads' summed: no phase time) and the
+    signed errors predicted / measured - 1. Only 'ok' bench records with a matching prediction."""
     def key(spec: dict) -> tuple:
         return (spec.get("model") or spec["size"], spec["context"], spec["batch"],
                 spec["precision"], spec["mode"])
@@ -391,7 +391,7 @@ def prediction_errors(predictions: list[dict], measured: list[dict]) -> pd.DataF
                 continue
             predicted = typical[key(r["spec"])][phase]["typical_s"] * 1e3
             wall = m[f"{phase}_ms"]["median"]
-            cpu_ms = cpu.get(f"{phase}_ms")
+            cpu_ms = cpu.get(f"{phase}_ms") if cpu.get("clock") != "process_time" else None
             cpu_ms = cpu_ms["median"] if isinstance(cpu_ms, dict) else math.nan
             rows.append({"size": key(r["spec"])[0], "context": key(r["spec"])[1],
                          "phase": phase, "predicted_ms": predicted, "measured_ms": wall,
