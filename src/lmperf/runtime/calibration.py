@@ -53,7 +53,9 @@ being predicted), with lmperf's thread count in force, best of `REPEATS` timings
   `OPTIMIZER_TENSORS` one-element parameters,
   whose arithmetic is nil: a fixed time plus a time per parameter tensor (Python loops over
   the parameters, per-tensor bookkeeping of the fused kernel), from the two counts' times.
-About 1.4 s in all on one core at load 3-4 (most of it the 1024-wide products).
+About 1.1-1.5 s on one core at load 0.5-0.8 (2026-11-25: matmul grid 0.6 s, fresh memory
+0.25, triad 0.15, element rates 0.1, host costs 0.1), plus ~2 s where it builds the process's
+first AdamW (torch imports torch._dynamo then; `--predict cpu` has paid it while counting).
 
 Interpolation: matmul log FLOP/s is trilinear in (log2 m, log2 k, log2 n); bandwidth and element
 rates are linear in log2 of the working set (bytes read + written by one call). All are clamped
