@@ -143,3 +143,18 @@ def test_fresh_memory_written_in_a_phase_is_counted_as_its_page_faults(one_threa
     assert clock.faults_total == faults["writes"] + faults["reads"]
     clock.start()
     assert clock.fault_laps == {} and clock.faults_total == 0
+
+
+def test_no_fault_counts_where_getrusage_cannot_give_the_threads(one_thread, monkeypatch):
+    import types
+
+    # macOS: getrusage has no RUSAGE_THREAD, so one thread's faults cannot be read apart
+    monkeypatch.setattr(clocks, "resource", types.SimpleNamespace(RUSAGE_SELF=0))
+    assert clocks._minor_faults("thread_time") is None
+    clock = clocks.PhaseClock(CPU)
+    clock.start()
+    clock.lap("forward")
+    assert clock.fault_laps == {} and clock.faults_total is None
+    assert clock.cpu_laps["forward"] >= 0  # the CPU clock still runs
+    monkeypatch.setattr(clocks, "resource", None)  # Windows: no resource module
+    assert clocks._minor_faults("process_time") is None
