@@ -144,3 +144,14 @@ def test_glibc_version_reads_the_running_library(monkeypatch):
     monkeypatch.setattr(hf.os, "confstr", unknown)  # musl: no such name
     monkeypatch.setattr(hf.platform, "libc_ver", lambda: ("", ""))
     assert hf.glibc_version() is None
+
+
+def test_an_output_without_storage_is_counted_but_left_out_of_the_heap_replay():
+    # a sparse gradient (nn.Embedding(sparse=True) in a user's model) has no storage to watch
+    with FakeTensorMode():
+        with FlopCounterMode(display=False) as flops, oc._CostMode(flops) as mode:
+            dense = torch.ones(4, 4)
+            sparse = dense.to_sparse()
+    assert sparse.is_sparse
+    assert any(key[1] == "aten::_to_sparse" for key in mode.rows)
+    assert [n for _, n, _ in mode.events if n >= 0] == [64]  # the dense ones only

@@ -79,6 +79,15 @@ def _nbytes(t: torch.Tensor) -> int:
         return size
 
 
+def _storage(t: torch.Tensor) -> torch.UntypedStorage | None:
+    """`t`'s storage; None for a layout without one (a sparse gradient, a nested tensor): the
+    heap replay leaves those out."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def _matmul_shape(name: str, args: tuple) -> tuple[int, int, int]:
     """(m, k, n) of a matrix product's `(m, k) @ (k, n)` (per matrix when batched): its last two
     tensor arguments are the operands (`mm(a, b)`, `addmm(bias, a, b)`, `bmm`, `baddbmm`);
@@ -154,10 +163,10 @@ class _CostMode(TorchDispatchMode):
         """Log the storages among `outputs` that are new (neither an input's nor seen before),
         and, through a weak reference, the moment each is freed (CPython frees it when its
         last tensor dies, in step order)."""
-        known = {id(t.untyped_storage()) for t in inputs}
+        known = {id(_storage(t)) for t in inputs}
         for t in outputs:
-            storage = t.untyped_storage()
-            if id(storage) in known or storage in self.storages:
+            storage = _storage(t)
+            if storage is None or id(storage) in known or storage in self.storages:
                 continue
             sid = self.storages[storage] = len(self.events)  # unique: one event per alloc
             self.events.append((sid, int(storage.nbytes()), key))
