@@ -24,12 +24,11 @@ interpolated at the product's (m, k, n), the bandwidth of one call's working set
 elements/s of exp / log_softmax for ops that compute a transcendental per element, which the
 FLOP counter counts as 0), adds the page faults of the fresh memory its outputs take (bytes from
 `workload.heap_faults`' replay of the step through glibc's heap, at the calibrated seconds per
-byte) and the measured host time per eager op call for every call (the CPU runs each op to
-completion before the next; measured per phase on a generic MLP stack's forward and backward);
-the optimizer phase's host time is measured per parameter tensor instead (its Python loops cost
-more than its few op calls). Only fp32 is calibrated by size: a bf16 product gets its shape's
-fp32 figure x one square product's bf16 / fp32 ratio, which records and tables say is not
-validated (`Target.caveats`). Page faults only where the C library is glibc (`fault_method`).
+byte) and the measured host time per eager op call for every call (each op runs to completion
+before the next; per phase, on a generic MLP stack), in the optimizer per parameter tensor (its
+Python loops cost more than its few op calls). Only fp32 is calibrated by size: a bf16 product
+gets its shape's fp32 figure x one square product's bf16 / fp32 ratio, said NOT VALIDATED in
+records and tables (`Target.caveats`). Page faults only on glibc (`fault_method`).
 """
 
 from __future__ import annotations
@@ -50,8 +49,7 @@ KIND = "prediction"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
 HOST_OP_S = 10e-6
 HOST_OP_SOURCE = ("assumption: ~10 us of host time per eager aten op (Python, dispatcher, "
-                  "kernel launch), the order of torch.profiler's CPU self times per op on a GPU "
-                  "run")
+                  "kernel launch), the order of torch.profiler's CPU self time per op on a GPU")
 
 
 @dataclass(frozen=True)
@@ -223,8 +221,8 @@ def phase_times(costs: pd.DataFrame, target: Target, tf32: bool = False,
         if cal is not None:
             typical += cal.give_back_s((returned_bytes or {}).get(phase, 0))
         typical = typical + host if target.additive else max(typical, host)
-        out[phase] = (ideal, typical, int(ops["flops"].sum()),
-                      int((ops["bytes_read"] + ops["bytes_written"]).sum()), int(ops["calls"].sum()))
+        nbytes = int((ops["bytes_read"] + ops["bytes_written"]).sum())
+        out[phase] = (ideal, typical, int(ops["flops"].sum()), nbytes, int(ops["calls"].sum()))
     return out
 
 
@@ -306,7 +304,9 @@ def _record(spec, target: Target, metrics: dict, costs: "OpCosts", caveats: list
                   "method": CPU_METHOD if target.additive else METHOD,
                   "count_method": costs.method, "fractions": fractions, "caveats": caveats,
                   "host_op_s": target.op_s,
-                  "host_op_source": "measured" if target.additive else HOST_OP_SOURCE,
+                  "host_op_source": HOST_OP_SOURCE if not target.additive else (
+                      "measured: a one-element add, used only where the calibration's "
+                      "forward_op_s / backward_op_s (what the prediction charges) are missing"),
                   "flops_per_s": target.flops_per_s, "bandwidth_bytes_per_s": target.bandwidth}
     if target.calibration is not None:
         from lmperf.runtime.calibration import METHOD as CALIBRATION_METHOD
@@ -346,7 +346,7 @@ def build_report(records: list[dict]):
     findings += [f"attained fraction for {k}: compute {v['compute']:g}, memory {v['memory']:g} "
                  f"of peak ({v['source']})" for k, v in
                  (records[0]["prediction"]["fractions"] if records else {}).items()]
-    if records and not records[0]["prediction"]["host_op_source"] == "measured":
+    if records and not records[0]["prediction"]["host_op_source"].startswith("measured"):
         findings.append(f"host time per op: {HOST_OP_S * 1e6:g} us ({HOST_OP_SOURCE})")
     return Report(kind=KIND, frame=frame, findings=findings, records=records,
                   title="lmperf bench --predict (PREDICTED times, not measurements)",
