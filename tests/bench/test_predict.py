@@ -204,6 +204,8 @@ def test_cpu_prediction_records_its_calibration(tmp_path):
     cal = Calibration.from_dict(p["calibration"])
     assert len(cal.matmul) == 64 and p["calibration_method"] in report.findings
     assert p["flops_per_s"]["fp32"] >= max(rate for *_, rate in cal.matmul)  # the ideal's roof
+    assert {"bf16", "fp16"} <= set(p["flops_per_s"])  # measured, not fp32's figure reused
+    assert p["caveats"] == []  # fp32: calibrated shape by shape
     for phase in ("forward", "backward", "optimizer"):
         assert 0 < record["metrics"][phase]["ideal_s"] < record["metrics"][phase]["typical_s"]
 

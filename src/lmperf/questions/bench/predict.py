@@ -134,7 +134,7 @@ def gpu_targets(name: str) -> list[Target]:
 
 
 def cpu_target(threads: int | None = None) -> Target:
-    """This CPU from its measured ceilings (fp32, bf16; `runtime.ceilings`) and its size-aware
+    """This CPU from its measured ceilings (fp32, bf16, fp16; `runtime.ceilings`) and its size-aware
     calibration (`runtime.calibration`), with `threads` torch threads (None: lmperf's default,
     one). The ideal's ceilings are the best attained at any size."""
     import torch
@@ -144,7 +144,7 @@ def cpu_target(threads: int | None = None) -> Target:
     from lmperf.runtime.ceilings import measure_ceilings
 
     with cpu_threads(1 if threads is None else threads):
-        c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16"))
+        c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16", "fp16"))  # every math dtype
         cal = calibrate()
     flops = dict(c.matmul_flops_per_s)
     flops["fp32"] = max(flops["fp32"], *(rate for *_, rate in cal.matmul))
