@@ -69,6 +69,19 @@ def test_api_predicts_without_running_and_labels_its_records(tmp_path):
     assert "PREDICTED" in text and " .. " in text
 
 
+def test_an_unwritable_out_is_refused_before_anything_is_counted(tmp_path, monkeypatch):
+    import lmperf
+    from lmperf.errors import ResultsFileError
+
+    def never(*args, **kwargs):
+        raise AssertionError("predicted before checking --out")
+
+    monkeypatch.setattr(pr, "predict", never)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ResultsFileError, match="cannot write results"):
+        lmperf.bench(size="tiny", predict=["H100"], out=tmp_path / "file" / "x.jsonl")
+
+
 def _sized_costs() -> pd.DataFrame:
     """Rows as `OpCosts.table` has them since the size-aware CPU model: (m, k, n), elements."""
     return pd.DataFrame([

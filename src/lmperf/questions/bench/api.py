@@ -10,7 +10,7 @@ from lmperf.core.jobs import job_id
 from lmperf.core.command import err, sweep_options
 from lmperf.core.sweep import run_sweep
 from lmperf.errors import SpecError
-from lmperf.results.store import append_record, read_records
+from lmperf.results.store import append_record, ensure_writable, read_records
 from lmperf.model.presets import DEFAULT_COURSE
 
 if TYPE_CHECKING:  # pandas: loaded by the report, after the fork server has started
@@ -98,10 +98,12 @@ def _predict(devices: Sequence[str] | str, *, threads: int | None, out: str | Pa
     devices = [devices] if isinstance(devices, str) else list(devices)
     if not devices:
         raise SpecError("predict needs at least one device (a GPU of the peak table, or cpu)")
+    if out is not None:  # before the seconds of counting and calibration, as a sweep does
+        ensure_writable(Path(out))
     records = pred.predict(pred.plan_predictions(devices, **request), devices, threads)
     if out is not None:
         for record in records:
-            append_record(out, record)
+            append_record(Path(out), record)
     return pred.build_report(records)
 
 
