@@ -7,6 +7,9 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import pytest
 from lmperf.errors import TraceFormatError
 from lmperf.questions.profile.from_trace import step_table
 from lmperf.questions.profile.trace import load_trace
+from lmperf.questions.profile import trace_read
 from lmperf.questions.profile.trace_read import read_trace
 
 from tests.profile.bigtrace import write_repeated
@@ -140,3 +144,47 @@ def test_kernels_whose_launch_the_trace_lacks_are_placed_by_external_id(tmp_path
     assert (b.kernels["step"] == a.kernels["step"]).all()
     assert (b.kernels["phase"] == a.kernels["phase"]).all()
     assert set(b.kernels.loc[via == "external id", "launch_name"]) <= set(b.ops["name"])
+
+
+def _without_ijson(tmp_path: Path, argv: list[str]) -> subprocess.CompletedProcess:
+    """`python -m lmperf ARGV` where `import ijson` raises ImportError (in child processes too)."""
+    fake = tmp_path / "no_ijson" / "ijson"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("raise ImportError('ijson made unimportable by the test')\n")
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(src)])}
+    return subprocess.run([sys.executable, "-m", "lmperf", *argv], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_without_ijson_profile_and_from_trace_still_answer(tmp_path):
+    got = _without_ijson(tmp_path, ["profile", "--from-trace", str(DATA / "v100_ddp_sgd_5steps.json.gz")])
+    assert got.returncode == 0, got.stderr
+    assert "(recorded on Tesla V100-SXM2-32GB)" in got.stdout and "top kernels: backward" in got.stdout
+    got = _without_ijson(tmp_path, ["profile", "--size", "tiny", "--context", "32", "--batch", "2",
+                                    "--steps", "2", "--warmup", "1", "--out", "p.jsonl"])
+    assert got.returncode == 0, got.stderr
+    assert json.loads((tmp_path / "p.jsonl").read_text())["status"] == "ok"
+    assert "top operators (self time): forward" in got.stdout
+
+
+def test_without_ijson_the_standard_library_reads_the_same_trace(monkeypatch, tmp_path):
+    with_ijson = read_trace(NCCL)
+    monkeypatch.setitem(sys.modules, "ijson", None)  # `import ijson` raises ImportError
+    without = read_trace(NCCL)
+    assert without.n_events == with_ijson.n_events and without.meta == with_ijson.meta
+    pd.testing.assert_frame_equal(without.device, with_ijson.device)
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"traceEvents": [{"ph": "X", "ts": 1, ')
+    with pytest.raises(TraceFormatError, match="cannot read trace") as info:
+        read_trace(truncated)  # a one-line error without ijson too
+    assert "\n" not in str(info.value)
+
+
+def test_without_ijson_a_big_file_is_read_with_one_warning(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ijson", None)
+    monkeypatch.setattr(trace_read, "_WARN_BYTES", 10)
+    raw = read_trace(NCCL)
+    err = capsys.readouterr().err
+    assert len(raw.ops) == 14346 and err.count("\n") == 1 and "ijson is not installed" in err

@@ -5,7 +5,8 @@ in xprof #720, 4 GB for 5 steps of a 7B model in fsdp_qlora #67). `json.load` ho
 document as Python objects, 5-10x the file's size. Here the events are read one at a time by
 `ijson` (its C backend, yajl2_c, when installed: on the real traces of tests/profile it is faster
 than `json.load`, as it never holds the document), and only the fields the analysis uses are
-appended to typed columns:
+appended to typed columns. ijson is optional: without it the document is read whole by `json`
+(with a one-line warning on stderr for a file over 64 MB, as that takes 5-10x its size in memory).
 
 - names, pids, tids, devices and streams are interned (one Python object per distinct value; a
   column is an int32 array of codes, rebuilt as an object column of shared references);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ MODULE_PREFIX = "nn.Module: "
 _MISSING = -(2 ** 63)  # an absent integer argument (read back as <NA>)
 _HEADER_BYTES = 16 << 20  # how far into the file the header (deviceProperties, ...) is looked for
 _CHUNK = 1 << 20
+_WARN_BYTES = 64 << 20  # without ijson, a file this big is read whole with a warning
 
 
 class _Interner:
@@ -144,10 +147,23 @@ def _header(path: Path) -> tuple[str, dict]:
 
 
 def _events(f: IO[bytes], prefix: str) -> Iterator[dict]:
-    """The events one at a time (ijson's fastest backend; floats, not Decimals)."""
-    import ijson
-
+    """The events one at a time (ijson's fastest backend; floats, not Decimals), or without ijson
+    those of the whole document read by `json`."""
+    try:
+        import ijson
+    except ImportError:
+        doc = json.load(f)
+        return iter(doc if prefix == "item" else doc["traceEvents"])
     return ijson.items(f, prefix, use_float=True)
+
+
+def _json_errors() -> tuple[type[Exception], ...]:
+    """The exceptions a malformed document raises: the json module's, and ijson's if installed."""
+    try:
+        from ijson import JSONError
+    except ImportError:
+        return (json.JSONDecodeError,)
+    return (json.JSONDecodeError, JSONError)
 
 
 def read_trace(path: str | Path) -> RawTrace:
@@ -156,20 +172,22 @@ def read_trace(path: str | Path) -> RawTrace:
     Raises TraceFormatError for a missing, unreadable or truncated file, JSON that is not a Chrome
     trace (no `traceEvents` list, events that are not objects, an X event without a numeric ts).
     """
-    import ijson  # a dependency of lmperf; imported here so that `lmperf --help` never needs it
-
     path = Path(path)
+    errors = _json_errors()
+    if len(errors) == 1 and path.is_file() and path.stat().st_size > _WARN_BYTES:
+        print(f"lmperf: warning: ijson is not installed: {path} ({path.stat().st_size >> 20} MB) "
+              "is read whole, in 5-10x its size of memory (pip install ijson)", file=sys.stderr)
     try:
         prefix, meta = _header(path)
         with _open(path) as f:
             return _read(f, prefix, meta)
     except TraceFormatError:
         raise
-    except (OSError, EOFError, ijson.JSONError) as exc:  # missing, bad gzip, truncated JSON
+    except (OSError, EOFError, *errors) as exc:  # missing, bad gzip, truncated JSON
         # yajl's messages point at the byte over three lines: the first says what is wrong.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise TraceFormatError(f"cannot read trace {path}: {first}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # incl. ijson.JSONError
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TraceFormatError(f"{path} is not a torch.profiler trace: {type(exc).__name__}: "
                                f"{exc}") from None
 
