@@ -105,3 +105,20 @@ def test_the_cpu_has_none_of_it(a100):
     assert gpu_env.gpu_environment(torch.device("cpu")) == {}
     captured = envmod.capture(torch.device("cpu"))
     assert "nvml" not in captured and "driver_version" not in captured and a100 == []
+
+
+@pytest.mark.parametrize("where", ["nvmlInit", "nvmlDeviceGetHandleByUUID", "nvmlShutdown",
+                                   "nvmlDeviceGetTemperature"])
+def test_a_binding_raising_something_else_never_escapes(a100, monkeypatch, where):
+    """An odd pynvml raises OSError (or anything) instead of NVMLError: capture still answers."""
+    def odd(*args):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file\nsecond line")
+
+    monkeypatch.setattr(sys.modules["pynvml"], where, odd)
+    got = gpu_env.gpu_environment(torch.device("cuda", 0))
+    assert got["nccl_version"] == "2.21.5"
+    if where in ("nvmlInit", "nvmlDeviceGetHandleByUUID"):
+        assert got["nvml"] == "unavailable: OSError: libnvidia-ml.so.1: cannot open shared object file"
+    else:  # a field refused, or a failed shutdown: the others stay
+        assert got["nvml"] == "ok" and got["sm_clock_mhz"] == 1410
+        assert got["temperature_c"] is (None if where == "nvmlDeviceGetTemperature" else 34)

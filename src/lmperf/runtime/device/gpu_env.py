@@ -4,8 +4,9 @@ nvidia-smi) where the optional `nvidia-ml-py` package (`import pynvml`) is insta
 
 Every field is read on its own: a consumer GPU answers NVMLError_NotSupported for ECC, a
 container may hide other processes; such a field is None and the others stay. Without the
-package, or without a driver NVML can talk to, the record says why (`nvml`). Nothing here runs
-for a CPU device.
+package, without a driver NVML can talk to, or with a binding that raises something other than
+NVMLError (an odd or mismatched pynvml), the record says why (`nvml`) and capture goes on. Nothing
+here runs for a CPU device.
 
 The NVML device is found by the CUDA device's UUID (`GPU-<uuid>`, `MIG-<uuid>` for a MIG slice),
 never by index: NVML numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, CUDA does not.
@@ -39,6 +40,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _why(exc: BaseException) -> str:
+    """'unavailable: ...' in one line: NVMLError's own text, the type too for anything else."""
+    text = (_text(exc).strip().splitlines() or [""])[0]
+    return f"unavailable: {text}" if "NVMLError" in type(exc).__name__ else (
+        f"unavailable: {type(exc).__name__}: {text}")
+
+
 def _handle(nvml: Any, device: torch.device) -> Any:
     """The NVML handle of the CUDA device `device`, by its UUID."""
     uuid = str(torch.cuda.get_device_properties(cuda_index(device)).uuid)
@@ -57,7 +65,7 @@ def _fields(nvml: Any, handle: Any) -> dict[str, Any]:
     def read(fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
-        except nvml.NVMLError:
+        except Exception:  # NVMLError_NotSupported, or an odd binding's own error
             return None
 
     def scaled(value: Any, factor: float) -> float | None:
@@ -105,13 +113,20 @@ def gpu_environment(device: torch.device) -> dict[str, Any]:
         import pynvml as nvml
     except ImportError:
         return {**out, "nvml": f"unavailable: nvidia-ml-py is not installed ({INSTALL_HINT})"}
+    except Exception as exc:  # a binding that fails while importing
+        return {**out, "nvml": _why(exc)}
+    # Broad catches: this runs before any record exists, and a binding may raise anything
+    # (OSError from a library it cannot load, AttributeError from a pynvml of another era).
     try:
         nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        return {**out, "nvml": f"unavailable: {_text(exc)}"}
+    except Exception as exc:
+        return {**out, "nvml": _why(exc)}
     try:
         return {**out, "nvml": "ok", **_fields(nvml, _handle(nvml, device))}
-    except (nvml.NVMLError, LookupError) as exc:
-        return {**out, "nvml": f"unavailable: {_text(exc)}"}
+    except Exception as exc:
+        return {**out, "nvml": _why(exc)}
     finally:
-        nvml.nvmlShutdown()
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
