@@ -285,8 +285,10 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
         raise SpecError(f"cannot simulate {what} on phantom tensors: "
                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
     if device.type == "cuda" and regime.autocast_dtype is not None:
+        why = ("the phantom tensors are CPU tensors" if torch.backends.cuda.is_built()
+               else "this torch has no CUDA backend")
         notes.append("autocast simulated with the CPU's op lists plus CUDA's fp32 list "
-                     "(cuda_autocast.CUDA_FP32_OPS); this torch has no CUDA backend")
+                     f"(cuda_autocast.CUDA_FP32_OPS): {why}")
     if regime.loss_scaling:
         notes.append("loss scaling simulated without its scalars (a few bytes)")
     return SimResult(spec.mode, spec.precision, device.type, spec.batch,
