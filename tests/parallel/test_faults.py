@@ -57,3 +57,14 @@ def test_a_hung_rank_is_killed_and_named(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "rank(s) 0 waited" in record["message"]
     assert not _workers()  # every rank was killed, not left hanging
     assert os.environ[ENV_FAULT]  # (the fault stayed scoped to this test)
+
+
+def test_a_hung_rank_at_world_size_1_names_no_waiting_peers() -> None:
+    from types import SimpleNamespace
+
+    from lmperf.questions.parallel.launch import _hang_message
+
+    states = {0: {"rank": 0, "stage": "step 1", "index": 3, "seq": 7}}
+    message = _hang_message(SimpleNamespace(timeout_s=30.0), "train", states)
+    assert message == ("timed out after 30 s in train: rank 0 hung at 'step 1'; "
+                       "every process was killed")

@@ -235,8 +235,9 @@ def _hang_message(job: object, item: str, states: dict[int, dict]) -> str:
     if len(states) > 1 and states[lag]["seq"] == max(s["seq"] for s in states.values()):  # type: ignore[index]
         return (f"timed out after {timeout:g} s in {item}: every rank stopped at '{lagging}' "
                 "(a collective that never completed); every process was killed")
-    return (f"timed out after {timeout:g} s in {item}: rank {lag} hung at '{lagging}' while "
-            f"rank(s) {', '.join(map(str, others))} waited at '{', '.join(sorted(waiting))}'; "
+    peers = (f" while rank(s) {', '.join(map(str, others))} waited at "
+             f"'{', '.join(sorted(waiting))}'" if others else "")  # none at world size 1
+    return (f"timed out after {timeout:g} s in {item}: rank {lag} hung at '{lagging}'{peers}; "
             "every process was killed")
 
 
