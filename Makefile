@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make bench` and `make test`.
-# Both create .venv (once) with the pinned dependencies, then run.
+# Both create .venv (once) with the exact versions of constraints.txt (what CI uses), then run.
+# pyproject.toml only declares ranges: on a machine with its own torch, `pip install -e .` keeps it.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -7,9 +8,9 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: bench test setup clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
 setup: $(STAMP)
