@@ -1,6 +1,8 @@
-"""workload.op_costs: FLOPs and bytes per aten op and phase, counted on fake tensors."""
+"""workload.op_costs: FLOPs, bytes and issue order per aten op and phase, on fake tensors."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,37 +16,33 @@ from lmperf.workload.spec import RunSpec
 
 def _rows(fn):
     with FakeTensorMode():
-        with FlopCounterMode(display=False) as flops, oc._CostMode(flops) as mode:
+        with FlopCounterMode(display=False, custom_mapping=oc._custom_flops()) as flops, \
+                oc._CostMode(flops) as mode:
             fn()
-    return dict(mode.rows)
+    return dict(mode.rows), dict(mode.order)
 
 
 def test_a_matmul_reads_its_operands_and_writes_its_result():
     def fn():
         a, b = torch.empty(8, 16), torch.empty(16, 32)  # (M, K), (K, N)
         torch.mm(a, b)
-    (key, (calls, flops, read, written, elements, faults)), = [
-        (k, v) for k, v in _rows(fn).items() if k[1] == "aten::mm"]
+    rows, order = _rows(fn)
+    (key, (calls, flops, read, written)), = [(k, v) for k, v in rows.items() if k[1] == "aten::mm"]
     assert (calls, flops) == (1, 2 * 8 * 16 * 32)
     assert read == (8 * 16 + 16 * 32) * 4 and written == 8 * 32 * 4
-    assert key[3:6] == (8, 16, 32) and elements == 8 * 32  # (m, k, n); the output's elements
-    assert faults == 0  # page faults are charged by _count's replay of the whole step
+    assert key == ("forward", "aten::mm", "fp32", read + written)  # sizes apart by bytes per call
+    assert order["forward"][-1] == key
 
 
-def test_batched_products_and_sizes_are_rows_of_their_own():
+def test_calls_of_other_sizes_are_rows_of_their_own_and_the_order_is_kept():
     def fn():
-        a, b = torch.empty(3, 8, 16), torch.empty(3, 16, 4)  # (B, M, K), (B, K, N)
-        torch.bmm(a, b)
-        torch.addmm(torch.empty(4), torch.empty(8, 16), torch.empty(16, 4))  # bias, (M, K), (K, N)
         torch.exp(torch.empty(10))
         torch.exp(torch.empty(20))
         torch.exp(torch.empty(20))
-    rows = _rows(fn)
-    assert [k[3:6] for k in rows if k[1] == "aten::bmm"] == [(8, 16, 4)]
-    assert [k[3:6] for k in rows if k[1] == "aten::addmm"] == [(8, 16, 4)]
-    exp = {k[6]: v for k, v in rows.items() if k[1] == "aten::exp"}  # bytes per call -> values
-    assert exp == {80: [1, 0, 40, 40, 10, 0], 160: [2, 0, 160, 160, 40, 0]}
-    assert all(k[3:6] == (0, 0, 0) for k in rows if k[1] == "aten::exp")
+    rows, order = _rows(fn)
+    exp = {k[3]: v for k, v in rows.items() if k[1] == "aten::exp"}  # bytes per call -> values
+    assert exp == {80: [1, 0, 40, 40], 160: [2, 0, 160, 160]}
+    assert [k[3] for k in order["forward"] if k[1] == "aten::exp"] == [80, 160, 160]
 
 
 def test_in_place_ops_write_their_operand_and_views_move_nothing():
@@ -53,17 +51,45 @@ def test_in_place_ops_write_their_operand_and_views_move_nothing():
         x.add_(y)  # reads x and y, writes x
         x.view(10, 10).t()
         torch.empty(1, 100).expand(50, 100).clone()  # a broadcast read counts its storage
-    rows = {k[1]: v for k, v in _rows(fn).items()}
+    rows = {k[1]: v for k, v in _rows(fn)[0].items()}
     assert rows["aten::add_"][2:4] == [800, 400]
     assert rows["aten::view"][2:4] == [0, 0] and rows["aten::t"][2:4] == [0, 0]
     assert rows["aten::clone"][2:4] == [400, 50 * 100 * 4]
 
 
-def test_op_classes():
+def test_op_classes_and_cuda_names():
     assert oc.op_class("aten::mm", "backward") == "matmul"
     assert oc.op_class("aten::_scaled_dot_product_flash_attention_for_cpu", "forward") == "attention"
     assert oc.op_class("aten::mul", "forward") == "elementwise/norm"
     assert oc.op_class("aten::mm", "optimizer") == "optimizer"
+    cpu = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert oc.cuda_op_name(cpu, "bf16") == "aten::_scaled_dot_product_flash_attention"
+    assert oc.cuda_op_name(cpu + "_backward", "fp16") == (
+        "aten::_scaled_dot_product_flash_attention_backward")
+    assert oc.cuda_op_name(cpu, "fp32") == "aten::_scaled_dot_product_efficient_attention"
+    assert oc.cuda_op_name("aten::mm", "bf16") == "aten::mm"
+
+
+def test_a_fused_attention_counts_what_the_naive_products_compute():
+    # torch's counter gives the CPU's flash attention 0 FLOPs (issue 26, D3)
+    b, h, t, d = 2, 3, 16, 8
+
+    def fused():
+        q = torch.empty(b, h, t, d, requires_grad=True)
+        o = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        o.sum().backward()
+
+    def naive():
+        q = torch.empty(b, h, t, d, requires_grad=True)
+        s = (q @ q.transpose(-2, -1)).softmax(-1)  # (B, H, T, T)
+        (s @ q).sum().backward()
+
+    def flops(fn, name):
+        return sum(v[1] for k, v in _rows(fn)[0].items() if name(k[1]))
+    forward = 2 * 2 * b * h * t * t * d  # Q K^T and P V, 2 FLOPs per multiply-add
+    assert flops(fused, lambda n: "attention" in n and "backward" not in n) == forward
+    assert flops(fused, lambda n: "attention_for_cpu_backward" in n) == 2 * forward
+    assert flops(naive, lambda n: True) == flops(fused, lambda n: True) == 3 * forward
 
 
 @pytest.mark.slow
@@ -72,17 +98,19 @@ def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
                              optimizer="fused")
     costs = oc.count_op_costs(spec)
     assert "extrapolated linearly to 3" in costs.method
-    whole, tensors = oc._count(spec, None)[:2]
+    rows, order, tensors = oc._count(spec, None)
     assert costs.param_tensors == tensors == 3 * 9 + 3  # per block 9, embedding, norm, head
-    # the table's rows (size key: bytes per call, optimizer rows 0) against a whole count; page
-    # faults are the 2-layer step's, not extrapolated (see op_costs): left out here
-    linear = [c for c in oc.VALUES if c != "fault_bytes"]
-    counted = {k: v[:len(linear)] for k, v in whole.items() if k[0] != "after"}
-    rows = {(r.phase, r.op, r.dtype, r.m, r.k, r.n, 0 if r.phase == "optimizer" or not r.calls
-             else (r.bytes_read + r.bytes_written) // r.calls):
-            [getattr(r, c) for c in linear] for r in costs.table.itertuples()}
-    assert rows == {k: v for k, v in counted.items() if any(v)} | {
-        k: v for k, v in rows.items() if not any(v)}
+    counted = {k: v for k, v in rows.items() if k[0] != "after" and any(v)}
+    table = {(r.phase, r.op, r.dtype, 0 if r.phase == "optimizer" or not r.calls
+              else (r.bytes_read + r.bytes_written) // r.calls):
+             [getattr(r, c) for c in oc.VALUES] for r in costs.table.itertuples()}
+    assert table == counted
+    # the issue order of 3 layers from those of 1 and 2 is the order a whole count sees
+    keys = list(counted)
+    for phase in ("forward", "backward"):
+        assert costs.order[phase] == [keys.index(k) for k in order[phase]]
+    # the optimizer's per-tensor loops (clipping) grow op by op, not block by block: no order
+    assert "optimizer" not in costs.order
     expected = analytic_flops(spec.d_model, 3, spec.d_ff, spec.vocab_size, 2, 32, "train-step")
     assert costs.table["flops"].sum() == expected.total
     phases = costs.by_phase().set_index("phase")
@@ -92,66 +120,22 @@ def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
     assert not ((costs.table["phase"] == "optimizer") & (costs.table["op"] == "aten::zeros_like")).any()
 
 
+def test_repeat_inserts_the_block_the_second_layer_added():
+    one, two = list("PabS"), list("PababS")
+    assert oc._repeat(one, two, 4) == list("PababababS")
+    assert oc._repeat(list("ab"), list("ba"), 3) is None  # not one inserted block
+
+
 @pytest.mark.slow
-def test_bf16_mixed_counts_its_matmuls_in_bf16():
+def test_bf16_mixed_counts_its_matmuls_in_bf16_and_cuda_runs_its_fp32_list_in_fp32():
     spec = RunSpec.from_size("tiny", context=16, batch=1, precision="bf16-mixed",
-                             mode="forward")
-    table = oc.count_op_costs(spec).table
-    mm = table[table["op"] == "aten::mm"]
-    assert set(mm["dtype"]) == {"bf16"} and set(table["phase"]) == {"forward"}
-
-
-@pytest.mark.slow
-def test_the_step_replay_charges_page_faults_to_the_outputs_that_take_fresh_memory():
-    # tiny at context 128 writes 20 MB logits (B T x V fp32): the largest block the step
-    # frees, so glibc's mmap threshold rises to it and they come from the heap, whose top is
-    # trimmed when the backward frees two of them (2 x 20 MB >= the trim threshold 2 T): the
-    # next step faults them in again (measured: ~10,000 faulted pages per phase, ru_minflt)
-    spec = RunSpec.from_size("tiny", context=128, batch=4, optimizer="fused")
-    costs = oc.count_op_costs(spec)
-    table = costs.table
-    faults = table[table["fault_bytes"] > 0].groupby(["phase", "op"])["fault_bytes"].sum()
-    logits = 4 * 128 * spec.vocab_size * 4
-    assert faults[("forward", "aten::_log_softmax")] >= logits
-    assert faults[("backward", "aten::_log_softmax_backward_data")] >= logits
-    assert faults.sum() < 6 * logits  # small activations are reused from the heap's holes
-    assert 0 < sum(costs.returned_bytes.values()) <= faults.sum()  # trims give them back
-
-
-def test_page_faults_are_left_out_and_said_so_where_the_c_library_is_not_glibc(monkeypatch):
-    from lmperf.workload import heap_faults as hf
-
-    spec = RunSpec.from_size("tiny", context=16, batch=1, mode="forward", num_layers=1)
-    # tiny's logits (16 x 10000 fp32 = 640 KB) are the largest block: glibc maps them fresh
-    glibc = oc.count_op_costs(spec)
-    assert glibc.table["fault_bytes"].sum() > 0 and "glibc" in glibc.fault_method
-    monkeypatch.setattr(hf, "glibc_version", lambda: None)  # musl, macOS
-    other = oc.count_op_costs(spec)
-    assert other.table["fault_bytes"].sum() == 0 and other.returned_bytes == {}
-    assert "not glibc" in other.fault_method
-    assert other.table["flops"].sum() == glibc.table["flops"].sum()  # the rest is counted alike
-
-
-def test_glibc_version_reads_the_running_library(monkeypatch):
-    from lmperf.workload import heap_faults as hf
-
-    monkeypatch.setattr(hf.os, "confstr", lambda name: "glibc 2.36")
-    assert hf.glibc_version() == "2.36"
-
-    def unknown(name):
-        raise ValueError("unrecognized configuration name")
-
-    monkeypatch.setattr(hf.os, "confstr", unknown)  # musl: no such name
-    monkeypatch.setattr(hf.platform, "libc_ver", lambda: ("", ""))
-    assert hf.glibc_version() is None
-
-
-def test_an_output_without_storage_is_counted_but_left_out_of_the_heap_replay():
-    # a sparse gradient (nn.Embedding(sparse=True) in a user's model) has no storage to watch
-    with FakeTensorMode():
-        with FlopCounterMode(display=False) as flops, oc._CostMode(flops) as mode:
-            dense = torch.ones(4, 4)
-            sparse = dense.to_sparse()
-    assert sparse.is_sparse
-    assert any(key[1] == "aten::_to_sparse" for key in mode.rows)
-    assert [n for _, n, _ in mode.events if n >= 0] == [64]  # the dense ones only
+                             mode="forward", num_layers=1)
+    cpu = oc.count_op_costs(spec).table
+    mm = cpu[cpu["op"] == "aten::mm"]
+    assert set(mm["dtype"]) == {"bf16"} and set(cpu["phase"]) == {"forward"}
+    cuda = oc.count_op_costs(replace(spec, device="cuda")).table
+    dtypes = {d: set(t.loc[t["op"] == "aten::rsqrt", "dtype"]) for d, t in (("cpu", cpu),
+                                                                            ("cuda", cuda))}
+    # the RMSNorm's rsqrt: CUDA's autocast runs it in fp32 (issue 26, L1), the CPU's in bf16
+    assert dtypes["cuda"] == {"fp32"}
+    assert set(cuda.loc[cuda["op"] == "aten::mm", "dtype"]) == {"bf16"}

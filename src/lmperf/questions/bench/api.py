@@ -30,7 +30,8 @@ def bench(size: Sequence[str] | str | None = None, *,
           out: str | Path | None = None,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
-          progress: bool = False, predict: Sequence[str] | str | None = None) -> Report:
+          progress: bool = False, predict: Sequence[str] | str | None = None,
+          host_us: float | None = None) -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
@@ -49,11 +50,15 @@ def bench(size: Sequence[str] | str | None = None, *,
 
     `predict` (GPU names of the peak table, or "cpu") runs nothing: it PREDICTS each phase's
     time on those devices from per-op counts of the model (lmperf.questions.bench.predict) and
-    returns their Report; its records (kind "prediction") are appended to `out`.
+    returns their Report; its records (kind "prediction") are appended to `out`. `host_us`:
+    the host's time to issue one op on the GPUs predicted for, in microseconds (None: the
+    default, see lmperf.questions.bench.predict.HOST_OP_S).
     """
     # The warm fork server starts importing torch (sweep_options) before this process does
     # anything slow: the plan and the report import torch and pandas, so they load here, after
     # it, on the other core (importing this module stays torch- and pandas-free).
+    if host_us is not None and not predict:
+        raise SpecError("--host-us is the host time of a --predict GPU: give --predict too")
     if predict:
         from lmperf.questions.bench.plan import models_of
 
@@ -62,7 +67,8 @@ def bench(size: Sequence[str] | str | None = None, *,
         model = models_of(model)[0]
         return _predict(predict, size=size, model=model, context=context, batch=batch,
                         precision=precision, mode=mode, attention=attention, clip=clip,
-                        course=course, model_context=model_context, threads=threads, out=out)
+                        course=course, model_context=model_context, threads=threads, out=out,
+                        host_us=host_us)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     from lmperf.questions.bench.plan import plan_bench
@@ -91,16 +97,16 @@ def bench(size: Sequence[str] | str | None = None, *,
 
 
 def _predict(devices: Sequence[str] | str, *, threads: int | None, out: str | Path | None,
-             **request: object) -> Report:
+             host_us: float | None, **request: object) -> Report:
     """`bench(predict=...)`: plan the specs for the devices, predict, append, report."""
     from lmperf.questions.bench import predict as pred
 
     devices = [devices] if isinstance(devices, str) else list(devices)
     if not devices:
         raise SpecError("predict needs at least one device (a GPU of the peak table, or cpu)")
-    if out is not None:  # before the seconds of counting and calibration, as a sweep does
+    if out is not None:  # before the seconds of counting, as a sweep does
         ensure_writable(Path(out))
-    records = pred.predict(pred.plan_predictions(devices, **request), devices, threads)
+    records = pred.predict(pred.plan_predictions(devices, **request), devices, threads, host_us)
     if out is not None:
         for record in records:
             append_record(Path(out), record)

@@ -51,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "peak table, e.g. H100 B200 A100, or cpu: this machine's measured "
                         "ceilings) from per-operator counts of the model; a range in seconds, "
                         "ideal roofline .. typical attained fractions")
+    p.add_argument("--host-us", type=float, default=None, metavar="US",
+                   help="with --predict GPU: the host's time to issue one op (Python, "
+                        "dispatcher, launch) on the machine that drives the GPU, in "
+                        "microseconds (default: 5; see docs/accuracy.md)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -65,4 +69,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                            compile=compile_values(args),
                                            compile_mode=args.compile_mode,
                                            out=args.out, progress=True,
-                                           predict=args.predict, **launch_kwargs(args)))
+                                           predict=args.predict, host_us=args.host_us,
+                                           **launch_kwargs(args)))

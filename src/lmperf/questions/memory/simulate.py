@@ -228,7 +228,7 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
     the peak and its composition. Raises SpecError when the model cannot run on phantom tensors.
     """
     from lmperf.questions.memory.checkpoint_plan import SCHEDULES, bisection
-    from lmperf.questions.memory.cuda_autocast import cuda_fp32_ops
+    from lmperf.runtime.cuda_autocast import cuda_fp32_ops
     from lmperf.workload.steps import STEPS, StepState
 
     _check_shard(shard)

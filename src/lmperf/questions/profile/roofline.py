@@ -125,11 +125,16 @@ def per_op_table(costs: pd.DataFrame, measured: pd.DataFrame, ceilings: "Ceiling
     """One row per (phase, op): FLOPs and bytes per step (counted), measured ms per step, the
     roofline's compute / memory / ideal ms, attained GFLOP/s and GB/s, the ratio and the label.
     `costs` is `OpCosts.table`; `measured` is `measured_per_op`."""
+    from lmperf.workload.time_model import Target, op_times
+
+    # the one time model's roofline at this device's measured ceilings (fractions 1): a bf16
+    # matmul is held to the bf16 ceiling, an fp32 one to fp32's
     bandwidth = ceilings.bandwidth_bytes_per_s
-    costs = costs.assign(bytes=costs["bytes_read"] + costs["bytes_written"])
-    # compute time per dtype row: a bf16 matmul is held to the bf16 ceiling, an fp32 one to fp32's
-    rate = costs["dtype"].map(lambda d: ceilings.flops_per_s(d) or ceilings.flops_per_s("fp32"))
-    costs = costs.assign(compute_ms=np.where(costs["flops"] > 0, costs["flops"] / rate * 1e3, 0.0))
+    target = Target(ceilings.device_name, dict(ceilings.matmul_flops_per_s), bandwidth, None,
+                    ceilings.op_overhead_s, "measured", ceilings.device == "cpu", "measured")
+    compute_s = op_times(costs, target)[0]
+    costs = costs.assign(bytes=costs["bytes_read"] + costs["bytes_written"],
+                         compute_ms=compute_s * 1e3)
     agg = costs.groupby(["phase", "op"], sort=False).agg(
         op_class=("op_class", "first"), dtype=("dtype", lambda s: "/".join(dict.fromkeys(s))),
         flops=("flops", "sum"), bytes=("bytes", "sum"), counted_calls=("calls", "sum"),

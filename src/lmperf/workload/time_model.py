@@ -1,0 +1,131 @@
+"""How long a step's ops take on a device: one time model for every target, GPU or CPU.
+
+From the per-op FLOPs and bytes of the real step and their issue order (`workload.op_costs`),
+for a `Target` (its FLOP/s per math dtype, its memory bandwidth, the attained fraction of each
+per op class, and the host time to issue one op):
+
+    ideal(op)  = max(FLOPs / peak FLOP/s in the op's dtype, bytes / peak bandwidth)
+    device(op) = max(FLOPs / (peak x f_compute[class]), bytes / (bandwidth x f_memory[class]))
+
+The ideal is the roofline: no run beats it. The device time holds each op class to the
+fraction of peak such kernels attain. The host issues the ops one by one, `host_op_s` each:
+
+- on a GPU the host runs ahead of the device (eager PyTorch queues kernels on one stream and
+  waits only at a synchronisation, which lmperf's clocks put at the end of each phase): op i
+  starts when the host has issued it and the device has finished op i-1,
+      start(i) = max(i x host_op_s, end(i-1)),  end(i) = start(i) + device(i),
+  and the phase takes end(last). A phase of large kernels is device-bound (the host waits at
+  the end), one of many small kernels host-bound (the device waits between them), and a mix
+  is charged where each part is bound, not the larger of two totals.
+- on a CPU the same thread issues and computes (`synchronous`): the phase takes the sum of
+  host_op_s + device(op) over its ops.
+
+The host time per op is the host's and its software's (Python, the dispatcher, the launch), not
+the GPU's: a stated input (`host_op_s`), recorded with every prediction, with a sourced default
+in `questions.bench.predict`; what published runs imply is in docs/accuracy.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """The attained fraction of peak for one op class, of compute and of memory bandwidth."""
+
+    compute: float
+    memory: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """A device to predict for: its name, FLOP/s per math dtype ('fp32', 'tf32', 'bf16',
+    'fp16'), bandwidth (bytes/s), the attained fractions per op class (None: the figures are
+    attained ones already, fractions 1), the host's seconds to issue one op and where that
+    figure comes from, whether the host waits for each op (`synchronous`: a CPU), the source
+    of the figures, and math dtype -> what a prediction in it cannot vouch for."""
+
+    name: str
+    flops_per_s: dict[str, float]
+    bandwidth: float
+    fractions: dict[str, Fraction] | None
+    host_op_s: float
+    host_source: str
+    synchronous: bool
+    source: str
+    caveats: dict[str, str] = field(default_factory=dict)
+
+
+class PhaseTime(NamedTuple):
+    """One phase of one step on a target (seconds, except the counts): the roofline ideal, the
+    predicted (typical) time, its device and host totals, and the FLOPs, bytes and op calls."""
+
+    ideal_s: float
+    typical_s: float
+    device_s: float
+    host_s: float
+    flops: int
+    bytes: int
+    calls: int
+
+
+def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute s, memory s, device s) of each row of an `OpCosts.table` on `target`, summed
+    over the row's calls: its FLOPs at the peak of its dtype, its bytes at the peak bandwidth
+    (the roofline ideal is the larger of the two), and the larger of both at the attained
+    fractions of its op class. fp32 rows run at TF32's peak in the tf32 regime; a dtype the
+    target has no figure for runs at its fp32 (or TF32) rate."""
+    fp32 = target.flops_per_s.get("tf32" if tf32 else "fp32") or max(target.flops_per_s.values())
+    dtype = table["dtype"].where(~(tf32 & (table["dtype"] == "fp32")), "tf32")
+    rate = dtype.map(lambda d: target.flops_per_s.get(d, fp32)).astype(float).to_numpy()
+    compute = table["flops"].to_numpy(dtype=float) / rate
+    memory = (table["bytes_read"] + table["bytes_written"]).to_numpy(dtype=float) / target.bandwidth
+    fractions = target.fractions or {}
+    fc = table["op_class"].map(lambda c: fractions[c].compute if c in fractions else 1.0)
+    fm = table["op_class"].map(lambda c: fractions[c].memory if c in fractions else 1.0)
+    device = np.maximum(compute / fc.to_numpy(dtype=float), memory / fm.to_numpy(dtype=float))
+    return compute, memory, device
+
+
+def queue_s(device_s: np.ndarray, host_op_s: float) -> float:
+    """Seconds until the device finishes ops issued back to back by a host that takes
+    `host_op_s` per op and never waits (one stream, a sync at the end): the latest of
+    (issue time of op i + device time of ops i..n), over i."""
+    if not len(device_s):
+        return 0.0
+    issued = host_op_s * np.arange(1, len(device_s) + 1)
+    after = np.cumsum(device_s[::-1])[::-1]  # device time of ops i..n
+    return float(np.max(issued + after))
+
+
+def phase_times(costs, target: Target, tf32: bool = False) -> dict[str, PhaseTime]:
+    """phase -> PhaseTime of one step of `costs` (an `OpCosts`) on `target` (see the module).
+    Ops are taken in their issue order (`costs.order`), each call at its row's device time per
+    call; a phase without an order is taken row by row."""
+    table = costs.table
+    compute, memory, device = op_times(table, target, tf32)
+    ideal = np.maximum(compute, memory)
+    calls = table["calls"].to_numpy(dtype=float)
+    per_call = np.divide(device, calls, out=np.zeros_like(device), where=calls > 0)
+    out = {}
+    for phase, rows in table.groupby("phase", sort=False).groups.items():
+        rows = np.asarray(list(rows))
+        n = int(calls[rows].sum())
+        order = np.asarray(costs.order.get(phase) or [], dtype=int)
+        if len(order) != n:  # no (or a partial) order: each row's calls back to back
+            order = np.repeat(rows, calls[rows].astype(int))
+        host, busy = n * target.host_op_s, float(device[rows].sum())
+        typical = host + busy if target.synchronous else queue_s(per_call[order],
+                                                                 target.host_op_s)
+        nbytes = int((table["bytes_read"].to_numpy()[rows]
+                      + table["bytes_written"].to_numpy()[rows]).sum())
+        out[phase] = PhaseTime(float(ideal[rows].sum()), typical, busy, host,
+                               int(table["flops"].to_numpy()[rows].sum()), nbytes, n)
+    return out
