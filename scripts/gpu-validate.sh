@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The first run of lmperf on a lent GPU: every step under its own time limit, 9 minutes in all on
+# an H100, in order of value; at most 8 files written into $OUT. docs/gpu-validation.md says how
+# to run it and what each output should show.
+#
+#   OUT=dir bash scripts/gpu-validate.sh            # every step
+#   OUT=dir bash scripts/gpu-validate.sh bench      # rerun one step (or several) by name
+#
+# Written for the lent machine: Python 3.12 (`python3`, or $PYTHON) with its own CUDA torch, no
+# package index. lmperf runs from this checkout (PYTHONPATH=src), nothing is installed. ijson is
+# optional (traces are then read by the json module); to carry its wheel, run here
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl ijson==3.6.0
+# and name .whl in the device tool's carry: the wheels found in .whl/ are installed into /tmp/site.
+#
+# Outputs: gpu-validate.log (everything printed, the environment included), doctor.jsonl,
+# bench.jsonl, predict.jsonl, profile.jsonl, trace.json.gz, memory.jsonl, dist.jsonl.
+# Exits 2 without a CUDA device, else with the number of steps that failed or timed out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+STEPS=(env doctor bench predict profile memory dist)
+# Seconds per step; the sum (540) is the 9 minutes of the budget.
+declare -A LIMIT=([env]=30 [doctor]=120 [bench]=120 [predict]=45 [profile]=60 [memory]=75 [dist]=90)
+
+export OUT=${OUT:-results/gpu-validate}
+export PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+LOG="$OUT/gpu-validate.log"
+
+for step in "$@"; do
+    [[ -n "${LIMIT[$step]:-}" ]] || { echo "gpu-validate: unknown step '$step' (steps: ${STEPS[*]})" >&2; exit 2; }
+done
+(($#)) && STEPS=("$@")
+
+if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (ijson): see the header
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+
+# No CUDA device: say so at once (this also runs on CI's CPU machine, by test).
+if ! why=$(timeout 50 "$PY" -c 'import torch; print(torch.cuda.device_count())' 2>&1); then
+    echo "gpu-validate: no CUDA device: $PY cannot import torch (${why##*$'\n'})" | tee -a "$LOG" >&2
+    exit 2
+elif [[ "${why##*$'\n'}" == 0 ]]; then
+    echo "gpu-validate: no CUDA device: torch sees none" | tee -a "$LOG" >&2
+    exit 2
+fi
+# The GPU's name in the peak table, for --predict (H100-SXM, H200, ...; H100 if not found).
+GPU=$("$PY" -c 'import torch; from lmperf.runtime.peaks import spec_for_device_name as f
+s = f(torch.cuda.get_device_name()); print(s.name if s else "H100")' 2>/dev/null || echo H100)
+WORK=$(mktemp -d /tmp/gpu-validate.XXXXXX)
+export GPU WORK
+
+lm() { "$PY" -m lmperf "$@"; }
+
+step_env() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+    nvidia-smi
+    echo "ncu: $(command -v ncu || echo none); nsys: $(command -v nsys || echo none)"
+    "$PY" - <<'PYEOF'
+import importlib.metadata as md, sys
+import torch
+print("python", sys.version.split()[0], sys.executable)
+print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
+p = torch.cuda.get_device_properties(0)
+print("device", p.name, f"sm {p.major}.{p.minor}", f"{p.total_memory / 2**30:.1f} GiB",
+      f"{p.multi_processor_count} SMs", "count", torch.cuda.device_count())
+for name in ("triton", "numpy", "pandas", "rich", "tabulate", "jinja2", "matplotlib", "ijson",
+             "nvidia-ml-py", "setuptools"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "MISSING")
+import lmperf
+print("lmperf", lmperf.__version__, lmperf.__file__)
+PYEOF
+    lm --version
+}
+
+step_doctor() {
+    lm doctor --device cuda --timeout 90 --out "$WORK/doctor.jsonl"
+}
+
+step_bench() {
+    lm bench --device cuda --size small --context 512 --batch 4 --precision fp32 bf16-mixed \
+        --attention naive sdpa flash-triton --warmup 3 --steps 10 --timeout 60 --out "$WORK/bench.jsonl"
+}
+
+step_predict() {  # CPU only: the same specs, predicted for this GPU
+    lm bench --predict "$GPU" --device cuda --size small --context 512 --batch 4 \
+        --precision fp32 bf16-mixed --attention naive sdpa flash-triton --out "$WORK/predict.jsonl" ||
+    lm bench --predict "$GPU" --device cuda --size small --context 512 --batch 4 \
+        --precision fp32 bf16-mixed --attention naive sdpa --out "$WORK/predict.jsonl"
+}
+
+step_profile() {
+    lm profile --device cuda --size small --context 512 --batch 4 --precision bf16-mixed \
+        --attention sdpa --warmup 2 --steps 3 --timeout 50 --trace "$WORK/trace.json" \
+        --out "$WORK/profile.jsonl" && gzip -c "$WORK/trace.json" > "$OUT/trace.json.gz"
+}
+
+step_memory() {  # estimated first (CPU only, seconds), then measured
+    lm memory --estimate --device cuda --size small --context 512 2048 --batch 4 \
+        --precision fp32 bf16-mixed --out "$WORK/memory.jsonl"
+    lm memory --device cuda --size small --context 512 2048 --batch 4 --precision fp32 bf16-mixed \
+        --timeout 50 --out "$WORK/memory.jsonl"
+}
+
+step_dist() {  # the leaderboard's step (FSDP2 + checkpointing) and one dist train, 1 NCCL rank
+    lm dist leaderboard --device cuda --world-size 1 --size small --context 4096 --batch 2 \
+        --timeout 40 --out "$WORK/dist.jsonl"
+    lm dist train --device cuda --world-size 1 --strategy single --size small --warmup 1 \
+        --steps 3 --profile-steps 1 --no-plots --timeout 40 --out "$WORK/dist.jsonl"
+}
+
+export -f lm "${STEPS[@]/#/step_}"
+echo "gpu-validate: $(date -u '+%F %T') UTC, $GPU, steps: ${STEPS[*]}, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" | tee -a "$LOG"
+failed=0
+for step in "${STEPS[@]}"; do
+    limit=${LIMIT[$step]}
+    echo "== $step (limit ${limit} s) $(date -u +%H:%M:%S)" | tee -a "$LOG"
+    start=$SECONDS
+    timeout -k 10 "$limit" bash -c "step_$step" 2>&1 | tee -a "$LOG"
+    code=${PIPESTATUS[0]}
+    [[ -f "$WORK/$step.jsonl" ]] && cp "$WORK/$step.jsonl" "$OUT/$step.jsonl"
+    case $code in
+        0) verdict=ok ;;
+        124|137) verdict="TIMED OUT" ;;
+        *) verdict="exit $code" ;;
+    esac
+    ((code)) && failed=$((failed + 1))
+    echo "== $step: $verdict after $((SECONDS - start)) s" | tee -a "$LOG"
+done
+rm -rf "$WORK"
+exit "$failed"

@@ -1,0 +1,90 @@
+"""scripts/gpu-validate.sh, checked on a CPU machine so that a lent GPU's minutes are not spent on
+a renamed flag: every lmperf command in it parses with lmperf's own parser, its steps and time
+limits fit the 9 minutes, it writes at most 8 files into $OUT, and without a CUDA device it stops
+at once saying so."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmperf.cli import build_parser
+from lmperf.core.vocabulary import check_args, renamed
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu-validate.sh"
+TEXT = SCRIPT.read_text()
+STEPS = ["env", "doctor", "bench", "predict", "profile", "memory", "dist"]
+VARS = {"GPU": "H100-SXM", "WORK": "/tmp/work", "OUT": "/tmp/out"}
+
+
+def _bodies() -> dict[str, str]:
+    """step name -> the body of its function, continuation lines joined."""
+    found = re.findall(r"^step_(\w+)\(\) \{(.*?)^\}", TEXT, flags=re.M | re.S)
+    return {name: body.replace("\\\n", " ") for name, body in found}
+
+
+def _commands(body: str) -> list[list[str]]:
+    """The argv of every `lm ...` command in a step's body (shell variables substituted)."""
+    out = []
+    for line in body.splitlines():
+        for part in re.split(r"\|\||&&|;", line.split(" #")[0]):
+            if part.strip().startswith("lm "):
+                part = re.sub(r"\$\{?(\w+)\}?", lambda m: VARS[m.group(1)], part)
+                out.append(shlex.split(part)[1:])
+    return out
+
+
+COMMANDS = [(step, argv) for step, body in _bodies().items() for argv in _commands(body)]
+
+
+def test_the_steps_their_functions_and_limits_fit_nine_minutes():
+    assert re.search(r"^STEPS=\((.*)\)$", TEXT, flags=re.M).group(1).split() == STEPS
+    assert list(_bodies()) == STEPS
+    limits = dict(re.findall(r"\[(\w+)\]=(\d+)", re.search(r"declare -A LIMIT=\((.*)\)", TEXT).group(1)))
+    assert list(limits) == STEPS and sum(map(int, limits.values())) <= 9 * 60
+    assert 'timeout -k 10 "$limit" bash -c "step_$step"' in TEXT  # each step under its own limit
+
+
+@pytest.mark.parametrize("step, argv", COMMANDS, ids=[" ".join(a[:2]) for _, a in COMMANDS])
+def test_every_lmperf_command_parses_with_lmperfs_own_parser(step, argv, capsys):
+    if argv == ["--version"]:
+        return
+    command = argv[0]
+    assert renamed(command, argv) is None
+    try:
+        args = build_parser(command).parse_args(argv)
+    except SystemExit:
+        pytest.fail(f"step {step}: lmperf {' '.join(argv)}: {capsys.readouterr().err.strip()}")
+    check_args(args.command, args)
+    assert args.device == "cuda", argv  # the script validates the GPU, never the CPU
+    assert str(args.out) == f"/tmp/work/{step}.jsonl", argv  # its records are copied into $OUT
+
+
+def test_every_step_runs_lmperf_and_the_outputs_fit_the_device_tool():
+    recording = {step for step, argv in COMMANDS if argv != ["--version"]}
+    assert recording == set(STEPS) - {"env"}  # env prints the versions into the log
+    files = {f"{step}.jsonl" for step in recording}
+    files |= {m for m in re.findall(r'"\$OUT/([^"]+)"', TEXT) if "$" not in m}
+    files.add(re.search(r'LOG="\$OUT/([^"]+)"', TEXT).group(1))
+    assert files == {"gpu-validate.log", "trace.json.gz", *(f"{s}.jsonl" for s in STEPS[1:])}
+    assert len(files) <= 8 and all(len(Path(f).parts) <= 3 for f in files)
+
+
+@pytest.mark.slow
+def test_without_a_cuda_device_it_stops_at_once_saying_so(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    start = time.monotonic()
+    got = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode != 0 and time.monotonic() - start < 60
+    assert "no CUDA device" in got.stderr
+    assert os.listdir(tmp_path / "out") == ["gpu-validate.log"]
+    bad = subprocess.run(["bash", str(SCRIPT), "benchmark"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert bad.returncode == 2 and "unknown step 'benchmark'" in bad.stderr
