@@ -35,11 +35,6 @@ for step in "$@"; do
 done
 (($#)) && STEPS=("$@")
 
-if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (ijson): see the header
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
-fi
-
 # No CUDA device: say so at once (this also runs on CI's CPU machine, by test).
 if ! why=$(timeout 50 "$PY" -c 'import torch; print(torch.cuda.device_count())' 2>&1); then
     echo "gpu-validate: no CUDA device: $PY cannot import torch (${why##*$'\n'})" | tee -a "$LOG" >&2
@@ -48,6 +43,11 @@ elif [[ "${why##*$'\n'}" == 0 ]]; then
     echo "gpu-validate: no CUDA device: torch sees none" | tee -a "$LOG" >&2
     exit 2
 fi
+if compgen -G ".whl/*.whl" >/dev/null; then  # carried wheels (ijson): see the header
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+
 # The GPU's name in the peak table, for --predict (H100-SXM, H200, ...; H100 if not found).
 GPU=$("$PY" -c 'import torch; from lmperf.runtime.peaks import spec_for_device_name as f
 s = f(torch.cuda.get_device_name()); print(s.name if s else "H100")' 2>/dev/null || echo H100)
