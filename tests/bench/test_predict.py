@@ -219,3 +219,12 @@ def test_a_cpu_bf16_prediction_carries_its_caveat(monkeypatch):
     assert fp32["prediction"]["caveats"] == [] and bf16["prediction"]["caveats"] == [
         "bf16 on this CPU: one square product's rate"]
     assert "bf16 on this CPU: one square product's rate" in pr.build_report([fp32, bf16]).findings
+
+
+@pytest.mark.slow
+def test_flash_triton_is_predicted_as_the_one_fused_kernel_sdpa_is():
+    specs = pr.plan_predictions(["H100"], size="tiny", context=64, mode="forward",
+                                attention=["flash-triton", "sdpa"])
+    triton, sdpa = pr.predict(specs, ["H100"])
+    assert triton["spec"]["attention"] == "flash-triton"
+    assert triton["metrics"]["forward"] == sdpa["metrics"]["forward"]

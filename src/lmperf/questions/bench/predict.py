@@ -60,7 +60,8 @@ METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and issue order of the r
 CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes of the real model counted on "
               "fake tensors; ideal = roofline at the ceilings this CPU attained just now; "
               "typical = the same plus its measured host time per op, one thread doing both "
-              "(lmperf.workload.time_model); error vs measured runs: docs/accuracy.md")
+              "(lmperf.workload.time_model); measured error: median 22-30% too fast, small "
+              "models worst (tiny..small fp32, docs/accuracy.md): measure instead")
 FIELDS: tuple[str, ...] = ("ideal_s", "typical_s", "device_s", "host_s", "flops", "bytes",
                            "calls")  # a phase's metrics
 
@@ -179,12 +180,18 @@ def phase_times(costs: "OpCosts", target: Target, tf32: bool = False) -> dict:
 
 
 def _counted(spec) -> "OpCosts":
-    """`count_op_costs(spec)`; a user's `--model` that cannot run on fake tensors (`.item()`,
-    no parameters to optimize) raises a one-line SpecError (the reference model's: a bug)."""
+    """`count_op_costs(spec)`; flash-triton (Triton kernels, which fake CPU tensors cannot run)
+    counted as the one fused kernel SDPA is. A user's `--model` that cannot run on fake tensors
+    (`.item()`, no parameters to optimize) raises a one-line SpecError (the reference model's:
+    a bug)."""
+    from dataclasses import replace
+
     from lmperf.errors import LmperfError
     from lmperf.workload.op_costs import count_op_costs
 
     try:
+        if spec.attention == "flash-triton":
+            return count_op_costs(replace(spec, attention="sdpa"))
         return count_op_costs(spec)
     except Exception as e:
         if spec.model is None or isinstance(e, LmperfError):
