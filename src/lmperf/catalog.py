@@ -52,7 +52,7 @@ QUESTIONS: tuple[Question, ...] = (
              f"{_Q}.bench.report:summary_line",
              (("prediction", f"{_Q}.bench.predict:build_report"),)),
     Question("profile", f"{_Q}.profile", "Where does the time go, per phase and operator?",
-             f"{_Q}.profile.api:profile", "profile", f"{_Q}.profile.record:build_report"),
+             f"{_Q}.profile.api:profile", "profile", f"{_Q}.profile.report:build_report"),
     Question("memory", f"{_Q}.memory", "Where does the memory go?",
              f"{_Q}.memory.api:memory", "memory", f"{_Q}.memory.report:build_report",
              f"{_Q}.memory.report:summary_line"),
@@ -85,7 +85,7 @@ COMMANDS: tuple[str, ...] = tuple(q.command for q in QUESTIONS)
 # What the warm fork server (`lmperf.core.forkserver`) imports and runs once before forking jobs
 # (on the critical path of every command's first job: no pandas, which bench's jobs never use).
 PRELOAD: tuple[str, ...] = ("torch", "numpy", "lmperf.core.child",
-                            "lmperf.questions.bench.runner")
+                            "lmperf.questions.bench.job")
 # Imported by the server, once, before it forks the first job of a kind (beside the job's runner
 # module): what each child of that kind would otherwise import itself.
 PRELOAD_FOR_KIND: dict[str, tuple[str, ...]] = {"amp": ("pandas",)}

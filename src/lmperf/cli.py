@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from lmperf import __version__
 from lmperf.catalog import QUESTIONS
-from lmperf.core.vocabulary import check_args
+from lmperf.core.vocabulary import check_args, renamed
 from lmperf.errors import LmperfError
 
 
@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(getattr(signal, name), _interrupt)
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
-        args = build_parser(_command_of(argv)).parse_args(argv)  # Ctrl-C here is exit 130 too
+        command = _command_of(argv)
+        if (why := renamed(command, argv)) is not None:
+            print(f"lmperf {command}: error: {why}", file=sys.stderr)
+            return 2
+        args = build_parser(command).parse_args(argv)  # Ctrl-C here is exit 130 too
         check_args(args.command, args)  # bad values in one line, before torch is imported
         return args.func(args)
     except LmperfError as exc:

@@ -81,12 +81,9 @@ def test_every_format_renders_the_tables(fmt, capsys, tmp_path):
         assert "fp16 += fp16" in out and ("\\begin{tabular}" in out if fmt == "latex" else "|" in out)
 
 
-def test_plots_dir_and_the_deprecated_plot_file(capsys, tmp_path):
+def test_plots_dir(capsys, tmp_path):
     assert main(["amp", "underflow", "--plots", str(tmp_path / "p"), "--out", str(tmp_path / "a.jsonl")]) == 0
     assert (tmp_path / "p" / "underflow.png").stat().st_size > 1000
-    assert main(["amp", "underflow", "--plot", str(tmp_path / "u.png"), "--out", str(tmp_path / "a.jsonl")]) == 0
-    assert (tmp_path / "u.png").stat().st_size > 1000
-    assert "--plot PNG is deprecated" in capsys.readouterr().err
 
 
 def test_the_python_api_returns_a_report():

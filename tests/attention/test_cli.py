@@ -1,5 +1,5 @@
-"""`lmperf attention` on the command line: tables, plots, records, oom rows, --json, the
-deprecated flag names, `lmperf table`, and bad input."""
+"""`lmperf attention` on the command line: tables, plots, records, oom rows, --json, `lmperf
+table`, and bad input (the removed flag names: tests/core/test_vocabulary.py)."""
 
 from __future__ import annotations
 
@@ -75,19 +75,6 @@ def test_bare_json_prints_only_the_records(tmp_path, capsys):
     assert printed == _lines(out) and printed[0]["kind"] == "attention"
 
 
-def test_the_old_flag_names_still_work_with_a_warning(tmp_path, capsys):
-    out = tmp_path / "a.jsonl"
-    assert _run(["--impl", "naive", "--seq", "16", "--precision", "bf16", "--repeats", "3", "--d", "8",
-                 "--warmup", "0", "--device", "cpu", "--inline", "--out", str(out)]) == 0
-    (r,) = _lines(out)
-    assert (r["spec"]["attention"], r["spec"]["context"], r["spec"]["dtype"], r["spec"]["steps"]) == \
-        ("naive", 16, "bf16", 3)
-    err = capsys.readouterr().err
-    for old, new in (("--impl", "--attention"), ("--seq", "--context"), ("--precision", "--dtype"),
-                     ("--repeats", "--steps")):
-        assert f"{old} is deprecated; use {new}" in err
-
-
 @pytest.fixture(scope="module")
 def results_file(tmp_path_factory):
     """A results file with an ok row, an unsupported row and two shapes (made once)."""
@@ -118,7 +105,6 @@ def test_lmperf_table_renders_attention_records(results_file, fmt, expect, capsy
 
 @pytest.mark.parametrize("argv, match", [
     (["--context", "0"], "--context must be a positive integer"),
-    (["--seq", "0"], "--context must be a positive integer"),
     (["--attention", "flash"], "unknown attention implementation 'flash'"),
     (["--dtype", "fp8"], "--dtype: unknown"),
     (["--timeout", "-1"], "--timeout must be a positive number"),

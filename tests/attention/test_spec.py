@@ -64,10 +64,8 @@ def test_an_unknown_suite_or_zero_batch_is_a_spec_error():
         plan_sweep("flash", "cpu", batch=0)
 
 
-def test_the_spec_is_a_core_job_and_reads_older_or_renamed_fields():
+def test_the_spec_is_a_core_job_and_reads_older_fields():
     assert AttnSpec.kind == "attention"
-    assert AttnSpec.runner == "lmperf.questions.attention.measure:run_spec"
-    # an older record has no threads; the names before issue 17 map onto the spec's fields
-    assert AttnSpec.from_dict({"impl": "naive", "seq": 64, "dtype": "bf16"}).threads == 0
-    assert AttnSpec.from_dict({"impl": "sdpa", "seq": 32, "precision": "fp16",
-                               "repeats": 3}) == AttnSpec("sdpa", context=32, dtype="fp16", steps=3)
+    assert AttnSpec.runner == "lmperf.questions.attention.job:run_spec"
+    # an older record has no threads (its names before issue 17: results.record.migrate)
+    assert AttnSpec.from_dict({"attention": "naive", "context": 64, "dtype": "bf16"}).threads == 0

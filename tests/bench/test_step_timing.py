@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmperf.questions.bench.runner import run_spec
+from lmperf.questions.bench.job import run_spec
 from lmperf.workload.spec import RunSpec
 
 TINY = dict(context=16, batch=2, warmup=1, steps=3)

@@ -52,7 +52,7 @@ def cuda_memory(phases: tuple[str, ...], allocated: tuple[float, ...], reserved:
 def ok_record(*, params: int = 1_234_567, fwd=FWD, bwd=BWD, opt=OPT, step=STEP,
               tokens_per_s: float = 12345.6, tflops: float = 0.0421, mfu=None, memory=None,
               **spec_overrides) -> dict:
-    """A record laid out as lmperf.questions.bench.runner builds it for a finished run."""
+    """A record laid out as lmperf.questions.bench.job builds it for a finished run."""
     s = spec(**spec_overrides)
     mode = s["mode"]
     metrics: dict = {"timer": "perf_counter"}

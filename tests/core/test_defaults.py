@@ -29,7 +29,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def _cli_defaults(parser: argparse.ArgumentParser) -> dict[str, object]:
-    # The first action of a dest is the flag; later ones are deprecated aliases (default None).
+    # The first action of a dest is the flag.
     defaults: dict[str, object] = {}
     for action in parser._actions:
         if action.dest != "help" and action.dest not in defaults:

@@ -99,9 +99,9 @@ def test_a_bench_job_asks_for_its_runner_and_an_amp_job_for_pandas_too():
     from lmperf.questions.amp.spec import AmpSpec
     from lmperf.workload.spec import RunSpec
 
-    assert preload_of(RunSpec.from_size("tiny")) == ["lmperf.questions.bench.runner"]
+    assert preload_of(RunSpec.from_size("tiny")) == ["lmperf.questions.bench.job"]
     amp = preload_of(AmpSpec(experiment="formats"))
-    assert amp[0] == "lmperf.questions.amp.runner" and "pandas" in amp
+    assert amp[0] == "lmperf.questions.amp.job" and "pandas" in amp
     assert "pandas" not in PRELOAD  # bench's jobs never use it: not on every command's path
 
 
@@ -141,5 +141,5 @@ def test_what_the_server_preloads_touches_no_gpu_at_import():
     out = subprocess.run([sys.executable, "-c", CUDA_PROBE], capture_output=True, text=True,
                          timeout=300, cwd=ROOT)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert len(result["runners"]) >= 6 and "lmperf.questions.bench.runner" in result["runners"]
+    assert len(result["runners"]) >= 6 and "lmperf.questions.bench.job" in result["runners"]
     assert result["calls"] == []

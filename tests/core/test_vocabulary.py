@@ -1,4 +1,5 @@
-"""The shared vocabulary: one definition per option, device defaults in one place, aliases."""
+"""The shared vocabulary: one definition per option, device defaults in one place, and the
+flags removed (each refused in one line naming what replaced it)."""
 
 from __future__ import annotations
 
@@ -43,12 +44,29 @@ def test_thread_policy():
     assert voc.resolve_threads(4, "cpu") == 4
 
 
-def test_deprecated_alias_sets_the_new_option_and_warns(capsys):
-    p = parser(lists=("context",))
-    voc.add_alias(p, "--seq", "--context", many=True, type=int)
-    args = p.parse_args(["--seq", "256", "512"])
-    assert args.context == [256, 512]
-    assert "--seq is deprecated; use --context" in capsys.readouterr().err
+@pytest.mark.parametrize("command, flag", [(c, f) for c, table in voc.RENAMED.items()
+                                            for f in table])
+def test_a_removed_flag_exits_2_naming_the_current_one(command, flag, capsys):
+    from lmperf.cli import build_parser, main
+
+    words = [command, "underflow"] if command == "amp" else [command]
+    assert main([*words, flag, "128"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"lmperf {command}: error: {flag} was ")
+    assert voc.RENAMED[command][flag] in err
+    assert main([*words, f"{flag}=128"]) == 2 and flag in capsys.readouterr().err
+    # not an option any more, not even a hidden one
+    parser = build_parser(command)._subparsers._group_actions[0].choices[command]
+    if command == "amp":
+        parser = parser._subparsers._group_actions[0].choices["underflow"]
+    assert flag not in parser._option_string_actions
+
+
+def test_the_removed_flags_example(capsys):
+    from lmperf.cli import main
+
+    assert main(["attention", "--seq", "128"]) == 2
+    assert capsys.readouterr().err == "lmperf attention: error: --seq was renamed --context\n"
 
 
 def test_help_lists_accepted_names():

@@ -11,7 +11,8 @@ import pytest
 import lmperf
 from lmperf.questions.doctor import api, registry
 from lmperf.questions.doctor.checks import Check, fail, ok
-from lmperf.questions.doctor.job import CheckJob, run_job
+from lmperf.questions.doctor.job import run_job
+from lmperf.questions.doctor.spec import CheckJob
 from lmperf.questions.doctor.records import latest_rows, rows_of
 from lmperf.questions.doctor.report import build_report
 from lmperf.results.store import read_records
@@ -103,8 +104,12 @@ def test_a_job_that_left_no_record_is_a_failed_row_per_check():
 
 
 def test_records_of_the_whole_run_layout_are_read():
-    # before the checks were jobs: one record per run, every row in metrics.checks
-    old = {"kind": "doctor", "status": "error", "spec": {"device": "auto", "checks": "all"},
+    # before the checks were jobs (schema 1): one record per run, every row in metrics.checks;
+    # the migration makes it one record per check
+    from lmperf.results.record import migrate
+
+    old = {"schema": 1, "kind": "doctor", "status": "error",
+           "spec": {"device": "auto", "checks": "all"},
            "metrics": {"checks": [
                {"check": "a", "device": "cpu", "status": "ok", "result": "r", "why": "w",
                 "seconds": 1.0, "values": {}},
@@ -112,8 +117,9 @@ def test_records_of_the_whole_run_layout_are_read():
                 "seconds": 2.0, "values": {}}]}}
     newer_b = {**old, "status": "ok", "spec": {"check": "b", "scope": "cpu"},
                "metrics": {**old["metrics"]["checks"][1], "status": "ok"}}
-    assert [r["status"] for r in latest_rows([old])] == ["ok", "fail"]
-    assert [r["status"] for r in latest_rows([old, newer_b])] == ["ok", "ok"]
+    assert [r["status"] for r in migrate([old])] == ["ok", "error"]
+    assert [r["status"] for r in latest_rows(migrate([old]))] == ["ok", "fail"]
+    assert [r["status"] for r in latest_rows(migrate([old, newer_b]))] == ["ok", "ok"]
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from lmperf.measure.flops import (
     reference_step_flops,
 )
 from lmperf.model.transformer import CausalSelfAttention
-from lmperf.questions.bench.runner import run_spec
+from lmperf.questions.bench.job import run_spec
 from lmperf.questions.bench.table import display_frame
 from lmperf.runtime.precision import get_regime
 from lmperf.workload.build import meta_flops, prepare

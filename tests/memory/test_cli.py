@@ -25,11 +25,9 @@ def run(argv: list[str], tmp_path: Path, capsys) -> tuple[str, str, list[dict]]:
 
 
 def test_default_run_prints_phases_and_saved_tensors(tmp_path, capsys):
-    png = tmp_path / "memory.png"
-    text, err, records = run([*QUICK, "--context", "16", "32", "--inline", "--plot", str(png)],
-                             tmp_path, capsys)
-    assert "--plot is deprecated; use --plots" in err
-    assert png.stat().st_size > 0  # the deprecated --plot PNG still names the file
+    text, err, records = run([*QUICK, "--context", "16", "32", "--inline", "--plots",
+                              str(tmp_path / "p")], tmp_path, capsys)
+    assert (tmp_path / "p" / "memory_vs_context.png").stat().st_size > 0
     assert "peak memory per step (peak RSS MiB (CPU process))" in text
     assert "saved for backward per group: fp32, context 32" in text
     assert "largest saved activations" in text and "x the residual stream" in text

@@ -11,7 +11,7 @@ import pytest
 
 from lmperf.core.outcome import Stage
 from lmperf.questions.profile.annotate import ATTENTION_RANGES
-from lmperf.questions.profile.record import PHASE_TIMES, SIDE_BY_SIDE
+from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE
 from lmperf.questions.profile.backends.torch_profiler import profile_torch
 from lmperf.questions.profile.trace import load_trace
 from lmperf.workload.spec import RunSpec

@@ -11,7 +11,7 @@ import pytest
 
 from lmperf.core.report import Report, is_share, readable
 from lmperf.questions.profile.from_trace import CATEGORY_TABLE, analyse_trace
-from lmperf.questions.profile.record import build_report, overhead_within_noise
+from lmperf.questions.profile.report import build_report, overhead_within_noise
 
 V100 = Path(__file__).parent / "data" / "v100_ddp_sgd_5steps.json.gz"
 

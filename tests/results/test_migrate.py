@@ -1,9 +1,11 @@
-"""Records written before issue 17's renames (real files, written by the lmperf of commit
-6ef74eb: `context_length`, `batch_size`, attention's `impl`/`seq`/`repeats`) load with today's
-names, render, and are recognised by `--resume`."""
+"""Schema-1 records are migrated on read, in one place (`results.record.migrate`): real files
+written before issue 17's renames (by the lmperf of commit 6ef74eb: `context_length`,
+`batch_size`, attention's `impl`/`seq`/`repeats`) load with today's names, render, compare, and
+are recognised by `--resume`; a record written now says schema 2."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import pytest
 
 import lmperf
 from lmperf.cli import main
-from lmperf.results.record import spec_before_renames
+from lmperf.results.record import migrate, spec_id
+from lmperf.results.schema import SCHEMA_VERSION
 from lmperf.results.store import read_records
 
 RECORDS = Path(__file__).parent.parent / "fixtures" / "records"
@@ -24,7 +27,12 @@ def test_older_records_are_read_with_todays_names(name):
     assert records
     for r in records:
         assert not OLD_NAMES & set(r["spec"]), r["spec"]
-        assert r["spec"]["context"] == 16
+        assert r["spec"]["context"] == 16 and r["schema"] == SCHEMA_VERSION == 2
+
+
+SCHEMA_1 = [*sorted(RECORDS.glob("*-before-issue17.jsonl")),
+            *sorted((RECORDS.parent.parent / "compare" / "data").glob("*.jsonl")),
+            RECORDS.parent.parent / "profile" / "data" / "profile_records_v0.jsonl"]
 
 
 def test_older_records_render(capsys):
@@ -33,13 +41,37 @@ def test_older_records_render(capsys):
     assert "16" in capsys.readouterr().out
 
 
-def test_spec_before_renames_inverts_the_migration():
-    (old,) = [l for l in (RECORDS / "bench-before-issue17.jsonl").read_text().splitlines()]
-    (new,) = read_records(RECORDS / "bench-before-issue17.jsonl")
-    import json
+@pytest.mark.parametrize("path", SCHEMA_1, ids=lambda p: p.name)
+def test_every_schema_1_fixture_loads_through_table_report_and_compare(path, tmp_path, capsys):
+    assert {json.loads(line)["schema"] for line in path.open()} == {1}  # real schema-1 files
+    assert main(["table", str(path), "--format", "csv"]) == 0
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 1000
+    kind = json.loads(path.open().readline())["kind"]
+    if kind in ("bench", "attention", "profile"):  # compare reads these kinds
+        same = lmperf.compare(path, path)  # (profile's v0 records have no raw samples to compare)
+        assert len(same.frame) > 0 if kind != "profile" else "not compared" in same.tables
 
-    assert spec_before_renames("bench", new["spec"]) == json.loads(old)["spec"]
-    assert spec_before_renames("train", {"context": 64}) is None  # train's fields kept their names
+
+def test_the_job_id_follows_the_renamed_spec_where_the_spec_is_the_jobs():
+    (old,) = [json.loads(line) for line in (RECORDS / "bench-before-issue17.jsonl").open()]
+    (new,) = migrate([old])
+    assert old["job_id"] == spec_id("bench", old["spec"])
+    assert new["job_id"] == spec_id("bench", new["spec"]) != old["job_id"]
+    rounds = migrate([{**old, "job_id": old["job_id"] + "-r1"}])[0]["job_id"]
+    assert rounds == new["job_id"] + "-r1"
+    # a job of several records (memory's) cannot be rebuilt from one record: its id stays
+    old_memory = [json.loads(line) for line in (RECORDS / "memory-before-issue17.jsonl").open()]
+    assert [r["job_id"] for r in migrate(old_memory)] == [r["job_id"] for r in old_memory]
+    assert old == json.loads((RECORDS / "bench-before-issue17.jsonl").read_text())  # untouched
+
+
+def test_a_record_written_now_says_schema_2(tmp_path):
+    out = tmp_path / "b.jsonl"
+    lmperf.bench(size="tiny", context=16, batch=2, warmup=0, steps=1, precision="fp32",
+                 mode="forward", out=out, inline=True)
+    (line,) = out.read_text().splitlines()
+    assert json.loads(line)["schema"] == 2
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
@@ -53,9 +85,6 @@ def _copy(name: str, tmp_path: Path) -> Path:
                                        precision="fp32", mode="forward", out=out, resume=True)),
     ("attention", lambda out: lmperf.attention("naive", context=16, d=8, warmup=0, steps=2,
                                                out=out, resume=True)),
-    # a job of several records: only its job id (written before the rename) recognises it
-    ("memory", lambda out: lmperf.memory(size="tiny", context=16, batch=2, precision="fp32",
-                                         mode="forward", warmup=0, out=out, resume=True)),
 ])
 def test_resume_recognises_jobs_written_before_the_renames(tmp_path, name, call):
     out = _copy(name, tmp_path)
@@ -64,9 +93,17 @@ def test_resume_recognises_jobs_written_before_the_renames(tmp_path, name, call)
     assert out.read_text() == before  # nothing ran again, nothing appended
 
 
-def test_records_loaded_by_other_means_are_migrated_too():
-    import json
+def test_a_memory_job_written_before_the_renames_runs_again_on_resume(tmp_path):
+    # Its records' specs are not its job's and its id was made from the old names: nothing
+    # recognises it, so it is measured again (and the file, old rows and new, still loads).
+    out = _copy("memory", tmp_path)
+    lmperf.memory(size="tiny", context=16, batch=2, precision="fp32", mode="forward", warmup=0,
+                  out=out, resume=True, inline=True)
+    records = read_records(out)
+    assert len(records) == 4 and {r["schema"] for r in records} == {2}
 
+
+def test_records_loaded_by_other_means_are_migrated_too():
     from lmperf.core.kinds import build_reports
 
     raw = [json.loads(line) for line in (RECORDS / "bench-before-issue17.jsonl").read_text().splitlines()]

@@ -1,5 +1,5 @@
 """`lmperf train` through a local parser (the lead registers it in lmperf.cli), its Report
-(summary table, findings, plot), the deprecated flag names, --json, and an oom row in a child."""
+(summary table, findings, plot), records of schema 1, --json, and an oom row in a child."""
 
 from __future__ import annotations
 
@@ -122,14 +122,18 @@ def test_lmperf_table_renders_a_train_results_file(cli_run, fmt, capsys):
 
 
 def test_records_written_before_the_rename_still_render(cli_run):
-    """Files written before issue 10: spec 'regime' and 'warmup_steps', corpus facts in spec 'data'."""
+    """Files written before issue 10 (schema 1): spec 'regime' and 'warmup_steps', corpus facts
+    in spec 'data'; migrated on read (`results.record.migrate`)."""
+    from lmperf.results.record import migrate
+
     old = []
     for r in cli_run["records"]:
         spec = {("regime" if k == "precision" else "warmup_steps" if k == "lr_warmup" else k): v
                 for k, v in r["spec"].items() if k not in ("threads", "tokens")}
         spec["data"] = r["corpus"]
-        old.append({k: v for k, v in {**r, "spec": spec}.items() if k not in ("corpus", "job_id")})
-    report = build_report(old)
+        old.append({k: v for k, v in {**r, "spec": spec, "schema": 1}.items()
+                    if k not in ("corpus", "job_id")})
+    report = build_report(migrate(old))
     assert list(report.frame["precision"]) == ["fp32", "fp16-mixed", "fp16-true"]
     assert "builtin data (288,000 train" in report.render("text")
     assert report.render("csv").count("\n") == 4
@@ -170,16 +174,6 @@ def test_bare_json_prints_only_the_records(tmp_path, capsys):
     records = json.loads(out)  # nothing but JSON on stdout
     assert code == 0 and len(records) == 1 and records[0]["kind"] == "train"
     assert records == read_records(tmp_path / "train.jsonl")
-
-
-def test_deprecated_names_still_work(tmp_path, capsys):
-    code = _train([*SMALL, "--steps", "2", "--regime", "fp32", "--warmup-steps", "3",
-                   "--no-plots"], tmp_path)
-    err = capsys.readouterr().err
-    assert code == 0 and "--regime is deprecated; use --precision" in err
-    assert "--warmup-steps is deprecated; use --lr-warmup" in err
-    (record,) = read_records(tmp_path / "train.jsonl")
-    assert record["spec"]["precision"] == "fp32" and record["spec"]["lr_warmup"] == 3
 
 
 def plan_train(**options):

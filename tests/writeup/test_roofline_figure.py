@@ -7,7 +7,7 @@ import pandas as pd
 from lmperf.runtime.ceilings import Ceilings
 from lmperf.questions.profile import roofline as rl
 from lmperf.questions.writeup.plots import plots_for
-from lmperf.questions.profile.record import build_report
+from lmperf.questions.profile.report import build_report
 from lmperf.questions.writeup.roofline_figure import roofline_png
 from lmperf.results.schema import to_jsonable
 

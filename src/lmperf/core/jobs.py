@@ -7,12 +7,10 @@ in a child), so the core never imports a question's package.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 from typing import Any, ClassVar, Protocol
 
-from lmperf.results.record import spec_before_renames
-from lmperf.results.store import spec_key
+from lmperf.results.record import spec_id
 
 
 class JobSpec(Protocol):
@@ -49,18 +47,7 @@ def class_path(spec: object) -> str:
 def job_id(spec: JobSpec) -> str:
     """A short stable hash of a job's kind and spec; every record a job writes carries it, so
     that `--resume` can recognise the job even when its records have specs of their own."""
-    return _hash(spec.kind, spec.to_dict())
-
-
-def job_ids(spec: JobSpec) -> tuple[str, ...]:
-    """The job's id, then the id its spec had before a field of it was renamed (records
-    written by an earlier lmperf carry that one), when there was such a rename."""
-    before = spec_before_renames(spec.kind, spec.to_dict())
-    return (job_id(spec),) if before is None else (job_id(spec), _hash(spec.kind, before))
-
-
-def _hash(kind: str, spec: dict) -> str:
-    return hashlib.sha1(spec_key(kind, spec).encode()).hexdigest()[:16]
+    return spec_id(spec.kind, spec.to_dict())
 
 
 def threads_of(spec: object) -> int:

@@ -13,15 +13,14 @@ REPORT_BUILDERS: dict[str, str] = REPORTS
 
 def build_reports(records: list[dict]) -> list[Report]:
     """One Report per record kind found in `records`, in order of first appearance; records of
-    a kind no question knows get a generic Report (status and message per row). Records
-    written by an earlier lmperf are migrated first (`results.record.migrate`), as when read
-    from a file, so a list loaded by other means renders too."""
+    a kind no question knows get a generic Report (status and message per row). Records of
+    an older schema are migrated first (`results.record.migrate`), as when read from a file,
+    so a list loaded by other means renders too."""
     import pandas as pd
 
     from lmperf.results.record import migrate
 
-    records = [migrate(r) for r in records]
-
+    records = migrate(records)
     kinds = list(dict.fromkeys(r["kind"] for r in records))
     reports = []
     for kind in kinds:

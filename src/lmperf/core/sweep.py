@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from lmperf.core.jobs import JobSpec, job_id, job_ids
+from lmperf.core.jobs import JobSpec, job_id
 from lmperf.core.launch import ChildProcess, WarmChild, run_inline, warm_start_available
 from lmperf.results import store
-from lmperf.results.store import spec_key
+from lmperf.results.record import spec_key
 
 
 class Reporter(Protocol):
@@ -91,10 +91,9 @@ def _normalised_key(spec_type: type, record: dict) -> str:
         return spec_key(record["kind"], record["spec"])
 
 
-def round_id(spec: JobSpec, round_: int, rounds: int, jid: str | None = None) -> str:
-    """The job id of one round of a spec (the spec's own id when there is one round); `jid`
-    replaces the spec's id (e.g. the one it had before a rename)."""
-    jid = jid or job_id(spec)
+def round_id(spec: JobSpec, round_: int, rounds: int) -> str:
+    """The job id of one round of a spec (the spec's own id when there is one round)."""
+    jid = job_id(spec)
     return jid if rounds == 1 else f"{jid}-r{round_}"
 
 
@@ -116,7 +115,7 @@ def _pending(jobs: list[tuple[JobSpec, int]], out: Path | None, resume: bool,
     # A job of several items is decided item by item (`_items_left`): its id on one ok record
     # says only that one of its items ended well.
     left = [(s, k) for s, k in jobs if (rounds == 1 and _has_items(s))
-            or (not any(round_id(s, k, rounds, jid) in done_ids for jid in job_ids(s))
+            or (round_id(s, k, rounds) not in done_ids
                 and spec_key(s.kind, s.to_dict()) not in done_keys)]
     return [(s, k) for s, k in ((_items_left(s, ok), k) for s, k in left) if s is not None]
 

@@ -21,7 +21,6 @@ Device-dependent defaults (CPU vs CUDA) for every command are in DEFAULTS, here 
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -210,17 +209,25 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
 
 LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")
 
+# command -> removed flag -> what became of it. Removed flags are not options: a command line
+# naming one is refused (exit 2) in one line that says so (`renamed`).
+RENAMED: dict[str, dict[str, str]] = {
+    "attention": {"--seq": "renamed --context", "--impl": "renamed --attention",
+                  "--precision": "renamed --dtype", "--repeats": "renamed --steps"},
+    "train": {"--regime": "renamed --precision", "--warmup-steps": "renamed --lr-warmup",
+              "--log-every": "removed: each job logs its first step and every --eval-interval"},
+    "memory": {"--plot": "renamed --plots (a folder)"},
+    "amp": {"--plot": "renamed --plots (a folder)"},
+}
 
-class _Deprecated(argparse.Action):
-    """An old flag name: works as the new one, with a warning on stderr."""
 
-    def __init__(self, *args: object, new: str = "", **kwargs: object):
-        self.new = new
-        super().__init__(*args, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
-        print(f"lmperf: warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
+def renamed(command: str | None, argv: Sequence[str]) -> str | None:
+    """'--seq was renamed --context' for the first removed flag of `command` in `argv` (also
+    as --flag=value), or None when there is none. Read from the table before argparse parses
+    the line, which would take `--plot` for an abbreviation of `--plots`."""
+    table = RENAMED.get(command or "", {})
+    flag = next((a.split("=")[0] for a in argv if a.split("=")[0] in table), None)
+    return None if flag is None else f"{flag} was {table[flag]}"
 
 
 def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
@@ -288,22 +295,12 @@ def add_json(parser: argparse.ArgumentParser) -> None:
                              "else is printed there), or into FILE")
 
 
-def add_alias(parser: argparse.ArgumentParser, old: str, new: str, *, many: bool = False,
-              type: Callable | None = str) -> None:
-    """Keep `old` working as a deprecated name of option `new` (e.g. --seq -> --context), a shared
-    option or one of the command's own."""
-    name = new.lstrip("-").replace("-", "_")
-    dest = OPTIONS[name].dest if name in OPTIONS else name
-    parser.add_argument(old, dest=dest, action=_Deprecated, new=new, type=type,
-                        nargs="+" if many else None, help=argparse.SUPPRESS)
-
-
 def check_args(command: str, args: argparse.Namespace) -> None:
     """Refuse a bad value of a shared option in one line that names its flag, before the command
     imports torch (the specs check everything again, with the same words, for the Python API).
 
-    `--precision` is a regime; `attention` has none (its `--dtype`, a tensor dtype, and the
-    deprecated `--precision` alias of it are checked by attention's plan). Raises SpecError.
+    `--precision` is a regime; `attention` has none (its `--dtype`, a tensor dtype, is checked
+    by attention's plan). Raises SpecError.
     """
     from lmperf.errors import SpecError
     from lmperf.model.presets import DEFAULT_COURSE, resolve_preset

@@ -1,6 +1,7 @@
-"""Reading a record back: the envelope every kind shares, checked on read, and older records
-migrated to today's layout (so a file written by an earlier lmperf still loads, and a file that
-is not lmperf's is refused in one line naming the line).
+"""Reading a record back: the envelope every kind shares, checked on read, and records of an
+older schema migrated to today's layout, here and nowhere else (so a file written by an earlier
+lmperf still loads, and a file that is not lmperf's is refused in one line naming the line).
+A change of the layout bumps `schema.SCHEMA_VERSION` and adds its step to `migrate`.
 
 The envelope (see `schema.make_record`): schema (int), kind (a question's record kind), status
 (ok / oom / error / unsupported), message (str), spec (dict: the run's identity), env (dict),
@@ -11,7 +12,10 @@ This module imports nothing that runs a model (no torch).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 
 from lmperf.catalog import BY_KIND
 from lmperf.results.schema import SCHEMA_VERSION, STATUSES
@@ -73,40 +77,103 @@ def problem(obj: object) -> str | None:
     return None
 
 
-# Renamed spec fields, per kind: (old name, new name). A record written before a rename is read
-# with the new name, so tables, `compare` and `--resume` see one vocabulary. Issue 17 gave every
-# spec the shared vocabulary's names (--context, --batch, --attention, --steps).
+def spec_key(kind: str, spec: dict) -> str:
+    """The identity of a run: its kind and spec as canonical JSON."""
+    return json.dumps({"kind": kind, "spec": spec}, sort_keys=True, separators=(",", ":"))
+
+
+def spec_id(kind: str, spec: dict) -> str:
+    """A short stable hash of `spec_key` (a job's id: `core.jobs.job_id`)."""
+    return hashlib.sha1(spec_key(kind, spec).encode()).hexdigest()[:16]
+
+
+def migrate(records: list[dict]) -> list[dict]:
+    """`records` (each accepted by `problem`) in today's layout, schema `SCHEMA_VERSION`. The
+    one place an older layout is read: the readers (tables, reports, compare, `--resume`) see
+    only today's. Fields every record now carries get their defaults (`message`, `params`,
+    `env`, `metrics`, `warnings`). The inputs are not modified."""
+    out = []
+    for record in records:
+        record = {"message": "", "params": None, "env": {}, "metrics": None, "warnings": [],
+                  **record}
+        out += _from_schema_1(record) if record.get("schema") == 1 else [record]
+    return out
+
+
+# Spec fields renamed before schema 2, per kind: (old name, new name). Issue 17 gave every spec
+# the shared vocabulary's names (--context, --batch, --attention, --steps); issue 10 named
+# train's regime its precision.
 _RUN_RENAMES = (("context_length", "context"), ("model_context_length", "model_context"),
                 ("batch_size", "batch"))
-SPEC_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+_RENAMES_1: dict[str, tuple[tuple[str, str], ...]] = {
     **{kind: _RUN_RENAMES for kind in ("bench", "profile", "memory", "dist", "prediction")},
-    "attention": (("impl", "attention"), ("seq", "context"), ("repeats", "steps")),
+    "attention": (("impl", "attention"), ("seq", "context"), ("repeats", "steps"),
+                  ("precision", "dtype")),
+    "train": (("regime", "precision"), ("warmup_steps", "lr_warmup")),
 }
+_CHECK_STATUS = {"ok": "ok", "fail": "error", "skip": "unsupported"}  # doctor.records'
+_MEAN_STD = re.compile(r"^\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*±\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*$")
+_PAIR = re.compile(r"^\('(.+)', '(.+)'\)$")
 
 
-def spec_before_renames(kind: str, spec: dict) -> dict | None:
-    """`spec` (today's names) with each renamed field under the name it had before, or None when
-    none of its fields was renamed: the identity a job had when records were written before a
-    rename, so that `--resume` still recognises their job ids."""
-    renames = [(old, new) for old, new in SPEC_RENAMES.get(kind, ()) if new in spec]
-    if not renames:
-        return None
-    back = dict(spec)
-    for old, new in renames:
-        back[old] = back.pop(new)
-    return back
-
-
-def migrate(record: dict) -> dict:
-    """`record` in today's layout: fields every record now carries get their defaults (an
-    older record lacks `message`, `env`, `warnings`, `params`), and renamed spec fields take
-    their new names. The input is not modified."""
-    out = {"message": "", "params": None, "env": {}, "metrics": None, "warnings": [], **record}
-    renames = SPEC_RENAMES.get(out["kind"], ())
-    if renames and any(old in out["spec"] for old, _ in renames):
-        spec = dict(out["spec"])
+def _from_schema_1(record: dict) -> list[dict]:
+    """A schema-1 record in schema 2's layout (one or, for the doctor's whole-run record,
+    several records): renamed spec fields, with the job id of the renamed spec where the spec
+    was its job's (so that `--resume` recognises the job); train's corpus facts out of its
+    spec; a RunSpec without an edition is the 2025 course's; profile's tables as numbers."""
+    kind, spec, metrics = record["kind"], dict(record["spec"]), record["metrics"]
+    renames = [(old, new) for old, new in _RENAMES_1.get(kind, ())
+               if old in spec and new not in spec]
+    out = {**record, "schema": SCHEMA_VERSION, "spec": spec}
+    if renames:
+        old_id = spec_id(kind, spec)
         for old, new in renames:
-            if old in spec and new not in spec:
-                spec[new] = spec.pop(old)
-        out["spec"] = spec
+            spec[new] = spec.pop(old)
+        job, _, round_ = str(record.get("job_id", "")).partition("-r")
+        if job == old_id:  # the spec is its job's; a job of several records keeps its old id
+            out["job_id"] = spec_id(kind, spec) + (f"-r{round_}" if round_ else "")
+    if kind == "train" and isinstance(spec.get("data"), dict):
+        out["corpus"], spec["data"] = spec["data"], None
+    if "d_model" in spec and "course" not in spec:
+        spec["course"] = "2025"
+    if kind == "profile" and isinstance(metrics, dict) and metrics.get("tables"):
+        out["metrics"] = {**metrics, "tables": {t: _numeric_table(rows)
+                                                for t, rows in metrics["tables"].items()}}
+    if kind == "doctor" and isinstance(metrics, dict) and "checks" in metrics:
+        return [{**out, "status": _CHECK_STATUS[row["status"]], "metrics": row,
+                 "spec": {**spec, "check": row["check"], "scope": row["device"]}}
+                for row in metrics["checks"]]
+    return [out]
+
+
+def _numeric_table(rows: list[dict]) -> list[dict]:
+    """A profile table as schema 2 writes it: numbers (`_numeric_row`), and a side-by-side
+    table (its columns were "('forward', 'name')") ranked."""
+    out = [_numeric_row(r) for r in rows]
+    if rows and any(_PAIR.match(c) for c in rows[0]):
+        out = [{"rank": i, **r} for i, r in enumerate(out, start=1)]
     return out
+
+
+def _numeric_row(row: dict) -> dict:
+    """A profile table's row as schema 2 writes it: "12.34 ± 0.56" as `<col>_mean` and
+    `<col>_std`, an "+x%" overhead as `overhead_pct`, "('forward', 'name')" as "forward name"."""
+    out: dict = {}
+    for col, v in row.items():
+        pair = _MEAN_STD.match(v) if isinstance(v, str) else None
+        if col == "overhead" and isinstance(v, str):
+            out["overhead_pct"] = _float(v.rstrip("%"))
+        elif pair:
+            out[f"{col}_mean"], out[f"{col}_std"] = _float(pair.group(1)), _float(pair.group(2))
+        elif isinstance(v, str) and "±" in v:
+            out[f"{col}_mean"] = out[f"{col}_std"] = math.nan
+        else:
+            out[" ".join(m.groups()) if (m := _PAIR.match(col)) else col] = v
+    return out
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-SCHEMA_VERSION = 1
+# 2: issue 27 (schema 1's records are migrated on read: results/record.py)
+SCHEMA_VERSION = 2
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 
 

@@ -7,12 +7,7 @@ import os
 from pathlib import Path
 
 from lmperf.errors import ResultsFileError
-from lmperf.results.record import migrate, problem
-
-
-def spec_key(kind: str, spec: dict) -> str:
-    """The identity of a run: its kind and spec as canonical JSON."""
-    return json.dumps({"kind": kind, "spec": spec}, sort_keys=True, separators=(",", ":"))
+from lmperf.results.record import migrate, problem, spec_key  # noqa: F401 (spec_key: here too)
 
 
 def ensure_folder(path: Path, what: str = "plot folder") -> Path:
@@ -96,7 +91,7 @@ def read_records(path: Path) -> list[dict]:
                 what = (" (lmperf compare's rows: `lmperf report` shows them)"
                         if item.get("kind") == "compare" else "")
                 raise ResultsFileError(f"{path} item {i} of its JSON array is {why}{what}")
-        return [migrate(item) for item in items]
+        return migrate(items)
     records = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -110,5 +105,5 @@ def read_records(path: Path) -> list[dict]:
         why = problem(obj)
         if why is not None:
             raise ResultsFileError(f"{path} line {lineno} is {why}")
-        records.append(migrate(obj))
-    return records
+        records.append(obj)
+    return migrate(records)

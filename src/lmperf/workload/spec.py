@@ -41,7 +41,7 @@ class RunSpec(Compiled, OnDevice, ModelShape):
     """
 
     kind: ClassVar[str] = "bench"
-    runner: ClassVar[str] = "lmperf.questions.bench.runner:run_spec"
+    runner: ClassVar[str] = "lmperf.questions.bench.job:run_spec"
 
     # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; device, threads, seed:
     # OnDevice; compile, compile_mode: Compiled

@@ -14,7 +14,7 @@ def plan_amp(experiment: str, device: str = "auto", plots: str | Path | None = N
     from lmperf.core.vocabulary import resolve_threads
     from lmperf.errors import SpecError
     from lmperf.questions.amp import EXPERIMENT_NAMES, get_experiment
-    from lmperf.questions.amp.runner import check_options
+    from lmperf.questions.amp.job import check_options
     from lmperf.questions.amp.spec import AmpSpec
     from lmperf.runtime.device import resolve_device
 

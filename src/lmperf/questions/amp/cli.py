@@ -38,8 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _add_common(p: argparse.ArgumentParser, plots: bool) -> None:
     add_options(p, ("device", "threads", "out", "format", "inline", "timeout", "max_memory_gib",
                     "resume") + (("plots",) if plots else ()), defaults={"out": DEFAULT_OUT})
-    if plots:  # the old flag: one PNG path
-        p.add_argument("--plot", type=Path, metavar="PNG", help=argparse.SUPPRESS)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -55,27 +53,19 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """`lmperf amp NAME`: run one experiment, print its tables (or --json), record it."""
-    import shutil
-
     from lmperf.questions.amp import get_experiment
     from lmperf.questions.amp.api import amp
-    from lmperf.questions.amp.runner import option_names
+    from lmperf.questions.amp.job import option_names
     from lmperf.core.command import err, run_command
 
     options = {k: getattr(args, k) for k in option_names(get_experiment(args.experiment))
                if hasattr(args, k)}
     plots = getattr(args, "plots", None)
-    if getattr(args, "plot", None) is not None:
-        err("lmperf: warning: --plot PNG is deprecated; use --plots DIR")
-        plots = args.plot.parent
     code = run_command(args, lambda: amp(args.experiment, device=args.device, out=args.out,
                                          plots=plots, **_launch(args), **options),
                        noun="experiment")
     png = Path(plots) / f"{args.experiment}.png" if plots is not None else None
     if png is not None and png.exists():
-        if getattr(args, "plot", None) is not None and png != args.plot:  # the old flag named
-            shutil.move(png, args.plot)                                     # the file itself
-            png = args.plot
         err(f"plot: {png}")
     return code
 

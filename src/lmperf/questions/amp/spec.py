@@ -28,7 +28,7 @@ class AmpSpec:
     """
 
     kind: ClassVar[str] = "amp"
-    runner: ClassVar[str] = "lmperf.questions.amp.runner:run_job"
+    runner: ClassVar[str] = "lmperf.questions.amp.job:run_job"
 
     experiment: str
     device: str = "cpu"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -11,7 +10,6 @@ from lmperf.questions.attention.spec import plan_sweep
 from lmperf.questions.attention.sweep import run_sweep
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
-from lmperf.errors import SpecError
 from lmperf.core.vocabulary import as_list, resolve_threads
 from lmperf.results.store import ensure_folder
 
@@ -25,28 +23,21 @@ def attention(attention: Sequence[str] | str | None = None, *,
               plots: str | Path | None = None, out: str | Path | None = None,
               inline: bool = False, timeout: float | None = None,
               max_memory_gib: float | None = None, resume: bool = False,
-              progress: bool = False,
-              precision: Sequence[str] | str | None = None) -> Report:
+              progress: bool = False) -> Report:
     """Time attention implementations (forward, backward, both) and account for the memory each
     leaves for backward, over the product of implementations x context x d x precision; each
     configuration in its own child process unless `inline`.
 
     Keywords and defaults are `lmperf attention`'s flags: None takes the suite's value, scaled
     down on the CPU (`lmperf.questions.attention.spec.SUITES`); `dtype` is the dtype of q, k, v (fp32,
-    bf16, fp16; `precision`, its name before issue 17, is still accepted with a warning); `steps` timed calls after `warmup` untimed ones per pass; `threads` follows
-    the shared policy (None: 1 on the CPU). `plots` writes the PNG plots into that folder.
+    bf16, fp16); `steps` timed calls after `warmup` untimed ones per pass; `threads` follows the
+    shared policy (None: 1 on the CPU). `plots` writes the PNG plots into that folder.
     `out=None` keeps the records in memory (the CLI writes results/attention.jsonl).
     Out-of-memory, errors and unsupported combinations are rows of the Report. Raises SpecError
     before anything runs for bad input, SweepInterrupted on Ctrl-C (finished rows are kept).
     """
     from lmperf.runtime.device import resolve_device
 
-    if precision is not None:
-        if dtype is not None:
-            raise SpecError("give dtype=, not both dtype= and precision= (its older name)")
-        warnings.warn("lmperf.attention(precision=...) is now dtype=...", DeprecationWarning,
-                      stacklevel=2)
-        dtype = precision
     dev = resolve_device(device)
     plan = plan_sweep(suite, dev.type, impls=as_list(attention), seqs=as_list(context),
                       ds=as_list(d), dtypes=as_list(dtype), batch=batch, heads=heads,

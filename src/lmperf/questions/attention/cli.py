@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import launch_kwargs, run_command
-from lmperf.core.vocabulary import LAUNCH, add_alias, add_options
+from lmperf.core.vocabulary import LAUNCH, add_options
 
 DEFAULT_OUT = Path("results") / "attention.jsonl"
 SHARED = ("attention", "context", "batch", "device", "threads", "warmup", "steps", "seed")
@@ -43,11 +43,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", type=int, metavar="H", help="heads (default: the suite's)")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                    help="causal mask (default: the suite's: flash causal, pytorch not)")
-    # The names before the shared vocabulary, kept for a while (a warning on stderr).
-    add_alias(p, "--seq", "--context", many=True, type=int)
-    add_alias(p, "--impl", "--attention", many=True)
-    add_alias(p, "--precision", "--dtype", many=True)  # attention's dtype flag until issue 17
-    add_alias(p, "--repeats", "--steps", type=int)
     p.set_defaults(func=cmd_attention)
 
 

@@ -2,8 +2,8 @@
 
 The spec's fields carry the shared vocabulary's names (attention, context, batch, warmup, steps,
 seed, device), and `dtype` (--dtype) is the tensor dtype of q, k and v (no autocast regime applies
-here). Records written before the rename (impl, seq, repeats) are read with the new names
-(`lmperf.results.record.SPEC_RENAMES`), so older results files still load and resume.
+here). Records written before the rename (impl, seq, repeats) are migrated on read
+(`lmperf.results.record.migrate`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class AttnSpec:
     """
 
     kind: ClassVar[str] = "attention"
-    runner: ClassVar[str] = "lmperf.questions.attention.measure:run_spec"
+    runner: ClassVar[str] = "lmperf.questions.attention.job:run_spec"
 
     attention: str
     context: int
@@ -86,10 +86,8 @@ class AttnSpec:
     @classmethod
     def from_dict(cls, data: dict) -> "AttnSpec":
         """Inverse of `to_dict`; fields missing from `data` (an older record) take their
-        defaults, and the names of records written before the rename (impl, seq, repeats;
-        precision for dtype) are accepted for attention, context, steps and dtype."""
+        defaults."""
         known = {f.name for f in fields(cls)}
-        data = {_FIELD_ALIASES.get(k, k): v for k, v in data.items()}
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def label(self) -> str:
@@ -101,10 +99,6 @@ class AttnSpec:
     def with_(self, **changes: object) -> "AttnSpec":
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
-
-
-# a name used before the shared vocabulary -> AttnSpec's field
-_FIELD_ALIASES = {"impl": "attention", "seq": "context", "precision": "dtype", "repeats": "steps"}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ def unsupported_record(spec: AttnSpec) -> dict | None:
     import torch
 
     from lmperf import kernels
-    from lmperf.questions.attention.measure import TORCH_DTYPES, analytic_metrics
+    from lmperf.questions.attention.job import TORCH_DTYPES, analytic_metrics
 
     reason = kernels.supports(spec.attention, torch.device(spec.device), TORCH_DTYPES[spec.dtype])
     if not reason:

@@ -48,7 +48,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "precision": spec.get("precision"), "mode": spec.get("mode"),
             "attention": spec.get("attention"), "warmup": spec.get("warmup"),
             "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
-            "course": spec.get("course", "2025"),  # records before editions were 2025's
+            "course": spec.get("course"),
             "compile": "on" if spec.get("compile") else "off",
             "compile_s": m.get("compile_s"),
             "device": spec.get("device"), "status": r["status"], "message": r.get("message", ""),

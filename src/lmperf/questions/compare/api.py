@@ -28,7 +28,7 @@ def _load(source: Source) -> tuple[list[dict], str]:
         raise SpecError("records must be lmperf records (dicts with kind, status and spec)")
     from lmperf.results.record import migrate
 
-    return latest([migrate(r) for r in records]), "the records given"
+    return latest(migrate(records)), "the records given"
 
 
 def _check(level: float, min_effect: float, resamples: int, max_load: float | None) -> None:

@@ -1,6 +1,6 @@
 """`lmperf.doctor(...)`: check, briefly and for real, each path lmperf relies on here; a Report.
 
-Each check is a job (`doctor.job.CheckJob`) run by the one sweep: its own process, forked from
+Each check is a job (`doctor.spec.CheckJob`) run by the one sweep: its own process, forked from
 the warm server, killed after `timeout` seconds (a row says so, the others still run), its
 record appended to `out` as it ends, and `resume` skipping the checks already ok there.
 """
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # torch and pandas load when the doctor runs, not for `lmperf
 
     from lmperf.core.report import Report
     from lmperf.questions.doctor.checks import Check
-    from lmperf.questions.doctor.job import CheckJob
+    from lmperf.questions.doctor.spec import CheckJob
 
 TIMEOUT_S = 300.0
 """Each check's job is killed after this (default of `timeout`). Its own children give up
@@ -62,7 +62,7 @@ def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> li
     come first, in `registry.LAUNCH_ORDER` (longest first); then the others in table order."""
     import torch
 
-    from lmperf.questions.doctor.job import CheckJob
+    from lmperf.questions.doctor.spec import CheckJob
     from lmperf.questions.doctor.registry import CHECKS, LAUNCH_ORDER
 
     groups: dict[tuple[str, str], list[Check]] = {}

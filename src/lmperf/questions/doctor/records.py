@@ -4,8 +4,8 @@ the write-up read them).
 
 A check's row has a status of its own (ok / fail / skip); its record's status is the one every
 kind shares: ok, error (the check failed, or its job crashed or timed out) or unsupported (the
-check cannot run here). Records written before the checks were jobs hold every row of a run in
-one record (`metrics.checks`); they are read too.
+check cannot run here). Records written before the checks were jobs (every row of a run in
+`metrics.checks`) are split into one record per check on read (`lmperf.results.record.migrate`).
 """
 
 from __future__ import annotations
@@ -38,12 +38,9 @@ def skipped_record(spec: dict, why: str, environment: dict) -> dict:
 
 
 def rows_of(record: dict) -> list[dict]:
-    """The check rows a doctor record holds: its own row, the rows of an older whole-run record,
-    or, for a job that crashed or timed out (no row), a 'fail' row per check of the job with
-    the launcher's message."""
+    """The check rows a doctor record holds: its own row, or, for a job that crashed or timed
+    out (no row), a 'fail' row per check of the job with the launcher's message."""
     metrics = record.get("metrics") or {}
-    if "checks" in metrics:  # written before the checks were jobs: one record per run
-        return list(metrics["checks"])
     if "check" in metrics:
         return [metrics]
     spec = record.get("spec") or {}

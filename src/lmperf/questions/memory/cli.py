@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import emit, launch_kwargs, run_command
-from lmperf.core.vocabulary import LAUNCH, add_alias, add_options
+from lmperf.core.vocabulary import LAUNCH, add_options
 
 DEFAULT_OUT = Path("results") / "memory.jsonl"
 HELP = "where the memory goes: peaks per phase, saved activations, estimates, checkpointing, " \
@@ -37,7 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                  "measured step creates it)",
                        "steps": "timed steps per --checkpoint group size",
                        "plots": "memory vs context (with --snapshot: active memory over time)"})
-    add_alias(p, "--plot", "--plots", type=Path)  # --plot PNG still names the file itself
     p.add_argument("--mode", nargs="+", metavar="MODE", default=["forward", "train-step"],
                    help=f"steps to measure: {', '.join(MODES)} (default: forward train-step)")
     p.add_argument("--optimizer", default="auto", choices=["auto", "fused", "foreach", "loop"],

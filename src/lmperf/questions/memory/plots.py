@@ -12,10 +12,8 @@ CONTEXTS_PNG = "memory_vs_context.png"
 
 
 def plot_path(plots: str | Path, name: str) -> Path:
-    """Where a plot goes: `plots/name`, or `plots` itself when it names a .png file (the
-    deprecated `--plot PNG`)."""
-    plots = Path(plots)
-    return plots if plots.suffix.lower() == ".png" else plots / name
+    """Where a plot goes: `plots/name`."""
+    return Path(plots) / name
 
 
 def plot_contexts(records: list[dict], path: str | Path) -> Path | None:
@@ -71,8 +69,6 @@ def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
     from lmperf.questions.memory.simulate import CATEGORIES
 
     folder = Path(plots)
-    if folder.suffix.lower() == ".png":  # the deprecated --plot PNG: its folder
-        folder = folder.parent
     by_key: dict[tuple, list] = {}
     for case, res in results.items():
         by_key.setdefault((case.mode, case.precision, case.context), []).append((case, res))

@@ -76,7 +76,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     # existing trace does not need.
     from lmperf.core.sweep import run_sweep
     from lmperf.questions.profile.plan import plan_profile
-    from lmperf.questions.profile.record import build_report
+    from lmperf.questions.profile.report import build_report
 
     plan = plan_profile(size=size, model=model, context=context, batch=batch,
                         precision=precision, mode=mode, attention=attention, warmup=warmup,

@@ -72,7 +72,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     """`lmperf profile`: plan, run the job, print the tables and findings, append the record
     (or, with --from-trace, analyse that trace and print its tables)."""
     from lmperf.questions.profile.api import profile
-    from lmperf.questions.profile.record import write_csv
+    from lmperf.questions.profile.report import write_csv
 
     if args.from_trace is not None or args.diff is not None:
         return _from_trace(args)
@@ -99,7 +99,7 @@ def _from_trace(args: argparse.Namespace) -> int:
     """`lmperf profile --from-trace FILE|DIR` or `--diff A B`: the tables of existing traces; no
     run, no record."""
     from lmperf.questions.profile.api import profile
-    from lmperf.questions.profile.record import write_csv
+    from lmperf.questions.profile.report import write_csv
 
     flag = "--diff" if args.diff is not None else "--from-trace"
     if args.diff is not None and args.from_trace is not None:

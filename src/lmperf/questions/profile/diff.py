@@ -80,7 +80,7 @@ def diff_report(path_a: str | Path, path_b: str | Path, top: int = 10) -> "Repor
     from lmperf.core.report import Report
     from lmperf.errors import SpecError, TraceFormatError
     from lmperf.questions.profile.from_trace import as_one_step
-    from lmperf.questions.profile.record import KIND
+    from lmperf.questions.profile.report import KIND
     from lmperf.questions.profile.trace import load_trace
 
     if top < 1:

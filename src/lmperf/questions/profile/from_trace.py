@@ -28,7 +28,7 @@ from lmperf.questions.profile import views
 from lmperf.questions.profile.range_names import STEP
 from lmperf.questions.profile.classify import classify, short_name
 from lmperf.questions.profile.gemm import describe_gemm
-from lmperf.questions.profile.record import KIND
+from lmperf.questions.profile.report import KIND
 from lmperf.questions.profile.trace import PHASE_LABELS, UNATTRIBUTED, Trace, load_trace
 
 STEP_TABLE = "time per step (ms)"

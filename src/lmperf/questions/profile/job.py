@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lmperf.core.envelope import Run, measured
 from lmperf.questions.profile.plan import default_trace
-from lmperf.questions.profile.record import KIND, record_fields
+from lmperf.questions.profile.report import KIND, record_fields
 from lmperf.questions.profile.spec import ProfileSpec
 
 

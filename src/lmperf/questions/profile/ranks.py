@@ -178,7 +178,7 @@ def analyse_ranks(directory: str | Path, top: int = 10) -> "Report":
     by overlapped communication. Raises TraceFormatError for an empty directory, a bad file or
     two files of one rank."""
     from lmperf.core.report import Report
-    from lmperf.questions.profile.record import KIND
+    from lmperf.questions.profile.report import KIND
 
     directory = Path(directory)
     found = read_ranks(directory, top)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lmperf.core.command import err, launch_kwargs, run_command
-from lmperf.core.vocabulary import LAUNCH, add_alias, add_compile, add_options, compile_values
+from lmperf.core.command import launch_kwargs, run_command
+from lmperf.core.vocabulary import LAUNCH, add_compile, add_options, compile_values
 
 DEFAULT_OUT = Path("results") / "train.jsonl"
 PLOTS_FOLDER = "train-plots"  # beside --out unless --plots names a folder
@@ -40,13 +40,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                 "500 on CUDA)",
                        "plots": "train.png is overwritten each run (default: train-plots/ beside "
                                 "--out)"})
-    add_alias(p, "--regime", "--precision", many=True)
     p.add_argument("--no-plots", action="store_true", help="skip the PNG")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: 3e-3)")
     p.add_argument("--lr-warmup", type=int, default=20, metavar="N",
                    help="learning-rate warm-up: N steps of linear warm-up, then cosine decay to "
                         "lr/10 (default: 20)")
-    p.add_argument("--warmup-steps", type=int, help=argparse.SUPPRESS)  # deprecated: --lr-warmup
     p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
                    help="max gradient norm, applied after unscaling; 0: no clipping (the norm is "
                         "still recorded) (default: 1.0)")
@@ -64,7 +62,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "ids.tofile(), or .npy), read by memory map")
     p.add_argument("--vocab-size", type=int, metavar="V",
                    help="model vocabulary (default: 256 for text, 10000 for --tokens)")
-    p.add_argument("--log-every", type=int, help=argparse.SUPPRESS)  # deprecated, ignored
     add_compile(p, many=True)  # a second axis beside --precision
     p.set_defaults(func=cmd_train)
 
@@ -74,12 +71,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     from lmperf.questions.train.api import train
 
     kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS + TRAIN_OPTIONS}
-    if args.warmup_steps is not None:
-        err("lmperf: warning: --warmup-steps is deprecated; use --lr-warmup")
-        kwargs["lr_warmup"] = args.warmup_steps
-    if args.log_every is not None:
-        err("lmperf: warning: --log-every is deprecated and ignored: each job logs a line at its "
-            "first step and at each evaluation (--eval-interval)")
     kwargs["compile"] = compile_values(args)
     kwargs["compile_mode"] = args.compile_mode
     # beside the results file, not in the working directory: a run with --out elsewhere leaves

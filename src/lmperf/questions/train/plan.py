@@ -18,7 +18,7 @@ from lmperf.model.presets import VOCAB_SIZE
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import default_regimes, precision_warnings
 from lmperf.questions.train.data import BYTE_VOCAB
-from lmperf.questions.train.runner import load_data
+from lmperf.questions.train.job import load_data
 from lmperf.questions.train.spec import TrainSpec
 
 

@@ -3,8 +3,6 @@ per step (`tables`), findings in sentences, and the readable summary table it re
 
 Works from the records alone (as written to the JSONL file), so a table or plot can be rebuilt
 later from the file; non-finite numbers, stored as the strings 'nan' / 'inf', are read back here.
-Records written before issue 10 (spec 'regime', 'warmup_steps', corpus facts in spec 'data')
-are read too.
 """
 
 from __future__ import annotations
@@ -32,18 +30,14 @@ def num(value: object) -> float:
 
 
 def precision_of(record: dict) -> str:
-    """The precision regime of a train record (spec 'regime' in records before issue 10)."""
+    """The precision regime of a train record, "(compiled)" after it when it was compiled."""
     spec = record["spec"]
-    name = spec.get("precision") or spec.get("regime") or "?"
-    return f"{name} (compiled)" if spec.get("compile") else name
+    return f"{spec['precision']} (compiled)" if spec.get("compile") else spec["precision"]
 
 
 def corpus_of(record: dict) -> dict:
     """The facts of the data a record trained on (source, name, split sizes), or {}."""
-    if isinstance(record.get("corpus"), dict):
-        return record["corpus"]
-    data = record["spec"].get("data")
-    return data if isinstance(data, dict) else {}  # records before issue 10
+    return record.get("corpus") or {}
 
 
 def steps_frame(record: dict) -> pd.DataFrame:

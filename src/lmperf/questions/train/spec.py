@@ -97,7 +97,7 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
     """
 
     kind: ClassVar[str] = "train"
-    runner: ClassVar[str] = "lmperf.questions.train.runner:run_train"
+    runner: ClassVar[str] = "lmperf.questions.train.job:run_train"
 
     precision: str
     vocab_size: int = 256

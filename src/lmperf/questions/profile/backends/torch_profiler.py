@@ -26,7 +26,7 @@ from lmperf.questions.profile.backends.torch_capture import Capture, capture
 from lmperf.questions.profile.classify import classify
 from lmperf.questions.profile.flops import attention_flops
 from lmperf.questions.profile.from_trace import kernel_table
-from lmperf.questions.profile.record import PHASE_TIMES, SIDE_BY_SIDE, overhead_within_noise
+from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE, overhead_within_noise
 from lmperf.questions.profile.trace import load_trace
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lmperf import kernels
-from lmperf.questions.attention.measure import make_inputs, memory_before_backward, run_spec
+from lmperf.questions.attention.job import make_inputs, memory_before_backward, run_spec
 from lmperf.questions.attention.spec import AttnSpec
 
 QUICK = dict(warmup=0, steps=2)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmperf.questions.profile.record import PHASE_TIMES, SIDE_BY_SIDE, build_report, stored_table
+from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE, build_report, stored_table
 from lmperf.results.store import read_records
 
 V0 = Path(__file__).parent / "data" / "profile_records_v0.jsonl"  # written by lmperf at dc80591

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lmperf.questions.bench.runner import run_spec
+from lmperf.questions.bench.job import run_spec
 from lmperf.workload.spec import RunSpec
 from lmperf.measure.flops import analytic_flops
 
@@ -116,13 +116,13 @@ def test_each_optimizer_implementation_runs(optimizer):
 
 def test_warnings_keep_their_order_spread_then_memory(monkeypatch):
     # as before the envelope: the regime's slowness, the timing spread, then the memory caveat
-    from lmperf.questions.bench import runner
+    from lmperf.questions.bench import job
     from lmperf.runtime.device.memory import PeakMemory
 
     def no_reset(self: PeakMemory) -> None:
         self.resettable = False  # as where /proc/self/clear_refs is not writable
 
-    monkeypatch.setattr(runner, "spread_warning", lambda summaries: "spread")
+    monkeypatch.setattr(job, "spread_warning", lambda summaries: "spread")
     monkeypatch.setattr(PeakMemory, "reset", no_reset)
     rec = run_spec(RunSpec.from_size("tiny", mode="forward", **TINY))
     assert rec["status"] == "ok", rec["message"]

@@ -25,8 +25,6 @@ CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("warmup", "warmup"), ("steps", "steps"), ("optimizer", "optimizer"), ("threads", "threads"),
     ("device", "device"))
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
-_PAIR = re.compile(r"^\('(.+)', '(.+)'\)$")  # a two-level column name as older records wrote it
-_MEAN_STD = re.compile(r"^\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*±\s*(-?[\d.]+(?:e[-+]?\d+)?)\s*$")
 
 
 def to_record(result, environment: dict | None = None) -> dict:
@@ -87,9 +85,7 @@ def build_report(records: list[dict]) -> Report:
 
 def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:
     """A table as a record stores it, back as a DataFrame with its numbers as numbers ('nan'
-    and 'inf' strings of the JSON as floats; an older record's "12.34 ± 0.56" phase times
-    split into _mean and _std columns, "+3.2%" into overhead_pct, and its side-by-side table's
-    "('forward', 'name')" columns named "forward name" beside a rank)."""
+    and 'inf' strings of the JSON as floats). `title` is the table's (kept for callers)."""
     df = pd.DataFrame(rows)
     for col in df.columns:
         values = [v for v in df[col] if v is not None]
@@ -97,35 +93,7 @@ def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:
                 isinstance(v, (int, float)) or v in _NON_FINITE for v in values):
             df[col] = [math.nan if v is None else _NON_FINITE.get(v, v) for v in df[col]]
             df[col] = df[col].astype(float)
-    if title == PHASE_TIMES:
-        return _upgrade_phase_times(df)
-    if title == SIDE_BY_SIDE and "rank" not in df.columns:  # older records: "('forward', 'name')"
-        df = df.rename(columns=lambda c: " ".join(m.groups()) if (m := _PAIR.match(c)) else c)
-        df.insert(0, "rank", range(1, len(df) + 1))
     return df
-
-
-def _upgrade_phase_times(df: pd.DataFrame) -> pd.DataFrame:
-    """Records written before tables were numeric held "mean ± std" and "+x%" strings."""
-    out = pd.DataFrame(index=df.index)
-    for col in df.columns:
-        values = df[col].tolist()
-        if col == "overhead" and all(isinstance(v, str) for v in values):
-            out["overhead_pct"] = [_float(v.rstrip("%")) for v in values]
-        elif any(isinstance(v, str) and "±" in v for v in values):
-            pairs = [_MEAN_STD.match(v) if isinstance(v, str) else None for v in values]
-            out[f"{col}_mean"] = [_float(p.group(1)) if p else math.nan for p in pairs]
-            out[f"{col}_std"] = [_float(p.group(2)) if p else math.nan for p in pairs]
-        else:
-            out[col] = df[col]
-    return out
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
 
 
 def _label(spec: Mapping) -> str:
@@ -156,7 +124,8 @@ def overhead_within_noise(benchmarked: list[float], profiled: list[float]) -> bo
 
 def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float]]:
     """phase -> (benchmarked mean, benchmarked std, profiled mean) in ms per step: from the
-    raw samples, or (older records) from the stored phase-times table."""
+    raw samples, or (records without them, written before schema 2) from the stored
+    phase-times table."""
     samples = metrics.get("samples_ms") or {}
     out = {}
     if samples:

@@ -1,5 +1,5 @@
 """How the fixture records of tests/compare were made (run once, from the repository root:
-`.venv/bin/python tests/compare/data/make_fixtures.py tests/compare/data`, on an empty folder).
+`.venv/bin/python scripts/make_compare_fixtures.py tests/compare/data`, on an empty folder).
 
 tiny, context 32, fp32 and bf16-mixed, 2 warm-up + 10 timed steps, each run in its own child
 process: the reference LM (base.jsonl), the reference again (again.jsonl) and
