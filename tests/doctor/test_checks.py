@@ -185,24 +185,6 @@ def test_peak_table_for_gpu_names(tmp_path, monkeypatch, name, status, fragment)
     assert out.status == status and fragment in out.result + out.why
 
 
-def test_nsys_missing_is_a_skip(ctx, monkeypatch):
-    monkeypatch.setenv("PATH", str(ctx.workdir))
-    out = tracing.check_nsys(ctx)
-    assert out.status == "skip" and "not on PATH" in out.why
-
-
-@pytest.mark.parametrize("code, status", [(0, "ok"), (3, "fail")])
-def test_nsys_present_runs_its_version(ctx, monkeypatch, code, status):
-    fake = ctx.workdir / "nsys"
-    fake.write_text(f"#!/bin/sh\necho 'NVIDIA Nsight Systems version 2025.1.1'\nexit {code}\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(ctx.workdir))
-    out = tracing.check_nsys(ctx)
-    assert out.status == status
-    if status == "ok":
-        assert "2025.1.1" in out.result
-
-
 @pytest.mark.parametrize("record, status", [
     ({"status": "oom", "message": "out of memory while allocating 2 GiB: ...", "failed_at": "large",
       "memory_cap": "process address space capped at 1.5 GiB (RLIMIT_AS)"}, "ok"),

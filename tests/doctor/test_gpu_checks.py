@@ -17,7 +17,7 @@ from lmperf.runtime import device as dev
 CPU = torch.device("cpu")
 NEW_CUDA = ["flash-triton shapes, fp16/bf16 (compiled)", "TF32 regimes change cuBLAS results",
             "per-call timer (lmperf attention)", "bf16 GEMM vs peak table",
-            "out-of-memory snapshot dump", "nsys capture + parse",
+            "out-of-memory snapshot dump",
             "NCCL collectives vs reference (2+ GPUs)", "1 step per strategy = 1 process (NCCL)",
             "memory cap per rank (NCCL)"]
 NEW_CPU = ["collectives vs reference (gloo, 2 ranks)", "1 step per strategy = 1 process (gloo)"]

@@ -1,21 +1,17 @@
 """`lmperf profile` and `lmperf.profile(...)` on the core: a job in a child process (OOM is a row),
-records, traces, CSV, --json, `lmperf table` of profile records, the Nsight backend, bad input."""
+records, traces, CSV, --json, `lmperf table` of profile records, bad input."""
 
 from __future__ import annotations
 
 import io
 import json
-import os
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import lmperf
 from lmperf.cli import main
-from lmperf.questions.profile.backends.nsys_commands import parse_kern_sum_csv
-from tests.profile.test_nsys import DATA, _fake_nsys
 
 QUICK = ["--size", "tiny", "--context", "32", "--batch", "2", "--steps", "2", "--warmup", "1"]
 
@@ -43,9 +39,9 @@ def test_cli_writes_record_trace_and_csv(forward_run):
     (record,) = [json.loads(x) for x in forward_run["out"].read_text().splitlines()]
     assert record["kind"] == "profile" and record["status"] == "ok"
     spec = record["spec"]
-    assert spec["backend"] == "torch" and spec["mode"] == "forward" and spec["warmup"] == 1
+    assert spec["mode"] == "forward" and spec["warmup"] == 1 and "backend" not in spec
     assert spec["threads"] == 1  # the CPU thread policy, recorded
-    assert "top" not in spec and "trace" not in spec  # the record's spec: the run + backend
+    assert "top" not in spec and "trace" not in spec  # the record's spec: the run's
     assert record["params"] > 0
     assert record["metrics"]["trace_path"] == str(forward_run["trace"])
     assert forward_run["trace"].exists()
@@ -67,7 +63,7 @@ def test_oom_is_a_row_with_exit_0_and_no_traceback(tmp_path):
     assert "Traceback" not in err and "Traceback" not in stdout
     (record,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert record["status"] == "oom" and "out of memory while" in record["message"]
-    assert record["spec"]["size"] == "small" and record["spec"]["backend"] == "torch"
+    assert record["spec"]["size"] == "small"
     assert "RLIMIT_AS" in record["memory_cap"]
     assert "oom [1]" in stdout and "1 profile(s): 1 oom" in err
 
@@ -122,35 +118,6 @@ def test_api_returns_a_report_with_one_row(tmp_path, monkeypatch):
     assert any(f.startswith("(a) forward") for f in report.findings)
     assert not (tmp_path / "results" / "profile.jsonl").exists()  # out=None: in memory
     assert list((tmp_path / "results" / "traces").glob("*.json"))
-
-
-def test_nsys_backend_without_nsys_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys anywhere on PATH
-    code, _, err = _run(["profile", "--size", "tiny", "--backend", "nsys",
-                         "--out", str(tmp_path / "p.jsonl")])
-    assert code == 2 and "nsys is not on PATH; use --backend torch" in err
-    assert len(err.strip().splitlines()) == 1
-
-
-def test_nsys_backend_builds_tables_from_nsys_reports(tmp_path, monkeypatch):
-    exe, log = _fake_nsys(tmp_path)
-    monkeypatch.setenv("PATH", str(Path(exe).parent) + os.pathsep + os.environ["PATH"])
-    out = tmp_path / "p.jsonl"
-    code, _, err = _run(["profile", "--size", "tiny", "--backend", "nsys", "--steps", "4",
-                         "--inline", "--out", str(out), "--trace", str(tmp_path / "rep")])
-    assert code == 0, err
-    record = json.loads(out.read_text())
-    assert record["status"] == "ok" and record["spec"]["backend"] == "nsys"
-    tables = record["metrics"]["tables"]
-    assert "top kernels (nsys): forward" in tables and "top kernels (nsys): backward" in tables
-    row = tables["top kernels (nsys): forward"][0]
-    fixture = parse_kern_sum_csv((DATA / "nsys_cuda_gpu_kern_sum.csv").read_text()).iloc[0]
-    assert row["name"] == fixture["name"]
-    assert row["calls_per_step"] == pytest.approx(fixture["calls"] / 4)  # nsys sums all 4 steps
-    assert row["ms_per_step"] == pytest.approx(fixture["total_ms"] / 4)
-    calls = [json.loads(x)["argv"] for x in log.read_text().splitlines()]
-    assert calls[0][0] == "profile" and "--capture-range=nvtx" in calls[0]
-    assert any("--filter-nvtx=backward" in c for c in calls)
 
 
 @pytest.mark.parametrize("argv, fragment", [

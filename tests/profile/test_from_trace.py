@@ -140,7 +140,6 @@ def test_truncated_gzip_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("extra, fragment", [
     (["--size", "tiny"], "--size"),
-    (["--backend", "nsys"], "--backend"),
     (["--inline"], "--inline"),
     (["--json"], "--json prints records"),
 ])

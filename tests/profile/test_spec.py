@@ -14,7 +14,7 @@ from lmperf.workload.spec import RunSpec
 def test_plan_takes_the_cpu_defaults_and_the_thread_policy():
     spec = plan_profile(device="cpu").spec
     assert (spec.size, spec.context, spec.precision) == ("mini", 128, "fp32")
-    assert (spec.warmup, spec.steps, spec.threads, spec.backend) == (2, 10, 1, "torch")
+    assert (spec.warmup, spec.steps, spec.threads) == (2, 10, 1)
     assert spec.trace.startswith("results/traces/mini_ctx128")
 
 
@@ -24,13 +24,11 @@ def test_a_user_model_without_size_runs_one_shape():
     assert "receives the shape of mini" in plan.notes[0]
 
 
-def test_spec_round_trips_and_records_carry_the_run_spec_plus_backend(tmp_path):
+def test_spec_round_trips_and_records_carry_the_run_spec(tmp_path):
     spec = plan_profile(size="tiny", context=32, warmup=0, top=3, device="cpu",
                         trace=tmp_path / "t.json").spec
     assert ProfileSpec.from_dict(spec.to_dict()) == spec  # what a child process rebuilds
-    assert spec.record_spec() == RunSpec.from_dict(
-        {k: v for k, v in spec.record_spec().items() if k != "backend"}).to_dict() | {
-        "backend": "torch"}
+    assert spec.record_spec() == RunSpec.from_dict(spec.record_spec()).to_dict()
     assert {"top", "trace"} <= set(spec.to_dict()) and "top" not in spec.record_spec()
     # a record's spec (no top, no trace) rebuilds a spec with the defaults
     assert ProfileSpec.from_dict(spec.record_spec()).top == 10
@@ -39,7 +37,6 @@ def test_spec_round_trips_and_records_carry_the_run_spec_plus_backend(tmp_path):
 
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"top": 0}, "--top must be a positive integer"),
-    ({"backend": "perf"}, "unknown backend 'perf'"),
     ({"context": [32, 64]}, "a profile is one run"),
     ({"warmup": -1}, "warmup must be a non-negative integer"),
 ])

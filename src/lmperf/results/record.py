@@ -136,6 +136,8 @@ def _from_schema_1(record: dict) -> list[dict]:
         out["corpus"], spec["data"] = spec["data"], None
     if "d_model" in spec and "course" not in spec:
         spec["course"] = "2025"
+    if kind == "profile":  # one profiler since issue 27: the spec's backend ('torch') went
+        spec.pop("backend", None)
     if kind == "profile" and isinstance(metrics, dict) and metrics.get("tables"):
         out["metrics"] = {**metrics, "tables": {t: _numeric_table(rows)
                                                 for t, rows in metrics["tables"].items()}}

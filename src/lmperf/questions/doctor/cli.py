@@ -17,7 +17,7 @@ HELP = "check, for real, each path lmperf relies on here (run it first on a new 
 # `lmperf doctor --help` (one paragraph; line breaks here are not kept)
 DESCRIPTION = " ".join("""
 Run brief real checks of what lmperf relies on for this device (clocks, memory probes, the
-memory cap, autocast, the GradScaler, profiling, attention kernels, nsys, the peak table) and
+memory cap, autocast, the GradScaler, profiling, attention kernels, the peak table) and
 print one row per check: ok, fail or skip, with why. Each check runs as a job of its own (a
 hung one is a failed row after --timeout seconds); a 'doctor' record per check is appended to
 --out (attach them to a bug report), and --resume reruns only the checks not ok there. Exits 1

@@ -29,7 +29,6 @@ class Entry:
 ENTRIES: tuple[Entry, ...] = (
     Entry(environment.check_versions, any="versions and env capture"),
     Entry(environment.check_peak_table, any="peak table entry"),
-    Entry(tracing.check_nsys, any="nsys on PATH"),
     Entry(environment.check_cuda_device, cuda="CUDA device"),
     Entry(timing.check_synchronize, cuda="synchronize"),
     Entry(timing.check_phase_clock, cpu="phase timing (host clock)",
@@ -59,7 +58,6 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(gpu.check_call_timer, cuda="per-call timer (lmperf attention)"),
     Entry(gpu.check_gemm_peak, cuda="bf16 GEMM vs peak table"),
     Entry(gpu.check_oom_snapshot, cuda="out-of-memory snapshot dump"),
-    Entry(tracing.check_nsys_capture, cuda="nsys capture + parse", launches="nsys"),
     # One torchrun launch answers the distributed checks (distjob.start): they share a job.
     Entry(distjob.check_collectives, cpu="collectives vs reference (gloo, 2 ranks)",
           cuda="NCCL collectives vs reference (2+ GPUs)", launches="torchrun"),
@@ -69,7 +67,7 @@ ENTRIES: tuple[Entry, ...] = (
 )
 
 LAUNCH_ORDER: tuple[str, ...] = ("torchrun", "a Triton child (shapes)", "a Triton child",
-                                 "a capped child", "nsys")
+                                 "a capped child")
 """The jobs that launch processes start first, longest first (on the 2-core CPU VM at load 3-8:
 torchrun's agent and 2 ranks 18-28 s, Triton's interpreter child 11-12 s, the capped child
 twice 9-14 s; the in-process checks ~10 s in all): the doctor's wall time is then about the

@@ -1,5 +1,5 @@
-"""Profiling paths: a profiled step with everything attributed to a phase, a CUDA memory
-snapshot written and summarised, and Nsight Systems on PATH.
+"""Profiling paths: a profiled step with everything attributed to a phase, and a CUDA memory
+snapshot written and summarised.
 
 The profile is `lmperf.profile(...)` itself (inline, the `tiny` model, one profiled step), and
 its trace is read back with the parser every profile uses (`profile.trace.load_trace`): on the
@@ -9,12 +9,9 @@ the optimizer step.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pandas as pd
 
-from lmperf.questions.doctor.checks import Context, Outcome, fail, ok, passed, skip
+from lmperf.questions.doctor.checks import Context, Outcome, fail, passed
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -80,44 +77,3 @@ def check_snapshot(ctx: Context) -> Outcome:
     return passed(summary.events > 0 and summary.peak_active_bytes > 0, result,
                   "a recorded step must hold allocation history",
                   events=summary.events, peak_active_bytes=summary.peak_active_bytes)
-
-
-def check_nsys(ctx: Context) -> Outcome:
-    """Nsight Systems: on PATH and answering `nsys --version`, or a skip saying what that means."""
-    from lmperf.questions.profile.backends.nsys_commands import nsys_path
-
-    nsys = nsys_path() or shutil.which("nsys")
-    if nsys is None:
-        return skip("not on PATH: --backend nsys unavailable (torch.profiler unaffected)")
-    try:
-        proc = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return fail(f"{nsys}: {exc}", "nsys must start")
-    version = (proc.stdout.strip().splitlines() or ["?"])[-1]
-    if proc.returncode != 0:
-        return fail(f"{nsys} --version exited {proc.returncode}", "nsys must start")
-    note = "" if ctx.device.type == "cuda" else " (it profiles CUDA runs only)"
-    return ok(f"{nsys}: {version}", "`lmperf profile --backend nsys` can run" + note,
-              path=nsys, version=version)
-
-
-def check_nsys_capture(ctx: Context) -> Outcome:
-    """A real Nsight Systems capture of the tiny train step (`lmperf profile --backend nsys`'s
-    own path: the child under nsys, `nsys stats` on its report, the per-phase kernel tables)."""
-    from lmperf.questions.profile.backends.nsys import profile_nsys
-    from lmperf.questions.profile.backends.nsys_commands import nsys_path
-    from lmperf.workload.spec import RunSpec
-
-    if nsys_path() is None:
-        return skip("nsys is not on PATH: `lmperf profile --backend nsys` cannot run here")
-    spec = RunSpec.from_size("tiny", context=32, batch=2, device="cuda", warmup=1,
-                             steps=2)
-    result = profile_nsys(spec, ctx.workdir / "doctor_nsys", top=5)
-    found = {title.split(": ", 1)[1]: len(df) for title, df in result.tables
-             if title.startswith("top kernels (nsys): ")}
-    missing = [p for p in PHASES if not found.get(p)]
-    shown = ", ".join(f"{p} {n}" for p, n in found.items())
-    return passed(not missing, f"top-kernel rows per phase: {shown or 'none'}",
-                  "every phase's NVTX range must hold kernels in nsys's report"
-                  + (f" (none in {', '.join(missing)})" if missing else ""),
-                  rows=found, notes=result.notes[:3])

@@ -1,5 +1,5 @@
-"""`lmperf.profile(...)`: one run under torch.profiler (or Nsight Systems), or an existing trace,
-tables per phase; a Report."""
+"""`lmperf.profile(...)`: one run under torch.profiler, or an existing trace, tables per phase;
+a Report."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             batch: int = 4, precision: str | None = None, mode: str = "train-step",
             attention: str = "naive", warmup: int = 2, steps: int = 10, seed: int = 0,
             optimizer: str = "auto", device: str = "auto", threads: int | None = None,
-            model_context: int = 0, backend: str = "torch", top: int = 10,
+            model_context: int = 0, top: int = 10,
             trace: str | Path | None = None, out: str | Path | None = None,
             inline: bool = False, timeout: float | None = None,
             max_memory_gib: float | None = None, resume: bool = False,
@@ -54,8 +54,6 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             trace=trace, out=out, timeout=timeout, max_memory_gib=max_memory_gib).items()
             if value is not None}
         given |= {name: True for name, on in (("inline", inline), ("resume", resume)) if on}
-        if backend != "torch":
-            given["backend"] = backend
         if given:
             raise SpecError(f"{'diff' if diff is not None else 'from_trace'} analyses existing "
                             f"traces; it takes no run options (got {', '.join(sorted(given))})")
@@ -81,7 +79,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     plan = plan_profile(size=size, model=model, context=context, batch=batch,
                         precision=precision, mode=mode, attention=attention, warmup=warmup,
                         steps=steps, seed=seed, optimizer=optimizer, device=device,
-                        threads=threads, model_context=model_context, backend=backend, top=top,
+                        threads=threads, model_context=model_context, top=top,
                         trace=trace, out=out, course=course, compile=compile,
                         compile_mode=compile_mode)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
@@ -92,7 +90,6 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             err(f"note: {note}")
         for warning in plan.warnings:
             err(f"warning: {warning}")
-        what = ("under Nsight Systems" if spec.backend == "nsys" else
-                f"{spec.steps} unprofiled and {spec.steps} profiled steps")
-        err(f"profiling {spec.label()}: {spec.warmup} warm-up, {what} ...")
+        err(f"profiling {spec.label()}: {spec.warmup} warm-up, {spec.steps} unprofiled and "
+            f"{spec.steps} profiled steps ...")
     return build_report(run_sweep([spec], out, options))

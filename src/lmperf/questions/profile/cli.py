@@ -13,7 +13,7 @@ from lmperf.errors import SpecError
 DEFAULT_OUT = Path("results") / "profile.jsonl"
 SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention", "device",
                 "threads", "warmup", "steps", "seed")
-RUN_DESTS = SPEC_OPTIONS + ("mode", "optimizer", "model_context", "backend", "trace", "out") + LAUNCH
+RUN_DESTS = SPEC_OPTIONS + ("mode", "optimizer", "model_context", "trace", "out") + LAUNCH
 
 
 HELP = "where the time goes: per-phase operators/kernels, categories, attention"
@@ -44,9 +44,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="AdamW implementation (default: auto, the fastest this device supports)")
     p.add_argument("--model-context", type=int, default=0, metavar="T",
                    help="the model's maximum context length (default: the run's --context)")
-    p.add_argument("--backend", default="torch", choices=["torch", "nsys"],
-                   help="torch.profiler (default; CPU and CUDA) or Nsight Systems (needs nsys "
-                        "on PATH)")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="rows per top table (default: 10)")
     p.add_argument("--trace", type=Path, metavar="FILE",
@@ -80,7 +77,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     def produce():
         kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
         report = profile(**kwargs, mode=args.mode, optimizer=args.optimizer,
-                         model_context=args.model_context, backend=args.backend, top=args.top,
+                         model_context=args.model_context, top=args.top,
                          trace=args.trace, out=args.out, progress=True,
                          compile=compile_values(args), compile_mode=args.compile_mode,
                          **launch_kwargs(args))

@@ -8,8 +8,8 @@ activities are placed by their launch. The Report holds the same tables as a pro
 per step and per phase on the CPU and the GPU, top kernels and operators per phase (GEMM names
 decoded), and the share of each phase by category.
 
-No record is appended: a record's spec is the identity of a run lmperf made (the RunSpec and
-backend that `--resume` and `lmperf table` key on) and its environment the machine that ran it;
+No record is appended: a record's spec is the identity of a run lmperf made (the RunSpec
+that `--resume` and `lmperf table` key on) and its environment the machine that ran it;
 a foreign trace has neither, and everything here is a pure function of the file, rerun at will.
 """
 

@@ -28,14 +28,6 @@ def run_profile(spec: ProfileSpec) -> dict:
 def _profile(spec: ProfileSpec, run: Run) -> dict:
     workload = spec.workload()
     trace = Path(spec.trace) if spec.trace else default_trace(workload)
-    if spec.backend == "nsys":
-        from lmperf.questions.profile.backends.nsys import profile_nsys
+    from lmperf.questions.profile.backends.torch_profiler import profile_torch
 
-        # nsys runs the steps in a process of its own; the stage is that whole run
-        run.stage.now = "profiling under Nsight Systems"
-        result = profile_nsys(workload, trace.with_suffix(""), top=spec.top)
-    else:
-        from lmperf.questions.profile.backends.torch_profiler import profile_torch
-
-        result = profile_torch(workload, trace, top=spec.top, stage=run.stage)
-    return record_fields(result)
+    return record_fields(profile_torch(workload, trace, top=spec.top, stage=run.stage))

@@ -1,7 +1,7 @@
 """From `lmperf profile`'s options to one checked ProfileSpec, before anything runs.
 
 Bad input is found here (unknown names, non-positive numbers, a user model that cannot be built,
-no `nsys` for the Nsight backend), so that it is one line and exit code 2, never a job.
+a bad trace path), so that it is one line and exit code 2, never a job.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
                  context: int | None = None, batch: int = 4, precision: str | None = None,
                  mode: str = "train-step", attention: str = "naive", warmup: int = 2,
                  steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
-                 threads: int | None = None, model_context: int = 0, backend: str = "torch",
+                 threads: int | None = None, model_context: int = 0,
                  top: int = 10, trace: str | Path | None = None, out: str | Path | None = None,
                  course: str = DEFAULT_COURSE, compile: bool = False,
                  compile_mode: str = "default") -> ProfilePlan:
@@ -76,12 +76,7 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
         attention=values["attention"], optimizer=resolve_optimizer(optimizer, dev_),
         warmup=values["warmup"], steps=steps, seed=seed, device=dev_.type, model=model,
         threads=resolve_threads(threads, dev_.type), compile=compile, compile_mode=compile_mode)
-    if backend == "nsys":
-        from lmperf.questions.profile.backends.nsys_commands import NO_NSYS, nsys_path
-
-        if nsys_path() is None:
-            raise SpecError(NO_NSYS)
-    spec = ProfileSpec.from_run(run, backend=backend, top=top,
+    spec = ProfileSpec.from_run(run, top=top,
                                 trace=str(trace if trace is not None else default_trace(run, out)))
     ensure_folder(Path(spec.trace).parent, "trace folder")  # a bad path fails before the run
     plan = ProfilePlan(spec)

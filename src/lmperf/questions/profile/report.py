@@ -13,7 +13,7 @@ import pandas as pd
 
 from lmperf.core.report import Report, caption_axes, mean_std_columns, numbered, status_notes
 from lmperf.errors import LmperfError
-from lmperf.results.schema import make_record, to_jsonable
+from lmperf.results.schema import to_jsonable
 
 KIND = "profile"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
@@ -25,19 +25,6 @@ CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("warmup", "warmup"), ("steps", "steps"), ("optimizer", "optimizer"), ("threads", "threads"),
     ("device", "device"))
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
-
-
-def to_record(result, environment: dict | None = None) -> dict:
-    """The `kind: "profile"` 'ok' record of a ProfileResult: spec (the run's spec + backend),
-    params, and metrics (`record_fields`)."""
-    if environment is None:
-        import torch
-
-        from lmperf.runtime import env as envmod
-
-        environment = envmod.capture(torch.device(result.spec.device))
-    spec = result.spec.to_dict() | {"backend": result.backend}
-    return make_record(KIND, spec, "ok", environment, **record_fields(result))
 
 
 def record_fields(result) -> dict:
@@ -98,10 +85,8 @@ def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:
 
 def _label(spec: Mapping) -> str:
     name = spec.get("model") or spec.get("size") or "?"
-    backend = spec.get("backend", "torch")
     return (f"{name} ctx={spec.get('context')} b={spec.get('batch')} "
-            f"{spec.get('precision')} {spec.get('mode')} {spec.get('attention')}"
-            + ("" if backend == "torch" else f" {backend}"))
+            f"{spec.get('precision')} {spec.get('mode')} {spec.get('attention')}")
 
 
 def _labels(records: list[dict]) -> list[str]:
@@ -155,7 +140,7 @@ def _row(record: dict) -> dict:
         "mode": spec.get("mode"), "attention": spec.get("attention"),
         "warmup": spec.get("warmup"), "steps": spec.get("steps"),
         "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
-        "device": spec.get("device"), "backend": spec.get("backend", "torch"),
+        "device": spec.get("device"),
         "status": record["status"], "message": record.get("message", ""),
     }
     stats = _phase_stats(metrics)
@@ -182,7 +167,7 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     varying, caption = caption_axes(df, CAPTION_FIELDS)
     out = pd.DataFrame({"size": df["model"], "context": df["context"], "batch": df["batch"],
                         "precision": df["precision"], "mode": df["mode"],
-                        "attention": df["attention"], "backend": df["backend"]})
+                        "attention": df["attention"]})
     if any((r.get("spec") or {}).get("model") for r in report.records):
         out.insert(1, "shape", df["shape"])  # a user's model: the shape its factory received
     for col, title in varying:

@@ -36,12 +36,11 @@ class ProfileResult:
 
     Attributes:
         tables: (title, DataFrame) with numeric columns (names and categories aside).
-        samples_ms: {"benchmarked"|"profiled": {phase: per-step ms}} (torch backend).
-        params: the model's parameter count (torch backend).
+        samples_ms: {"benchmarked"|"profiled": {phase: per-step ms}}.
+        params: the model's parameter count.
     """
 
     spec: RunSpec
-    backend: str
     trace_path: Path
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -61,7 +60,7 @@ def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10,
     trace = load_trace(trace_path)
     parse_s = time.perf_counter() - start
     stage.now = "analysing the trace"
-    result = ProfileResult(spec, "torch", trace_path, params=cap.params,
+    result = ProfileResult(spec, trace_path, params=cap.params,
                            samples_ms={"benchmarked": cap.unprofiled_ms,
                                        "profiled": cap.profiled_ms})
     _phase_times(result, cap, trace)
