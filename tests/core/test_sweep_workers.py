@@ -49,7 +49,7 @@ class FakeChild:
     most_in_flight = 0
     lock = threading.Lock()
 
-    def __init__(self, spec, timeout_s=None, max_memory_gib=None):
+    def __init__(self, spec, timeout_s=None, max_memory_gib=None, force=False):
         self.spec = spec
 
     def run(self) -> list[dict]:

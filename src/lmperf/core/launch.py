@@ -55,10 +55,22 @@ def cpu_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_inline(spec: JobSpec) -> list[dict]:
+def job_env(force: bool) -> dict[str, str]:
+    """What a job's environment adds for the launcher's options: `--force` runs a job that the
+    pre-flight bound says cannot fit (workload.preflight.FORCE_ENV)."""
+    return {"LMPERF_FORCE": "1"} if force else {}
+
+
+def run_inline(spec: JobSpec, force: bool = False) -> list[dict]:
     """Run in this process (for debugging and notebooks: a crash takes the caller down with it)."""
-    with cpu_threads(threads_of(spec)):
-        return as_records(resolve(spec.runner)(spec), spec)
+    before = os.environ.get("LMPERF_FORCE")
+    os.environ.update(job_env(force))
+    try:
+        with cpu_threads(threads_of(spec)):
+            return as_records(resolve(spec.runner)(spec), spec)
+    finally:
+        if force and before is None:
+            os.environ.pop("LMPERF_FORCE", None)
 
 
 class ChildProcess:
@@ -70,10 +82,11 @@ class ChildProcess:
     """
 
     def __init__(self, spec: JobSpec, timeout_s: float | None = None,
-                 max_memory_gib: float | None = None):
+                 max_memory_gib: float | None = None, force: bool = False):
         self.spec = spec
         self.timeout_s = timeout_s
         self.max_memory_gib = max_memory_gib
+        self.force = force
         self.proc: subprocess.Popen | None = None
 
     def _job_files(self, tmp: str) -> tuple[list[str], Path, Path]:
@@ -96,7 +109,7 @@ class ChildProcess:
             with open(log_path, "wb") as log:
                 # A new session: Ctrl-C in the terminal reaches the parent only, which then
                 # decides what to do with the child (kill it, keep the finished rows).
-                env = {**os.environ, heartbeat.ENV: str(self.progress_path)}
+                env = {**os.environ, heartbeat.ENV: str(self.progress_path), **job_env(self.force)}
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True,
                                              env=env)
@@ -230,7 +243,7 @@ class WarmChild(ChildProcess):
         with tempfile.TemporaryDirectory(prefix="lmperf-") as tmp:
             argv, result_path, log_path = self._job_files(tmp)
             server = ForkServer.get()
-            env = {**os.environ, heartbeat.ENV: str(self.progress_path)}
+            env = {**os.environ, heartbeat.ENV: str(self.progress_path), **job_env(self.force)}
             box, rid = server.submit({"argv": argv, "cwd": os.getcwd(), "env": env,
                                       "path": list(sys.path), "log": str(log_path),
                                       "preload": preload_of(self.spec)})

@@ -68,6 +68,7 @@ class SweepOptions:
         max_memory_gib: cap each child's memory (CPU: address space; CUDA: allocator fraction).
         resume: skip jobs that already have an 'ok' row in the output file.
         reporter: progress callbacks.
+        force: run a job whose pre-flight bound says it cannot fit (workload.preflight).
         workers: isolated jobs in flight at once (default 1). Above 1, jobs still start in
             order, records are appended as their jobs end and returned in the jobs' order;
             only for jobs that may share the machine (they disturb each other's timings).
@@ -80,6 +81,7 @@ class SweepOptions:
     resume: bool = False
     reporter: Reporter = field(default_factory=SilentReporter)
     workers: int = 1
+    force: bool = False
 
 
 def _normalised_key(spec_type: type, record: dict) -> str:
@@ -196,9 +198,10 @@ def _run_one(spec: JobSpec, options: SweepOptions,
     if first is not None:
         return [first]
     if not options.isolate:
-        return run_inline(spec)
+        return run_inline(spec, options.force)
     launcher = (WarmChild if options.warm else ChildProcess)(spec, options.timeout_s,
-                                                              options.max_memory_gib)
+                                                              options.max_memory_gib,
+                                                              options.force)
     if running is None:  # this thread gets Ctrl-C itself: the launcher kills its child
         return launcher.run()
     running.append(launcher)

@@ -31,7 +31,7 @@ def bench(size: Sequence[str] | str | None = None, *,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
           progress: bool = False, predict: Sequence[str] | str | None = None,
-          host_us: float | None = None) -> Report:
+          host_us: float | None = None, force: bool = False) -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
@@ -46,7 +46,9 @@ def bench(size: Sequence[str] | str | None = None, *,
     core.vocabulary.DEFAULTS), except `out`: None keeps the records in memory (the CLI writes
     results/bench.jsonl). Failed runs (oom, error, unsupported) are rows of the Report.
     Raises SpecError / ModelLoadError before anything runs for bad input, SweepInterrupted on
-    Ctrl-C (finished rows are kept in `out`).
+    Ctrl-C (finished rows are kept in `out`). Each job first holds a lower bound of its memory
+    against what it may use (lmperf.workload.preflight): one that cannot fit is an 'oom' row
+    marked `predicted`, in seconds, unless `force`.
 
     `predict` (GPU names of the peak table, or "cpu") runs nothing: it PREDICTS each phase's
     time on those devices from per-op counts of the model (lmperf.questions.bench.predict) and
@@ -71,6 +73,7 @@ def bench(size: Sequence[str] | str | None = None, *,
                         host_us=host_us)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
+    options.force = force
     from lmperf.questions.bench.plan import plan_bench
     from lmperf.questions.bench.report import build_report
 

@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Benchmark the reference LM (or your own) and append one JSON "
                                    "record per run to a results file. Every option that takes a "
                                    "list sweeps over the cartesian product.")
-    add_options(p, SPEC_OPTIONS + ("out", "format") + LAUNCH,
+    add_options(p, SPEC_OPTIONS + ("out", "format") + LAUNCH + ("force",),
                 lists=("size", "model", "context", "batch", "precision", "attention", "warmup"),
                 defaults={"warmup": 5, "steps": 10, "out": DEFAULT_OUT},
                 helps={"size": "default: tiny mini on CPU; the --course edition's table on CUDA",
@@ -70,4 +70,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                            compile_mode=args.compile_mode,
                                            out=args.out, progress=True,
                                            predict=args.predict, host_us=args.host_us,
+                                           force=args.force,
                                            **launch_kwargs(args)))

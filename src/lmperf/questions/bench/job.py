@@ -23,6 +23,7 @@ from lmperf.runtime import device as dev
 from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.peaks import lookup_peak
 from lmperf.workload.build import prepare
+from lmperf.workload.preflight import check_fits
 from lmperf.workload.probe import PhaseProbe
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
@@ -49,6 +50,7 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     """The measurement, top to bottom: build (workload, model, runtime), time the steps, check
     a user's output, record the memory step, then the figures (peak, FLOPs, summaries, rates)."""
     device, stage = run.device, run.stage
+    check_fits(spec, device, run.regime, run.fields)  # a run that cannot fit: 'oom' in seconds
     prepared = prepare(spec, device, run.regime)
     state, step = prepared.state, prepared.step
 

@@ -30,7 +30,7 @@ def memory(size: str | None = None, *, model: str | None = None,
            out: str | Path | None = None,
            inline: bool = False, timeout: float | None = None,
            max_memory_gib: float | None = None, resume: bool = False,
-           progress: bool = False) -> Report:
+           progress: bool = False, force: bool = False) -> Report:
     """Measure where the memory of the reference LM (or `model`) goes, over `context` x
     `precision`; keywords and defaults are `lmperf memory`'s flags (None: the device's
     default, see core.vocabulary.DEFAULTS["memory"]), except `out`: None keeps the records in
@@ -44,7 +44,9 @@ def memory(size: str | None = None, *, model: str | None = None,
     memory is the budget (implies `estimate` on CUDA). `warmup`: train steps before measuring
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
     `top`: rows of the largest saved activations; `plots`: a folder for the PNG.
-    Failed measurements (oom, error, unsupported) are rows of the Report. Raises SpecError /
+    Failed measurements (oom, error, unsupported) are rows of the Report; a job whose lower
+    bound cannot fit is an 'oom' row in seconds, predicted (lmperf.workload.preflight), unless
+    `force`. Raises SpecError /
     ModelLoadError before anything runs for bad input, SweepInterrupted on Ctrl-C.
     """
     if snapshot is not None:
@@ -66,6 +68,7 @@ def memory(size: str | None = None, *, model: str | None = None,
                        checkpoint=checkpoint, top=top, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
+    options.force = force
     if plots is not None:  # a bad folder is one line now, not a traceback at the end
         from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_path
         from lmperf.results.store import ensure_folder

@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("memory", help=HELP, description=DESCRIPTION)
     # One model per run: --context and --precision take lists (rows and columns of the tables).
-    add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH,
+    add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH + ("force",),
                 lists=("context", "precision"),
                 defaults={"warmup": 1, "steps": 3, "out": DEFAULT_OUT},
                 helps={"size": "default: mini on CPU, small on CUDA",
@@ -69,4 +69,4 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return run_command(args, lambda: memory(
         **kwargs, mode=args.mode, optimizer=args.optimizer, model_context=args.model_context,
         estimate=args.estimate, gib=args.gib, gpu=args.gpu, checkpoint=args.checkpoint, top=args.top,
-        plots=args.plots, out=args.out, progress=True, **launch_kwargs(args)))
+        plots=args.plots, out=args.out, progress=True, force=args.force, **launch_kwargs(args)))

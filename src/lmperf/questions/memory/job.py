@@ -17,6 +17,8 @@ from lmperf.results.schema import make_record, to_jsonable
 from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
 from lmperf.runtime.precision import get_regime
+from lmperf.names import MODES
+from lmperf.workload.preflight import check_fits
 from lmperf.workload.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -54,6 +56,13 @@ def run_job(spec: MemorySpec) -> list[dict]:
     environment["torch_threads"] = torch.get_num_threads()
     stage = Stage(f"running the {spec.analysis} analysis")
     try:
+        if spec.analysis != "saved":  # saved tensors are counted on meta where they can be
+            # the lightest row: when it cannot fit, no row of the job can ('oom' in seconds)
+            stage.now = "building the model"
+            lightest = min(spec.modes, key=MODES.index) if spec.analysis == "phases" else None
+            check_fits(spec.run.with_(context=spec.contexts[0], mode=lightest or "train-step"),
+                       torch.device(spec.device), get_regime(spec.run.precision), {})
+            stage.now = f"running the {spec.analysis} analysis"
         measure = {"phases": _phases, "saved": _saved, "checkpoint": _checkpoint}[spec.analysis]
         items, params = measure(spec, stage)
     except Exception as exc:  # every row of the job fails alike
