@@ -228,3 +228,15 @@ def test_flash_triton_is_predicted_as_the_one_fused_kernel_sdpa_is():
     triton, sdpa = pr.predict(specs, ["H100"])
     assert triton["spec"]["attention"] == "flash-triton"
     assert triton["metrics"]["forward"] == sdpa["metrics"]["forward"]
+
+
+def test_predictions_written_before_the_time_model_still_render():
+    from pathlib import Path
+
+    from lmperf.results.store import read_records
+
+    path = Path(__file__).resolve().parents[1] / "fixtures/records/prediction-before-issue26.jsonl"
+    (record,) = read_records(path)  # schema 1, written by 36465cc
+    assert record["schema"] == 2 and record["metrics"]["step"]["host_s"] is None
+    report = pr.build_report([record])
+    assert list(report.frame["bound"]) == ["-"] and "PREDICTED" in report.render("text")

@@ -136,6 +136,9 @@ def _from_schema_1(record: dict) -> list[dict]:
         out["corpus"], spec["data"] = spec["data"], None
     if "d_model" in spec and "course" not in spec:
         spec["course"] = "2025"
+    if kind == "prediction" and isinstance(metrics, dict):  # host and device apart since 26
+        out["metrics"] = {phase: {"device_s": None, "host_s": None, **m} if isinstance(m, dict)
+                          else m for phase, m in metrics.items()}
     if kind == "profile":  # one profiler since issue 27: the spec's backend ('torch') went
         spec.pop("backend", None)
     if kind == "profile" and isinstance(metrics, dict) and metrics.get("tables"):

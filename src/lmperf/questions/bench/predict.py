@@ -239,8 +239,8 @@ def build_report(records: list[dict]):
             if phase in m:
                 row[f"{phase}_ideal_s"] = m[phase]["ideal_s"]
                 row[f"{phase}_typical_s"] = m[phase]["typical_s"]
-        step = m["step"]
-        row["bound"] = ("host" if step["host_s"] > step["device_s"] else "device")
+        host, device = m["step"]["host_s"], m["step"]["device_s"]  # None: migrated, unknown
+        row["bound"] = "-" if None in (host, device) else "host" if host > device else "device"
         rows.append(row)
     frame = pd.DataFrame(rows)
     predictions = [r["prediction"] for r in records]
