@@ -75,6 +75,16 @@ DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
     },
 }
 
+# THE shape a --model factory gets when no --size is given, in every command and on every
+# device (docs/concepts.md, "Your own model"): one small preset that runs in seconds on a CPU.
+MODEL_SIZE = "mini"
+
+
+def model_shape_note(model: str, shape: str, size: str = MODEL_SIZE) -> str:
+    """The one line every command prints for a --model run: what its factory was handed."""
+    return f"model {model}: its factory receives {size}'s shape ({shape})"
+
+
 # course edition -> command -> the CUDA defaults that edition's questions ask for.
 # 2025: benchmarking_script's table (small..2.7B x contexts 128..1024), nsys_profile on small,
 #       memory on small across contexts.
@@ -180,7 +190,7 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
                        "48 layers, 2.7B)", choices=_courses, strict=True, default="2026"),
     Option("--model", "your own model: a factory taking lmperf.model.ModelConfig and returning an "
                       "nn.Module mapping token ids (B, T) to logits (B, T, vocab); without --size "
-                      "it runs one shape", metavar="PKG.MOD:FACTORY"),
+                      f"it gets {MODEL_SIZE}'s shape, in every command", metavar="PKG.MOD:FACTORY"),
     Option("--context", "sequence length T", type=int, metavar="T"),
     Option("--batch", "batch size B", type=int, metavar="B", default=4),
     Option("--precision", "precision regime", metavar="REGIME", choices=_regimes),

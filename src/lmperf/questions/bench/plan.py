@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
+from lmperf.core.vocabulary import (
+    MODEL_SIZE, as_list, device_defaults, model_shape_note, resolve_threads,
+)
 from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import default_regimes, precision_warnings
@@ -54,14 +56,14 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
     `course` edition's sweep). Size names mean the shapes of the `course` edition. With `model`
-    and no `size`, one shape runs: the first default size. Raises SpecError, or ModelLoadError for a
+    and no `size`, the factory gets core.vocabulary.MODEL_SIZE's shape, as in every command. Raises SpecError, or ModelLoadError for a
     user model that cannot be built or returns the wrong shape.
     """
     dev_ = dev.resolve_device(device)
     defaults = device_defaults("bench", dev_.type, course)
     models = models_of(model)
     user = [m for m in models if m is not None]
-    sizes = as_list(size) or (defaults["size"][:1] if user else defaults["size"])
+    sizes = as_list(size) or ([MODEL_SIZE] if user else defaults["size"])
     # Default regimes too slow on this CPU (bf16 without native support) are left out, saying so.
     given = as_list(precision)
     precisions, left_out = (given, []) if given else default_regimes(defaults["precision"], dev_)
@@ -79,7 +81,7 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
     plan = Plan(specs=specs, device_name=dev.device_name(dev_), notes=left_out)
     for m in user:
         check_user_models([s for s in specs if s.model == m])
-        shapes = ", ".join(dict.fromkeys(f"{s.size} ({s.shape()})" for s in specs))
-        plan.notes.append(f"model {m}: its factory receives the shape of {shapes}")
+        for size_, shape in dict.fromkeys((s.size, s.shape()) for s in specs if s.model == m):
+            plan.notes.append(model_shape_note(m, shape, size_))
     plan.warnings += precision_warnings((s.precision for s in specs), dev_)
     return plan

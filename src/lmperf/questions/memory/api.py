@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.core.command import err, sweep_options
+from lmperf.core.vocabulary import model_shape_note
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
 from lmperf.model.presets import DEFAULT_COURSE
@@ -74,12 +75,15 @@ def memory(size: str | None = None, *, model: str | None = None,
         from lmperf.results.store import ensure_folder
 
         ensure_folder(plot_path(plots, CONTEXTS_PNG).parent)
+    # the shape the factory was handed, first among the findings (tables show presets' names)
+    said = [model_shape_note(model, plan.base.shape(), plan.base.size)] if model else []
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
         results: dict = {}
         records = estimate_records(plan, gib, results)
         for record in records if gpu is not None else ():
             record["metrics"]["gpu"] = card.name
         report = build_report(_save(records, out))
+        report.findings[:0] = said
         if plots is not None:
             from lmperf.questions.memory.plots import plot_timelines
 
@@ -89,6 +93,7 @@ def memory(size: str | None = None, *, model: str | None = None,
                     err(f"plot: {path}")
         return report
     report = build_report(run_sweep(plan.jobs, out, options))
+    report.findings[:0] = said
     if plots is not None:
         from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts, plot_path
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
+from lmperf.core.vocabulary import MODEL_SIZE, as_list, device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.questions.memory.spec import MemorySpec
 from lmperf.validate import non_negative_int, positive_int
@@ -52,7 +52,8 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
     """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
     the only ones).
 
-    Values left None take the device's defaults (core.vocabulary.DEFAULTS["memory"]). Raises
+    Values left None take the device's defaults (core.vocabulary.DEFAULTS["memory"]); with
+    `model` and no `size`, core.vocabulary.MODEL_SIZE's shape, as in every command. Raises
     SpecError, or ModelLoadError for a user model that cannot be built or has the wrong shape.
     """
     from lmperf.workload.build import check_user_models, resolve_optimizer
@@ -83,7 +84,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
             raise SpecError("--estimate simulates the step after the warm-up (AdamW state "
                             "allocated); --warmup 0 is measured, not simulated")
     base = RunSpec.from_size(
-        size or defaults["size"], course, context=contexts[-1],
+        size or (MODEL_SIZE if model else defaults["size"]), course, context=contexts[-1],
         model_context=model_context, batch=batch, precision=precisions[0],
         mode="train-step", attention=attention,
         optimizer=resolve_optimizer(optimizer, dev_),
