@@ -90,23 +90,21 @@ def mixed() -> list[dict]:
     ]
 
 
-# --- mean +- std ---------------------------------------------------------------------------------
+# --- the median first, the step's mean +- std beside it (issue 28) --------------------------------
 
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
-def test_mean_std_strings(fmt):
-    out = render([ok_record()], fmt)
-    for s in ("2.00 ± 1.00", "6.00 ± 2.00", "0.50 ± 0.00", "8.50 ± 3.00"):
-        assert s in out
-    for header in ("forward (ms)", "backward (ms)", "optimizer (ms)", "step (ms)"):
-        assert header in out
+def test_medians_are_the_headline_with_the_steps_mean_std_beside(fmt):
+    table, _, _ = display_frame([ok_record(step=[5.5, 8.0, 11.5])])
+    assert list(table.columns[table.columns.get_loc("forward (ms)"):][:5]) == [
+        "forward (ms)", "backward (ms)", "optimizer (ms)", "step (ms)", "step mean ± std"]
+    assert table["step (ms)"].iloc[0] == 8.0 and table["forward (ms)"].iloc[0] == 2.0  # medians
+    out = render([ok_record(step=[5.5, 8.0, 11.5])], fmt)
+    assert "8.33 ± 3.01" in out and "medians over 3 timed steps" in out
 
 
 def test_mean_std_rounded_to_two_decimals():
-    out = render([ok_record(fwd=[1.2345, 1.2355, 1.2365])], "text")
-    assert "1.24 ± 0.00" in out
-    cells = re.findall(r"-?\d+\.\d+ ± \d+\.\d+", out)
-    assert len(cells) == 4
-    assert all(re.fullmatch(r"\d+\.\d{2} ± \d+\.\d{2}", c) for c in cells)
+    out = render([ok_record(step=[1.2345, 1.2355, 1.2365])], "text")
+    assert re.findall(r"-?\d+\.\d+ ± \d+\.\d+", out) == ["1.24 ± 0.00"]
 
 
 def test_phase_columns_only_for_measured_phases():
@@ -118,7 +116,8 @@ def test_phase_columns_only_for_measured_phases():
 def test_other_numeric_cells():
     out = render([ok_record(tokens_per_s=12345.6, tflops=0.0421)], "text")
     assert "12,346" in out      # tokens/s, thousands separator, no decimals
-    assert "0.042" in out       # TFLOP/s, 3 decimals
+    assert "0.042" not in out   # TFLOP/s without a peak (CPU): in the CSV, not the screen
+    assert "0.042" in render([ok_record(tflops=0.0421, mfu=0.5)], "text")  # 3 decimals
     assert "1,234,567" in out   # params
 
 
@@ -126,7 +125,7 @@ def test_other_numeric_cells():
 
 def test_latex_uses_pm_and_escapes_underscores():
     out = render([ok_record(model=CUSTOM), ok_record(context=256)], "latex")
-    assert r"2.00 $\pm$ 1.00" in out
+    assert r"8.50 $\pm$ 3.00" in out
     assert "±" not in out
     assert r"pkg.my\_mod:make\_model" in out
     assert "my_mod" not in out and "make_model" not in out
@@ -172,7 +171,8 @@ def test_constant_axes_go_to_the_caption_and_varying_ones_become_columns():
         assert axis not in table.columns
         assert axis in caption
     assert "attention" not in caption
-    assert {"size", "params", "context", "precision"} <= set(table.columns)
+    assert {"context"} <= set(table.columns) and "precision" in caption
+    assert "tiny (d=64 L=2 H=4 ff=256), 1,234,567 parameters" in render(records, "text")
 
 
 def test_params_stay_integers_next_to_failed_rows():
@@ -193,12 +193,12 @@ def test_non_ok_rows_get_numbered_notes(fmt):
 def test_status_column_references_the_notes():
     table, _, notes = display_frame(mixed())
     assert list(table["status"]) == ["ok", "oom [1]", "ok", "error [2]"]
-    assert notes == [f"[1] oom: {OOM_MSG}", f"[2] error: {ERR_MSG}"]
+    assert notes[-2:] == [f"[1] oom: {OOM_MSG}", f"[2] error: {ERR_MSG}"]
 
 
 def test_no_notes_when_all_ok():
     table, _, notes = display_frame([ok_record(), ok_record(context=256)])
-    assert notes == []
+    assert not any(n.startswith("[") for n in notes)
     assert list(table["status"]) == ["ok", "ok"]
     assert "[1]" not in render([ok_record(), ok_record(context=256)], "text")
 
@@ -206,8 +206,8 @@ def test_no_notes_when_all_ok():
 def test_failed_rows_show_dashes():
     table, _, _ = display_frame(mixed())
     row = table.iloc[1]
-    assert row["forward (ms)"] == "-" and row["tokens/s"] == "-" and row["TFLOP/s"] == "-"
-    assert row["params"] == "-"
+    assert pd.isna(row["forward (ms)"]) and row["tokens/s"] == "-" and row["step mean ± std"] == "-"
+    assert "  -  " in render(mixed(), "text").splitlines()[3]
 
 
 
@@ -240,9 +240,9 @@ def test_formats():
 
 def test_memory_column_for_cpu_records():
     table, _, _ = display_frame([ok_record(), ok_record(context=256)])
-    assert "peak RSS MiB (CPU process)" in table.columns
-    assert "peak GPU MiB" not in table.columns
-    assert table["peak RSS MiB (CPU process)"].iloc[0] == "250"  # max over the phases
+    assert "peak RSS (CPU process)" in table.columns
+    assert "peak GPU" not in table.columns
+    assert table["peak RSS (CPU process)"].iloc[0] == "250 MiB"  # max over the phases
 
 
 def test_memory_column_for_cuda_records():
@@ -250,24 +250,24 @@ def test_memory_column_for_cuda_records():
     mem = cuda_memory(phases, allocated=(1000.0, 2345.4, 1800.0), reserved=(4096.0, 8192.0, 8192.0))
     records = [ok_record(device="cuda", memory=mem), ok_record(device="cuda", context=256, memory=mem)]
     table, _, _ = display_frame(records)
-    assert "peak GPU MiB" in table.columns
-    assert "peak RSS MiB (CPU process)" not in table.columns
-    assert table["peak GPU MiB"].iloc[0] == "2,345"  # allocated peak, not reserved
+    assert "peak GPU" in table.columns
+    assert "peak RSS (CPU process)" not in table.columns
+    assert table["peak GPU"].iloc[0] == "2.29 GiB"  # allocated peak (2,345.4 MiB), not reserved
     out = render(records, "text")
-    assert "peak GPU MiB" in out and "CPU process" not in out
+    assert "peak GPU" in out and "CPU process" not in out
 
 
 def test_memory_column_for_mixed_kinds():
     phases = ("forward", "backward", "optimizer")
     records = [ok_record(), ok_record(device="cuda", memory=cuda_memory(phases, (1.0,) * 3, (2.0,) * 3))]
     table, _, _ = display_frame(records)
-    assert "peak MiB" in table.columns
-    assert "peak GPU MiB" not in table.columns and "peak RSS MiB (CPU process)" not in table.columns
+    assert "peak memory" in table.columns
+    assert "peak GPU" not in table.columns and "peak RSS (CPU process)" not in table.columns
 
 
 def test_memory_title_ignores_failed_rows():
     table, _, _ = display_frame(mixed())
-    assert "peak RSS MiB (CPU process)" in table.columns
+    assert "peak RSS (CPU process)" in table.columns
 
 
 # --- MFU --------------------------------------------------------------------------------------------

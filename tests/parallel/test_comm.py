@@ -35,4 +35,4 @@ def test_comm_records_follow_the_formulas(tmp_path: Path, capsys: pytest.Capture
         assert m["busbw_gbps"] == pytest.approx(algbw * bus_factor(spec["collective"], 2))
         assert m["comparable"] == (spec["collective"] != "reduce_scatter")  # gloo's emulation
     text = capsys.readouterr().out
-    assert "busbw (GB/s) by size" in text and "reduce_scatter" in text
+    assert "busbw (GB/s) by message size" in text and "reduce_scatter" in text

@@ -5,12 +5,21 @@ measured item), `tables` (name -> DataFrame), `findings` (sentences computed fro
 and `records` (the JSON records written). `render(fmt)` turns it into text, Markdown, LaTeX, CSV
 or JSON; a question may pass a `display` function that lays the main table out for reading
 (e.g. "mean ± std" columns) at render time only.
+
+Human formats (text, Markdown, LaTeX) follow one style: headers read as words with their unit
+(`cpu_range_ms` -> "cpu range (ms)"), shares as percent, bytes in KiB / MiB / GiB (columns named
+`bytes`, `*_bytes`, `*_mib`, `*_gib`), no scientific notation; text also fits WIDTH columns
+(long cells wrapped, or cut where `Report.clip`), findings and notes wrapped as footnotes. A
+report's `brief` keeps text to a screen or two: per table the columns and rows shown there
+(None: that table only in the full formats). CSV and JSON keep the raw numbers.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -18,6 +27,8 @@ import pandas as pd
 
 FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv", "json")
 DIGITS = 4  # significant digits of floats in rendered tables
+WIDTH = 120  # columns of a text rendering (a terminal, a screen)
+FULL = "--format markdown or csv, or `lmperf report`"  # where the detail of a brief text is
 
 # (report) -> (main table laid out for reading, caption, notes); text, Markdown and LaTeX only.
 Display = Callable[["Report"], tuple[pd.DataFrame, str, list[str]]]
@@ -35,6 +46,9 @@ class Report:
         records: the JSON records behind it (as written to the results file).
         title: a heading for rendered output.
         display: optional layout of `frame` for reading (see `Display`).
+        brief: text only: table name -> (columns, rows) to show (None for either: all), or
+            None to leave the table to the full formats (Markdown, CSV, the write-up).
+        clip: text only: cut cells too wide for WIDTH with "…" instead of wrapping them.
     """
 
     kind: str
@@ -44,6 +58,8 @@ class Report:
     records: list[dict] = field(default_factory=list)
     title: str = ""
     display: Display | None = None
+    brief: dict[str, tuple[Sequence[str] | None, int | None] | None] = field(default_factory=dict)
+    clip: bool = False
 
     def table(self, name: str) -> pd.DataFrame:
         """One of `tables` by name; KeyError lists the names there are."""
@@ -67,8 +83,26 @@ class Report:
             else:
                 shown, caption, notes = self.frame, "", []
             sections.append((self.title, shown, caption, notes))
-        sections += [(name, df, "", []) for name, df in self.tables.items()]
-        return _render_sections(sections, self.findings, fmt)
+        hidden = []
+        for name, df in self.tables.items():
+            if fmt == "text" and name in self.brief:
+                if self.brief[name] is None:
+                    hidden.append(name)
+                    continue
+                columns, rows = self.brief[name]  # type: ignore[misc]
+                more = [c for c in df.columns if columns is not None and c not in columns]
+                shown = df[[c for c in (columns or df.columns) if c in df.columns]]
+                notes = ([f"{len(df) - rows} more rows"] if rows is not None and len(df) > rows
+                         else []) + ([f"{len(more)} more columns ({', '.join(map(header, more))})"]
+                                     if more else [])
+                sections.append((name, shown.head(rows) if rows is not None else shown, "",
+                                 ["; ".join(notes) + f": {FULL}"] if notes else []))
+            else:
+                sections.append((name, df, "", []))
+        findings = list(self.findings)
+        if hidden:
+            findings.append(f"{len(hidden)} more table(s) ({'; '.join(hidden)}): {FULL}.")
+        return _render_sections(sections, findings, fmt, self.clip)
 
     def __str__(self) -> str:
         return self.render("text")
@@ -85,14 +119,18 @@ def caption_axes(df: pd.DataFrame, axes: Sequence[tuple[str, str]]) -> tuple[lis
     return [a for a in axes if a not in constant], caption
 
 
-def mean_std_columns(out: pd.DataFrame, df: pd.DataFrame, phases: Sequence[str]) -> None:
-    """Add a "<phase> (ms)" column reading "mean ± std" to `out` for every phase whose
-    `<phase>_ms_mean` / `<phase>_ms_std` columns in `df` hold a value (text for reading only)."""
+def median_columns(out: pd.DataFrame, df: pd.DataFrame, phases: Sequence[str],
+                   spread: str = "step") -> None:
+    """Add to `out` the headline of a run: a "<phase> (ms)" column of medians (numbers) for every
+    phase whose `<phase>_ms_median` in `df` holds a value, then "<spread> mean ± std (ms)" beside
+    them (text for reading only)."""
     for phase in phases:
-        mean, std = df[f"{phase}_ms_mean"], df[f"{phase}_ms_std"]
-        if mean.notna().any():
-            out[f"{phase} (ms)"] = ["-" if m is None or m != m else f"{m:.2f} ± {s:.2f}"
-                                   for m, s in zip(mean, std)]
+        if df[f"{phase}_ms_median"].notna().any():
+            out[f"{phase} (ms)"] = df[f"{phase}_ms_median"].astype(float)
+    mean, std = df[f"{spread}_ms_mean"], df[f"{spread}_ms_std"]
+    if mean.notna().any():
+        out[f"{spread} mean ± std"] = ["-" if m is None or m != m else f"{m:.2f} ± {s:.2f}"
+                                      for m, s in zip(mean, std)]
 
 
 def numbered(labels: Sequence[str]) -> list[str]:
@@ -124,13 +162,75 @@ def _first(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def _fmt_float(value: float) -> str:
-    """DIGITS significant digits; large numbers in full with thousands separators (13,312 rather
-    than 1.331e+04), tiny ones in scientific notation."""
+    """DIGITS significant digits in plain notation; large numbers in full with thousands
+    separators (13,312 rather than 1.331e+04), tiny ones to 6 decimals (2.2e-05 -> 0.000022;
+    below that "0")."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return "-" if math.isnan(value) else str(value)
     if abs(value) >= 10**DIGITS:
         return f"{value:,.0f}"
-    return f"{value:.{DIGITS}g}"
+    if value == 0:
+        return "0"
+    decimals = min(6, max(0, DIGITS - 1 - math.floor(math.log10(abs(value)))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+BYTE_SCALE = {"bytes": 1, "mib": 2**20, "gib": 2**30}
+"""A column's unit suffix -> bytes per unit: such columns are shown in KiB / MiB / GiB."""
+
+
+def human_bytes(value: float) -> str:
+    """A byte count for reading: '512 B', '16 KiB', '338.7 MiB', '1.5 GiB' (powers of 1024)."""
+    if value != value:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{_fmt_float(float(value))} {unit}"
+        value /= 1024
+    raise AssertionError  # unreachable
+
+
+def _byte_scale(column: object) -> int | None:
+    if not isinstance(column, str) or " " in column:
+        return None
+    return BYTE_SCALE.get(column if column == "bytes" else column.rsplit("_", 1)[-1])
+
+
+_UNITS = {"ms": "ms", "s": "s", "us": "us", "gbps": "GB/s", "mb": "MB", "pct": "%",
+          "share": "%", "gflop/s": "GFLOP/s", "gb/s": "GB/s"}
+_STATS = {"mean", "std", "median", "iqr", "min", "max"}
+
+
+def header(column: object) -> str:
+    """A column's header for reading: a snake_case name as words with its unit in brackets
+    (`benchmarked_ms_mean` -> "benchmarked (ms, mean)", `gpu_busy_share` -> "gpu busy (%)",
+    `saved_bytes` -> "saved"); any other name as it is."""
+    if not isinstance(column, str) or not re.fullmatch(r"[a-z][a-z0-9_]*_[a-z0-9_]+", column):
+        return str(column)
+    words = re.sub(r"_per_s(?=_|$)", "/s", column).split("_")
+    if _byte_scale(column):
+        words = words[:-1]
+    if not is_share(column):
+        words = [w + "_" if w == "share" else w for w in words]  # a ratio of shares: a word
+    kept = [w for i, w in enumerate(words) if not i or (w not in _UNITS and w not in _STATS)]
+    extra = [_UNITS[w] for w in words[1:] if w in _UNITS] + [w for w in words[1:] if w in _STATS]
+    return " ".join(kept).replace("_", "") + (f" ({', '.join(dict.fromkeys(extra))})" if extra else "")
+
+
+_SCIENTIFIC = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?[eE][-+]?\d+(?![\w.])")
+
+
+def plain_numbers(text: str) -> str:
+    """`text` with every number in scientific notation written plainly (2.9e-06 -> 0.0000029,
+    1.3e+04 -> 13,000), two significant digits at least."""
+    def plain(match: re.Match) -> str:
+        value = float(match.group())
+        if value == 0 or abs(value) >= 1:
+            return _fmt_float(value)
+        digits = max(2, len(match.group().split("e")[0].replace("-", "").replace(".", "")))
+        return f"{value:.{digits - 1 - math.floor(math.log10(abs(value)))}f}"
+    return _SCIENTIFIC.sub(plain, text)
 
 
 def is_share(column: object) -> bool:
@@ -139,28 +239,89 @@ def is_share(column: object) -> bool:
     return isinstance(column, str) and (column == "share" or column.endswith("_share"))
 
 
-def readable(df: pd.DataFrame) -> pd.DataFrame:
-    """Floats to DIGITS significant digits (as strings) for text, Markdown and LaTeX; share
-    columns (`is_share`) as percent with one decimal ("12.3%"), as findings write them."""
+def readable(df: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
+    """The table as strings for text, Markdown and LaTeX: floats to DIGITS significant digits in
+    plain notation; share columns (`is_share`) as percent with one decimal ("12.3%"), as
+    findings write them; byte columns (`bytes`, `*_bytes`, `*_mib`, `*_gib`) in KiB / MiB / GiB;
+    headers as words with their units (`header`). `shares`: every float column is a share (a
+    table titled "share ...")."""
     out = df.copy()
     for col in out.columns:
-        if is_share(col) and pd.api.types.is_float_dtype(out[col]):
-            out[col] = ["-" if v != v else f"{100 * v:.1f}%" for v in out[col]]
+        numeric = pd.api.types.is_numeric_dtype(out[col]) and not pd.api.types.is_bool_dtype(out[col])
+        if (is_share(col) or shares and pd.api.types.is_float_dtype(out[col])) and numeric:
+            out[col] = ["-" if v != v else f"{100 * v:.1f}%" for v in out[col].astype(float)]
+        elif _byte_scale(col) and numeric:
+            out[col] = [human_bytes(float(v) * _byte_scale(col)) for v in out[col].astype(float)]
         elif pd.api.types.is_float_dtype(out[col]):
             out[col] = [_fmt_float(v) for v in out[col]]
-        elif out[col].dtype == object:
-            out[col] = [_fmt_float(v) if isinstance(v, float) else ("-" if v is None else v)
-                        for v in out[col]]
+        elif out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = [_fmt_float(v) if isinstance(v, float) else "-" if v is None
+                        else plain_numbers(v) if isinstance(v, str) else v for v in out[col]]
+    out.columns = [header(c) for c in out.columns]
     return out
 
 
+def _text_table(df: pd.DataFrame, shown: pd.DataFrame, clip: bool) -> tuple[str, list[str]]:
+    """(the table as text within WIDTH columns, notes): numbers right-aligned, text left; the
+    widest text columns wrapped (or cut, `clip`) to fit; columns that still do not fit are
+    left out and named in a note."""
+    cells = [[str(v) for v in shown[c]] for c in shown.columns]
+    heads = [str(c) for c in shown.columns]
+    right = [pd.api.types.is_numeric_dtype(df[c]) or all(
+        re.match(r"^[-+]?[\d.,]+(\s|%|x|$)", v) or v == "-" for v in col)
+        for c, col in zip(df.columns, cells)]
+    widths = [max([len(h)] + [len(v) for v in col]) for h, col in zip(heads, cells)]
+    notes: list[str] = []
+    excess = sum(widths) + 2 * (len(widths) - 1) - WIDTH
+    while excess > 0:
+        text = [i for i in range(len(widths)) if not right[i] and widths[i] > max(20, len(heads[i]))]
+        if not text:
+            break
+        i = max(text, key=lambda j: widths[j])
+        new = max(20, len(heads[i]), widths[i] - excess)
+        excess -= widths[i] - new
+        widths[i] = new
+    if excess > 0:  # nothing left to wrap: leave the last columns out, by name
+        keep = len(widths)
+        while keep > 1 and sum(widths[:keep]) + 2 * (keep - 1) > WIDTH:
+            keep -= 1
+        notes.append(f"{len(widths) - keep} more columns ({', '.join(heads[keep:])}): {FULL}")
+        cells, heads, right, widths = cells[:keep], heads[:keep], right[:keep], widths[:keep]
+    lines = ["  ".join(h.rjust(w) if r else h.ljust(w)
+                       for h, w, r in zip(heads, widths, right)).rstrip()]
+    for row in zip(*cells):
+        parts = []
+        for v, w in zip(row, widths):
+            if len(v) <= w:
+                parts.append([v])
+            elif clip:
+                parts.append([v[:w - 1] + "…"])
+            else:
+                parts.append(textwrap.wrap(v, w, break_on_hyphens=False) or [""])
+        for k in range(max(len(p) for p in parts)):
+            lines.append("  ".join(
+                (p[k] if k < len(p) else "").rjust(w) if r else (p[k] if k < len(p) else "").ljust(w)
+                for p, w, r in zip(parts, widths, right)).rstrip())
+    return "\n".join(lines), notes
+
+
+def wrap(line: str, first: str = "", rest: str = "") -> str:
+    """A note or finding wrapped to WIDTH columns (prefixes for its first and further lines)."""
+    return "\n".join(textwrap.wrap(line, WIDTH, initial_indent=first, subsequent_indent=rest,
+                                    break_on_hyphens=False, break_long_words=False)) or first
+
+
 def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
-                     findings: list[str], fmt: str) -> str:
+                     findings: list[str], fmt: str, clip: bool = False) -> str:
     parts = []
+    if fmt != "latex":
+        findings = [plain_numbers(f) for f in findings]
     for title, df, caption, notes in sections:
         if df.empty:
             continue
-        shown = readable(df)
+        shown = readable(df, shares=title.split(": ")[-1].startswith("share "))
+        if fmt != "latex":
+            caption, notes = plain_numbers(caption), [plain_numbers(n) for n in notes]
         if fmt == "markdown":
             body = shown.to_markdown(index=False)
             head = f"#### {title}\n\n" if title else ""
@@ -171,16 +332,19 @@ def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
                                    caption=(f"{title}. {caption}" if caption else title) or None)
             parts.append(latex.replace("±", r"$\pm$") + "".join(f"% {n}\n" for n in notes))
         else:
-            head = f"{title}\n" if title else ""
-            tail = "".join(f"{line}\n" for line in ([caption] if caption else []) + notes)
-            parts.append(f"{head}{shown.to_string(index=False)}\n{tail}")
+            head = f"{wrap(title)}\n" if title else ""
+            body, more = _text_table(df, shown, clip)
+            tail = "".join(f"{wrap(line, '', '  ')}\n"
+                           for line in ([caption] if caption else []) + notes + more)
+            parts.append(f"{head}{body}\n{tail}")
     if findings:
         if fmt == "latex":
             items = "".join(f"  \\item {_latex_escape(f)}\n" for f in findings)
             parts.append(f"\\begin{{itemize}}\n{items}\\end{{itemize}}\n")
+        elif fmt == "markdown":
+            parts.append("\n".join("- " + f for f in findings) + "\n")
         else:
-            bullet = "- " if fmt == "markdown" else "* "
-            parts.append("\n".join(bullet + f for f in findings) + "\n")
+            parts.append("\n".join(wrap(f, "* ", "  ") for f in findings) + "\n")
     return "\n".join(parts) if parts else "no records\n"
 
 

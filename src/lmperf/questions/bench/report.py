@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from lmperf.questions.bench.rounds import latest_view
-from lmperf.questions.bench.table import display_frame, records_frame
+from lmperf.questions.bench.table import PHASES, display_frame, records_frame
 from lmperf.core.report import Report
+
+COMPARED = ("precision", "attention", "compile")
+"""Sweep axes whose values bench holds against the first one (the question a sweep asks)."""
+KEY = ("model", "shape", "context", "batch", "mode", "precision", "attention", "compile",
+       "optimizer", "threads", "device", "course", "warmup")
 
 
 def _display(report: Report):
@@ -18,10 +25,18 @@ def build_report(records: list[dict]) -> Report:
     records = latest_view([r for r in records if r["kind"] == "bench"])
     findings = []
     ok = [r for r in records if r["status"] == "ok"]
+    frame = records_frame(records)
+    tables = {}
     if ok:
         steps = {r["metrics"]["step_ms"]["n"] for r in ok}
-        findings.append("times are mean ± std over " + "/".join(map(str, sorted(steps)))
-                        + " timed steps per run (raw samples in each record)")
+        findings.append("times are medians over " + "/".join(map(str, sorted(steps)))
+                        + " timed steps per run, the step's mean ± std beside them (raw samples "
+                        "in each record)")
+        for axis in COMPARED:
+            table, lines = ratios(frame, axis)
+            if not table.empty:
+                tables[f"{axis}: median time against {table['against'].iloc[0]}"] = table
+                findings += lines
         pooled = [r for r in ok if r.get("rounds")]
         if pooled:
             spreads = [r["metrics"]["step_ms"]["round_spread"] for r in pooled]
@@ -29,9 +44,43 @@ def build_report(records: list[dict]) -> Report:
                             f"rounds (times over all rounds' samples); the step median moved "
                             f"{min(spreads):.1%} to {max(spreads):.1%} between rounds")
     device = (ok or records or [{}])[0].get("env", {}).get("device_name", "")
-    return Report(kind="bench", frame=records_frame(records), findings=findings, records=records,
+    return Report(kind="bench", frame=frame, tables=tables, findings=findings, records=records,
                   title=f"lmperf bench on {device}" if device else "lmperf bench",
                   display=_display)
+
+
+def ratios(frame: pd.DataFrame, axis: str) -> tuple[pd.DataFrame, list[str]]:
+    """Each value of `axis` against its first value in the sweep, run for run (same model,
+    context, batch... otherwise): (table, findings). Table: one row per value and setting
+    (size, context, `axis`, against, then `<phase> (x <first>)`: median / median); findings:
+    one line per value, e.g. "bf16-mixed / fp32: 0.49x the step time (median)". Empty where
+    the sweep has one value, or no ok run of the first value to hold against."""
+    ok = frame[frame["status"] == "ok"]
+    values = list(dict.fromkeys(ok[axis]))
+    if len(values) < 2:
+        return pd.DataFrame(), []
+    first, key = values[0], [k for k in KEY if k != axis]
+    base = ok[ok[axis] == first].set_index(key)
+    rows = []
+    for _, run in ok[ok[axis] != first].iterrows():
+        at = tuple(run[k] for k in key)
+        if at not in base.index:
+            continue
+        ref = base.loc[[at]].iloc[0]
+        row = {"size": run["model"], "context": run["context"], axis: run[axis], "against": first}
+        for phase in PHASES:
+            row[f"{phase} (x {first})"] = run[f"{phase}_ms_median"] / ref[f"{phase}_ms_median"]
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table, []
+    lines = []
+    for value, group in table.groupby(axis, sort=False):
+        step = group[f"step (x {first})"]
+        how = (f"{step.iloc[0]:.2f}x" if len(step) == 1 else
+               f"{step.min():.2f}x to {step.max():.2f}x (over {len(step)} settings)")
+        lines.append(f"{value} / {first}: {how} the step time (median)")
+    return table, lines
 
 
 def summary_line(record: dict) -> str:

@@ -1,7 +1,7 @@
 """The benchmark table: a numeric DataFrame of bench records (CSV, analysis) and a display
-table (terminal, Markdown, LaTeX) laid out like the course's: size, shape, params, context,
-precision, then mean +- std per phase. Axes that hold one value across all rows move into the
-caption.
+table (terminal, Markdown, LaTeX) laid out like the course's: size, context, precision, then the
+median per phase with the step's mean +- std beside it. Axes that hold one value across all rows
+(the model and its shape among them) move into the notes under the table.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from lmperf.core.report import caption_axes, mean_std_columns, status_notes
+from lmperf.core.report import caption_axes, human_bytes, median_columns, status_notes
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
@@ -77,40 +77,45 @@ def _fmt(value: object, spec: str) -> str:
 
 
 def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
-    """(table of strings, caption, notes): the human-facing table.
+    """(table, caption, notes): the human-facing table, the median per phase first.
 
-    The caption names the axes that are the same in every row; notes list the message of every
-    row that is not ok, numbered as referenced from the status column.
+    The caption names the axes that are the same in every row; notes, one line each, name the
+    model when there is one, the FLOP convention and the clock, then the message of every row
+    that is not ok, numbered as referenced from the status column.
     """
     df = records_frame(records)
     if df.empty:
         return pd.DataFrame(), "no records", []
-    varying, caption = caption_axes(df, [(title, title) for _, title in AXES])
+    # params from the records, not the frame: a None beside ints would turn the column to floats
+    df["params"] = [_fmt(r.get("params"), ",") for r in records]
+    model, _ = caption_axes(df, [("model", "size"), ("shape", "shape"), ("params", "params")])
+    varying, caption = caption_axes(df, [("context", "context"), ("precision", "precision")]
+                                    + [(title, title) for _, title in AXES])
+    notes = []
+    if not model:  # one model: named once, under the table
+        notes.append(f"model: {df['model'].iloc[0]} ({df['shape'].iloc[0]}), "
+                     f"{df['params'].iloc[0]} parameters")
+    out = pd.DataFrame(index=df.index)
+    for col, title in model + varying:
+        out[title] = df[col]
+    out["status"], failed = status_notes(df["status"], df["message"])  # before the figures: kept
+    median_columns(out, df, PHASES)
     # TFLOP/s and MFU mean nothing without the FLOP convention (causal attention halved or not)
     conventions = sorted({(r.get("metrics") or {}).get("flops_convention") for r in records} - {None})
-    if conventions:
-        caption = "; ".join([c for c in [caption] if c] + [f"FLOPs: {c}" for c in conventions])
-    # params from the records, not the frame: a None beside ints would turn the column to floats
-    out = pd.DataFrame({"size": df["model"], "shape": df["shape"],
-                        "params": [_fmt(r.get("params"), ",") for r in records],
-                        "context": df["context"], "precision": df["precision"]})
-    for _, title in varying:
-        out[title] = df[title]
-    mean_std_columns(out, df, PHASES)
+    notes += [f"FLOPs: {c}" for c in conventions]
     if df["compile_s"].notna().any():
         out["compile (s)"] = [_fmt(v, ".1f") for v in df["compile_s"]]
     if df["step_ms_round_spread"].notna().any():
         out["round spread"] = [_fmt(v, ".1%") for v in df["step_ms_round_spread"]]
     out["tokens/s"] = [_fmt(v, ",.0f") for v in df["tokens_per_s"]]
-    out["TFLOP/s"] = [_fmt(v, ".3f") for v in df["tflops"]]
-    if df["mfu"].notna().any():
+    if df["mfu"].notna().any():  # a CPU has no peak: its TFLOP/s are in the CSV
+        out["TFLOP/s"] = [_fmt(v, ".3f") for v in df["tflops"]]
         out["MFU"] = [_fmt(v, ".1%") for v in df["mfu"]]
     kinds = set(df["memory_kind"].dropna())
-    mem_title = "peak GPU MiB" if kinds == {"cuda_allocator"} else (
-        "peak RSS MiB (CPU process)" if kinds == {"cpu_process_peak_rss"} else "peak MiB")
-    out[mem_title] = [_fmt(v, ",.0f") for v in df["peak_memory_mib"]]
-    out["status"], notes = status_notes(df["status"], df["message"])
+    mem_title = "peak GPU" if kinds == {"cuda_allocator"} else (
+        "peak RSS (CPU process)" if kinds == {"cpu_process_peak_rss"} else "peak memory")
+    out[mem_title] = [human_bytes(v * 2**20) if v is not None else "-" for v in df["peak_memory_mib"]]
     if any((r.get("metrics") or {}).get("timer_sync") == "step" for r in records):
-        caption += ("; step: one device sync per step (phases: its boundaries, no sync between); "
-                    "tokens/s, TFLOP/s and MFU from the step")
-    return out, caption, notes
+        notes.append("step: one device sync per step (phases: its boundaries, no sync between); "
+                     "tokens/s, TFLOP/s and MFU from the step's median")
+    return out, caption, notes + failed

@@ -11,7 +11,6 @@ from lmperf.core.report import Report
 from lmperf.questions.doctor.records import KIND, latest_rows, rows_of
 
 COLUMNS = ("check", "device", "status", "result", "why", "seconds")
-SHOWN = ("check", "result", "status", "why")
 
 
 def counts(frame: pd.DataFrame) -> dict[str, int]:
@@ -33,15 +32,12 @@ def build_report(records: list[dict]) -> Report:
              if records else "lmperf doctor")
     earlier = sum(len(rows_of(r)) for r in records) - len(rows)
     return Report(kind=KIND, frame=frame, findings=_findings(rows, frame, earlier),
-                  records=records, title=title, display=_display)
+                  records=records, title=title, display=_display, clip=True)
 
 
 def _findings(rows: list[dict], frame: pd.DataFrame, earlier: int) -> list[str]:
     n = counts(frame)
     text = f"{n['ok']} ok, {n['fail']} failed, {n['skip']} skipped"
-    cuda = [r for r in rows if r.get("device") == "cuda"]
-    if cuda and all(r.get("status") == "skip" for r in cuda):
-        text += f" (every CUDA check: {cuda[0].get('why')})"
     failed = [r["check"] for r in rows if r.get("status") == "fail"]
     if failed:
         text += f"; {len(failed)} check(s) failed: {', '.join(failed)}"
@@ -53,13 +49,30 @@ def _findings(rows: list[dict], frame: pd.DataFrame, earlier: int) -> list[str]:
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
-    """The table for reading: check, result, status, why (the seconds stay in the record)."""
-    cols = list(SHOWN)
-    shown = report.frame[cols].copy()
-    for col in cols:  # equal widths: the renderer right-aligns, so pad to read left-aligned
-        text = shown[col].fillna("").astype(str)
-        width = max(len(col), int(text.str.len().max() or 0))
-        shown[col] = text.str.ljust(width)
-    shown.columns = [c.ljust(len(shown[c].iloc[0]) if len(shown) else len(c)) for c in cols]
-    total = float(report.frame["seconds"].fillna(0).sum()) if len(report.frame) else 0.0
-    return shown, f"{len(shown)} checks, {total:.1f} s of checking", []
+    """The table for reading: check, status, result, one row per check that ran; the checks
+    skipped for one reason are one row ("23 CUDA checks skipped"), the reason in a note. A
+    failed check's criterion (why) is a note; an ok one's stays in the record, as do the
+    seconds. Text cuts long results (`Report.clip`); Markdown and the records keep them."""
+    frame = report.frame
+    skipped = frame[frame["status"] == "skip"]
+    reasons = list(dict.fromkeys(skipped["why"]))
+    rows, notes = [], []
+    for _, row in frame.iterrows():
+        if row["status"] == "skip" and row["why"] in reasons:
+            group = skipped[skipped["why"] == row["why"]]
+            if row["check"] != group["check"].iloc[0]:
+                continue  # one row per reason, where its first check stands
+            notes.append(f"[{len(notes) + 1}] skipped: {row['why']}")
+            scope = {"cuda": "CUDA ", "cpu": "CPU "}.get(str(row["device"]), "")
+            name = row["check"] if len(group) == 1 else f"{len(group)} {scope}checks"
+            rows.append((name, f"skip [{len(notes)}]", "-" if len(group) == 1 else
+                         ", ".join(group["check"])))
+        elif row["status"] == "fail":
+            notes.append(f"[{len(notes) + 1}] {row['check']} failed; it checks: {row['why']}")
+            rows.append((row["check"], f"FAIL [{len(notes)}]", row["result"]))
+        else:
+            rows.append((row["check"], row["status"], row["result"]))
+    total = float(frame["seconds"].fillna(0).sum()) if len(frame) else 0.0
+    notes.append(f"{len(frame)} checks, {total:.1f} s of checking; each check's criterion and "
+                 "full result: --format markdown or --json")
+    return pd.DataFrame(rows, columns=["check", "status", "result"]), "", notes

@@ -169,9 +169,12 @@ def build_report(records: list[dict]) -> Report:
     tables, findings = sections(records)
     device = next((r.get("env", {}).get("device_name") for r in records
                    if r.get("env", {}).get("device_name")), "")
+    # Text keeps a screen or two: one block's largest saved tensors at the longest context
+    # only (the same block's table at every context is in the full formats).
+    blocks = [name for name in tables if "one block (" in name]
     return Report(kind=KIND, frame=records_frame(records), tables=tables, findings=findings,
                   records=records, title=f"lmperf memory on {device}" if device else "lmperf memory",
-                  display=_display)
+                  display=_display, brief={name: None for name in blocks[:-1]})
 
 
 def summary_line(record: dict) -> str:

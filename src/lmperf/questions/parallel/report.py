@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from lmperf.core.report import Report, caption_axes, status_notes
+from lmperf.core.report import Report, caption_axes, human_bytes, status_notes
 from lmperf.measure.stats import NOISY_IQR_RATIO, VERY_NOISY_IQR_RATIO
 from lmperf.questions.parallel.predict import prediction_table
 
@@ -90,14 +90,16 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def busbw_table(comm: pd.DataFrame) -> pd.DataFrame:
-    """Bus bandwidth (GB/s) by message size (rows) and collective x world size (columns)."""
+def busbw_table(comm: pd.DataFrame, values: str = "busbw_gbps") -> pd.DataFrame:
+    """`values` (bus bandwidth in GB/s by default) by collective and world size (rows) and
+    message size (columns, named in KiB / MiB: a screen wide for any sweep of sizes)."""
     ok = comm[comm["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame()
-    wide = ok.pivot_table(index="bytes", columns=["collective", "world_size"], values="busbw_gbps")
-    wide.columns = [f"{c} n={n}" for c, n in wide.columns]
-    return wide.reset_index().rename(columns={"bytes": "bytes"})
+    wide = ok.pivot_table(index=["collective", "world_size"], columns="bytes", values=values,
+                          sort=False)
+    wide.columns = [human_bytes(float(b)) for b in wide.columns]
+    return wide.reset_index().rename(columns={"world_size": "n"})
 
 
 def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
@@ -123,12 +125,20 @@ def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
+    """Strategies: `_display_train`. Collectives: the median time (ms) by collective, world
+    size and message size, one row per collective (each item's spread, algbw and failures:
+    CSV and the records); the failed items as notes."""
     df = report.frame
     if "strategy" in df.columns:
         return _display_train(df)
-    status, notes = status_notes(df["status"], df["message"])
-    shown = df.drop(columns=["message", "status"]).assign(status=status)
-    return shown, "time: median over iterations of the slowest rank; GB = 1e9 bytes", notes
+    axes, caption = caption_axes(df, [("dtype", "dtype"), ("backend", "backend")])
+    failed = df[df["status"] != "ok"]
+    _, notes = status_notes(failed["status"], [
+        f"{r.collective} n={r.world_size} {human_bytes(float(r.bytes))}: {r.message}"
+        for r in failed.itertuples()])
+    notes.append("time: median over iterations of the slowest rank; GB = 1e9 bytes"
+                 + (f"; {caption}" if caption else ""))
+    return busbw_table(df, "time_ms"), "", notes
 
 
 def _train_findings(df: pd.DataFrame) -> list[str]:
@@ -172,11 +182,11 @@ def _comm_findings(df: pd.DataFrame) -> list[str]:
     for (collective, n), group in ok.groupby(["collective", "world_size"]):
         best = group.loc[group["busbw_gbps"].idxmax()]
         out.append(f"{collective} n={n}: busbw peaks at {best['busbw_gbps']:.3g} GB/s "
-                   f"({int(best['bytes'])} bytes, {best['time_ms']:.3g} ms)")
+                   f"({human_bytes(best['bytes'])}, {best['time_ms']:.3g} ms)")
     if not ok.empty:
         worst = ok.loc[(ok["spread_ms"] / ok["time_ms"]).idxmax()]
         out.append(f"largest straggler spread: {worst['collective']} n={worst['world_size']} at "
-                   f"{int(worst['bytes'])} bytes, slowest - fastest rank {worst['spread_ms']:.3g} ms "
+                   f"{human_bytes(worst['bytes'])}, slowest - fastest rank {worst['spread_ms']:.3g} ms "
                    f"of {worst['time_ms']:.3g} ms")
     return out
 
@@ -194,7 +204,7 @@ def _noise_findings(df: pd.DataFrame) -> list[str]:
            "few --iters)" if noisy.max() > VERY_NOISY_IQR_RATIO else "the machine was noisy")
     return [f"{len(noisy)} of {len(ok)} collective timings have an IQR/median above "
             f"{NOISY_IQR_RATIO:.0%} (worst {noisy.max():.0%}: {w['collective']} n={w['world_size']} "
-            f"at {int(w['bytes'])} bytes, IQR {w['time_iqr_ms']:.3g} ms of median "
+            f"at {human_bytes(w['bytes'])}, IQR {w['time_iqr_ms']:.3g} ms of median "
             f"{w['time_ms']:.3g} ms): {how}"]
 
 
@@ -223,7 +233,7 @@ def build_report(records: list[dict]) -> Report:
     if not train.empty and not comm.empty:
         tables["comm"] = comm.drop(columns=["message"]) if (comm["message"] == "").all() else comm
     if not comm.empty:
-        tables["busbw (GB/s) by size"] = busbw_table(comm)
+        tables["busbw (GB/s) by message size"] = busbw_table(comm)
     if steps:
         tables["leaderboard step"] = leaderboard.build_report(steps).frame
     predicted = prediction_table(records)
@@ -249,7 +259,7 @@ def summary_line(record: dict) -> str:
         return f"{record['status']}: {record.get('message', '')}"
     m = record["metrics"]
     if s.get("what") == "comm":
-        return (f"{s['collective']} {m['bytes']} B n={s['world_size']}: {m['time_ms']['median']:.3f} ms, "
+        return (f"{s['collective']} {human_bytes(m['bytes'])} n={s['world_size']}: {m['time_ms']['median']:.3f} ms, "
                 f"algbw {m['algbw_gbps']:.3g} GB/s, busbw {m['busbw_gbps']:.3g} GB/s")
     comm = m.get("comm") or {}
     same = "matches single" if m["correctness"]["equal"] else "DIFFERS from single"

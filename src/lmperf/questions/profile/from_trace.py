@@ -143,22 +143,35 @@ def step_table(trace: Trace) -> pd.DataFrame:
     return out
 
 
+NESTED = {"loss": "forward"}
+"""A phase inside another (the loss is computed in the forward range): its row is labelled
+"loss (in forward)" and left out of the phases that add up to the step."""
+
+
+def phase_label(phase: str) -> str:
+    """A phase's row label: 'loss (in forward)' for a nested phase, else the phase."""
+    return f"{phase} (in {NESTED[phase]})" if phase in NESTED else phase
+
+
 def phase_times(trace: Trace, phases: list[str]) -> pd.DataFrame:
     """Per phase (and the whole step), means over the steps in ms: cpu_range_ms (the host
     ranges named after the phase; NaN where the trace has none), cpu_ops_ms (self time of the
     operators in the phase, every thread), and on a GPU trace gpu_span_ms, gpu_busy_ms,
-    gpu_kernel_ms and gpu_busy_share (of the step's busy time)."""
+    gpu_kernel_ms and gpu_busy_share (of the step's busy time). The top-level phases partition
+    the step (forward includes the loss); a nested phase's row says so (`phase_label`) and is
+    counted once, in its parent."""
     n = trace.n_steps
     walls = views.phase_wall_times(trace)
     rows = []
     for phase in phases + [STEP]:
         w = walls[walls["phase"] == phase]["ms"]
-        rows.append({"phase": phase, "cpu_range_ms": w.sum() / n if len(w) else np.nan,
+        rows.append({"phase": phase_label(phase), "cpu_range_ms": w.sum() / n if len(w) else np.nan,
                      "cpu_ops_ms": views.phase_total_ms(trace, phase, kind="ops") / n})
     out = pd.DataFrame(rows, columns=["phase", "cpu_range_ms", "cpu_ops_ms"])
     if trace.device_type == "cuda":
         dev = views.device_phase_times(trace)
         sums = dev.groupby("phase")[["span_ms", "busy_ms", "kernel_ms"]].sum() / n
+        sums.index = [phase_label(p) for p in sums.index]
         for col in ("span_ms", "busy_ms", "kernel_ms"):
             out[f"gpu_{col}"] = out["phase"].map(sums[col]).astype(float)
         out["gpu_busy_share"] = out["gpu_busy_ms"] / sums["busy_ms"].get(STEP, np.nan)
@@ -180,6 +193,13 @@ def _findings(trace: Trace, per_step: pd.DataFrame, tables: dict[str, pd.DataFra
               phases: list[str], gpu: bool) -> list[str]:
     """Sentences over the measured numbers of this trace."""
     out = []
+    table = tables[PHASE_TABLE].set_index("phase")["cpu_range_ms"]
+    top = table[[p for p in phases if p not in NESTED and p in table.index]]
+    if top.notna().any() and table.get(STEP, np.nan) > 0:
+        nested = ", ".join(f"{p} inside {NESTED[p]}" for p in phases if p in NESTED)
+        out.append(f"The phases' host ranges ({', '.join(top.index)}) add up to {top.sum():.1f} "
+                   f"ms of the step's {table[STEP]:.1f} ms ({top.sum() / table[STEP]:.1%})"
+                   + (f"; {nested}, counted once" if nested else "") + ".")
     if gpu and per_step["gpu_busy_ms"].notna().any():
         busy, span = per_step["gpu_busy_ms"].mean(), per_step["gpu_span_ms"].mean()
         out.append(f"Per step the GPU is busy {busy:.2f} ms of a {span:.2f} ms device span "

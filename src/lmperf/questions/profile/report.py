@@ -11,7 +11,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from lmperf.core.report import Report, caption_axes, mean_std_columns, numbered, status_notes
+from lmperf.core.report import Report, caption_axes, median_columns, numbered, status_notes
 from lmperf.errors import LmperfError
 from lmperf.results.schema import to_jsonable
 
@@ -25,6 +25,21 @@ CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("warmup", "warmup"), ("steps", "steps"), ("optimizer", "optimizer"), ("threads", "threads"),
     ("device", "device"))
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
+BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
+    # (title starts with, columns shown in text (None: all), rows): a screen or two by default
+    (PHASE_TIMES, ("phase", "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean",
+                   "trace_range_ms_mean", "overhead_pct"), None),
+    ("top operators", ("name", "category", "calls_per_step", "ms_per_step", "avg_us", "share"), 5),
+    ("attention:", ("range", "calls_per_step", "ms_per_step", "share", "flops_per_step_analytic",
+                    "flop_share_analytic"), None),
+    ("roofline per phase", ("phase", "measured_ms", "ideal_ms", "compute_ms", "memory_ms",
+                            "measured_over_ideal", "overhead_bound_ms"), None),
+    ("roofline per operator", ("phase", "op", "calls", "measured_ms", "ideal_ms",
+                               "measured_over_ideal", "bound"), 10),
+)
+"""What `lmperf profile` prints of each table by default (text); SIDE_BY_SIDE only in the full
+formats. The roofline's operators are ordered by measured time, so its first rows are the ops
+that matter, each with its bound (compute-, memory- or overhead-bound)."""
 
 
 def record_fields(result) -> dict:
@@ -58,16 +73,27 @@ def build_report(records: list[dict]) -> Report:
         prefix = f"{label}: " if several else ""
         for title, rows in (metrics.get("tables") or {}).items():
             tables[prefix + title] = stored_table(title, rows)
+            if title.startswith("roofline per operator") and "measured_ms" in tables[prefix + title]:
+                tables[prefix + title] = tables[prefix + title].sort_values(
+                    "measured_ms", ascending=False, kind="stable").reset_index(drop=True)
         findings += [prefix + note for note in metrics.get("notes") or []]
     ok = [r for r in records if r["status"] == "ok"]
     device = (ok or records or [{}])[0].get("env", {}).get("device_name", "")
     frame = pd.DataFrame([_row(r) for r in records])
     if not frame.empty:  # a failed row has no params: keep the column integer, not float
         frame["params"] = frame["params"].astype("Int64")
+    brief: dict = {}
+    for name in tables:
+        title = name.split(": ", 1)[1] if several and ": " in name else name
+        if title == SIDE_BY_SIDE:
+            brief[name] = None
+        for start, columns, rows in BRIEF:
+            if title.startswith(start):
+                brief[name] = (columns, rows)
     return Report(kind=KIND, frame=frame, tables=tables,
                   findings=findings, records=records,
                   title=f"lmperf profile on {device}" if device else "lmperf profile",
-                  display=_display)
+                  display=_display, brief=brief)
 
 
 def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:
@@ -107,10 +133,10 @@ def overhead_within_noise(benchmarked: list[float], profiled: list[float]) -> bo
     return abs(statistics.fmean(profiled) - statistics.fmean(benchmarked)) <= 2 * se
 
 
-def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float]]:
-    """phase -> (benchmarked mean, benchmarked std, profiled mean) in ms per step: from the
-    raw samples, or (records without them, written before schema 2) from the stored
-    phase-times table."""
+def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float, float]]:
+    """phase -> (benchmarked mean, benchmarked std, profiled mean, benchmarked median) in ms
+    per step: from the raw samples, or (records without them, written before schema 2) from
+    the stored phase-times table (no median there: NaN)."""
     samples = metrics.get("samples_ms") or {}
     out = {}
     if samples:
@@ -118,14 +144,15 @@ def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float]]:
             prof = (samples.get("profiled") or {}).get(phase) or []
             out[phase] = (statistics.fmean(xs) if xs else math.nan,
                           statistics.stdev(xs) if len(xs) > 1 else 0.0,
-                          statistics.fmean(prof) if prof else math.nan)
+                          statistics.fmean(prof) if prof else math.nan,
+                          statistics.median(xs) if xs else math.nan)
         return out
     rows = (metrics.get("tables") or {}).get(PHASE_TIMES)
     if rows:
         df = stored_table(PHASE_TIMES, rows)
         for r in df.to_dict(orient="records"):
             out[r["phase"]] = tuple(float(r.get(c, math.nan)) for c in (
-                "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean"))
+                "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean")) + (math.nan,)
     return out
 
 
@@ -145,8 +172,9 @@ def _row(record: dict) -> dict:
     }
     stats = _phase_stats(metrics)
     for phase in PHASES:
-        mean, std, profiled = stats.get(phase, (math.nan,) * 3)
+        mean, std, profiled, median = stats.get(phase, (math.nan,) * 4)
         row[f"{phase}_ms_mean"], row[f"{phase}_ms_std"] = mean, std
+        row[f"{phase}_ms_median"] = median
         row[f"{phase}_profiled_ms_mean"] = profiled
         samples = metrics.get("samples_ms") or {}
         row[f"{phase}_overhead_noise"] = overhead_within_noise(
@@ -162,17 +190,19 @@ def _row(record: dict) -> dict:
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
-    """The frame for reading: the run, 'mean ± std' per phase, profiler overhead, status."""
+    """The frame for reading: the run, status, the median per phase with the step's mean ± std
+    beside it, profiler overhead (means: a difference of means, judged against the noise)."""
     df = report.frame
-    varying, caption = caption_axes(df, CAPTION_FIELDS)
-    out = pd.DataFrame({"size": df["model"], "context": df["context"], "batch": df["batch"],
-                        "precision": df["precision"], "mode": df["mode"],
-                        "attention": df["attention"]})
+    run = [("model", "size"), ("context", "context"), ("batch", "batch"),
+           ("precision", "precision"), ("mode", "mode"), ("attention", "attention")]
     if any((r.get("spec") or {}).get("model") for r in report.records):
-        out.insert(1, "shape", df["shape"])  # a user's model: the shape its factory received
+        run.insert(1, ("shape", "shape"))  # a user's model: the shape its factory received
+    varying, caption = caption_axes(df, run[:1] + run[1:] + list(CAPTION_FIELDS))
+    out = pd.DataFrame(index=df.index)
     for col, title in varying:
         out[title] = df[col]
-    mean_std_columns(out, df, PHASES)
+    out["status"], notes = status_notes(df["status"], df["message"])
+    median_columns(out, df, PHASES)
     if df["step_profiled_ms_mean"].notna().any():
         # Percent at render only; "(noise)" where the difference is within the run's spread.
         out["profiler overhead"] = [
@@ -180,7 +210,6 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
             f"{p / b - 1:+.1%}" + (" (noise)" if noise is True else "")
             for p, b, noise in zip(df["step_profiled_ms_mean"], df["step_ms_mean"],
                                    df["step_overhead_noise"])]
-    out["status"], notes = status_notes(df["status"], df["message"])
     return out, caption, notes
 
 
