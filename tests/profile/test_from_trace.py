@@ -32,7 +32,7 @@ def test_cli_prints_per_step_gpu_time_and_top_kernels_per_phase(cli_real):
     assert "Traceback" not in out + cli_real["stderr"]
     assert out.startswith("lmperf profile --from-trace v100_ddp_sgd_5steps.json.gz "
                           "(recorded on Tesla V100-SXM2-32GB)")
-    assert "gpu_busy_ms" in out.splitlines()[1] and "gpu_span_ms" in out.splitlines()[1]
+    assert "gpu busy (ms)" in out.splitlines()[1] and "gpu span (ms)" in out.splitlines()[1]
     for phase in ("forward", "backward", "optimizer", "step"):
         assert f"top kernels: {phase}\n" in out and f"top operators (self time): {phase}\n" in out
     assert PHASE_TABLE in out and "share of each phase by category" in out
@@ -77,9 +77,26 @@ def test_cpu_only_trace_says_so_and_prints_operator_tables():
     assert list(report.frame.columns) == ["step", "profiler_step", "cpu_ms"]
     assert len(report.frame) == STEPS and report.frame["cpu_ms"].gt(0).all()
     phases = report.tables[PHASE_TABLE]
-    assert phases["phase"].tolist() == ["forward", "loss", "backward", "optimizer", "step"]
+    assert phases["phase"].tolist() == ["forward", "loss (in forward)", "backward", "optimizer", "step"]
     assert "gpu_busy_ms" not in phases.columns
     assert report.tables["top operators (self time): optimizer"]["name"].iloc[0] == "aten::_fused_adamw_"
+
+
+LMPERF_TRACE = REAL_CUDA.parent / "lmperf_tiny_cpu_2steps.json.gz"
+
+
+def test_phases_of_lmperfs_own_trace_add_up_to_the_step():
+    """`lmperf profile --size tiny` wrote this trace (tests/profile/data/README.md): its loss
+    range lies inside forward, so the phases partition the step only with the loss counted once
+    (it used to be listed beside forward: phases summed to 108% of the step)."""
+    report = analyse_trace(LMPERF_TRACE)
+    phases = report.tables[PHASE_TABLE].set_index("phase")
+    assert "loss (in forward)" in phases.index  # shown, as a part of forward
+    top = phases.drop(index=["step"] + [p for p in phases.index if "(in " in p])
+    assert list(top.index) == ["forward", "backward", "optimizer"]
+    for col in ("cpu_range_ms", "cpu_ops_ms"):
+        assert top[col].sum() == pytest.approx(phases.loc["step", col], rel=0.02)
+    assert any("add up to" in f and "loss inside forward, counted once" in f for f in report.findings)
 
 
 def _write(tmp_path, events, name="t.json"):
