@@ -52,12 +52,6 @@ def test_each_mode_measures_its_phases(mode, phases):
     assert m["mfu"] is None and m["peak_tflops"] is None  # no known peak for a CPU
     assert m["memory"]["kind"] == "cpu_process_peak_rss"
     assert set(m["memory"]["phases"]) == set(phases)
-    faults = m["cpu_time"]["minor_faults"]  # per phase and step, the CPU clock's threads
-    for phase in ("forward", "backward", "optimizer"):
-        assert (faults[f"{phase}"] is None) == (phase not in phases)
-    assert len(faults["step"]["samples"]) == 3
-    assert all(s >= sum(faults[p]["samples"][i] for p in phases)
-               for i, s in enumerate(faults["step"]["samples"]))
     assert rec["params"] == 1_411_392
     assert rec["spec"] == spec.to_dict()
     assert rec["env"]["device"] == "cpu" and rec["env"]["torch"] == torch.__version__

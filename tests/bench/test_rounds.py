@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import pytest
 
@@ -31,18 +30,3 @@ def test_cpu_times_are_pooled_by_round_like_wall_times():
     assert cpu["round_spread"] == pytest.approx(0.05 / 9.3)
     assert pooled["metrics"]["cpu_time"]["backward_ms"] is None
     assert pooled["metrics"]["tokens_per_s"] == pytest.approx(64 / (wall["median"] / 1e3))
-
-
-def test_page_faults_are_pooled_by_round_too():
-    rounds = [_round(0, [10.0, 12.0], [9.0, 9.5]), _round(1, [30.0, 31.0], [9.2, 9.4])]
-    for r, counts in zip(rounds, ([0, 0], [5000, 0])):
-        r["metrics"]["cpu_time"]["minor_faults"] = {
-            "forward": summarize(counts), "step": summarize(counts), "backward": None,
-            "optimizer": None}
-    (pooled,) = pool_rounds(rounds)
-    faults = pooled["metrics"]["cpu_time"]["minor_faults"]
-    assert faults["step"]["samples"] == [0, 0, 5000, 0]
-    assert faults["step"]["sample_round"] == [0, 0, 1, 1]
-    assert faults["step"]["round_medians"] == [0, 2500] and faults["step"]["median"] == 0
-    assert math.isnan(faults["step"]["round_spread"])  # no median to hold the spread against
-    assert faults["backward"] is None

@@ -146,17 +146,3 @@ def test_all_noisy_below_significant_says_noisy():
     msg = spread_warning({"forward": spread(0.15), "step": spread(0.20)})
     assert "forward 15%" in msg and "step 20%" in msg
     assert "noisy" in msg and "significant" not in msg
-
-
-def test_cpu_time_carries_fault_counts_only_where_they_were_read():
-    import json
-
-    from lmperf.measure.stats import cpu_time
-
-    samples = {"forward": [1.0, 2.0], "step": [1.5, 2.5]}
-    unread = cpu_time("thread_time", "the thread", samples, {"forward": [], "step": []})
-    assert "minor_faults" not in unread and unread["forward_ms"]["median"] == 1.5
-    read = cpu_time("thread_time", "the thread", samples, {"forward": [0, 10], "step": [0, 12]})
-    assert read["minor_faults"]["forward"]["samples"] == [0, 10]
-    assert read["minor_faults"]["backward"] is None
-    json.dumps(read)  # a record's metrics: JSON as they are

@@ -125,36 +125,3 @@ def test_where_a_cuda_step_synchronises(fake_cuda, sync, expected):
     assert clock.total_ms == 8.0
     assert fake_cuda.timeline == expected  # reading twice waits once
     assert clock.cpu_laps == {} and clock.cpu_total_ms is None
-
-
-def test_fresh_memory_written_in_a_phase_is_counted_as_its_page_faults(one_thread):
-    # 64 MiB is above glibc's largest mmap threshold: mapped fresh, one minor fault per 4 KiB
-    # page when first written (the pages of a phase that touches nothing new are not counted)
-    clock = clocks.PhaseClock(CPU)
-    clock.start()
-    x = torch.ones(2**24)  # 64 MiB of fp32, written
-    clock.lap("writes")
-    y = x.sum()
-    clock.lap("reads")
-    pages = 2**26 // 4096
-    faults = clock.fault_laps
-    assert list(faults) == ["writes", "reads"] and y.item() == 2**24
-    assert pages <= faults["writes"] < 2 * pages and faults["reads"] < pages // 100
-    assert clock.faults_total == faults["writes"] + faults["reads"]
-    clock.start()
-    assert clock.fault_laps == {} and clock.faults_total == 0
-
-
-def test_no_fault_counts_where_getrusage_cannot_give_the_threads(one_thread, monkeypatch):
-    import types
-
-    # macOS: getrusage has no RUSAGE_THREAD, so one thread's faults cannot be read apart
-    monkeypatch.setattr(clocks, "resource", types.SimpleNamespace(RUSAGE_SELF=0))
-    assert clocks._minor_faults("thread_time") is None
-    clock = clocks.PhaseClock(CPU)
-    clock.start()
-    clock.lap("forward")
-    assert clock.fault_laps == {} and clock.faults_total is None
-    assert clock.cpu_laps["forward"] >= 0  # the CPU clock still runs
-    monkeypatch.setattr(clocks, "resource", None)  # Windows: no resource module
-    assert clocks._minor_faults("process_time") is None

@@ -64,17 +64,11 @@ def phase_summaries(samples: dict[str, list[float]]) -> dict[str, dict | None]:
             for name in PHASE_NAMES}
 
 
-def cpu_time(kind: str | None, covers: str | None, samples: dict[str, list[float]],
-             faults: dict[str, list[int]] | None = None) -> dict | None:
+def cpu_time(kind: str | None, covers: str | None, samples: dict[str, list[float]]
+             ) -> dict | None:
     """The CPU-time figures of a run beside its wall times: which clock (`kind`), what it
-    covers, and `phase_summaries` of the CPU milliseconds (raw samples kept); with `faults`
-    (phase -> minor page faults per step, the same threads'), `minor_faults`: phase ->
-    `summarize()` of the counts (each a 4 KiB page mapped in on first touch). None where no CPU
+    covers, and `phase_summaries` of the CPU milliseconds (raw samples kept). None where no CPU
     clock ran (on CUDA the host's CPU time is not the work's)."""
     if kind is None:
         return None
-    out = {"clock": kind, "covers": covers, **phase_summaries(samples)}
-    if faults and any(faults.values()):
-        out["minor_faults"] = {name: summarize(faults[name]) if faults.get(name) else None
-                               for name in PHASE_NAMES}
-    return out
+    return {"clock": kind, "covers": covers, **phase_summaries(samples)}

@@ -78,21 +78,16 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     phases = PHASES[spec.mode]
     samples: dict[str, list[float]] = {p: [] for p in (*phases, "step")}
     cpu: dict[str, list[float]] = {p: [] for p in (*phases, "step")}  # CPU devices only
-    faults: dict[str, list[int]] = {p: [] for p in (*phases, "step")}  # where getrusage says
     for _ in range(spec.steps):
         step(state, clock)
-        laps, cpu_laps, fault_laps = clock.laps, clock.cpu_laps, clock.fault_laps
+        laps, cpu_laps = clock.laps, clock.cpu_laps
         for p in phases:
             samples[p].append(laps[p])
             if clock.cpu_kind:
                 cpu[p].append(cpu_laps[p])
-            if fault_laps:
-                faults[p].append(fault_laps[p])
         samples["step"].append(clock.total_ms)
         if clock.cpu_kind:
             cpu["step"].append(clock.cpu_total_ms)
-        if fault_laps:
-            faults["step"].append(clock.faults_total)
         # if the job is killed (--timeout), its row still says how far it got and what it timed
         beat(stage="timed steps", steps_done=len(samples["step"]), steps=spec.steps,
              step_ms=samples["step"])
@@ -125,7 +120,7 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     metrics: dict = {"timer": clock.kind, "timer_sync": clock.sync, "step_timing": STEP_TIMING,
                      "compile_s": compile_s, **timed,
                      "cpu_time": cpu_time(clock.cpu_kind, CPU_CLOCK_COVERS.get(clock.cpu_kind),
-                                          cpu, faults)}
+                                          cpu)}
     if (w := spread_warning({n: timed[f"{n}_ms"] for n in samples})):
         run.warnings.append(w)
     if not probe.memory.resettable:  # after the spread's warning, as before the envelope

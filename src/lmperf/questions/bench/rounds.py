@@ -49,10 +49,6 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
     if metrics.get("cpu_time"):  # the CPU times of the same steps, pooled alike
         cpus = [r["metrics"].get("cpu_time") or {} for r in rounds]
         _pool_phases(metrics["cpu_time"], cpus, [r["round"] for r in rounds])
-        if metrics["cpu_time"].get("minor_faults"):  # and their page faults
-            _pool_phases(metrics["cpu_time"]["minor_faults"],
-                         [c.get("minor_faults") or {} for c in cpus],
-                         [r["round"] for r in rounds], suffix="")
     step_s = metrics["step_ms"]["median"] / 1e3
     if step_s > 0:  # the derived figures follow the pooled median step
         metrics["tokens_per_s"] = metrics["tokens_per_step"] / step_s
@@ -65,13 +61,12 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
     return {**out, "metrics": metrics, "warnings": warnings, "job_id": jid, "rounds": len(rounds)}
 
 
-def _pool_phases(out: dict, per_round: list[dict], numbers: list[int],
-                 suffix: str = "_ms") -> None:
-    """Replace each '<phase><suffix>' summary of `out` by the pool of the rounds' (`per_round`,
+def _pool_phases(out: dict, per_round: list[dict], numbers: list[int]) -> None:
+    """Replace each '<phase>_ms' summary of `out` by the pool of the rounds' (`per_round`,
     in round order, numbered `numbers`): their samples concatenated with each sample's round,
     the round medians and their spread. A phase missing from a round is left as it was."""
     for phase in PHASES:
-        key = f"{phase}{suffix}"
+        key = f"{phase}_ms"
         if not out.get(key) or not all(m.get(key) for m in per_round):
             continue
         samples, which, medians = [], [], []

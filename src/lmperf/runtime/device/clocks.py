@@ -7,11 +7,6 @@ import time
 import timeit
 from typing import Callable
 
-try:
-    import resource
-except ImportError:  # not on Windows
-    resource = None  # type: ignore[assignment]
-
 import torch
 
 from lmperf.runtime.device.select import cuda_index, synchronize
@@ -27,20 +22,6 @@ CPU_CLOCK_COVERS: dict[str, str] = {
     "thread_time": "the measuring thread (torch ran one intra-op thread: the whole step)",
     "process_time": "all threads of the process, summed (torch ran several intra-op threads)",
 }
-
-
-def _minor_faults(kind: str | None) -> Callable[[], int] | None:
-    """A reader of the minor page faults the CPU clock's threads have taken (`getrusage`'s
-    ru_minflt: a page mapped in on first touch, e.g. fresh memory from the kernel being zeroed):
-    the measuring thread's with 'thread_time' (Linux's RUSAGE_THREAD), the process's with
-    'process_time'; None where getrusage cannot say (CUDA clocks, no `resource` module)."""
-    if kind is None or resource is None:
-        return None
-    who = (getattr(resource, "RUSAGE_THREAD", None) if kind == "thread_time"
-           else resource.RUSAGE_SELF)
-    if who is None:
-        return None
-    return lambda: resource.getrusage(who).ru_minflt
 
 
 def cpu_clock_kind(threads: int | None = None) -> str:
@@ -75,11 +56,6 @@ class PhaseClock:
     summed: it can exceed wall time, and includes the pool's spin-waits). Another process on the
     machine steals wall time from a step but not its CPU time; it can still slow it through
     shared caches and memory bandwidth, which CPU time does include.
-
-    Page faults (`fault_laps`, CPU only, where getrusage can say): minor page faults per phase,
-    of the same threads as the CPU clock. On the CPU a step that writes memory the allocator
-    had to take back from the kernel pays a fault and a page's zeroing per 4 KiB, which is why
-    the same step can run in two speeds from one process to the next.
     """
 
     def __init__(self, device: torch.device, sync: str = "phase"):
@@ -91,11 +67,9 @@ class PhaseClock:
         self.kind = "cuda_event" if self.cuda else "perf_counter"
         self.cpu_kind: str | None = None if self.cuda else cpu_clock_kind()
         self._cpu_clock = None if self.cpu_kind is None else CPU_CLOCKS[self.cpu_kind]
-        self._faults = _minor_faults(self.cpu_kind)
         self._names: list[str] = []
         self._marks: list = []  # perf_counter seconds, or CUDA events
         self._cpu_marks: list[float] = []  # CPU seconds at the same boundaries
-        self._fault_marks: list[int] = []  # minor page faults at the same boundaries
         self._wall_ms: list[float] | None = None  # resolved lap durations (None: not yet read)
 
     def _mark(self, sync: bool):
@@ -111,11 +85,6 @@ class PhaseClock:
         """Begin a step: drain the device, then take the first mark."""
         synchronize(self.device)
         self._names, self._wall_ms = [], None
-        # the fault count first and last at each boundary: its syscall (~1 us) lands in no
-        # phase of a one-phase timing (a calibration's per-call times), in the next phase
-        # otherwise
-        if self._faults is not None:
-            self._fault_marks = [self._faults()]
         self._marks = [self._mark(sync=False)]
         if self._cpu_clock is not None:
             self._cpu_marks = [self._cpu_clock()]
@@ -126,8 +95,6 @@ class PhaseClock:
         self._marks.append(self._mark(sync=self.sync == "phase"))
         if self._cpu_clock is not None:
             self._cpu_marks.append(self._cpu_clock())
-        if self._faults is not None:
-            self._fault_marks.append(self._faults())
         self._names.append(phase)
         self._wall_ms = None
 
@@ -170,17 +137,3 @@ class PhaseClock:
         if self._cpu_clock is None:
             return None
         return (self._cpu_marks[-1] - self._cpu_marks[0]) * 1e3 if self._cpu_marks else 0.0
-
-    @property
-    def fault_laps(self) -> dict[str, int]:
-        """Phase name -> minor page faults during it (the CPU clock's threads); {} where not
-        counted (CUDA, or no getrusage)."""
-        m = self._fault_marks if self._faults is not None else []
-        return {p: b - a for p, a, b in zip(self._names, m, m[1:])}
-
-    @property
-    def faults_total(self) -> int | None:
-        """Minor page faults from `start()` to the last lap; None where not counted."""
-        if self._faults is None:
-            return None
-        return self._fault_marks[-1] - self._fault_marks[0] if self._fault_marks else 0
