@@ -33,7 +33,8 @@ def _add_table(sub: argparse._SubParsersAction) -> None:
                        description="Print the tables of one or more results files as text, "
                                    "Markdown, LaTeX, CSV or JSON; each kind of record found is "
                                    "rendered by its question.")
-    p.add_argument("file", type=Path, nargs="+", help="JSONL results file(s)")
+    p.add_argument("file", type=Path, nargs="+",
+                   help="JSONL results file(s), or folders (their *.jsonl)")
     p.add_argument("--format", default="text", choices=["text", "markdown", "latex", "csv"])
     p.add_argument("--kind", help="only records of this kind (default: every kind found)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
@@ -73,9 +74,9 @@ def cmd_table(args: argparse.Namespace) -> int:
     from lmperf.core.command import emit, emit_json
     from lmperf.core.kinds import build_reports
     from lmperf.core.report import Report, concat
-    from lmperf.results.store import read_records
+    from lmperf.results.store import read_records, results_files
 
-    records = [r for f in args.file for r in read_records(f)]
+    records = [r for f in results_files(args.file) for r in read_records(f)]
     if args.kind:
         records = [r for r in records if r["kind"] == args.kind]
     if not records:

@@ -49,7 +49,8 @@ def test_a_child_past_its_timeout_is_killed_and_recorded(tmp_path):
 
 def test_results_are_appended_never_overwritten(tmp_path):
     out = tmp_path / "r.jsonl"
-    out.write_text('{"earlier": "content that is not ours"}\n')
+    # an earlier lmperf record (a file that is not lmperf JSONL is refused: tests/results)
+    out.write_text('{"schema": 2, "kind": "bench", "status": "oom", "spec": {}}\n')
     before = out.read_bytes()
     run_sweep([RunSpec.from_size("tiny", **QUICK)], out, SweepOptions(isolate=False))
     assert out.read_bytes().startswith(before)
@@ -65,8 +66,11 @@ def test_resume_runs_only_what_is_not_ok(tmp_path):
     with open(out, "a") as f:
         f.write(json.dumps(bad) + "\n")
     assert pending_specs([a, b, c], out, resume=True) == [b, c]
+    first = _lines(out)[0]
     records = run_sweep([a, b, c], out, SweepOptions(isolate=False, resume=True))
-    assert [r["spec"]["seed"] for r in records] == [2, 3]
+    # the whole sweep: a's row from the file (not run again), then the runs left
+    assert [r["spec"]["seed"] for r in records] == [1, 2, 3]
+    assert records[0] == first and len(_lines(out)) == 4
     assert pending_specs([a, b, c], out, resume=True) == []
 
 

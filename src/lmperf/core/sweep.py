@@ -151,7 +151,8 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
     again), so that slow drift and a neighbour's burst of load hit every spec alike; each
     record then carries its `round` (0-based) and a job id per round (see `round_id`).
     `precheck` may return a record made in the parent (e.g. 'unsupported') instead of running
-    the job. Returns this sweep's records in order. Raises ResultsFileError before running
+    the job. Returns this sweep's records in order; with `options.resume` (one round) the
+    whole sweep's, the 'ok' records of the jobs done before (read from `out`) in their place. Raises ResultsFileError before running
     anything if `out` cannot be written or (resume) holds a corrupt line, and SweepInterrupted
     on Ctrl-C.
     """
@@ -186,7 +187,32 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
         raise SweepInterrupted([r for i in sorted(finished) for r in finished[i]], out) from None
     finally:
         reporter.end()
-    return [r for i in sorted(finished) for r in finished[i]]
+    ran = [r for i in sorted(finished) for r in finished[i]]
+    if not options.resume or out is None or rounds > 1 or len(todo) == len(jobs):
+        return ran
+    return _whole_sweep(specs, ran, store.read_records(out))
+
+
+def _whole_sweep(specs: Sequence[JobSpec], ran: list[dict], earlier: list[dict]) -> list[dict]:
+    """The records of every job of a resumed sweep, in job order: the records it ran now, and
+    for a job done before, its latest 'ok' record per spec (a job of several items: those
+    done before beside those run now)."""
+    now = {r["job_id"] for r in ran}
+    done: dict[str | None, dict[str, dict]] = {}
+    for r in earlier:
+        if r["status"] == "ok" and r.get("job_id") not in now:
+            done.setdefault(r.get("job_id"), {})[spec_key(r["kind"], r["spec"])] = r
+    keys = {_normalised_key(type(s), r): r for s in specs[:1] for d in done.values()
+            for r in d.values()}  # records written before job ids: matched by spec
+    whole: list[dict] = []
+    for spec in specs:
+        jid = job_id(spec)
+        before = list(done.get(jid, {}).values())
+        if not before and (r := keys.get(spec_key(spec.kind, spec.to_dict()))) is not None:
+            before = [r]
+        whole += before + [r for r in ran if r["job_id"] == jid]
+    placed = {id(r) for r in whole}
+    return whole + [r for r in ran if id(r) not in placed]  # a job narrowed to its items left
 
 
 def _run_one(spec: JobSpec, options: SweepOptions,

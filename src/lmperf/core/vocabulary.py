@@ -231,6 +231,7 @@ RENAMED: dict[str, dict[str, str]] = {
               "--log-every": "removed: each job logs its first step and every --eval-interval"},
     "memory": {"--plot": "renamed --plots (a folder)"},
     "amp": {"--plot": "renamed --plots (a folder)"},
+    "report": {"--output": "renamed --out (-o stays)"},
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Sequence
 
 from lmperf.errors import ResultsFileError
 from lmperf.results.record import migrate, problem, spec_key  # noqa: F401 (spec_key: here too)
@@ -21,7 +22,12 @@ def ensure_folder(path: Path, what: str = "plot folder") -> Path:
 
 
 def ensure_writable(path: Path) -> None:
-    """Create the parent folder and check the file can be appended to; raises ResultsFileError."""
+    """Create the parent folder and check the file can be appended to; raises ResultsFileError,
+    also for an existing file that is not lmperf JSONL (a CSV, a --json array, a report):
+    records are never appended to another kind of file."""
+    if path.is_file() and (why := _not_jsonl(path)) is not None:
+        raise ResultsFileError(f"{path} exists and {why}: lmperf appends JSON lines only to its "
+                               "own results files; give --out a new or .jsonl file")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8"):
@@ -30,6 +36,36 @@ def ensure_writable(path: Path) -> None:
         raise ResultsFileError(f"cannot write results to {path}: {exc.strerror or exc}") from None
     if path.is_dir():
         raise ResultsFileError(f"cannot write results to {path}: it is a directory")
+
+
+def _not_jsonl(path: Path) -> str | None:
+    """Why an existing file is not an lmperf JSONL results file (its first line is read), or
+    None when it is one (or empty)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20).strip()
+        if first.startswith(b"["):
+            return "is a JSON array (--json FILE)"
+        obj = json.loads(first) if first else {"schema": 0, "kind": ""}
+    except (OSError, ValueError):  # unreadable text, not JSON (UnicodeDecodeError included)
+        return "is not JSON lines"
+    return None if isinstance(obj, dict) and {"schema", "kind"} <= obj.keys() else (
+        "does not hold lmperf records")
+
+
+def results_files(paths: Sequence[str | Path]) -> list[Path]:
+    """`paths` with each folder replaced by its *.jsonl files, sorted (what `lmperf report
+    results/`, `table` and `compare` read); ResultsFileError for a folder without any."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(path.glob("*.jsonl"))
+        if not found:
+            raise ResultsFileError(f"folder {path} holds no *.jsonl results file")
+        files += found
+    return files
 
 
 def append_record(path: Path, record: dict) -> None:

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf compare`."""
     p = sub.add_parser("compare", help=HELP, description=DESCRIPTION)
     p.add_argument("files", type=Path, nargs="+", metavar="FILE",
-                   help="BASE NEW (two JSONL results files), or one file with --by")
+                   help="BASE NEW (two JSONL results files or folders of them), or one with --by")
     p.add_argument("--by", nargs="+", metavar="FIELD [A B]",
                    help="compare the records whose spec FIELD is B (NEW) with those where it is "
                         "A (BASE), e.g. --by precision fp32 bf16-mixed ('none' for no user "
@@ -68,8 +68,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                         "files")
     if args.fail_above is not None and args.fail_above < 0:
         raise SpecError(f"--fail-above must be a non-negative percentage, got {args.fail_above:g}")
-    new = args.files[1] if len(args.files) == 2 else None
-    report = compare(args.files[0], new, by=args.by, ignore=args.ignore, kind=args.kind,
+    sides = [_side(f) for f in args.files]
+    report = compare(sides[0], sides[1] if len(sides) == 2 else None, by=args.by, ignore=args.ignore, kind=args.kind,
                      confidence=args.confidence, min_effect=args.min_effect,
                      max_load=args.max_load,
                      resamples=args.resamples, seed=args.seed)
@@ -92,3 +92,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return EXIT_SLOWER
     err(f"--fail-above {args.fail_above:g}: no phase is slower by more than {args.fail_above:g}%")
     return 0
+
+
+def _side(path: Path) -> Path | list[dict]:
+    """One side of the comparison: a results file, or a folder's *.jsonl records together."""
+    from lmperf.results.store import read_records, results_files
+
+    files = results_files([path])
+    return files[0] if not path.is_dir() else [r for f in files for r in read_records(f)]

@@ -16,8 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "self-contained (styles inline, plots embedded, nothing "
                                    "fetched); --format markdown writes a .md file and its plots "
                                    "as PNG files next to it.")
-    p.add_argument("file", type=Path, nargs="+", metavar="RESULTS", help="JSONL results file(s)")
-    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+    p.add_argument("file", type=Path, nargs="+", metavar="RESULTS",
+                   help="JSONL results file(s), or folders (their *.jsonl, e.g. results/)")
+    p.add_argument("-o", "--out", type=Path, default=None, metavar="FILE", dest="output",
                    help="where to write the report, replaced if it exists (default: "
                         "results/report.html, or results/report.md with --format markdown)")
     p.add_argument("--format", default="html", choices=["html", "markdown"],
@@ -30,9 +31,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     """`lmperf report`: write the page, say where it is."""
     from lmperf.core.command import err
     from lmperf.questions.writeup.api import report
+    from lmperf.results.store import results_files
 
     existed = args.output is not None and args.output.is_file()
-    path = report(args.file, out=args.output, format=args.format, title=args.title)
+    path = report(results_files(args.file), out=args.output, format=args.format, title=args.title)
     size = path.stat().st_size
     err(f"report written to {path} ({size / 1024:,.0f} KiB"
         + ("; replaced the previous file" if existed else "") + ")")
