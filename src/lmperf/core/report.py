@@ -242,8 +242,8 @@ def is_share(column: object) -> bool:
 def readable(df: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     """The table as strings for text, Markdown and LaTeX: floats to DIGITS significant digits in
     plain notation; share columns (`is_share`) as percent with one decimal ("12.3%"), as
-    findings write them; byte columns (`bytes`, `*_bytes`, `*_mib`, `*_gib`) in KiB / MiB / GiB;
-    headers as words with their units (`header`). `shares`: every float column is a share (a
+    findings write them; byte columns (`bytes`, `*_bytes`, `*_mib`, `*_gib`) in KiB / MiB / GiB.
+    Column names are kept (the renderer writes them as `header`s). `shares`: every float column is a share (a
     table titled "share ...")."""
     out = df.copy()
     for col in out.columns:
@@ -257,7 +257,6 @@ def readable(df: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
         elif out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
             out[col] = [_fmt_float(v) if isinstance(v, float) else "-" if v is None
                         else plain_numbers(v) if isinstance(v, str) else v for v in out[col]]
-    out.columns = [header(c) for c in out.columns]
     return out
 
 
@@ -320,6 +319,7 @@ def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
         if df.empty:
             continue
         shown = readable(df, shares=title.split(": ")[-1].startswith("share "))
+        shown.columns = [header(c) for c in shown.columns]
         if fmt != "latex":
             caption, notes = plain_numbers(caption), [plain_numbers(n) for n in notes]
         if fmt == "markdown":
