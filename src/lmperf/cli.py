@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -16,16 +17,32 @@ from typing import NoReturn
 
 from lmperf import __version__
 from lmperf.catalog import QUESTIONS
-from lmperf.core.vocabulary import check_args, renamed
+from lmperf.core.vocabulary import check_args, did_you_mean, renamed
 from lmperf.errors import LmperfError
 
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit code 2."""
+    """argparse, but a usage error is one line and exit code 2, with a "did you mean" for a
+    mistyped flag or choice."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._suggest(message)} (see --help)\n")
+
+    def _suggest(self, message: str) -> str:
+        """'; did you mean --size?' for an unknown flag (this parser's and its subcommands'
+        flags) or an invalid choice (its choices), else ''."""
+        if (m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)):
+            return did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        if (m := re.match(r"unrecognized arguments: (.*)", message)):
+            parsers = [self] + [p for a in self._actions
+                                if isinstance(a, argparse._SubParsersAction)
+                                for p in a.choices.values()]
+            flags = [f for p in parsers for f in p._option_string_actions]
+            for word in m.group(1).split():
+                if word.startswith("--") and (hint := did_you_mean(word.split("=")[0], flags)):
+                    return hint
+        return ""
 
 
 def _add_table(sub: argparse._SubParsersAction) -> None:

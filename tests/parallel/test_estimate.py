@@ -67,14 +67,14 @@ def test_leaderboard_preset_report() -> None:
 
 def test_estimate_cli(capsys: pytest.CaptureFixture) -> None:
     assert main(["dist", "--estimate", "--d-model", "16384", "--d-ff", "53248", "--num-layers",
-                 "126", "--ffn-only", "--world-size", "64", "--gpu-gib", "80"]) == 0
+                 "126", "--ffn-only", "--gpus", "64", "--gpu-gib", "80"]) == 0
     out = capsys.readouterr().out
     assert "219,848,638,464" in out and "fsdp" in out
 
 
 @pytest.mark.parametrize("argv", [["--bandwidth", "0"], ["--d-model", "64"],
                                   ["--d-model", "64", "--d-ff", "256", "--num-layers", "2"],
-                                  ["--world-size", "0"]])
+                                  ["--gpus", "0"]])
 def test_estimate_bad_input_is_one_line(argv: list[str], capsys: pytest.CaptureFixture) -> None:
     assert main(["dist", "--estimate", *argv]) == 2
     err = capsys.readouterr().err
@@ -175,7 +175,7 @@ def test_batch_adds_activations_split_by_tp(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_estimate_cli_prints_tp_rows(capsys: pytest.CaptureFixture) -> None:
-    assert main(["dist", "--estimate", "--size", "xl", "--world-size", "8", "--gpu", "h100 sxm",
+    assert main(["dist", "--estimate", "--size", "xl", "--gpus", "8", "--gpu", "h100 sxm",
                  "--tp", "2", "4"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()

@@ -226,7 +226,9 @@ LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")
 # naming one is refused (exit 2) in one line that says so (`renamed`).
 RENAMED: dict[str, dict[str, str]] = {
     "attention": {"--seq": "renamed --context", "--impl": "renamed --attention",
-                  "--precision": "renamed --dtype", "--repeats": "renamed --steps"},
+                  "--precision": "removed: attention runs no precision regime; --dtype is the "
+                                 "tensors' dtype (fp32, bf16, fp16)",
+                  "--repeats": "renamed --steps"},
     "train": {"--regime": "renamed --precision", "--warmup-steps": "renamed --lr-warmup",
               "--log-every": "removed: each job logs its first step and every --eval-interval"},
     "memory": {"--plot": "renamed --plots (a folder)"},
@@ -235,13 +237,39 @@ RENAMED: dict[str, dict[str, str]] = {
 }
 
 
+# Flags that take a tensor dtype (fp32, bf16, fp16), never a precision regime.
+DTYPE_FLAGS: tuple[str, ...] = ("--dtype", "--compute-dtype", "--comm-dtype")
+
+
 def renamed(command: str | None, argv: Sequence[str]) -> str | None:
     """'--seq was renamed --context' for the first removed flag of `command` in `argv` (also
-    as --flag=value), or None when there is none. Read from the table before argparse parses
-    the line, which would take `--plot` for an abbreviation of `--plots`."""
+    as --flag=value), or '--dtype takes a tensor dtype ...' for a regime given to a dtype flag;
+    None when there is neither. Read before argparse parses the line, which would take `--plot`
+    for an abbreviation of `--plots`."""
+    from lmperf.names import REGIME_NAMES
+
     table = RENAMED.get(command or "", {})
     flag = next((a.split("=")[0] for a in argv if a.split("=")[0] in table), None)
-    return None if flag is None else f"{flag} was {table[flag]}"
+    if flag is not None:
+        return f"{flag} was {table[flag]}"
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        values = [value] if value else list(argv[i + 1:i + 2])
+        if flag in DTYPE_FLAGS and values and values[0] in REGIME_NAMES:
+            return (f"{flag} takes a tensor dtype (fp32, bf16, fp16), not a precision regime; "
+                    f"{values[0]} is a regime, " + ("and attention runs none" if command ==
+                                                    "attention" else "which --precision takes"))
+    return None
+
+
+def did_you_mean(word: str, names: Sequence[str]) -> str:
+    """'; did you mean X or Y?' naming the accepted names that `word` may stand for (those it
+    begins, else difflib's close matches), or '' when none is close."""
+    import difflib
+
+    close = [n for n in names if n.startswith(word) and n != word]
+    close = close or difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
@@ -317,7 +345,7 @@ def check_args(command: str, args: argparse.Namespace) -> None:
     by attention's plan). Raises SpecError.
     """
     from lmperf.errors import SpecError
-    from lmperf.model.presets import DEFAULT_COURSE, resolve_preset
+    from lmperf.model.presets import DEFAULT_COURSE, EDITIONS, resolve_preset
     from lmperf.names import ATTENTION_NAMES, REGIME_NAMES
 
     def values(name: str) -> list:
@@ -337,13 +365,13 @@ def check_args(command: str, args: argparse.Namespace) -> None:
         try:
             resolve_preset(v, course)
         except ValueError as exc:
-            raise SpecError(f"--size: {exc}") from None
+            raise SpecError(f"--size: {exc}{did_you_mean(v, list(EDITIONS[course]))}") from None
     if command != "attention":
         for v in values("precision"):
             if v not in REGIME_NAMES:
                 raise SpecError(f"--precision: unknown regime {v!r}; accepted: "
-                                f"{', '.join(REGIME_NAMES)}")
+                                f"{', '.join(REGIME_NAMES)}{did_you_mean(v, REGIME_NAMES)}")
     for v in values("attention"):
         if v not in ATTENTION_NAMES:
             raise SpecError(f"--attention: unknown implementation {v!r}; accepted: "
-                            f"{', '.join(ATTENTION_NAMES)}")
+                            f"{', '.join(ATTENTION_NAMES)}{did_you_mean(v, ATTENTION_NAMES)}")

@@ -12,7 +12,8 @@ DEFAULT_OUT = Path("results") / "dist.jsonl"
 SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
 COMM = ("collective", "sizes", "dtype", "iters")
 TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
-ESTIMATE = ("d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth", "gpu_gib",
+ESTIMATE = ("gpus", "d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth",
+            "gpu_gib",
             "tflops", "comm_dtype", "tp", "node_bandwidth", "gpus_per_node")
 
 
@@ -61,15 +62,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                 "(default: dist-plots/ beside --out)"})
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs")
     p.add_argument("--world-size", type=int, nargs="+", metavar="N",
-                   help="ranks; several values sweep (default: comm 2 4, train 1 2 on CPU; every "
-                        "local GPU count on CUDA; --estimate 8 64 512)")
+                   help="ranks launched here; several values sweep (default: comm 2 4, train 1 2 "
+                        "on CPU; every local GPU count on CUDA); --estimate counts the target's "
+                        "GPUs with --gpus")
     g = p.add_argument_group("comm")
     g.add_argument("--collective", nargs="+", metavar="NAME",
                    help=f"collectives ({', '.join(COLLECTIVES)}; default: all)")
     g.add_argument("--sizes", nargs="+", metavar="S",
                    help="message sizes, bytes or with a unit (1KiB 16MiB 1MB 1GB); nccl-tests' S "
                         "(default: 1KiB 16KiB 256KiB 1MiB 4MiB 16MiB on CPU; 1MB to 1GB on CUDA)")
-    g.add_argument("--dtype", default="fp32", choices=DTYPES, help="message dtype (default: fp32)")
+    g.add_argument("--dtype", default="fp32", choices=DTYPES,
+                   help="the messages' tensor dtype, not a precision regime (default: fp32)")
     g.add_argument("--iters", type=int, default=20, metavar="N",
                    help="timed iterations per collective and size (default: 20)")
     g = p.add_argument_group("train")
@@ -84,10 +87,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bucket-mb", type=float, default=1.0, metavar="MIB",
                    help="bucket size of bucketed, torch-ddp, zero1, torch-zero1 (default: 1)")
     g.add_argument("--compute-dtype", default="fp32", choices=DTYPES,
-                   help="compute and communication dtype of fsdp and fsdp2 (default: fp32)")
+                   help="compute and communication tensor dtype of fsdp and fsdp2, not a "
+                        "precision regime (default: fp32)")
     g.add_argument("--compress", default="none", choices=COMPRESS,
                    help="torch-ddp's gradient compression hook (default: none)")
     g = p.add_argument_group("--estimate")
+    g.add_argument("--gpus", type=int, nargs="+", metavar="N",
+                   help="the target's GPU counts, one row each (default: 8 64 512)")
     g.add_argument("--d-model", type=int, metavar="C", help="model width (with --d-ff, --num-layers)")
     g.add_argument("--d-ff", type=int, metavar="F", help="feed-forward width")
     g.add_argument("--num-layers", type=int, metavar="L", help="blocks")
@@ -117,8 +123,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tp", type=int, nargs="+", metavar="T",
                    help="tensor-parallel degrees of the FSDP x TP rows (default: 2 4 8)")
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
-                   help="what gradients, gathered parameters and TP activations travel in "
-                        "(default: bf16)")
+                   help="the tensor dtype gradients, gathered parameters and TP activations "
+                        "travel in, not a precision regime (default: bf16)")
     from lmperf.questions.parallel import leaderboard
 
     leaderboard.add_arguments(p)
@@ -150,8 +156,13 @@ def cmd_dist(args: argparse.Namespace) -> int:
     if args.estimate:  # nothing runs, nothing is written: no closing line
         from lmperf.core.command import emit
 
-        kwargs = {name: getattr(args, name) for name in ESTIMATE}
-        emit(dist("estimate", world_size=args.world_size, size=args.size, context=args.context,
+        if args.world_size is not None:
+            from lmperf.errors import SpecError
+
+            raise SpecError("--world-size is the ranks launched here; --estimate counts the "
+                            "target's GPUs with --gpus N...")
+        kwargs = {name: getattr(args, name) for name in ESTIMATE if name != "gpus"}
+        emit(dist("estimate", world_size=args.gpus, size=args.size, context=args.context,
                   course=args.course, batch=args.batch, **kwargs), args)
         return 0
     from lmperf.questions.parallel.plots import default_folder
