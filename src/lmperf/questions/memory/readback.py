@@ -14,7 +14,6 @@ from lmperf.questions.memory.phases import PhaseRow
 from lmperf.workload.spec import RunSpec
 
 _RUN_FIELDS = {f.name for f in fields(RunSpec)}
-_ESTIMATE_FIELDS = {f.name for f in fields(MemoryEstimate)}
 
 
 def of(records: list[dict], analysis: str) -> list[dict]:
@@ -133,19 +132,6 @@ def saved(records: list[dict]) -> dict[tuple[str, int], SavedSummary]:
             s.get("residual_bytes", 0), s.get("measured_on", ""), s.get("per_group") or {},
             s.get("groups") or [], s.get("top") or [], s.get("square_bytes"),
             estimate_for(r, "train-step"), s.get("block"))
-    return out
-
-
-def estimates(records: list[dict]) -> list[tuple[MemoryEstimate, float | None]]:
-    """(estimate, the GiB budget asked about) for every ok 'estimate' record."""
-    out = []
-    for r in of(records, "estimate"):
-        # Simulated estimates have their own section (estimate_tables); these are the
-        # analytic-only records written before the simulator.
-        if r["status"] != "ok" or not r.get("metrics") or "simulation" in r["metrics"]:
-            continue
-        fields_ = {k: v for k, v in r["metrics"]["estimate"].items() if k in _ESTIMATE_FIELDS}
-        out.append((MemoryEstimate(**fields_), r["metrics"].get("gib")))
     return out
 
 

@@ -11,7 +11,7 @@ from lmperf.questions.memory import readback
 from lmperf.questions.memory.estimate import MIB
 from lmperf.questions.memory.estimate_tables import estimate_sim_section
 from lmperf.questions.memory.tables import (
-    checkpoint_section, estimate_section, phases_section, saved_section,
+    checkpoint_section, phases_section, saved_section,
 )
 
 KIND = "memory"
@@ -148,7 +148,6 @@ def _sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
         tables.update(more)
         findings += notes
     for part in (saved_section(readback.saved(records)),
-                 estimate_section(readback.estimates(records)),
                  estimate_sim_section(records),
                  checkpoint_section(readback.checkpoint_rows(records))):
         tables.update(part[0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.questions.memory.checkpointing import CheckpointRow, tradeoff_frame
-from lmperf.questions.memory.estimate import GIB, MIB, MemoryEstimate, fits
+from lmperf.questions.memory.estimate import MIB, MemoryEstimate
 from lmperf.questions.memory.phases import MEMORY_LABELS, PhaseRow, phase_frame, two_numbers
 from lmperf.questions.memory.readback import SavedSummary
 
@@ -108,24 +108,6 @@ def saved_section(reports: dict[tuple[str, int], SavedSummary]) -> tuple[Tables,
                              f"{b['activation_bytes'] / MIB:,.1f} MiB of activations; its "
                              f"{b['params']:,} parameters have {b['grad_bytes'] / MIB:,.1f} MiB of "
                              f"gradients ({b['grad_dtype']})")
-    return tables, notes
-
-
-def estimate_section(ests: list[tuple[MemoryEstimate, float | None]]) -> tuple[Tables, list[str]]:
-    """One breakdown per estimate; where a budget was asked about, whether it fits."""
-    tables, notes = {}, []
-    for e, gib in ests:
-        groups = f", checkpoint groups of {e.checkpoint_group}" if e.checkpoint_group else ""
-        tables[f"estimate ({e.device}): {e.mode}, {e.regime}, {e.attention}, "
-               f"batch {e.batch}, context {e.context}{groups}"] = e.table()
-        if gib is not None:
-            verdict = "yes" if fits(e, gib) else "no"
-            notes.append(f"context {e.context}, {e.regime}: {e.total_bytes / GIB:.2f} GiB "
-                         f"estimated -> fits in {gib:g} GiB: {verdict}")
-    if ests:
-        notes.append("analytic records (written before the simulator): the total adds every "
-                     "term, which never peak together, and misses the optimizer's temporaries: "
-                     "neither a bound nor the peak; --estimate now simulates the step")
     return tables, notes
 
 
