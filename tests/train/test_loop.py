@@ -170,3 +170,15 @@ def test_out_of_memory_is_an_oom_record(monkeypatch):
     assert records[0]["status"] == "oom" and "traceback" not in records[0]
     assert records[0]["message"].startswith("out of memory while building the model: ")
     assert records[0]["corpus"]["source"] == "builtin"  # the data was loaded by then
+
+
+def test_the_spread_warning_agrees_with_the_finding(monkeypatch):
+    """tokens/s comes from the median step: a noisy run's warning must not say it includes the
+    slow steps, as the report's finding says it does not (issue 28)."""
+    from lmperf.questions.train import loop
+
+    monkeypatch.setattr(loop, "spread_warning", lambda summaries: "IQR/median step 40%")
+    records, _ = _run(["fp32"], steps=4, eval_interval=4)
+    (warning,) = [w for w in records[0]["warnings"] if w.startswith("IQR/median")]
+    assert "the median (and tokens/s, from it) does not" in warning
+    assert "tokens/s include" not in warning

@@ -100,7 +100,8 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
             break
     summary = _summary(spec, log, evals, state)
     if summary["step_ms"] and (w := spread_warning({"step": summary["step_ms"]})):
-        warnings.append(w + "; the mean step time and tokens/s include the slow steps")
+        warnings.append(w + "; the mean step time includes the slow steps, the median (and "
+                        "tokens/s, from it) does not")
     if not memory.resettable:
         warnings.append("the peak RSS could not be reset per step here; memory peaks are cumulative")
     metrics = {"outcome": outcome, "outcome_step": outcome_step, "outcome_detail": detail,
