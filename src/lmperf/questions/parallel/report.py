@@ -108,6 +108,8 @@ def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
                                       ("backend", "backend")])
     status, notes = status_notes(df["status"], df["message"])
     out = pd.DataFrame({"strategy": df["strategy"], "n": df["world_size"], "status": status})
+    # before the figures: a screen too narrow for them all leaves out the last (memory) ones
+    out["= single"] = ["yes" if v is True else "NO" if v is False else "-" for v in df["matches_single"]]
     for col, _title in axes:
         out[col] = df[col]
     for col, title in (("step_ms", "step ms"), ("forward_ms", "fwd"), ("backward_ms", "bwd"),
@@ -118,7 +120,6 @@ def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
                        ("params_mib", "params MiB"), ("grads_mib", "grads MiB"),
                        ("optimizer_mib", "optim MiB"), ("peak_mib", "peak MiB")):
         out[title] = df[col]
-    out["= single"] = ["yes" if v is True else "NO" if v is False else "-" for v in df["matches_single"]]
     caption += ("; times: median over steps of the slowest rank; comm/overlap/exposed from "
                 "profiled steps; sent: bus bytes per rank per step")
     return out, caption, notes
