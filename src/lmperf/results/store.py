@@ -26,8 +26,8 @@ def ensure_writable(path: Path) -> None:
     also for an existing file that is not lmperf JSONL (a CSV, a --json array, a report):
     records are never appended to another kind of file."""
     if path.is_file() and (why := _not_jsonl(path)) is not None:
-        raise ResultsFileError(f"{path} exists and {why}: lmperf appends JSON lines only to its "
-                               "own results files; give --out a new or .jsonl file")
+        raise ResultsFileError(f"{path} exists and {why}: lmperf appends only to its own "
+                               "results files (JSON lines); give --out a new file")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8"):
@@ -46,11 +46,12 @@ def _not_jsonl(path: Path) -> str | None:
             first = f.readline(1 << 20).strip()
         if first.startswith(b"["):
             return "is a JSON array (--json FILE)"
-        obj = json.loads(first) if first else {"schema": 0, "kind": ""}
+        if not first:
+            return None
+        why = problem(json.loads(first))
     except (OSError, ValueError):  # unreadable text, not JSON (UnicodeDecodeError included)
-        return "is not JSON lines"
-    return None if isinstance(obj, dict) and {"schema", "kind"} <= obj.keys() else (
-        "does not hold lmperf records")
+        return "line 1 is not JSON"
+    return None if why is None else f"line 1 is {why}"
 
 
 def results_files(paths: Sequence[str | Path]) -> list[Path]:
