@@ -26,8 +26,7 @@ def test_lists_sweep_and_singles_do_not():
 def test_device_dependent_defaults_stay_none_until_resolved():
     args = parser().parse_args([])
     assert args.size is None and args.context is None and args.precision is None
-    assert voc.fill_defaults("bench", "cpu", {"size": None, "batch": 8}) == {
-        "size": ["tiny", "mini"], "batch": 8}
+    assert voc.device_defaults("bench", "cpu")["size"] == ["tiny", "mini"]
     assert voc.device_defaults("bench", "cuda", "2025")["context"] == [128, 256, 512, 1024]
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lmperf.workload.steps import NO_OBSERVER, StepState, train_step
 from lmperf.measure.flops import (BACKWARD_MODES, FlopEstimate, analytic_flops,
-                                  attention_flops_counted, count_flops, matmul_params)
+                                  count_flops, matmul_params)
 from lmperf.model import TransformerLM
 
 V, T, C, L, H, FF, B = 100, 16, 32, 2, 4, 64, 2
@@ -45,7 +45,6 @@ def test_counted_equals_analytic_with_naive_attention(mode):
     est = analytic_flops(**SHAPE, batch=B, seq=T, mode=mode)
     assert counted == est.total
     assert counted == sum(per_op.values())
-    assert attention_flops_counted(per_op) == 0  # no fused kernel in the naive path
     if mode == "forward-backward":
         assert all(p.grad is not None for p in model.parameters())
 
@@ -55,7 +54,6 @@ def test_sdpa_on_cpu_misses_exactly_the_attention_term(mode):
     model, x, y = tiny("sdpa")
     counted, per_op = count_flops(run_mode(model, x, y, mode))
     est = analytic_flops(**SHAPE, batch=B, seq=T, mode=mode)
-    assert attention_flops_counted(per_op) == 0
     assert est.attention > 0
     assert counted == est.matmul
     assert counted + est.attention == est.total
@@ -79,13 +77,6 @@ def test_count_flops_of_a_plain_matmul():
 
 def test_count_flops_of_nothing():
     assert count_flops(lambda: None) == (0, {})
-
-
-def test_attention_flops_counted_picks_sdpa_ops():
-    per_op = {"aten.mm": 100, "aten._scaled_dot_product_flash_attention": 40,
-              "aten._scaled_dot_product_efficient_attention_backward": 80, "aten.bmm": 7}
-    assert attention_flops_counted(per_op) == 120
-    assert attention_flops_counted({}) == 0
 
 
 def test_analytic_formula():

@@ -119,9 +119,6 @@ def test_phase_wall_times_per_step(cpu):
     fwd = cpu.ranges[(cpu.ranges["name"] == "forward")].sort_values("step")
     assert wide["forward"].tolist() == pytest.approx((fwd["dur_us"] / 1e3).tolist())
     assert (wide[["forward", "backward", "optimizer"]].sum(axis=1) <= wide["step"]).all()
-    summary = views.phase_wall_summary(cpu).set_index("phase")
-    assert summary.loc["forward", "mean_ms"] == pytest.approx(wide["forward"].mean())
-    assert (summary["steps"] == STEPS).all()
 
 
 def test_phase_wall_times_device_timeline(cuda):

@@ -116,13 +116,6 @@ def device_defaults(command: str, device_type: str, course: str | None = None) -
     return defaults
 
 
-def fill_defaults(command: str, device_type: str, values: dict[str, object],
-                  course: str | None = None) -> dict[str, object]:
-    """`values` with every None replaced by the device's default for `command` (if it has one)."""
-    defaults = device_defaults(command, device_type, course)
-    return {k: (defaults.get(k) if v is None else v) for k, v in values.items()}
-
-
 def as_list(value: object) -> list | None:
     """The values of an option that may take several: None stays None, a scalar becomes a
     one-element list, a list or tuple a list (the API accepts `context=64` or `[64, 128]`)."""

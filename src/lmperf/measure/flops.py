@@ -160,8 +160,3 @@ def count_flops(fn: Callable[[], object]) -> tuple[int, dict[str, int]]:
     for op, n in counter.get_flop_counts().get("Global", {}).items():
         per_op[str(op)] = per_op.get(str(op), 0) + int(n)
     return int(counter.get_total_flops()), per_op
-
-
-def attention_flops_counted(per_op: dict[str, int]) -> int:
-    """FLOPs the counter attributed to fused scaled-dot-product-attention kernels."""
-    return sum(n for op, n in per_op.items() if "scaled_dot_product" in op)

@@ -36,20 +36,6 @@ def from_jsonable(value: object) -> object:
     return value
 
 
-def as_number(value: object) -> float:
-    """A record's number as a float: None -> NaN, 'inf' / '-inf' / 'nan' -> the float; raises
-    ValueError for anything else that is not a number."""
-    if value is None:
-        return math.nan
-    if isinstance(value, bool):
-        raise ValueError(f"not a number: {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value in NON_FINITE:
-        return NON_FINITE[value]
-    raise ValueError(f"not a number: {value!r}")
-
-
 def problem(obj: object) -> str | None:
     """What makes `obj` not a readable lmperf record (one phrase), or None when it is one."""
     if not isinstance(obj, dict):

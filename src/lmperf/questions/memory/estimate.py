@@ -246,11 +246,3 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
         optimizer_bytes=optimizer, weight_copy_bytes=copies,
         activation_bytes=sum(terms.values()), block_bytes=block, recompute_bytes=recompute,
         transient_bytes=transient, residual_bytes=r * BTC, activation_terms=terms)
-
-
-def fits(est: MemoryEstimate, gib: float) -> bool:
-    """Whether the sum of the terms fits in `gib` GiB (2**30 bytes); the simulated estimate
-    (estimate_sim) is the better answer."""
-    if not gib > 0:
-        raise SpecError(f"memory budget must be positive, got {gib!r} GiB")
-    return est.total_bytes <= gib * GIB

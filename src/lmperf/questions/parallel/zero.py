@@ -70,10 +70,3 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 if p.requires_grad:
                     dist.broadcast(p, src=self.owner[id(p)])
         return loss
-
-    def local_state_bytes(self) -> int:
-        """Bytes of optimizer state this rank holds (tensors in the local optimizer's state)."""
-        if self.local is None:
-            return 0
-        return sum(t.numel() * t.element_size() for s in self.local.state.values()
-                   for t in s.values() if torch.is_tensor(t))

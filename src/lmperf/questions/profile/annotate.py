@@ -16,7 +16,7 @@ from torch.autograd.profiler import record_function
 from lmperf.kernels.naive import NaiveAttention
 from lmperf.runtime import device as dev
 
-# Range names (re-exported), shared with the trace analysis and the Nsight backend.
+# Range names (re-exported), shared with the trace analysis.
 from lmperf.questions.profile.range_names import (  # noqa: F401
     ATTENTION_RANGES, BACKWARD, FINAL_MATMUL, FORWARD, LOSS, OPTIMIZER, PHASE_RANGES, SCORES,
     SOFTMAX, STEP, WARMUP)
@@ -27,11 +27,6 @@ def annotate(name: str) -> Iterator[None]:
     """A `record_function` range named `name`, plus an NVTX range where NVTX works."""
     with dev.nvtx_range(name), record_function(name):
         yield
-
-
-def no_annotation(name: str) -> contextlib.AbstractContextManager:
-    """The disabled annotation: a no-op context (what benchmarks use)."""
-    return contextlib.nullcontext()
 
 
 class AnnotatedNaiveAttention(NaiveAttention):

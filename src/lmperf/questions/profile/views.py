@@ -195,14 +195,6 @@ def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def phase_wall_summary(trace: Trace, timeline: str = "host") -> pd.DataFrame:
-    """Per phase range: steps, mean_ms, median_ms, min_ms, max_ms of its wall time per step."""
-    walls = phase_wall_times(trace, timeline)
-    g = walls.groupby("phase", sort=False)["ms"]
-    out = g.agg(steps="count", mean_ms="mean", median_ms="median", min_ms="min", max_ms="max")
-    return out.reset_index()
-
-
 def _flop_sources(flops: Mapping[str, float | Mapping[str, float]]) -> dict[str, dict[str, float]]:
     """{source: {range: FLOPs}}; plain numbers are source "" (e.g. {"analytic": .., "counted": ..}
     per range gives the sources "analytic" and "counted")."""

@@ -243,17 +243,6 @@ def val_loss_table(records: list[dict]) -> pd.DataFrame:
     return table.reset_index()
 
 
-def steps_table(records: list[dict]) -> pd.DataFrame:
-    """The per-step logs of every record as one long table (precision, step, lr, loss, ...);
-    not a Report table, since it would print hundreds of rows."""
-    frames = [steps_frame(r).assign(precision=precision_of(r)) for r in records]
-    frames = [f for f in frames if not f.empty]
-    if not frames:
-        return pd.DataFrame()
-    table = pd.concat(frames, ignore_index=True)
-    return table[["precision", *[c for c in table.columns if c != "precision"]]]
-
-
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     return summary_table(report.records), caption(report.records), []
 
