@@ -45,6 +45,8 @@ def test_a_child_past_its_timeout_is_killed_and_recorded(tmp_path):
     (record,) = run_sweep(specs, out, SweepOptions(timeout_s=8))
     assert record["status"] == "error"
     assert "timed out after 8 s" in record["message"]
+    # the job said where it was before its first timed step (heartbeat while warming up)
+    assert "0 of 2 steps had finished in warming up" in record["message"]
 
 
 def test_results_are_appended_never_overwritten(tmp_path):

@@ -51,6 +51,7 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     a user's output, record the memory step, then the figures (peak, FLOPs, summaries, rates)."""
     device, stage = run.device, run.stage
     check_fits(spec, device, run.regime, run.fields)  # a run that cannot fit: 'oom' in seconds
+    beat(stage="building the model", steps_done=0, steps=spec.steps)  # where a killed job was
     prepared = prepare(spec, device, run.regime)
     state, step = prepared.state, prepared.step
 
@@ -59,6 +60,7 @@ def _measure(spec: RunSpec, run: Run) -> dict:
         # The first call of a compiled model compiles it (forward, and backward in the first
         # backward): one untimed step, its wall time recorded apart from the timed steps.
         stage.now = f"compiling the model (torch.compile, mode {spec.compile_mode})"
+        beat(stage=stage.now, steps_done=0, steps=spec.steps)
         dev.synchronize(device)
         start = time.perf_counter()
         step(state, NO_OBSERVER)
@@ -68,6 +70,7 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     # Nothing else runs the model before the warm-up steps, so that with --warmup 0 the first
     # timed step is the first step this process runs (its outlier stays in the raw samples).
     stage.now = f"warming up ({spec.warmup} steps)"
+    beat(stage=stage.now, steps_done=0, steps=spec.steps)
     # One device sync per step, as `lmperf train` runs: the step time is the unsynchronised one
     # (tokens/s and MFU follow from it); the phases are its boundaries, read without a sync.
     clock = dev.PhaseClock(device, sync="step")  # warm-up steps run under the same clock
