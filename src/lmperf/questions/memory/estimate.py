@@ -1,66 +1,12 @@
 """Analytic training memory of the reference LM: parameters, gradients, AdamW state, activations.
 
-B batch, T context, C d_model, H heads, F d_ff, L layers, V vocab; p bytes of the parameter
-dtype, a of the matmul dtype (autocast's, else p), r of the residual stream (4 under autocast,
-whose residual adds promote to fp32; else p), l of the log-probabilities (4 under autocast,
-whose log_softmax runs in fp32; else p). RMSNorm computes in fp32 whatever the regime.
-
-Exact terms (counted on the real tensors in the tests):
-    parameters   N = V C (embedding) + L (4 C^2 + 3 C F + 2 C) + C + C V (lm_head), p bytes each
-    gradients    N x p                       (grads take the parameter's dtype)
-    AdamW        2 N x p + 4 x (3 + 9 L)     (exp_avg, exp_avg_sq in the parameter's dtype; an
-                                              fp32 `step` scalar per parameter tensor. The mixed
-                                              regimes keep fp32 parameters, which are the master
-                                              weights: no separate copy exists)
-
-Saved for backward, each storage once (derived op by op; `measure_saved` measures the same):
-  per block
-    ln1, ln2 (each)   4 BTC    input in fp32 (`pow`, `mul`; a cast copy when the input is not fp32)
-                      4 BT     rsqrt (B, T, 1)
-                      4 BTC    normalised input (`weight * x` saves it; the weight is a parameter)
-    norm output       r BTC    saved once, shared by the projections that read it; under
-                               autocast each projection saves its own a-byte cast instead:
-                               3 a BTC after ln1 (q, k, v), 2 a BTC after ln2 (w1, w3)
-    q, k after RoPE   2 a BTC  inputs of the score matmul (autocast's casts of the fp32 rotation;
-                               the rotation itself saves only the cos/sin buffers)
-    naive attention   a BTC    v made contiguous for the PV matmul
-                      T^2      causal mask (bool, one per block: built in each call)
-                      3 a BHT^2  masked scores (amax), exp(...) (exp, div), probabilities (PV)
-                      2 a BHT  row max and row sum (B, H, T, 1)
-                      CUDA autocast runs exp and sum in fp32 (its fp32 op list; the CPU's
-                      does not): exp 4 BHT^2 and sum 4 BHT, and the PV matmul saves an a-byte
-                      cast of the fp32 probabilities, so (2 a + 4) BHT^2 + (a + 4) BHT there
-    sdpa (fused)      a BTC    v (a view of the v projection: no copy)
-                      a BTC    the kernel's output
-                      4 BHT    its logsumexp (fp32)
-    attention output  a BTC    (B, H, T, D) -> (B, T, C) copy read by output_proj
-    SwiGLU            5 a BTF  h = w1 x, sigmoid(h), h * sigmoid(h), w3 x, their product (w2)
-  outside the blocks
-    ln_final          8 BTC + 4 BT   as in a block; its output r BTC (a BTC under autocast) is
-                                     lm_head's input
-    loss              l BTV + l      log_softmax output (shared with nll_loss), total weight
-  autocast weight copies: a x (L (4 C^2 + 3 C F) + C V), saved and freed by backward when
-                    training; in a forward-only step too (autocast caches the cast of every
-                    weight that requires grad, no_grad or not, until autocast exits)
-
-So a block saves 16 BTC + 8 BT (norms) + 2 r BTC (norm outputs; 5 a BTC under autocast)
-+ 2 a BTC (q, k) + attention + 5 a BTF, where naive attention is 2 a BTC + T^2 + 3 a BHT^2
-+ 2 a BHT (CPU; see above for CUDA autocast) and sdpa 3 a BTC + 4 BHT: the T x T terms are
-what makes long contexts expensive.
-Token ids and targets are inputs, parameters and RoPE buffers exist anyway: none is counted.
-
-Activation checkpointing in groups of g blocks: autograd keeps each group's input (r BTC) instead
-of its blocks' activations, ceil(L / g) of them; during backward one group is recomputed at a
-time, so g blocks' activations (and their weight copies) exist again transiently.
-
-Transient allowance (approximate, not validated to 10%): the largest short-lived working set,
-max of the loss's (a + l) BTV (logits and log-probabilities forward, their gradients backward)
-and naive attention's 4 a BHT^2 (scores, masked scores, shifted scores, exp alive together).
-The sum of the terms is the explanation, not the answer: it is not an upper bound (it misses
-the optimizer's temporaries, e.g. foreach AdamW's parameter-sized `_foreach_sqrt` buffers) and
-it counts terms that never live together (in backward, gradients appear as activations are
-freed). `lmperf memory --estimate` reports the simulated peak instead (simulate.py) and shows
-these terms beside it (estimate_sim.py).
+Every term is derived op by op (B batch, T context, C d_model, H heads, F d_ff, L layers, V
+vocab; p, a, r, l the bytes of the parameter, matmul, residual-stream and log-probability
+dtypes) in docs/commands/memory.md, "The analytic terms, derived", and the exact ones are
+counted on real tensors in the tests. The sum of the terms is the explanation, not the answer:
+it is not an upper bound (it misses the optimizer's temporaries) and it counts terms that never
+live together. `lmperf memory --estimate` reports the simulated peak instead (simulate.py) and
+shows these terms beside it (estimate_sim.py).
 """
 
 from __future__ import annotations

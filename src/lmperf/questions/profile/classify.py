@@ -2,92 +2,18 @@
 
 `classify(name)` returns one of `CATEGORIES`. It is table-driven: `RULES` is an ordered list of
 (category, regex); the first regex that matches (`re.search`) wins, and a name no rule matches is
-"other". Names are matched as the profilers print them: torch.profiler's demangled kernel names
-(`void at::native::vectorized_elementwise_kernel<4, ...>(...)`), Nsight's demangled names (the same
-templates with `(int)4` and `[lambda() (instance 1)]`), cuBLAS/cutlass names, and aten operator
-names (`aten::mm`). Before matching, two wrappers are unwrapped: the prefix
-`autograd::engine::evaluate_function: ` is dropped, and an autograd node `XxxBackwardN` is read as
-the op it differentiates (`MmBackward0` -> `aten::mm`, `NativeLayerNormBackward0` ->
-`aten::native_layer_norm`).
-
-The rules, in order (why the order matters is given after each):
-
- 1. communication  NCCL kernels (`ncclDevKernel_*`, `ncclKernel_*`), `nccl:*` / `c10d::*` ops,
-                   `record_param_comms`. First: `ncclDevKernel_ReduceScatter` is not a reduction.
- 2. optimizer      `multi_tensor_apply_kernel` (foreach and fused Adam/SGD kernels), fused Adam
-                   functors, `aten::_foreach_*`, `aten::_fused_adam(w)_` / `_fused_sgd_`,
-                   `Optimizer.step#...` / `Optimizer.zero_grad#...`. Before elementwise and
-                   reductions: a foreach add is not an elementwise op of the model, and
-                   `_foreach_norm` (grad clipping) counts here too.
- 3. attention_softmax (fused attention)  flash / memory-efficient / cuDNN SDPA kernels
-                   (`flash_fwd_kernel`, `fmha_cutlassF_*`, `cudnn_generated_fort_native_sdpa_*`)
-                   and the SDPA ops (`aten::scaled_dot_product_attention`,
-                   `aten::_scaled_dot_product_*`, `aten::_flash_attention_*`,
-                   `aten::_efficient_attention_*`). A fused kernel computes scores, softmax and the
-                   value matmul in one launch and cannot be split, so it is filed under attention,
-                   NOT under matmul: the matmul share of a run with SDPA excludes attention's
-                   matmuls. Before matmul because `fmha_cutlassF` and FlashAttention-3 kernels are
-                   cutlass templates.
- 4. loss           `log_softmax` in any spelling (`aten::_log_softmax`, `LogSoftMaxForwardEpilogue`,
-                   `softmax_warp_forward<..., is_log_softmax=true, ...>`), `nll_loss`,
-                   `cross_entropy`, `ClassNLLCriterion`. cross_entropy = log_softmax + nll_loss is
-                   the LM loss (a quarter of forward for a large vocabulary); attention never
-                   calls log_softmax, so filing it under attention_softmax would show a softmax
-                   share for a model whose attention has no softmax kernel at all (the naive
-                   attention is amax/sub/exp/sum/div). Before the softmax rule (it contains
-                   "softmax") and before reductions (`nll_loss_forward_reduce_cuda_kernel_2d`).
- 4b. convolution   the aten convolution ops (`aten::conv2d`, `aten::convolution`,
-                   `aten::cudnn_convolution`, `aten::convolution_backward`, `ConvolutionBackward0`)
-                   and cuDNN / cutlass convolution kernels: `scudnn` and winograd kernels,
-                   `implicit_convolve_sgemm`, `ImplicitGemmConvolution`, `dgrad` / `wgrad` /
-                   `fprop` engines (`sm80_xmma_dgrad_implicit_gemm_*`, `wgrad_alg0_engine`,
-                   `dgrad_engine`), depthwise and grouped direct convolutions. Before matmul:
-                   an implicit-GEMM convolution is a convolution even where its name says gemm.
- 5. Inductor kernels (`triton_<kind>_fused_<ops>_<n>`): by the op names Inductor writes into the
-                   name -- softmax -> attention_softmax, layer/rms/group/batch norm -> normalization
-                   -- then by kind: `triton_tem_*` -> matmul (templates are GEMMs in practice; a
-                   flex-attention template would be misfiled), `triton_poi_*` -> elementwise,
-                   `triton_red_*` / `triton_per_*` -> reduction. Before matmul: a fused reduction
-                   may carry a GEMM wrapper op in its name
-                   (`triton_red_fused_..._unquantized_gemm_rsqrt_0`).
- 6. matmul         GEMM/GEMV kernels (`*gemm*`, `*gemv*`, cutlass, `sm80_xmma`, cuBLAS `nvjet_*`,
-                   `splitKreduce_kernel` -- the second half of a split-K GEMM), and the aten ops
-                   `mm, bmm, addmm, baddbmm, addbmm, matmul, linear, einsum, mv, addmv, dot, vdot,
-                   _scaled_mm, _addmm_activation, _int_mm`. `aten::matmul`, `aten::linear` and
-                   `aten::einsum` are parents of `aten::mm`/`aten::bmm` and carry little self time,
-                   but they are matmul wherever they are counted. Before reductions because of
-                   `splitKreduce`.
- 7. attention_softmax  any remaining name with "softmax" (`cunn_SoftMaxForward`,
-                   `softmax_warp_forward`, `aten::_softmax`, `aten::_softmax_backward_data`).
- 8. normalization  layer/RMS/group/batch/instance norm in any spelling (`vectorized_layer_norm_kernel`,
-                   `aten::native_layer_norm`, `aten::_fused_rms_norm`, `RMSNorm`, cuDNN's batch norm
-                   `cudnn::bn_fw_tr_1C11_kernel_NCHW` / `bn_bw_1C11_kernel_new`) and the LayerNorm
-                   backward helpers (`GammaBetaBackwardCUDAKernel`, `RowwiseMomentsCUDAKernel`,
-                   `ComputeInternalGradientsCUDAKernel`, ...). The reference LM's RMSNorm is written
-                   as pow/mean/rsqrt/mul, so on that model its time shows as elementwise and
-                   reduction, not here.
- 9. copy_cast      `direct_copy_kernel_cuda` (also dtype casts), `*copy_kernel*`,
-                   `CatArrayBatchedCopy`, cuDNN's layout changes (`nchwToNhwcKernel`),
-                   memcpy/memset in any spelling (`Memcpy HtoD`,
-                   `[CUDA memcpy Host-to-Device]`, `cudaMemcpyAsync`), and the ops `copy_, to,
-                   _to_copy, contiguous, clone, cat, stack, type_as, _copy_from`. Before
-                   elementwise: a copy runs inside `at::native::elementwise_kernel<...direct_copy...>`.
-10. reduction      `reduce_kernel` and anything else containing "reduce", CUB device reductions,
-                   and the ops `sum, mean, amax, amin, max, min, argmax, argmin, norm,
-                   linalg_vector_norm, prod, std, var, var_mean, std_mean, logsumexp, all, any,
-                   cumsum, nansum`.
-11. elementwise    `vectorized_/unrolled_/elementwise_kernel` and the pointwise ops (add, mul, div,
-                   sub, neg, exp, pow, rsqrt, sqrt, sigmoid, silu, gelu, relu, tanh, where, fill_,
-                   zero_, tril/triu, comparisons, lerp, addcmul, addcdiv, ... and their backward
-                   ops such as `sigmoid_backward`).
-12. other          everything else: views and reshapes, factories (`aten::empty`, `aten::ones`),
-                   embedding/indexing, `aten::item`, annotation ranges, CUDA runtime calls
-                   (`cudaLaunchKernel`), `AccumulateGrad`.
-
-Names are classified by what they are, not by where they run: a single-tensor AdamW's
-`aten::mul_` inside `Optimizer.step#AdamW.step` is elementwise; per-phase tables (the optimizer
-range) are where optimizer time is read. Do not classify annotation range names: "computing
-softmax" contains "softmax".
+"other". Names are matched as the profilers print them (torch.profiler's and Nsight's demangled
+kernel names, cuBLAS / CUTLASS names, aten operator names). Before matching,
+`autograd::engine::evaluate_function: ` is dropped and an autograd node `XxxBackwardN` is read
+as the op it differentiates (`MmBackward0` -> `aten::mm`). Order matters: communication before
+reductions (`ncclDevKernel_ReduceScatter`), optimizer before elementwise (a foreach add), fused
+attention before matmul (fmha kernels are CUTLASS templates) and filed apart from it, loss
+(log-softmax, NLL) before softmax, convolutions and Inductor kernels before matmul, split-K's
+reduce under matmul, copies before elementwise. Every rule, with the names it matches and why it
+comes where it does: docs/commands/profile.md, "How operators and kernels are classified".
+Names are classified by what they are, not where they run (a single-tensor AdamW's `aten::mul_`
+is elementwise; the optimizer phase is where optimizer time is read); do not classify range
+names ("computing softmax" contains "softmax").
 """
 
 from __future__ import annotations
