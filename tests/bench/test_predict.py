@@ -240,3 +240,12 @@ def test_predictions_written_before_the_time_model_still_render():
     assert record["schema"] == 2 and record["metrics"]["step"]["host_s"] is None
     report = pr.build_report([record])
     assert list(report.frame["bound"]) == ["-"] and "PREDICTED" in report.render("text")
+
+
+def test_a_model_factory_gets_the_one_shape_every_command_hands_it():
+    from lmperf.core.vocabulary import MODEL_SIZE
+
+    for devices in (["H100"], ["cpu"]):
+        (spec,) = pr.plan_predictions(devices, model="tests.fixtures.models:bigram", context=32,
+                                      precision="fp32")
+        assert spec.size == MODEL_SIZE

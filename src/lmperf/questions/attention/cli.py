@@ -33,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     # The shared --precision names training regimes (bf16-mixed, ...); attention runs no
     # regime, only tensors of one dtype, so its option is --dtype (as torch names it).
     p.add_argument("--dtype", nargs="+", metavar="DTYPE",
-                   help=f"dtype of q, k, v and the output (no autocast): {', '.join(DTYPES)}; "
+                   help=f"tensor dtype of q, k, v and the output (not a training regime: no "
+                        f"autocast): {', '.join(DTYPES)}; "
                         "several values sweep (default: the suite's)")
     p.add_argument("--suite", default="flash", choices=list(SUITES),
                    help="; ".join(f"{s.name}: {s.summary}" for s in SUITES.values())

@@ -115,15 +115,16 @@ def plan_predictions(devices: Sequence[str], *, size=None, model: str | None = N
                      model_context: int = 0) -> list:
     """The RunSpecs to predict (bench's keywords; lists sweep). Values left None take the
     defaults of the device predicted for: CUDA's (the `course` edition's table, fp32) for GPUs,
-    the CPU's for `cpu` alone. The optimizer is what `auto` picks there: fused AdamW."""
-    from lmperf.core.vocabulary import as_list, device_defaults
+    the CPU's for `cpu` alone; a `model` without `size` gets MODEL_SIZE's shape, as in every
+    command. The optimizer is what `auto` picks there: fused AdamW."""
+    from lmperf.core.vocabulary import MODEL_SIZE, as_list, device_defaults
     from lmperf.model.presets import DEFAULT_COURSE
     from lmperf.workload.spec import Grid
 
     course = course or DEFAULT_COURSE
     device = "cpu" if [d.lower() for d in devices] == ["cpu"] else "cuda"
     defaults = device_defaults("bench", device, course)
-    sizes = as_list(size) or (defaults["size"][:1] if model else defaults["size"])
+    sizes = as_list(size) or ([MODEL_SIZE] if model else defaults["size"])
     fixed = dict(model_context=model_context, optimizer="fused", device=device,
                  model=model, threads=0, clip=clip, course=course)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],

@@ -18,7 +18,7 @@ Precision: 'bf16-true' (the default: parameters, gradients and AdamW state thems
 8 bytes per parameter: 30 GiB of states per GPU on two) or 'bf16-mixed' (fp32 master weights,
 gradients reduced in fp32, bf16 compute: FSDP2's MixedPrecisionPolicy, as `dist train
 --compute-dtype bf16`; 16 bytes per parameter: 60.5 GiB of states per GPU on two, by `lmperf
-dist --estimate --size leaderboard --world-size 2`, before 32,768 tokens of activations and a
+dist --estimate --size leaderboard --gpus 2`, before 32,768 tokens of activations and a
 (32768, 151936) logits tensor, which is why it is not the default on 80 GB GPUs).
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmperf.core.vocabulary import device_defaults, resolve_threads
+from lmperf.core.vocabulary import MODEL_SIZE, device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.results.store import ensure_folder
 from lmperf.model.presets import DEFAULT_COURSE
@@ -70,7 +70,7 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
               dict(size=size, context=context, batch=batch, precision=precision, mode=mode,
                    attention=attention, warmup=warmup).items()}
     run = RunSpec.from_size(
-        values["size"] or defaults["size"], course, context=values["context"] or defaults["context"],
+        values["size"] or (MODEL_SIZE if model else defaults["size"]), course, context=values["context"] or defaults["context"],
         model_context=model_context, batch=values["batch"],
         precision=values["precision"] or defaults["precision"], mode=values["mode"],
         attention=values["attention"], optimizer=resolve_optimizer(optimizer, dev_),
