@@ -227,6 +227,8 @@ RENAMED: dict[str, dict[str, str]] = {
     "memory": {"--plot": "renamed --plots (a folder)"},
     "amp": {"--plot": "renamed --plots (a folder)"},
     "report": {"--output": "renamed --out (-o stays)"},
+    "profile": {"--backend": "removed: torch.profiler is the one backend; for Nsight Systems run "
+                             "nsys profile -t cuda,nvtx around lmperf (its phases are NVTX ranges)"},
 }
 
 
