@@ -9,7 +9,7 @@ or JSON; a question may pass a `display` function that lays the main table out f
 Human formats (text, Markdown, LaTeX) follow one style: headers read as words with their unit
 (`cpu_range_ms` -> "cpu range (ms)"), shares as percent, bytes in KiB / MiB / GiB (columns named
 `bytes`, `*_bytes`, `*_mib`, `*_gib`), no scientific notation; text also fits WIDTH columns
-(long cells wrapped, or cut where `Report.clip`), findings and notes wrapped as footnotes. A
+(the widest text cells cut with "…", one line per row), findings and notes wrapped as footnotes. A
 report's `brief` keeps text to a screen or two: per table the columns and rows shown there
 (None: that table only in the full formats). CSV and JSON keep the raw numbers.
 """
@@ -48,7 +48,6 @@ class Report:
         display: optional layout of `frame` for reading (see `Display`).
         brief: text only: table name -> (columns, rows) to show (None for either: all), or
             None to leave the table to the full formats (Markdown, CSV, the write-up).
-        clip: text only: cut cells too wide for WIDTH with "…" instead of wrapping them.
     """
 
     kind: str
@@ -59,7 +58,6 @@ class Report:
     title: str = ""
     display: Display | None = None
     brief: dict[str, tuple[Sequence[str] | None, int | None] | None] = field(default_factory=dict)
-    clip: bool = False
 
     def table(self, name: str) -> pd.DataFrame:
         """One of `tables` by name; KeyError lists the names there are."""
@@ -102,7 +100,7 @@ class Report:
         findings = list(self.findings)
         if hidden:
             findings.append(f"{len(hidden)} more table(s) ({'; '.join(hidden)}): {FULL}.")
-        return _render_sections(sections, findings, fmt, self.clip)
+        return _render_sections(sections, findings, fmt)
 
     def __str__(self) -> str:
         return self.render("text")
@@ -260,10 +258,10 @@ def readable(df: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     return out
 
 
-def _text_table(df: pd.DataFrame, shown: pd.DataFrame, clip: bool) -> tuple[str, list[str]]:
+def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
     """(the table as text within WIDTH columns, notes): numbers right-aligned, text left; the
-    widest text columns wrapped (or cut, `clip`) to fit; columns that still do not fit are
-    left out and named in a note."""
+    widest text columns cut with "…" to fit (one line per row: a screen holds more rows than
+    a wrapped table); columns that still do not fit are left out; notes say which."""
     cells = [[str(v) for v in shown[c]] for c in shown.columns]
     heads = [str(c) for c in shown.columns]
     right = [pd.api.types.is_numeric_dtype(df[c]) or all(
@@ -276,32 +274,22 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame, clip: bool) -> tuple[str,
         text = [i for i in range(len(widths)) if not right[i] and widths[i] > max(20, len(heads[i]))]
         if not text:
             break
-        i = max(text, key=lambda j: widths[j])
-        new = max(20, len(heads[i]), widths[i] - excess)
-        excess -= widths[i] - new
-        widths[i] = new
+        i = max(text, key=lambda j: widths[j])  # the widest loses a column: widths even out
+        widths[i] -= 1
+        excess -= 1
     if excess > 0:  # nothing left to wrap: leave the last columns out, by name
         keep = len(widths)
         while keep > 1 and sum(widths[:keep]) + 2 * (keep - 1) > WIDTH:
             keep -= 1
         notes.append(f"{len(widths) - keep} more columns ({', '.join(heads[keep:])}): {FULL}")
         cells, heads, right, widths = cells[:keep], heads[:keep], right[:keep], widths[:keep]
-    lines = ["  ".join(h.rjust(w) if r else h.ljust(w)
-                       for h, w, r in zip(heads, widths, right)).rstrip()]
-    for row in zip(*cells):
-        parts = []
-        for v, w in zip(row, widths):
-            if len(v) <= w:
-                parts.append([v])
-            elif clip:
-                parts.append([v[:w - 1] + "…"])
-            else:
-                parts.append(textwrap.wrap(v, w, break_on_hyphens=False) or [""])
-        for k in range(max(len(p) for p in parts)):
-            lines.append("  ".join(
-                (p[k] if k < len(p) else "").rjust(w) if r else (p[k] if k < len(p) else "").ljust(w)
-                for p, w, r in zip(parts, widths, right)).rstrip())
-    return "\n".join(lines), notes
+    cut = [h for h, w, col in zip(heads, widths, cells) if any(len(v) > w for v in col)]
+    if cut:
+        notes.insert(0, f"cells cut to fit (…) in {', '.join(cut)}: {FULL}")
+    lines = [heads] + [[v if len(v) <= w else v[:w - 1] + "…" for v, w in zip(row, widths)]
+                       for row in zip(*cells)]
+    return "\n".join("  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in
+                               zip(line, widths, right)).rstrip() for line in lines), notes
 
 
 def wrap(line: str, first: str = "", rest: str = "") -> str:
@@ -311,7 +299,7 @@ def wrap(line: str, first: str = "", rest: str = "") -> str:
 
 
 def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
-                     findings: list[str], fmt: str, clip: bool = False) -> str:
+                     findings: list[str], fmt: str) -> str:
     parts = []
     if fmt != "latex":
         findings = [plain_numbers(f) for f in findings]
@@ -333,7 +321,7 @@ def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
             parts.append(latex.replace("±", r"$\pm$") + "".join(f"% {n}\n" for n in notes))
         else:
             head = f"{wrap(title)}\n" if title else ""
-            body, more = _text_table(df, shown, clip)
+            body, more = _text_table(df, shown)
             tail = "".join(f"{wrap(line, '', '  ')}\n"
                            for line in ([caption] if caption else []) + notes + more)
             parts.append(f"{head}{body}\n{tail}")

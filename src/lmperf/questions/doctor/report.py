@@ -32,7 +32,7 @@ def build_report(records: list[dict]) -> Report:
              if records else "lmperf doctor")
     earlier = sum(len(rows_of(r)) for r in records) - len(rows)
     return Report(kind=KIND, frame=frame, findings=_findings(rows, frame, earlier),
-                  records=records, title=title, display=_display, clip=True)
+                  records=records, title=title, display=_display)
 
 
 def _findings(rows: list[dict], frame: pd.DataFrame, earlier: int) -> list[str]:
@@ -52,7 +52,7 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
     """The table for reading: check, status, result, one row per check that ran; the checks
     skipped for one reason are one row ("23 CUDA checks skipped"), the reason in a note. A
     failed check's criterion (why) is a note; an ok one's stays in the record, as do the
-    seconds. Text cuts long results (`Report.clip`); Markdown and the records keep them."""
+    seconds. Text cuts long results to the screen; Markdown and the records keep them."""
     frame = report.frame
     skipped = frame[frame["status"] == "skip"]
     reasons = list(dict.fromkeys(skipped["why"]))
@@ -73,6 +73,6 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
         else:
             rows.append((row["check"], row["status"], row["result"]))
     total = float(frame["seconds"].fillna(0).sum()) if len(frame) else 0.0
-    notes.append(f"{len(frame)} checks, {total:.1f} s of checking; each check's criterion and "
-                 "full result: --format markdown or --json")
+    notes.append(f"{len(frame)} checks, {total:.1f} s of checking; each check's criterion: "
+                 "--format markdown or --json")
     return pd.DataFrame(rows, columns=["check", "status", "result"]), "", notes

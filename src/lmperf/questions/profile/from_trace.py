@@ -85,8 +85,10 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
                     "analysis is rerun from its file).")
     device = ", ".join(dict.fromkeys(trace.device_names))
     title = f"lmperf profile --from-trace {path.name}" + (f" (recorded on {device})" if device else "")
+    brief = {name: (("name", "category", "calls_per_step", "ms_per_step", "share", "gemm"), None)
+             for name in tables if name.startswith("top ")}  # the screen's columns
     return Report(kind=KIND, frame=per_step, tables=tables, findings=findings, records=[],
-                  title=title)
+                  title=title, brief=brief)
 
 
 def kernel_table(trace: Trace, phase: str, top: int | None = 10) -> pd.DataFrame:
