@@ -240,9 +240,9 @@ def test_formats():
 
 def test_memory_column_for_cpu_records():
     table, _, _ = display_frame([ok_record(), ok_record(context=256)])
-    assert "peak RSS (CPU process)" in table.columns
+    assert "peak RSS" in table.columns
     assert "peak GPU" not in table.columns
-    assert table["peak RSS (CPU process)"].iloc[0] == "250 MiB"  # max over the phases
+    assert table["peak RSS"].iloc[0] == "250 MiB"  # max over the phases
 
 
 def test_memory_column_for_cuda_records():
@@ -251,10 +251,10 @@ def test_memory_column_for_cuda_records():
     records = [ok_record(device="cuda", memory=mem), ok_record(device="cuda", context=256, memory=mem)]
     table, _, _ = display_frame(records)
     assert "peak GPU" in table.columns
-    assert "peak RSS (CPU process)" not in table.columns
+    assert "peak RSS" not in table.columns
     assert table["peak GPU"].iloc[0] == "2.29 GiB"  # allocated peak (2,345.4 MiB), not reserved
     out = render(records, "text")
-    assert "peak GPU" in out and "CPU process" not in out
+    assert "peak GPU" in out and "peak RSS" not in out
 
 
 def test_memory_column_for_mixed_kinds():
@@ -262,12 +262,12 @@ def test_memory_column_for_mixed_kinds():
     records = [ok_record(), ok_record(device="cuda", memory=cuda_memory(phases, (1.0,) * 3, (2.0,) * 3))]
     table, _, _ = display_frame(records)
     assert "peak memory" in table.columns
-    assert "peak GPU" not in table.columns and "peak RSS (CPU process)" not in table.columns
+    assert "peak GPU" not in table.columns and "peak RSS" not in table.columns
 
 
 def test_memory_title_ignores_failed_rows():
     table, _, _ = display_frame(mixed())
-    assert "peak RSS (CPU process)" in table.columns
+    assert "peak RSS" in table.columns
 
 
 # --- MFU --------------------------------------------------------------------------------------------

@@ -113,7 +113,9 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         out["MFU"] = [_fmt(v, ".1%") for v in df["mfu"]]
     kinds = set(df["memory_kind"].dropna())
     mem_title = "peak GPU" if kinds == {"cuda_allocator"} else (
-        "peak RSS (CPU process)" if kinds == {"cpu_process_peak_rss"} else "peak memory")
+        "peak RSS" if kinds == {"cpu_process_peak_rss"} else "peak memory")
+    if mem_title == "peak RSS":
+        notes.append("peak RSS: of the CPU process (Python and torch included), not GPU memory")
     out[mem_title] = [human_bytes(v * 2**20) if v is not None else "-" for v in df["peak_memory_mib"]]
     if any((r.get("metrics") or {}).get("timer_sync") == "step" for r in records):
         notes.append("step: one device sync per step (phases: its boundaries, no sync between); "
