@@ -163,9 +163,9 @@ def test_attention_breakdown_with_analytic_and_counted_flops(cpu):
     flops = {SCORES: {"analytic": 4.0e6, "counted": 4.0e6}, SOFTMAX: {"analytic": 0.1e6, "counted": 0},
              FINAL_MATMUL: {"analytic": 4.0e6, "counted": 4.0e6}}
     b = views.attention_breakdown(cpu, flops).set_index("range")
-    assert b.loc[SOFTMAX, "flops_per_step_counted"] == 0 and b.loc[SOFTMAX, "flop_share_counted"] == 0
+    assert b.loc[SOFTMAX, "flops_per_step_counted"] == 0 and b.loc[SOFTMAX, "flop_counted_share"] == 0
     assert b.loc[SOFTMAX, "time_per_flop_share_counted"] == float("inf")
-    assert b["flop_share_analytic"].sum() == pytest.approx(1.0)
+    assert b["flop_analytic_share"].sum() == pytest.approx(1.0)
     ratio = views.softmax_vs_matmul(b.reset_index())
     assert ratio["flop_ratio_analytic"] == pytest.approx(0.1 / 8.0) and ratio["flop_ratio_counted"] == 0
 

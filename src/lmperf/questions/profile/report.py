@@ -31,7 +31,7 @@ BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
                    "trace_range_ms_mean", "overhead_pct"), None),
     ("top operators", ("name", "category", "calls_per_step", "ms_per_step", "avg_us", "share"), 5),
     ("attention:", ("range", "calls_per_step", "ms_per_step", "share", "flops_per_step_analytic",
-                    "flop_share_analytic"), None),
+                    "flop_analytic_share"), None),
     ("roofline per phase", ("phase", "measured_ms", "ideal_ms", "compute_ms", "memory_ms",
                             "measured_over_ideal", "overhead_bound_ms"), None),
     ("roofline per operator", ("phase", "op", "calls", "measured_ms", "ideal_ms",

@@ -222,7 +222,8 @@ def attention_breakdown(trace: Trace, flops: Mapping[str, float | Mapping[str, f
     time_per_flop_share (share / flop_share: above 1 means slower than its FLOPs predict) and
     gflop_per_s (achieved, from ms_per_step). A value may itself be a mapping of sources, e.g.
     {"analytic": 1e9, "counted": 0}: the four columns then come once per source, suffixed
-    `_analytic`, `_counted` (a zero count gives inf/NaN, not an error). Empty when the trace
+    `_analytic`, `_counted` (flop_share: `flop_analytic_share`, a share by its name; a zero
+    count gives inf/NaN, not an error). Empty when the trace
     has none of the sub-ranges.
     """
     kind = _kind(trace, kind)
@@ -251,8 +252,8 @@ def attention_breakdown(trace: Trace, flops: Mapping[str, float | Mapping[str, f
         f = np.array([by_range.get(name, np.nan) for name in ATTENTION_RANGES])
         with np.errstate(divide="ignore", invalid="ignore"):
             out[f"flops_per_step{sfx}"] = f
-            out[f"flop_share{sfx}"] = f / np.nansum(f)
-            out[f"time_per_flop_share{sfx}"] = out["share"].to_numpy() / out[f"flop_share{sfx}"].to_numpy()
+            out[f"flop{sfx}_share"] = f / np.nansum(f)  # `*_share`: rendered as percent
+            out[f"time_per_flop_share{sfx}"] = out["share"].to_numpy() / out[f"flop{sfx}_share"].to_numpy()
             out[f"gflop_per_s{sfx}"] = f / (ms * 1e-3) / 1e9
     out.attrs.update(kind=kind)
     return out
