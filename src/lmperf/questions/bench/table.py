@@ -88,13 +88,16 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         return pd.DataFrame(), "no records", []
     # params from the records, not the frame: a None beside ints would turn the column to floats
     df["params"] = [_fmt(r.get("params"), ",") for r in records]
-    model, _ = caption_axes(df, [("model", "size"), ("shape", "shape"), ("params", "params")])
+    model, _ = caption_axes(df, [("model", "size"), ("shape", "shape")])
+    if not any(r["spec"].get("model") for r in records):
+        model = model[:1]  # a preset's name is its shape: the shape goes to the note
     varying, caption = caption_axes(df, [("context", "context"), ("precision", "precision")]
                                     + [(title, title) for _, title in AXES])
-    notes = []
-    if not model:  # one model: named once, under the table
-        notes.append(f"model: {df['model'].iloc[0]} ({df['shape'].iloc[0]}), "
-                     f"{df['params'].iloc[0]} parameters")
+    # each model named once, under the table: its shape and parameters
+    named = df.drop_duplicates(["model", "shape"])
+    notes = ["model" + ("s" if len(named) > 1 else "") + ": " + "; ".join(
+        f"{m} ({s}), {p} parameters" for m, s, p in zip(named["model"], named["shape"],
+                                                        named["params"]))]
     out = pd.DataFrame(index=df.index)
     for col, title in model + varying:
         out[title] = df[col]
