@@ -269,6 +269,13 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
         for c, col in zip(df.columns, cells)]
     widths = [max([len(h)] + [len(v) for v in col]) for h, col in zip(heads, cells)]
     notes: list[str] = []
+    least = [w if r else min(w, max(20, len(h))) for w, r, h in zip(widths, right, heads)]
+    keep = len(widths)  # the columns that fit with their text cut to 20: the rest left out, by name
+    while keep > 1 and sum(least[:keep]) + 2 * (keep - 1) > WIDTH:
+        keep -= 1
+    if keep < len(widths):
+        notes.append(f"{len(widths) - keep} more columns ({', '.join(heads[keep:])}): {FULL}")
+        cells, heads, right, widths = cells[:keep], heads[:keep], right[:keep], widths[:keep]
     excess = sum(widths) + 2 * (len(widths) - 1) - WIDTH
     while excess > 0:
         text = [i for i in range(len(widths)) if not right[i] and widths[i] > max(20, len(heads[i]))]
@@ -277,12 +284,6 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
         i = max(text, key=lambda j: widths[j])  # the widest loses a column: widths even out
         widths[i] -= 1
         excess -= 1
-    if excess > 0:  # nothing left to wrap: leave the last columns out, by name
-        keep = len(widths)
-        while keep > 1 and sum(widths[:keep]) + 2 * (keep - 1) > WIDTH:
-            keep -= 1
-        notes.append(f"{len(widths) - keep} more columns ({', '.join(heads[keep:])}): {FULL}")
-        cells, heads, right, widths = cells[:keep], heads[:keep], right[:keep], widths[:keep]
     cut = [h for h, w, col in zip(heads, widths, cells) if any(len(v) > w for v in col)]
     if cut:
         notes.insert(0, f"cells cut to fit (…) in {', '.join(cut)}: {FULL}")

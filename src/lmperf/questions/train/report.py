@@ -17,7 +17,7 @@ from lmperf.measure.stats import NOISY_IQR_RATIO
 from lmperf.runtime.precision import get_regime
 from lmperf.questions.train.loop import FINAL_LOSS_STEPS, status_text
 
-MEMORY_TITLES = {"cuda_allocator": "peak GPU MiB", "cpu_process_peak_rss": "peak RSS MiB (CPU process)"}
+MEMORY_TITLES = {"cuda_allocator": "peak GPU MiB", "cpu_process_peak_rss": "peak RSS MiB"}
 
 
 def num(value: object) -> float:
@@ -81,8 +81,8 @@ def summary_table(records: list[dict]) -> pd.DataFrame:
             "steps": s.get("steps_run", 0),
             "train loss": _fmt(s.get("final_loss"), ".3f") if s else "-",
             "val loss": val if s else "-",
-            "step ms mean / median": (f"{_fmt(step_ms.get('mean'), '.1f')} / "
-                                      f"{_fmt(step_ms.get('median'), '.1f')}") if step_ms else "-",
+            "step ms": (f"{_fmt(step_ms.get('median'), '.1f')} "
+                                      f"({_fmt(step_ms.get('mean'), '.1f')})") if step_ms else "-",
             "tokens/s": _fmt(s.get("tokens_per_s"), ",.0f"),
             mem_title: _fmt(s.get("peak_mib"), ",.0f"),
             "skipped": s.get("skipped_steps", "-") if s else "-",
@@ -111,8 +111,9 @@ def caption(records: list[dict], notes: bool = True) -> str:
                if spec["device"] == "cpu" and threads else ""))
     if notes:
         text = (f"{text}. Train loss: mean of the last {FINAL_LOSS_STEPS} steps; "
-                f"val loss: {spec['eval_batches']} fixed batches; step time and tokens/s: one "
-                "device sync per step, as lmperf bench's step")
+                f"val loss: {spec['eval_batches']} fixed batches; step ms: median (mean) of the "
+                "timed steps, tokens/s from the median; one device sync per step, as lmperf "
+                "bench's step")
     return text
 
 
