@@ -109,3 +109,15 @@ def test_brief_leaves_detail_to_the_full_formats():
     out = r.render("text")
     assert "17 more rows; 1 more columns (y)" in out and "more table(s) (b)" in out
     assert "| 19 |" in r.render("markdown").replace("  ", " ").replace("  ", " ")
+
+
+def test_bench_ratio_of_forward_runs_leaves_out_the_phases_they_do_not_run():
+    from lmperf.questions.bench.report import build_report
+
+    records = read_records(DATA / "bench.jsonl")
+    for r in records:  # as a forward-only sweep records them: no backward, no optimizer
+        r["spec"]["mode"] = "forward"
+        r["metrics"]["backward_ms"] = r["metrics"]["optimizer_ms"] = None
+    ratio = build_report(records).tables["precision: median time against fp32"]
+    assert list(ratio.columns) == ["size", "context", "precision", "against", "forward (x fp32)",
+                                   "step (x fp32)"]

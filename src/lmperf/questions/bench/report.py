@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from lmperf.questions.bench.rounds import latest_view
@@ -68,10 +70,11 @@ def ratios(frame: pd.DataFrame, axis: str) -> tuple[pd.DataFrame, list[str]]:
             continue
         ref = base.loc[[at]].iloc[0]
         row = {"size": run["model"], "context": run["context"], axis: run[axis], "against": first}
-        for phase in PHASES:
-            row[f"{phase} (x {first})"] = run[f"{phase}_ms_median"] / ref[f"{phase}_ms_median"]
+        for phase in PHASES:  # a phase the mode does not run has no median: NaN
+            a, b = (pd.to_numeric(x[f"{phase}_ms_median"]) for x in (run, ref))
+            row[f"{phase} (x {first})"] = a / b if pd.notna(a) and pd.notna(b) and b else math.nan
         rows.append(row)
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows).dropna(axis=1, how="all")
     if table.empty:
         return table, []
     lines = []
