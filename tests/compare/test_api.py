@@ -78,7 +78,10 @@ def test_specs_that_differ_are_listed_not_dropped():
     assert len(table) == 4  # two specs on each side
     assert set(table["side"]) == {"BASE", "NEW"}
     assert table["reason"].str.contains("nearest in (?:NEW|BASE) differs in model").all()
+    assert table["reason"].str.endswith("; add --ignore model to compare them").all()
     assert any("not compared" in f for f in report.findings)
+    assert ("not compared: the sides differ in model (None vs tests.fixtures.models:twice); add "
+            "--ignore model to compare them") in report.findings
     assert "no records" not in report.render("text")
 
 

@@ -39,6 +39,7 @@ class Unmatched:
     spec: dict
     side: str
     reason: str
+    differs: dict = field(default_factory=dict)  # field -> (BASE value, NEW value) of the nearest
 
 
 def value_matches(value: object, text: str) -> bool:
@@ -113,14 +114,38 @@ def _difference(a: dict, b: dict) -> list[str]:
     return [f"{k} {a.get(k, '-')} vs {b.get(k, '-')}" for k in names if a.get(k) != b.get(k)]
 
 
-def _nearest(spec: dict, kind: str, others: list[tuple[str, dict]], label: str) -> str:
-    """'; nearest in NEW differs in steps 10 vs 20' (fewest differing fields), or ''."""
-    diffs = [_difference(spec, o) for k, o in others if k == kind]
-    if not diffs:
-        return ""
-    best = min(diffs, key=len)
-    shown = ", ".join(best[:3]) + (f" (+{len(best) - 3} more)" if len(best) > 3 else "")
-    return f"; nearest in {label} differs in {shown}"
+def _nearest(spec: dict, kind: str, others: list[tuple[str, dict]], label: str,
+             base_first: bool) -> tuple[str, dict]:
+    """('; nearest in NEW differs in steps 10 vs 20; add --ignore steps to compare them', {field:
+    (BASE value, NEW value)}) for the spec on the other side with the fewest differing fields."""
+    near = [o for k, o in others if k == kind]
+    if not near:
+        return "", {}
+    best = min(near, key=lambda o: len(_difference(spec, o)))
+    diffs = _difference(spec, best)
+    shown = ", ".join(diffs[:3]) + (f" (+{len(diffs) - 3} more)" if len(diffs) > 3 else "")
+    if len(diffs) > 3:  # too far apart to be worth a hint
+        return f"; nearest in {label} differs in {shown}", {}
+    names = [d.split(" ", 1)[0] for d in diffs]
+    pairs = {f: (spec.get(f, "-"), best.get(f, "-"))[:: 1 if base_first else -1] for f in names}
+    return f"; nearest in {label} differs in {shown}; {ignore_hint(pairs)}", pairs
+
+
+def ignore_hint(fields: Iterable[str]) -> str:
+    return f"add --ignore {' '.join(fields)} to compare them"
+
+
+def differ_finding(unmatched: list[Unmatched]) -> str | None:
+    """'not compared: the sides differ in attention (naive vs sdpa); add --ignore attention to
+    compare them', when every spec found on one side only differs from its nearest on the other
+    in the same fields; else None."""
+    one_side = [u for u in unmatched if u.side != "both"]
+    if not one_side or len({tuple(u.differs) for u in one_side}) != 1 or not one_side[0].differs:
+        return None
+    values = {f: (sorted({str(u.differs[f][0]) for u in one_side}),
+                  sorted({str(u.differs[f][1]) for u in one_side})) for f in one_side[0].differs}
+    what = ", ".join(f"{f} ({'/'.join(b)} vs {'/'.join(n)})" for f, (b, n) in values.items())
+    return f"not compared: the sides differ in {what}; {ignore_hint(values)}"
 
 
 def _failed(records: list[dict]) -> str:
@@ -145,13 +170,13 @@ def match(base: list[dict], new: list[dict], drop: Iterable[str] = (),
         if b_ok and n_ok:
             matches.append(Match(kind, spec, b_ok, n_ok))
         elif not n:
-            others = [(k[0], specs[k]) for k in new_groups]
-            unmatched.append(Unmatched(kind, spec, labels[0], f"only in {labels[0]}"
-                                       + _nearest(spec, kind, others, labels[1])))
+            why, pairs = _nearest(spec, kind, [(k[0], specs[k]) for k in new_groups], labels[1],
+                                  True)
+            unmatched.append(Unmatched(kind, spec, labels[0], f"only in {labels[0]}{why}", pairs))
         elif not b:
-            others = [(k[0], specs[k]) for k in base_groups]
-            unmatched.append(Unmatched(kind, spec, labels[1], f"only in {labels[1]}"
-                                       + _nearest(spec, kind, others, labels[0])))
+            why, pairs = _nearest(spec, kind, [(k[0], specs[k]) for k in base_groups], labels[0],
+                                  False)
+            unmatched.append(Unmatched(kind, spec, labels[1], f"only in {labels[1]}{why}", pairs))
         else:
             parts = [f"{label}: {_failed(rs)}" for label, rs, ok in
                      ((labels[0], b, b_ok), (labels[1], n, n_ok)) if not ok]

@@ -9,12 +9,13 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from lmperf.questions.compare import records as rec
-from lmperf.questions.compare.match import Match, Unmatched
+from lmperf.questions.compare.match import Match, Unmatched, differ_finding
 from lmperf.questions.compare.rows import (CPU, STAT_COLUMNS, THROUGHPUT_COLUMNS, cell,
                                            judged_change, not_compared_rows, phase_rows,
                                            throughput_rows)
 from lmperf.core.report import Report, caption_axes
-from lmperf.measure.compare import FASTER, INCONCLUSIVE, SAME, SLOWER, TOO_FEW
+from lmperf.measure.compare import (FASTER, INCONCLUSIVE, LOADED_MIN_EFFECT, SAME, SLOWER,
+                                    SPREAD_FACTOR, TOO_FEW)
 
 # Spec fields that follow from the others shown (a preset's shape follows from its size): left
 # out of the displayed table when they add nothing, kept in the frame.
@@ -73,7 +74,15 @@ def make_display(level: float) -> Callable[[Report], tuple[pd.DataFrame, str, li
                                      df[f"{clock}ci_high"])]
             out[f"{label}change"] = [_fmt(x, "+.1f") + ("%" if x == x else "")
                                      for x in df[f"{clock}change_pct"]]
-        out["verdict"] = df["verdict"]
+        # loaded, one run on a side: marked, with the widened minimum effect in the caption
+        wide = df["min_effect_from"].notna()
+        out["verdict"] = [v + "*" * w for v, w in zip(df["verdict"], wide)]
+        if wide.any():
+            caption = "; ".join(p for p in (caption, "* judged with a widened minimum effect "
+                                "(loaded, one run per side): " + ", ".join(
+                                    f"{p} {m:.0f}% ({why})" for p, m, why in zip(
+                                        df["phase"][wide], df["min_effect_pct"][wide],
+                                        df["min_effect_from"][wide]))) if p)
         if (df["judged_on"] == CPU).any():
             out["judged on"] = df["judged_on"]
         if (df["verdict"] == INCONCLUSIVE).any() or (df["judged_on"] == CPU).any():
@@ -136,22 +145,29 @@ def _env_findings(matches: list[Match]) -> list[str]:
 # (phases column, value) -> the finding when some phases hold that value: {n} is how many,
 # {loaded} why a side counts as loaded.
 _PHASE_NOTES = {
+    ("min_effect_from", "widened"): (
+        "{n} phase(s) of one run per side on a loaded machine ({loaded}) judged with a wider "
+        "minimum effect (marked *): the largest of --min-effect, "
+        f"{LOADED_MIN_EFFECT:.0%} ('load': the most a phase of separate same-spec runs moved "
+        f"under load, with margin: docs/accuracy.md) and {SPREAD_FACTOR:g} x the runs' own "
+        "IQR/median of the phase ('spread'); a change below it is 'inconclusive': loaded, use an A/B sweep with --rounds "
+        "(bench --model A B --rounds 3, then compare --by model), whose intervals see the load"),
     ("judged_on", CPU): (
         "{n} phase(s) judged on CPU time, not wall time: {loaded}. Other processes steal wall "
         "time from a step but not the CPU time of its measuring thread (time.thread_time); they "
         "can still slow it through shared caches and memory bandwidth (false-alarm and detection "
         "rates under load: docs/benchmarks.md). Both are shown"),
     ("verdict", INCONCLUSIVE): (
-        "warning: {n} phase(s) changed but are 'inconclusive': {loaded}, and they have no CPU "
-        "time of the measuring thread to judge on (CUDA, several torch threads, or older "
-        "records); other processes slow CPU timings down by up to several times; re-run on a "
-        "quiet machine, with --threads 1, or as an A/B sweep with --rounds (README)"),
+        "warning: {n} phase(s) changed but are 'inconclusive' (not counted by --fail-above): "
+        "{loaded}, and the change is below the widened minimum effect, or there is no CPU time "
+        "of the measuring thread to judge on (CUDA, several torch threads, older records); "
+        "re-run on a quiet machine, or as an A/B sweep with --rounds (README)"),
 }
 
 
-def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int, *,
-              sides: tuple[str, str], level: float, min_effect: float, resamples: int,
-              seed: int, max_load: float | None) -> list[str]:
+def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int,
+              hint: str | None, *, sides: tuple[str, str], level: float, min_effect: float,
+              resamples: int, seed: int, max_load: float | None) -> list[str]:
     out = [f"BASE: {sides[0]}; NEW: {sides[1]}",
            f"NEW/BASE is the ratio of the medians of the raw samples of each phase; the interval "
            f"is a {level:.0%} percentile bootstrap ({resamples} resamples, seed {seed}); a phase "
@@ -165,10 +181,13 @@ def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int, *,
                   f"spent more than {rec.MAX_OFF_CPU:.0%} of its step off the CPU"
                   if max_load is not None else "")
         for (column, value), sentence in _PHASE_NOTES.items():
-            if n := int((frame[column] == value).sum()):
+            hit = frame[column].notna() if value == "widened" else frame[column] == value
+            if n := int(hit.sum()):
                 out.append(sentence.format(n=n, loaded=loaded))
     if not_compared:
         out.append(f"{not_compared} spec(s) or phase(s) not compared (see 'not compared')")
+    if hint:
+        out.append(hint)
     if pooled := sum(len(m.base) > 1 or len(m.new) > 1 for m in matches):
         out.append(f"{pooled} spec(s) have several ok records on a side: their samples are "
                    "pooled, and resampled run by run")
@@ -196,8 +215,9 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
     then phase, base_n, new_n, base_median_ms, new_median_ms, ratio (NEW/BASE), ci_low,
     ci_high, change_pct (wall time), verdict, judged_on ('wall time' or 'CPU time'), the same
     figures in CPU time (base_cpu_median_ms, ..., cpu_change_pct; NaN without CPU times),
-    base/new_load_per_cpu and base/new_off_cpu (see lmperf.questions.compare.rows). tables: 'throughput and
-    memory' (tokens/s and peak MiB per matched spec) and 'not compared' (what, and why).
+    base/new_load_per_cpu, base/new_off_cpu, min_effect_pct and min_effect_from (what widened
+    it for one loaded run per side, else None; see lmperf.questions.compare.rows). tables:
+    'throughput and memory' (tokens/s and peak MiB per matched spec) and 'not compared'.
     records: the rows of all three as dicts with kind 'compare' and a 'table' field (--json).
     `sides` describe BASE and NEW (a file, a group of records).
     """
@@ -215,9 +235,9 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
         tables["throughput and memory"] = throughput[shown_columns(throughput, ids) + rest]
     if unmatched or skipped:
         tables["not compared"] = pd.DataFrame(not_compared_rows(unmatched, skipped, varying))
-    findings = _findings(frame, matches, len(unmatched) + len(skipped), sides=sides,
-                         level=level, min_effect=min_effect, resamples=resamples, seed=seed,
-                         max_load=max_load)
+    findings = _findings(frame, matches, len(unmatched) + len(skipped), differ_finding(unmatched),
+                         sides=sides, level=level, min_effect=min_effect, resamples=resamples,
+                         seed=seed, max_load=max_load)
     records = [{"kind": "compare", "table": "phases", **r} for r in rows]
     for name, df in tables.items():
         records += [{"kind": "compare", "table": name, **r} for r in df.to_dict(orient="records")]

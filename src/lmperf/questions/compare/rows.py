@@ -9,14 +9,14 @@ from typing import Sequence
 
 from lmperf.questions.compare import records as rec
 from lmperf.questions.compare.match import Match, Unmatched
-from lmperf.measure.compare import (FASTER, INCONCLUSIVE, SLOWER, RatioEstimate, compare_samples,
-                                    seed_for)
+from lmperf.measure.compare import (FASTER, INCONCLUSIVE, SAME, SLOWER, RatioEstimate,
+                                    compare_samples, loaded_min_effect, seed_for, verdict)
 
 STAT_COLUMNS: tuple[str, ...] = (
     "phase", "base_n", "new_n", "base_median_ms", "new_median_ms", "ratio", "ci_low", "ci_high",
     "change_pct", "verdict", "judged_on", "base_cpu_median_ms", "new_cpu_median_ms", "cpu_ratio",
     "cpu_ci_low", "cpu_ci_high", "cpu_change_pct", "base_load_per_cpu", "new_load_per_cpu",
-    "base_off_cpu", "new_off_cpu")
+    "base_off_cpu", "new_off_cpu", "min_effect_pct", "min_effect_from")
 WALL, CPU = "wall time", "CPU time"  # what a verdict was judged on
 THROUGHPUT_COLUMNS: tuple[str, ...] = (
     "base_tokens_per_s", "new_tokens_per_s", "tokens_per_s_ratio", "base_peak_mib",
@@ -102,6 +102,9 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
     thread's clock, the CPU times. The verdict is judged on wall time, unless the runs were
     loaded (`is_loaded`): then on CPU time, which other processes do not steal, or, without CPU
     times, a 'slower' or 'faster' wall verdict becomes 'inconclusive'. `judged_on` says which.
+    Loaded with one run on a side (not rounds or several runs, whose interval sees run-to-run
+    variation), the minimum effect is widened (`loaded_min_effect`): a change below it is
+    'inconclusive'. `min_effect_pct` and `min_effect_from` say which minimum judged the row.
     """
     rows, skipped = [], []
     for m in matches:
@@ -126,11 +129,20 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
                 cpu_est = compare_samples(cpu_base[phase], cpu_new[phase], level=level,
                                           min_effect=min_effect, resamples=resamples,
                                           seed=seed_for(label + "|cpu", seed))
-            row = {**_stat_row(phase, est), "judged_on": WALL, **_cpu_row(cpu_est)}
+            row = {**_stat_row(phase, est), "judged_on": WALL, **_cpu_row(cpu_est),
+                   "min_effect_pct": min_effect * 100, "min_effect_from": None}
+            judged, sides = est, (base[phase], new[phase])
             if loaded and cpu_est is not None:
+                judged, sides = cpu_est, (cpu_base[phase], cpu_new[phase])
                 row["verdict"], row["judged_on"] = cpu_est.verdict, CPU
             elif loaded and est.verdict in (SLOWER, FASTER):
                 row["verdict"] = INCONCLUSIVE
+            if loaded and min(map(len, sides)) < 2:  # one run on a side: widen (see measure)
+                wide, why = loaded_min_effect(*sides, min_effect)
+                row["min_effect_pct"], row["min_effect_from"] = wide * 100, why
+                if row["verdict"] in (SLOWER, FASTER) and verdict(
+                        judged.ratio, judged.ci_low, judged.ci_high, wide) == SAME:
+                    row["verdict"] = INCONCLUSIVE
             row["base_load_per_cpu"], row["new_load_per_cpu"] = loads
             row["base_off_cpu"], row["new_off_cpu"] = off
             rows.append({**_identity(m), **row})
