@@ -78,7 +78,7 @@ def test_quick_checks_and_the_record(tmp_path, capsys):
     code, stdout, stderr = _run(["doctor", "--out", str(out), *QUICK], capsys)
     assert code == 0, stderr
     assert "peak table entry" in stdout and "GradScaler disabled path" in stdout
-    assert "2 ok, 0 failed, 0 skipped; 2 record(s) appended to" in stderr
+    assert "2 ok, 0 failed, 0 skipped; records in" in stderr
     records = {r["spec"]["check"]: r for r in read_records(out)}  # in the order jobs ended
     assert sorted(records) == sorted(QUICK[1:])  # one record each
     assert records["peak table entry"]["spec"] == {"check": "peak table entry", "scope": "any",
@@ -88,7 +88,8 @@ def test_quick_checks_and_the_record(tmp_path, capsys):
     assert code == 0 and len(read_records(out)) == 4  # appended, never overwritten
     code, stdout, stderr = _run(["doctor", "--out", str(out), "--resume", *QUICK], capsys)
     assert code == 0 and len(read_records(out)) == 4  # both already ok: nothing ran
-    assert "nothing to run: every check is already ok in" in stderr
+    assert "resume: 2 job(s) already ok in the results file, 0 to go" in stderr
+    assert "doctor: 2 ok, 0 failed, 0 skipped" in stderr  # the whole run, as before
 
 
 def test_a_failed_check_exits_1_and_marks_the_record(tmp_path, capsys, monkeypatch):

@@ -10,9 +10,20 @@ from lmperf.catalog import BY_KIND
 from lmperf.core.jobs import resolve
 
 _STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magenta"}
+WIDTH = 120  # a progress line is cut to this many columns (the record keeps it whole)
 
 # kind -> "module:function" giving one line for a finished record of that kind
 SUMMARIES: dict[str, str] = {kind: q.summary for kind, q in BY_KIND.items() if q.summary}
+
+
+def _fit(text: str, used: int) -> str:
+    """`text` with numbers written plainly (no scientific notation), cut with '…' to fit the
+    WIDTH - `used` columns left on its line."""
+    from lmperf.core.report import plain_numbers  # pandas: loaded once jobs are running
+
+    text = " ".join(plain_numbers(text).split())
+    room = max(WIDTH - used, 20)
+    return text if len(text) <= room else text[:room - 1] + "…"
 
 
 def summary_line(record: dict) -> str:
@@ -51,11 +62,13 @@ class RichReporter:
         for record in records:
             style = _STYLE.get(record["status"], "white")
             # escape(): messages hold brackets ("[enforce fail at alloc_cpu.cpp:127]")
+            label = spec.label()
+            line = _fit(summary_line(record), 14 + len(label))  # "{status:>11} {label}: "
             self.progress.console.print(f"[{style}]{record['status']:>11}[/] "
-                                        f"{escape(spec.label())}: {escape(summary_line(record))}",
+                                        f"{escape(label)}: {escape(line)}",
                                         markup=True, highlight=False, soft_wrap=True)
             for w in record.get("warnings", []):
-                self.progress.console.print(f"{'':>11}   [dim]warning: {escape(w)}[/]",
+                self.progress.console.print(f"{'':>11}   [dim]warning: {escape(_fit(w, 23))}[/]",
                                             highlight=False, soft_wrap=True)
         self.progress.advance(self.task)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from lmperf.errors import SpecError
+from lmperf.questions.doctor.spec import CPU_WORKERS
 
 if TYPE_CHECKING:  # torch and pandas load when the doctor runs, not for `lmperf doctor --help`
     import torch
@@ -22,13 +23,6 @@ if TYPE_CHECKING:  # torch and pandas load when the doctor runs, not for `lmperf
 TIMEOUT_S = 300.0
 """Each check's job is killed after this (default of `timeout`). Its own children give up
 sooner: the capped child 120 s (twice on the CPU), flash-triton's 240 s, a torchrun item 240 s."""
-CPU_WORKERS = 3
-"""Jobs in flight at once when no CUDA check runs: the torchrun launch, a second launching job
-and the in-process checks, the overlap the doctor had when it ran its launches in two
-background threads beside its own checks (on the 2-core VM at load 3-9, 2 workers took
-26.5-36.9 s, 3 workers 21.2-28.1 s: docs/benchmarks.md)."""
-
-
 def plan_scopes(device: str) -> dict[str, torch.device | str]:
     """Which device each scope's checks run on, or why they are skipped.
 

@@ -18,7 +18,7 @@ DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
 def check_ceilings(ctx: Context) -> Outcome:
     """Measure the attained matmul FLOP/s (fp32, bf16; fp16 too on CUDA) and the copy / triad
     bandwidth on this device (`runtime.ceilings`); values: the ceilings and the peaks."""
-    from lmperf.questions.doctor.api import CPU_WORKERS
+    from lmperf.questions.doctor.spec import CPU_WORKERS
     from lmperf.runtime.ceilings import datasheet_peaks, measure_ceilings
     from lmperf.runtime import device as dev
 
@@ -33,9 +33,9 @@ def check_ceilings(ctx: Context) -> Outcome:
         f"{d} {v / 1e9:.1f} GFLOP/s" + (f" ({v / peaks[d]:.0%} of peak)" if d in peaks else "")
         for d, v in ceilings.matmul_flops_per_s.items())
     bw = ceilings.bandwidth_bytes_per_s
-    # The CPU's checks run CPU_WORKERS at a time (doctor.api) on cores they share: say so where
+    # The CPU's checks run CPU_WORKERS at a time (doctor.spec) on cores they share: say so where
     # the figures are, since `lmperf profile` measures the same ceilings alone (issue 28).
-    alongside = (f"beside {CPU_WORKERS - 1} other checks: " if ctx.device.type == "cpu"
+    alongside = (f"beside up to {CPU_WORKERS - 1} other checks: " if ctx.device.type == "cpu"
                  and CPU_WORKERS > 1 else "")
     result = (f"{alongside}matmul {flops}; bandwidth {bw / 1e9:.1f} GB/s (copy "
               f"{ceilings.copy_bytes_per_s / 1e9:.1f}, triad {ceilings.triad_bytes_per_s / 1e9:.1f})"

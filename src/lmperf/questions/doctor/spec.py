@@ -11,6 +11,12 @@ from typing import ClassVar
 from lmperf.errors import SpecError
 from lmperf.questions.doctor.records import KIND
 
+CPU_WORKERS = 3
+"""Jobs in flight at once when no CUDA check runs: the torchrun launch, a second launching job
+and the in-process checks, the overlap the doctor had when it ran its launches in two
+background threads beside its own checks (on the 2-core VM at load 3-9, 2 workers took
+26.5-36.9 s, 3 workers 21.2-28.1 s: docs/runs/2026-11-25.md)."""
+
 
 @dataclass(frozen=True)
 class CheckJob:
