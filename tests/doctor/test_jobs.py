@@ -88,7 +88,9 @@ def test_resume_reruns_only_the_checks_not_ok_even_inside_a_shared_job(tmp_path,
     again = lmperf.doctor("cpu", out=out, inline=True, resume=True)
     # 'a' (ok) shares b's job: only b runs again, and 'c' (ok) not at all
     assert calls == ["b", "launch"]
-    assert again.frame["check"].tolist() == ["b"] and again.frame["status"].tolist() == ["ok"]
+    # the whole run comes back (issue 28: --resume prints the whole sweep), b now ok
+    assert again.frame["check"].tolist() == ["a", "b", "c"]
+    assert again.frame["status"].tolist() == ["ok", "ok", "ok"]
     latest = build_report(read_records(out))
     assert latest.frame["status"].tolist() == ["ok", "ok", "ok"]
     assert "1 earlier row(s)" in latest.findings[-1]

@@ -80,8 +80,8 @@ def test_the_bench_record_and_table_carry_the_convention():
     assert metrics["tflops"] == pytest.approx(metrics["flops_per_step"] / step_s / 1e12)
     record = {"kind": "bench", "status": "ok", "spec": spec.to_dict(), "metrics": metrics,
               "env": {}, "params": 1}
-    _, caption, _ = display_frame([record])
-    assert f"FLOPs: {FLOPS_CONVENTION}" in caption
+    _, _, notes = display_frame([record])  # the convention is a note under the table
+    assert f"FLOPs: {FLOPS_CONVENTION}" in notes
 
 
 def test_a_run_counts_on_a_view_of_its_own_model_as_on_a_fresh_meta_build():

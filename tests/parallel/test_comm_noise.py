@@ -65,7 +65,7 @@ def test_report_sums_the_noise_up_in_one_finding():
     findings = build_report(records).findings
     noise = [f for f in findings if "IQR/median" in f]
     assert noise == ["1 of 2 collective timings have an IQR/median above 10% (worst 120%: "
-                     "all_reduce n=2 at 1024 bytes, IQR 3 ms of median 2.5 ms): the environment "
+                     "all_reduce n=2 at 1 KiB, IQR 3 ms of median 2.5 ms): the environment "
                      "had a significant influence (other load, frequency scaling or too few --iters)"]
     quiet = build_report([_record("broadcast", [2.0] * 4, [])]).findings
     assert not any("IQR" in f for f in quiet)

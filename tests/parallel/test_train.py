@@ -94,7 +94,9 @@ def test_results_file_table_and_plots(run: tuple) -> None:
 
 def test_resume_skips_finished_items(run: tuple) -> None:
     _, folder = run
+    before = (folder / "dist.jsonl").read_text()
     again = lmperf.dist("train", world_size=[1, 2], size="tiny", vocab_size=256, context=16,
                         batch=2, warmup=1, steps=2, profile_steps=1, bucket_mb=0.1,
                         out=folder / "dist.jsonl", resume=True)
-    assert again.records == []  # nothing launched
+    assert (folder / "dist.jsonl").read_text() == before  # nothing launched, nothing appended
+    assert again.records and all(r["status"] == "ok" for r in again.records)  # the whole sweep
