@@ -36,7 +36,9 @@ def test_ideal_and_typical_per_phase():
     assert (f.flops, f.bytes, f.calls, f.host_s) == (2e12, 4e9, 4, pytest.approx(4e-3))
     # the host issues the mm first (1 ms), the device then runs everything back to back
     assert f.typical_s == pytest.approx(1e-3 + f.device_s)
-    assert t["optimizer"].typical_s == pytest.approx(1e-3 + 6e-3 / 0.6)
+    # one queue per step: the optimizer's op was issued (at 5 ms) long before the forward's
+    # 2.9 s of device work ended, so it runs right after it, no host time showing
+    assert t["optimizer"].typical_s == pytest.approx(6e-3 / 0.6)
     assert pr.phase_times(_costs(), _gpu(), tf32=True)["forward"].ideal_s == pytest.approx(
         0.5 + 3e-3)
 
@@ -60,6 +62,21 @@ def test_the_issue_order_decides_where_the_host_shows():
         0.5 + 2 / 0.7 + 3 * 2e-3)
     assert pr.phase_times(late, _gpu(host))["forward"].typical_s == pytest.approx(
         4 * 0.5 + 2 / 0.7)
+
+
+def test_a_host_bound_phase_starts_on_the_backlog_the_previous_phase_left():
+    table = pd.DataFrame([
+        ("forward", "aten::mm", "fp32", "matmul", 1, 7e11, 0, 0),  # 1 s of device work
+        ("backward", "aten::mul", "fp32", "elementwise/norm", 4, 0, 0, 0),  # 4 empty kernels
+    ], columns=["phase", "op", "dtype", "op_class", "calls", "flops", "bytes_read",
+                "bytes_written"])
+    t = pr.phase_times(OpCosts(table, "test", 0.0), _gpu(host_s=0.1))
+    # the mm ends at 0.1 + 1 s; the muls were issued by 0.5 s: backward only waits for the queue
+    assert t["forward"].typical_s == pytest.approx(1.1)
+    assert t["backward"].typical_s == pytest.approx(0.0)
+    alone = pr.phase_times(OpCosts(table[table["phase"] == "backward"], "test", 0.0),
+                           _gpu(host_s=0.1))
+    assert alone["backward"].typical_s == pytest.approx(0.4)  # host-bound without a backlog
 
 
 def test_on_a_cpu_host_and_device_time_add():
@@ -110,6 +127,11 @@ def test_host_us_is_checked_and_needs_predict():
         lmperf.bench(size="tiny", host_us=5)
     with pytest.raises(SpecError, match="--host-us"):
         pr.predict([], ["H100"], host_us=-1)
+    with pytest.raises(SpecError, match="--host-us"):
+        pr.predict([], ["H100"], host_us=True)
+    with pytest.raises(SpecError, match="this CPU's is measured"):
+        pr.predict([], ["cpu"], host_us=5)
+    assert "given" in pr.gpu_targets("H100", pr.HOST_OP_S, given=True)[0].host_source
 
 
 @pytest.mark.slow

@@ -107,10 +107,8 @@ def test_counts_match_the_analytic_flops_and_extrapolation_is_exact():
     assert table == counted
     # the issue order of 3 layers from those of 1 and 2 is the order a whole count sees
     keys = list(counted)
-    for phase in ("forward", "backward"):
+    for phase in ("forward", "backward", "optimizer"):
         assert costs.order[phase] == [keys.index(k) for k in order[phase]]
-    # the optimizer's per-tensor loops (clipping) grow op by op, not block by block: no order
-    assert "optimizer" not in costs.order
     expected = analytic_flops(spec.d_model, 3, spec.d_ff, spec.vocab_size, 2, 32, "train-step")
     assert costs.table["flops"].sum() == expected.total
     phases = costs.by_phase().set_index("phase")
@@ -139,3 +137,18 @@ def test_bf16_mixed_counts_its_matmuls_in_bf16_and_cuda_runs_its_fp32_list_in_fp
     # the RMSNorm's rsqrt: CUDA's autocast runs it in fp32 (issue 26, L1), the CPU's in bf16
     assert dtypes["cuda"] == {"fp32"}
     assert set(cuda.loc[cuda["op"] == "aten::mm", "dtype"]) == {"bf16"}
+
+
+@pytest.mark.slow
+def test_gradient_clipping_is_counted_as_real_runs_do_it_foreach():
+    # fake tensors would take clip_grad_norm_'s per-tensor path (one norm and one mul per
+    # parameter); real CPU and CUDA tensors take foreach's few calls whatever the depth
+    costs = [oc.count_op_costs(RunSpec.from_size("tiny", num_layers=n, context=16, batch=1,
+                                                 optimizer="fused")) for n in (1, 3)]
+    calls = [c.table.loc[c.table["phase"] == "optimizer", "calls"].sum() for c in costs]
+    assert calls[0] == calls[1] < 20
+    table = costs[1].table[costs[1].table["phase"] == "optimizer"].groupby("op")["calls"].sum()
+    assert table["aten::_foreach_norm"] == 1 and table["aten::linalg_vector_norm"] == 1  # total
+    assert "optimizer" in costs[1].order  # the same calls at every depth: the order is kept
+    from torch.utils import _foreach_utils
+    assert all(t.__name__ != "FakeTensor" for t in _foreach_utils._foreach_supported_types)

@@ -191,6 +191,7 @@ def loaded_min_effect(base: Sequence[float] | Groups, new: Sequence[float] | Gro
     """(minimum effect, what set it: '--min-effect', 'load' or 'spread') for one run per side on
     a loaded machine: the largest of `min_effect`, LOADED_MIN_EFFECT (run-to-run under load) and
     SPREAD_FACTOR x the larger IQR/median of the two sides' samples."""
-    own = SPREAD_FACTOR * max(spread(base), spread(new), 0.0)
+    spreads = [s for s in (spread(base), spread(new)) if not math.isnan(s)]  # NaN: no spread
+    own = SPREAD_FACTOR * max(spreads + [0.0])
     return max((min_effect, "--min-effect"), (LOADED_MIN_EFFECT, "load"), (own, "spread"),
                key=lambda c: c[0])

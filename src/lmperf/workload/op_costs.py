@@ -257,6 +257,27 @@ def _repeat(one: list, two: list, layers: int) -> list | None:
     return two[:p] + block * (layers - 1) + two[len(two) - s:]
 
 
+@contextlib.contextmanager
+def _foreach_on_fake():
+    """Let fake tensors take the foreach paths real tensors take: torch chooses foreach (in
+    `clip_grad_norm_`, and the optimizers' defaults) only for types in a private list of plain
+    tensor types, so a fake step would clip one parameter at a time, which no real run does
+    (`small`: 223 optimizer-phase ops instead of ~20). Feature-detected; restored after."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+        from torch.utils import _foreach_utils
+
+        types = _foreach_utils._foreach_supported_types
+    except (ImportError, AttributeError):
+        yield
+        return
+    types.append(FakeTensor)
+    try:
+        yield
+    finally:
+        types.remove(FakeTensor)
+
+
 def _count(spec, precision: str | None) -> tuple[dict, dict, int]:
     """(phase, op, dtype, bytes per call) -> VALUES of one step of `spec`, each phase's issue
     order of those keys, and the model's number of parameter tensors."""
@@ -274,7 +295,7 @@ def _count(spec, precision: str | None) -> tuple[dict, dict, int]:
     lists = cuda_fp32_ops if getattr(spec, "device", "cpu") == "cuda" else contextlib.nullcontext
     with torch.device("meta"):  # shapes only; outside the fake mode (it keeps weak references)
         model = build_model(spec.model_config(), spec.model).to(dtype=regime.param_dtype)
-    with FakeTensorMode(allow_non_fake_inputs=True), lists():
+    with FakeTensorMode(allow_non_fake_inputs=True), lists(), _foreach_on_fake():
         model = model.to_empty(device=cpu)
         tokens = torch.zeros((spec.batch, spec.context), dtype=torch.long,
                              device=cpu)  # (B, T)

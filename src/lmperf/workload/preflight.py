@@ -2,11 +2,13 @@
 
 Runs in the job (the child), before the model is built: a 10B model on a 23 GiB machine used to
 allocate for minutes before failing. The bound is closed-form and a lower bound: the model built
-on the meta device (shapes only, ~0.1 s in a warm child; any factory) gives the parameter count
-N, and a step needs at least N x p for the parameters (p bytes of the regime's parameter dtype),
-N x p of gradients (modes with backward), 2 N x p of AdamW state (train-step) and the logits,
-B x T x V in the matmul dtype. Everything else a step holds (saved activations, temporaries)
-comes on top, so a bound above the memory available means the run cannot fit. It is held
+on the meta device (shapes only, ~0.1 s in a warm child; any factory) gives the parameters N
+(N_t of them trainable), p bytes each in the regime's parameter dtype. The parameters live
+throughout; AdamW's 2 N_t x p of state from the first step on (train-step); the logits, B x T x
+V in the matmul dtype, until the loss's backward; the N_t x p of gradients from then to the
+step's end. So a step needs at least N p + the larger of (state + logits) and (state +
+gradients). Everything else it holds (saved activations, temporaries) comes on top, so a bound
+above the memory available means the run cannot fit. It is held
 against the smallest of what this process may still take: the device's free memory (the CPU:
 MemAvailable of /proc/meminfo; CUDA: the driver's free memory), the cgroup's limit less its
 usage, and the launcher's cap (--max-memory-gib: RLIMIT_AS less the address space already
@@ -50,15 +52,17 @@ def lower_bound(spec: RunSpec, regime: Regime) -> Bound:
     """The closed-form lower bound of one step of `spec` under `regime` (module docstring)."""
     with torch.device("meta"):  # shapes only: nothing allocated, any factory
         model = build_model(spec.model_config(), spec.model)
-    n = sum(p.numel() for p in model.parameters())
     p = regime.param_dtype.itemsize
+    n = sum(t.numel() for t in model.parameters()) * p
+    trained = sum(t.numel() for t in model.parameters() if t.requires_grad) * p
     a = regime.autocast_dtype.itemsize if regime.autocast_dtype is not None else p
-    copies = {"forward": 1, "forward-backward": 2, "train-step": 4}[spec.mode]
-    states = {"forward": "parameters", "forward-backward": "parameters and gradients",
-              "train-step": "parameters, gradients and AdamW state"}[spec.mode]
     logits = spec.batch * spec.context * spec.vocab_size * a
-    return Bound(copies * n * p + logits, f"{states} ({regime.param_dtype}".replace("torch.", "")
-                 + ") and the logits")
+    state = 2 * trained if spec.mode == "train-step" else 0
+    grads = trained if spec.mode != "forward" else 0
+    what = {"forward": "parameters", "forward-backward": "parameters and gradients",
+            "train-step": "parameters, gradients and AdamW state"}[spec.mode]
+    return Bound(n + state + max(logits, grads), f"{what} ({regime.param_dtype}"
+                 .replace("torch.", "") + ") or the logits, whichever is larger")
 
 
 def _read_int(path: str) -> int | None:
@@ -71,13 +75,23 @@ def _read_int(path: str) -> int | None:
 
 
 def _cgroup_left() -> int | None:
-    """The cgroup's memory limit less its usage (v2, else v1), None without a limit."""
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        cap, used = _read_int(limit), _read_int(usage)
+    """The cgroup's memory limit less its working set (v2, else v1): usage less the inactive
+    file cache the kernel reclaims first (as kubelet and `docker stats` count it); None
+    without a limit."""
+    for root, limit, usage, inactive in (
+            ("/sys/fs/cgroup/", "memory.max", "memory.current", "inactive_file"),
+            ("/sys/fs/cgroup/memory/", "memory.limit_in_bytes", "memory.usage_in_bytes",
+             "total_inactive_file")):
+        cap, used = _read_int(root + limit), _read_int(root + usage)
         if cap is not None and used is not None and cap < 2**60:  # v1 writes "no limit" as ~2**63
-            return max(0, cap - used)
+            cache = 0
+            try:
+                with open(root + "memory.stat") as f:
+                    cache = next((int(ln.split()[1]) for ln in f
+                                  if ln.split()[0] == inactive), 0)
+            except (OSError, ValueError, IndexError):
+                pass
+            return max(0, cap - (used - min(cache, used)))
     return None
 
 
@@ -91,7 +105,9 @@ def available(device: torch.device) -> tuple[int, str] | None:
         index = cuda_index(device)
         free, total = torch.cuda.mem_get_info(index)
         limits.append((free, f"free on cuda:{index}"))
-        fraction = torch.cuda.get_per_process_memory_fraction(index)
+        # torch >= 2.6 reads back the fraction --max-memory-gib set; older ones cannot
+        get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        fraction = get_fraction(index) if get_fraction is not None else 1.0
         if fraction < 1.0:
             cap = int(fraction * total) - torch.cuda.memory_reserved(index)
             limits.append((cap, "under --max-memory-gib"))

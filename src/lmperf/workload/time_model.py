@@ -11,12 +11,13 @@ The ideal is the roofline: no run beats it. The device time holds each op class 
 fraction of peak such kernels attain. The host issues the ops one by one, `host_op_s` each:
 
 - on a GPU the host runs ahead of the device (eager PyTorch queues kernels on one stream and
-  waits only at a synchronisation, which lmperf's clocks put at the end of each phase): op i
-  starts when the host has issued it and the device has finished op i-1,
+  waits only at a synchronisation, which lmperf's bench makes once per step): op i starts when
+  the host has issued it and the device has finished op i-1,
       start(i) = max(i x host_op_s, end(i-1)),  end(i) = start(i) + device(i),
-  and the phase takes end(last). A phase of large kernels is device-bound (the host waits at
-  the end), one of many small kernels host-bound (the device waits between them), and a mix
-  is charged where each part is bound, not the larger of two totals.
+  over the whole step, and a phase takes from the previous phase's last end to its own. A
+  stretch of large kernels is device-bound (the host runs ahead), one of many small kernels
+  host-bound (the device waits between them), and a mix is charged where each part is bound,
+  not the larger of two totals.
 - on a CPU the same thread issues and computes (`synchronous`): the phase takes the sum of
   host_op_s + device(op) over its ops.
 
@@ -94,36 +95,50 @@ def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
     return compute, memory, device
 
 
-def queue_s(device_s: np.ndarray, host_op_s: float) -> float:
-    """Seconds until the device finishes ops issued back to back by a host that takes
-    `host_op_s` per op and never waits (one stream, a sync at the end): the latest of
-    (issue time of op i + device time of ops i..n), over i."""
-    if not len(device_s):
-        return 0.0
+def queue_ends(device_s: np.ndarray, host_op_s: float) -> np.ndarray:
+    """When the device finishes each op of a sequence the host issues back to back, `host_op_s`
+    each, never waiting (one stream): end(i) = max(i x host_op_s, end(i-1)) + device(i), that
+    is the cumulative device time plus the largest (issue time - device time before) so far."""
+    device_s = np.asarray(device_s, dtype=float)
     issued = host_op_s * np.arange(1, len(device_s) + 1)
-    after = np.cumsum(device_s[::-1])[::-1]  # device time of ops i..n
-    return float(np.max(issued + after))
+    done = np.cumsum(device_s)
+    return done + np.maximum.accumulate(issued - (done - device_s))
+
+
+def queue_s(device_s: np.ndarray, host_op_s: float) -> float:
+    """Seconds until the device finishes every op of `queue_ends`' sequence (0 for none)."""
+    return float(queue_ends(device_s, host_op_s)[-1]) if len(device_s) else 0.0
 
 
 def phase_times(costs, target: Target, tf32: bool = False) -> dict[str, PhaseTime]:
     """phase -> PhaseTime of one step of `costs` (an `OpCosts`) on `target` (see the module).
     Ops are taken in their issue order (`costs.order`), each call at its row's device time per
-    call; a phase without an order is taken row by row."""
-    table = costs.table
+    call; a phase without an order is taken row by row. On a GPU the whole step is one queue
+    (lmperf's bench synchronises once per step and times its phases with events on the GPU's
+    timeline): a phase takes from the end of the previous phase's last op to its own last op's,
+    so a host-bound phase can start on a backlog the previous one left."""
+    table = costs.table.reset_index(drop=True)  # `order` holds row positions
     compute, memory, device = op_times(table, target, tf32)
     ideal = np.maximum(compute, memory)
     calls = table["calls"].to_numpy(dtype=float)
     per_call = np.divide(device, calls, out=np.zeros_like(device), where=calls > 0)
-    out = {}
-    for phase, rows in table.groupby("phase", sort=False).groups.items():
+    phases = table.groupby("phase", sort=False).groups.items()
+    orders = []
+    for phase, rows in phases:
         rows = np.asarray(list(rows))
-        n = int(calls[rows].sum())
         order = np.asarray(costs.order.get(phase) or [], dtype=int)
-        if len(order) != n:  # no (or a partial) order: each row's calls back to back
+        if len(order) != int(calls[rows].sum()):  # no (or a partial) order: rows back to back
             order = np.repeat(rows, calls[rows].astype(int))
+        orders.append(order)
+    ends = queue_ends(per_call[np.concatenate(orders)] if orders else [], target.host_op_s)
+    out, last, at = {}, 0.0, 0
+    for (phase, rows), order in zip(phases, orders):
+        rows, n = np.asarray(list(rows)), len(order)
         host, busy = n * target.host_op_s, float(device[rows].sum())
-        typical = host + busy if target.synchronous else queue_s(per_call[order],
-                                                                 target.host_op_s)
+        at += n
+        end = float(ends[at - 1]) if n else last
+        typical = host + busy if target.synchronous else end - last
+        last = end
         nbytes = int((table["bytes_read"].to_numpy()[rows]
                       + table["bytes_written"].to_numpy()[rows]).sum())
         out[phase] = PhaseTime(float(ideal[rows].sum()), typical, busy, host,

@@ -66,11 +66,11 @@ FIELDS: tuple[str, ...] = ("ideal_s", "typical_s", "device_s", "host_s", "flops"
                            "calls")  # a phase's metrics
 
 
-def gpu_targets(name: str, host_op_s: float = HOST_OP_S) -> list[Target]:
+def gpu_targets(name: str, host_op_s: float = HOST_OP_S, given: bool = False) -> list[Target]:
     """The Targets a `--predict` GPU name means: one device of the peak table, or every device
     of a family the name leaves ambiguous ('A100': its 40GB / 80GB, SXM / PCIe forms, whose
-    bandwidths differ), driven by a host that takes `host_op_s` per op. Raises SpecError for an
-    unknown name."""
+    bandwidths differ), driven by a host that takes `host_op_s` per op (`given`: the user's
+    --host-us, else the default's source is recorded). Raises SpecError for an unknown name."""
     from lmperf.runtime import peaks
 
     found = peaks.device_spec(name)
@@ -78,7 +78,7 @@ def gpu_targets(name: str, host_op_s: float = HOST_OP_S) -> list[Target]:
         d for d in peaks.DEVICES.values() if d.name.lower().startswith(name.lower())]
     if not specs:
         peaks.require_device(name)  # raises the one-line error naming the accepted GPUs
-    source = HOST_OP_SOURCE if host_op_s == HOST_OP_S else "given (--host-us)"
+    source = "given (--host-us)" if given or host_op_s != HOST_OP_S else HOST_OP_SOURCE
     out = []
     for spec in specs:
         flops = {d: spec.peak_tflops(d) * 1e12 for d in peaks.DTYPES if spec.peak_tflops(d)}
@@ -146,10 +146,16 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
 
     if not devices:
         raise SpecError("--predict needs at least one device (a GPU of the peak table, or cpu)")
-    if host_us is not None and not (isinstance(host_us, (int, float)) and 0 <= host_us < 1e6):
-        raise SpecError(f"--host-us must be a number of microseconds >= 0, got {host_us!r}")
-    host = HOST_OP_S if host_us is None else host_us * 1e-6
-    gpus = {name: gpu_targets(name, host) for name in devices if name.lower() != "cpu"}
+    gpus = [name for name in devices if name.lower() != "cpu"]
+    if host_us is not None:
+        if isinstance(host_us, bool) or not (isinstance(host_us, (int, float))
+                                             and 0 <= host_us < 1e6):
+            raise SpecError(f"--host-us must be a number of microseconds >= 0, got {host_us!r}")
+        if not gpus:
+            raise SpecError("--host-us is the host time of a GPU: this CPU's is measured "
+                            "(--predict cpu)")
+    gpus = {name: gpu_targets(name, HOST_OP_S if host_us is None else host_us * 1e-6,
+                              given=host_us is not None) for name in gpus}
     # each device counts as it runs: CUDA's autocast lists and op names for a GPU
     counted = {(spec, kind): _counted(replace(spec, device=kind)) for spec in specs
                for kind in dict.fromkeys("cpu" if d.lower() == "cpu" else "cuda"
@@ -276,11 +282,16 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:.4f}" if seconds < 1 else f"{seconds:.3f}"
 
 
-def _measured_on(record: dict, target: str) -> bool:
-    """Whether a bench record ran on the device a prediction was for: the CPU for `this CPU`,
-    else a GPU whose name the peak table resolves to `target`."""
+def _measured_on(record: dict, prediction: dict) -> bool:
+    """Whether a bench record ran on the device a prediction was for: the CPU for `this CPU`
+    (the same CPU model as the machine that predicted, where both say), else a GPU whose name
+    the peak table resolves to the target."""
+    target = prediction["prediction"]["target"]
     if target.startswith("this CPU"):
-        return record["spec"].get("device") == "cpu"
+        mine = (prediction.get("env") or {}).get("device_name")
+        theirs = (record.get("env") or {}).get("device_name")
+        return record["spec"].get("device") == "cpu" and (not mine or not theirs
+                                                         or mine == theirs)
     from lmperf.runtime import peaks
 
     name = (record.get("env") or {}).get("device_name") or ""
@@ -303,7 +314,7 @@ def prediction_errors(predictions: list[dict], measured: list[dict]) -> pd.DataF
         target = p["prediction"]["target"]
         for r in measured:
             if (r.get("kind") != "bench" or r.get("status") != "ok"
-                    or key(r["spec"]) != key(p["spec"]) or not _measured_on(r, target)):
+                    or key(r["spec"]) != key(p["spec"]) or not _measured_on(r, p)):
                 continue
             m, cpu = r["metrics"], r["metrics"].get("cpu_time") or {}
             for phase in PHASES:
@@ -313,8 +324,10 @@ def prediction_errors(predictions: list[dict], measured: list[dict]) -> pd.DataF
                 wall = m[f"{phase}_ms"]["median"]
                 cpu_ms = cpu.get(f"{phase}_ms") if cpu.get("clock") != "process_time" else None
                 cpu_ms = cpu_ms["median"] if isinstance(cpu_ms, dict) else math.nan
-                rows.append({"size": key(r["spec"])[0], "context": key(r["spec"])[1],
-                             "attention": key(r["spec"])[4], "device": target,
+                size, context, batch, precision, attention, mode = key(r["spec"])
+                rows.append({"size": size, "context": context, "batch": batch,
+                             "precision": precision, "attention": attention, "mode": mode,
+                             "device": target,
                              "phase": phase, "predicted_ms": predicted, "measured_ms": wall,
                              "cpu_ms": cpu_ms, "error_wall": predicted / wall - 1,
                              "error_cpu": predicted / cpu_ms - 1})
