@@ -105,7 +105,7 @@ def test_corrupt_line_names_its_line_number(tmp_path):
     for r in records()[:2]:
         append_record(path, r)
     with open(path, "a", encoding="utf-8") as f:
-        f.write('{"schema": 1, "kind": "bench", "status": "o\n')  # truncated write (line 3)
+        f.write('not a record\n')  # a line no lmperf write produced (line 3)
     append_record(path, rec(256))
     with pytest.raises(ResultsFileError) as info:
         read_records(path)
@@ -248,3 +248,37 @@ def test_table_and_report_refuse_a_bad_record_in_one_line(tmp_path, capsys, comm
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "line 1" in err and "without metrics" in err
+
+
+def test_a_torn_record_from_an_interrupted_write_is_left_out_and_the_file_goes_on(tmp_path,
+                                                                                  capsys):
+    # a sweep killed mid-write leaves a prefix of its last line: --resume and the next
+    # appends must still work, and nothing complete is lost
+    from lmperf.results.store import append_record, ensure_writable, read_records
+
+    out = tmp_path / "r.jsonl"
+    good = {"schema": 2, "kind": "bench", "status": "ok", "message": "", "spec": {"size": "tiny"},
+            "params": 1, "env": {}, "metrics": {"step_ms": {"median": 1.0}}, "warnings": []}
+    append_record(out, good)
+    with open(out, "a") as f:
+        f.write(json.dumps(good)[:40])  # torn: no end, no newline
+    ensure_writable(out)  # still lmperf's file
+    assert len(read_records(out)) == 1 and "torn record" in capsys.readouterr().err
+    append_record(out, good)  # on a line of its own after the torn one
+    assert len(read_records(out)) == 2
+    only_torn = tmp_path / "t.jsonl"
+    only_torn.write_text(json.dumps(good)[:40])
+    ensure_writable(only_torn)  # its one record torn: still lmperf's, not a foreign file
+    (tmp_path / "x.jsonl").write_text(json.dumps(good) + "\nnot json at all\n")
+    with pytest.raises(ResultsFileError, match="line 2 is not valid JSON"):
+        read_records(tmp_path / "x.jsonl")  # not a torn lmperf line: refused, as before
+
+
+def test_plain_numbers_leave_ids_and_extremes_alone():
+    from lmperf.core.report import plain_numbers
+
+    assert plain_numbers("max |err| 2.9e-06 (naive)") == "max |err| 0.0000029 (naive)"
+    for text in ("commit 1234e56 ok", "abc-4e5", "x1e-3", "torch 2.13.0+cpu", "5e-300",
+                 "8e999"):
+        assert plain_numbers(text) == text
+    assert plain_numbers("x = -4e5") == "x = -400,000"

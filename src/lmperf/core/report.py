@@ -216,7 +216,9 @@ def header(column: object) -> str:
     return " ".join(kept).replace("_", "") + (f" ({', '.join(dict.fromkeys(extra))})" if extra else "")
 
 
-_SCIENTIFIC = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?[eE][-+]?\d+(?![\w.])")
+# A number on its own (not inside a word, an id or a hyphenated name: `abc-4e5`, `x1e-3`), with
+# an exponent of at most two digits (a hash such as `1234e56` or 5e-300 is left as it is).
+_SCIENTIFIC = re.compile(r"(?<![\w.+-])(?:[-+](?=\d))?\d+(?:\.\d+)?[eE][-+]?\d{1,2}(?![\w.])")
 
 
 def plain_numbers(text: str) -> str:
@@ -224,6 +226,8 @@ def plain_numbers(text: str) -> str:
     1.3e+04 -> 13,000), two significant digits at least."""
     def plain(match: re.Match) -> str:
         value = float(match.group())
+        if value != 0 and not 1e-9 <= abs(value) < 1e15:  # plain would be longer than useful
+            return match.group()
         if value == 0 or abs(value) >= 1:
             return _fmt_float(value)
         digits = max(2, len(match.group().split("e")[0].replace("-", "").replace(".", "")))

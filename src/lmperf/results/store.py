@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -50,8 +51,16 @@ def _not_jsonl(path: Path) -> str | None:
             return None
         why = problem(json.loads(first))
     except (OSError, ValueError):  # unreadable text, not JSON (UnicodeDecodeError included)
+        if first.startswith(b'{"schema":') and b"\n" not in _head(path):
+            return None  # lmperf's own file, its only record torn by an interrupted write
         return "line 1 is not JSON"
     return None if why is None else f"line 1 is {why}"
+
+
+def _head(path: Path) -> bytes:
+    """The first MiB of a file (to tell a torn single record from a foreign file)."""
+    with open(path, "rb") as f:
+        return f.read(1 << 20)
 
 
 def results_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -74,8 +83,12 @@ def append_record(path: Path, record: dict) -> None:
     already reported. A single write() of the whole line keeps lines from interleaving."""
     line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
     try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
+        with open(path, "a+b") as f:
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a torn last line (an interrupted write) stays its own
+                    line = "\n" + line
+            f.write(line.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
@@ -136,6 +149,10 @@ def read_records(path: Path) -> list[dict]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
+            if line.startswith('{"schema":'):  # lmperf's own line, cut by an interrupted write
+                print(f"lmperf: warning: {path} line {lineno} is a torn record (its write was "
+                      "interrupted): left out", file=sys.stderr)
+                continue
             raise ResultsFileError(
                 f"{path} line {lineno} is not valid JSON ({exc.msg}); remove or repair that line"
             ) from None
