@@ -59,10 +59,13 @@ def lower_bound(spec: RunSpec, regime: Regime) -> Bound:
     logits = spec.batch * spec.context * spec.vocab_size * a
     state = 2 * trained if spec.mode == "train-step" else 0
     grads = trained if spec.mode != "forward" else 0
-    what = {"forward": "parameters", "forward-backward": "parameters and gradients",
-            "train-step": "parameters, gradients and AdamW state"}[spec.mode]
-    return Bound(n + state + max(logits, grads), f"{what} ({regime.param_dtype}"
-                 .replace("torch.", "") + ") or the logits, whichever is larger")
+    dtype = str(regime.param_dtype).replace("torch.", "")
+    what = {"forward": f"parameters ({dtype}) and the logits",
+            "forward-backward": f"parameters ({dtype}) and the larger of the logits and the "
+                                "gradients",
+            "train-step": f"parameters and AdamW state ({dtype}) and the larger of the logits "
+                          "and the gradients"}[spec.mode]
+    return Bound(n + state + max(logits, grads), what)
 
 
 def _read_int(path: str) -> int | None:
