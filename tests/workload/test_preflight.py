@@ -63,3 +63,17 @@ def test_a_memory_job_that_cannot_fit_is_predicted(monkeypatch):
     records = memory("tiny", context=16, batch=2, mode="forward", inline=True).records
     phases = [r for r in records if r["spec"]["analysis"] == "phases"]
     assert phases and all(r["status"] == "oom" and "predicted" in r["message"] for r in phases)
+
+
+@pytest.mark.parametrize("mode", ["forward", "forward-backward", "train-step"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_the_bound_is_below_the_simulated_peak(mode, precision):
+    # the simulator reproduces torch's MemTracker to the byte (docs/accuracy.md): a lower bound
+    # above it would refuse runs that fit
+    from lmperf.questions.memory.simulate import simulate_step
+
+    for size, context in (("tiny", 512), ("mini", 128)):
+        spec = RunSpec.from_size(size, context=context, batch=4, mode=mode, precision=precision,
+                                 optimizer="fused")
+        bound = preflight.lower_bound(spec, get_regime(precision)).bytes
+        assert bound <= simulate_step(spec).peak_bytes
