@@ -9,7 +9,7 @@ import pytest
 from lmperf.errors import SpecError
 from lmperf.questions.bench import predict as pr
 from lmperf.workload.op_costs import OpCosts
-from lmperf.workload.time_model import Target, queue_s
+from lmperf.workload.time_model import Target, queue_ends
 
 
 def _costs(order: dict | None = None) -> OpCosts:
@@ -45,6 +45,10 @@ def test_ideal_and_typical_per_phase():
 
 def test_a_host_that_runs_ahead_is_charged_where_it_is_slower_not_everywhere():
     # big kernel first: the host issues the small ones while it runs, they hide behind it
+    def queue_s(device_s, host_s):  # when the device finishes the last op
+        return queue_ends(device_s, host_s)[-1] if device_s else 0.0
+
+    assert list(queue_ends([10.0, 0.1], 1.0)) == pytest.approx([11.0, 11.1])
     assert queue_s([10.0, 0.1, 0.1, 0.1], 1.0) == pytest.approx(1 + 10.3)
     # small kernels first: the device waits for the host, then runs the big one last
     assert queue_s([0.1, 0.1, 0.1, 10.0], 1.0) == pytest.approx(4 + 10.0)

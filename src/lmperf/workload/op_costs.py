@@ -45,7 +45,6 @@ MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
                         "aten::linear", "aten::_addmm_activation", "aten::addbmm"})
 # Ops that alias their input without saying so in their schema (moves nothing either).
 VIEW_OPS = frozenset({"aten::_unsafe_view", "aten::alias", "aten::lift_fresh"})
-CLASSES: tuple[str, ...] = ("matmul", "attention", "elementwise/norm", "optimizer")
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
                torch.float64: "fp64"}
 COLUMNS = ["phase", "op", "dtype", "op_class", "calls", "flops", "bytes_read", "bytes_written"]

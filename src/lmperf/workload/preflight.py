@@ -20,7 +20,6 @@ device) decides; `lmperf memory --estimate` simulates the step when the answer m
 from __future__ import annotations
 
 import os
-import resource
 from dataclasses import dataclass
 
 import torch
@@ -101,22 +100,10 @@ def _cgroup_left() -> int | None:
 def available(device: torch.device) -> tuple[int, str] | None:
     """The bytes this process may still take on `device` and what limits them; None when
     nothing can be read (no /proc, an unknown device)."""
-    limits: list[tuple[int, str]] = []
-    if device.type == "cuda":
-        from lmperf.runtime.device import cuda_index
+    from lmperf.runtime.device import capped_room
 
-        index = cuda_index(device)
-        free, total = torch.cuda.mem_get_info(index)
-        limits.append((free, f"free on cuda:{index}"))
-        # torch >= 2.6 reads back the fraction --max-memory-gib set; older ones cannot
-        get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-        fraction = get_fraction(index) if get_fraction is not None else 1.0
-        if fraction < 1.0:
-            cap = int(fraction * total) - torch.cuda.memory_reserved(index)
-            limits.append((cap, "under --max-memory-gib"))
-    elif device.type == "cpu":
-        from lmperf.runtime.device.memory import address_space_bytes
-
+    limits = capped_room(device)  # the device's free memory and the launcher's cap
+    if device.type == "cpu":
         try:
             with open("/proc/meminfo") as f:
                 kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemAvailable:"))
@@ -125,10 +112,6 @@ def available(device: torch.device) -> tuple[int, str] | None:
             pass
         if (left := _cgroup_left()) is not None:
             limits.append((left, "left under the cgroup's limit"))
-        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        mapped = address_space_bytes()
-        if soft != resource.RLIM_INFINITY and mapped is not None:
-            limits.append((max(0, soft - mapped), "under --max-memory-gib"))
     return min(limits) if limits else None
 
 

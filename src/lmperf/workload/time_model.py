@@ -105,11 +105,6 @@ def queue_ends(device_s: np.ndarray, host_op_s: float) -> np.ndarray:
     return done + np.maximum.accumulate(issued - (done - device_s))
 
 
-def queue_s(device_s: np.ndarray, host_op_s: float) -> float:
-    """Seconds until the device finishes every op of `queue_ends`' sequence (0 for none)."""
-    return float(queue_ends(device_s, host_op_s)[-1]) if len(device_s) else 0.0
-
-
 def phase_times(costs, target: Target, tf32: bool = False) -> dict[str, PhaseTime]:
     """phase -> PhaseTime of one step of `costs` (an `OpCosts`) on `target` (see the module).
     Ops are taken in their issue order (`costs.order`), each call at its row's device time per

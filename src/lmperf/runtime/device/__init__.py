@@ -18,8 +18,8 @@ from lmperf.runtime.device.info import (
 )
 from lmperf.runtime.device.kernel_timer import L2_FLUSH_MIN_BYTES, l2_flush_buffer, time_cuda_calls
 from lmperf.runtime.device.memory import (
-    PeakMemory, address_space_bytes, cap_memory, device_memory_gib, free_memory, is_oom,
-    memory_allocated,
+    PeakMemory, address_space_bytes, cap_memory, capped_room, device_memory_gib, free_memory,
+    is_oom, memory_allocated,
 )
 from lmperf.runtime.device.select import (
     GIB, MIB, cuda_available, cuda_device_count, cuda_index, nvtx_range, resolve_device, synchronize,

@@ -144,6 +144,27 @@ def cap_memory(device: torch.device, gib: float) -> str:
     return f"process address space capped at {gib:g} GiB (RLIMIT_AS)"
 
 
+def capped_room(device: torch.device) -> list[tuple[int, str]]:
+    """(bytes this process may still take, what limits them) from the device and `cap_memory`'s
+    cap: CUDA's free memory, and what the allocator's fraction leaves (torch >= 2.6 reads the
+    fraction back; older ones cannot); on the CPU what RLIMIT_AS leaves of the address space."""
+    if device.type == "cuda":
+        index = cuda_index(device)
+        free, total = torch.cuda.mem_get_info(index)
+        room = [(free, f"free on cuda:{index}")]
+        get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        fraction = get_fraction(index) if get_fraction is not None else 1.0
+        if fraction < 1.0:
+            room.append((int(fraction * total) - torch.cuda.memory_reserved(index),
+                         "under --max-memory-gib"))
+        return room
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = address_space_bytes()
+    if soft == resource.RLIM_INFINITY or mapped is None:
+        return []
+    return [(max(0, soft - mapped), "under --max-memory-gib")]
+
+
 def memory_allocated(device: torch.device) -> int | None:
     """Bytes held by live tensors in the CUDA caching allocator; None on the CPU (no allocator
     that counts them: the CPU figures come from saved-tensor accounting instead)."""
