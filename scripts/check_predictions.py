@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from lmperf.questions.bench import predict as pr
-from lmperf.workload.op_costs import count_op_costs
-from lmperf.workload.time_model import phase_times
+from lmperf.estimate.op_costs import count_op_costs
+from lmperf.estimate.time_model import phase_times
 
 DEFAULT = Path(__file__).resolve().parents[1] / "tests/data/published/a100_fp32_cs336_2025.csv"
 PHASES = ("forward", "backward")

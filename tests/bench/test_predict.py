@@ -8,8 +8,8 @@ import pytest
 
 from lmperf.errors import SpecError
 from lmperf.questions.bench import predict as pr
-from lmperf.workload.op_costs import OpCosts
-from lmperf.workload.time_model import Target, queue_ends
+from lmperf.estimate.op_costs import OpCosts
+from lmperf.estimate.time_model import Target, queue_ends
 
 
 def _costs(order: dict | None = None) -> OpCosts:

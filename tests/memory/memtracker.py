@@ -33,7 +33,7 @@ def memtracker_peak(spec: RunSpec) -> int:
 def main(argv: list[str]) -> None:
     """Print simulated vs MemTracker peaks (bytes, relative error) for a grid from the shell:
     sizes, contexts, precisions, optimizers, modes as comma lists."""
-    from lmperf.questions.memory.simulate import simulate_step
+    from lmperf.estimate.simulate import simulate_step
 
     sizes, contexts, precisions, optimizers, modes = (a.split(",") for a in argv)
     print("size,context,precision,optimizer,mode,simulated,memtracker,error")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.questions.memory.simulate import CATEGORIES, simulate_step
+from lmperf.estimate.simulate import CATEGORIES, simulate_step
 from lmperf.workload.spec import RunSpec
 
 pytest.importorskip("torch.distributed._tools.mem_tracker")

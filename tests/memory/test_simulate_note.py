@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmperf.questions.memory.simulate import simulate_step
+from lmperf.estimate.simulate import simulate_step
 from lmperf.workload.spec import RunSpec
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lmperf.cli import main
-from lmperf.questions.parallel.formulas import bus_factor
+from lmperf.estimate.formulas import bus_factor
 from lmperf.results.store import read_records
 
 SIZES = {"1KiB": 1024, "1MiB": 2**20, "16MiB": 16 * 2**20}

@@ -10,7 +10,7 @@ import lmperf.questions.parallel
 from lmperf.cli import main
 from lmperf.questions.memory import estimate as memory_estimate
 from lmperf.questions.parallel import estimate as est
-from lmperf.questions.parallel import formulas as f
+from lmperf.estimate import formulas as f
 from lmperf.runtime.peaks import DEVICES
 
 GIB = 2**30
@@ -158,7 +158,7 @@ def test_gib_and_bandwidth_override_the_gpu() -> None:
 
 
 def test_batch_adds_activations_split_by_tp(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lmperf.questions.parallel import shards
+    from lmperf.estimate import shards
 
     def missing(*_: object) -> None:
         raise ImportError("the analytic path")

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 import lmperf.questions.parallel
-from lmperf.questions.parallel import formulas as f
-from lmperf.questions.parallel import shards
+from lmperf.estimate import formulas as f
+from lmperf.estimate import shards
 
-simulate = pytest.importorskip("lmperf.questions.memory.simulate")
+simulate = pytest.importorskip("lmperf.estimate.simulate")
 GIB = 2**30
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.questions.parallel.formulas import bandwidths, bus_factor
+from lmperf.estimate.formulas import bandwidths, bus_factor
 from lmperf.questions.parallel.plan import parse_size
 from lmperf.errors import SpecError
 

@@ -1,4 +1,4 @@
-"""workload.op_costs: FLOPs, bytes and issue order per aten op and phase, on fake tensors."""
+"""estimate.op_costs: FLOPs, bytes and issue order per aten op and phase, on fake tensors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from lmperf.workload import op_costs as oc
+from lmperf.estimate import op_costs as oc
 from lmperf.measure.flops import analytic_flops
 from lmperf.workload.spec import RunSpec
 

@@ -70,7 +70,7 @@ def test_a_memory_job_that_cannot_fit_is_predicted(monkeypatch):
 def test_the_bound_is_below_the_simulated_peak(mode, precision):
     # the simulator reproduces torch's MemTracker to the byte (docs/accuracy.md): a lower bound
     # above it would refuse runs that fit
-    from lmperf.questions.memory.simulate import simulate_step
+    from lmperf.estimate.simulate import simulate_step
 
     for size, context in (("tiny", 512), ("mini", 128)):
         spec = RunSpec.from_size(size, context=context, batch=4, mode=mode, precision=precision,

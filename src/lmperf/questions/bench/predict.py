@@ -2,8 +2,8 @@
 
 PREDICTIONS, NOT MEASUREMENTS: nothing runs on the target device. The per-operator FLOPs, bytes
 and issue order of the real model at the asked size, context, batch, precision, attention and
-mode are counted on fake tensors (`workload.op_costs`, nothing allocated) and timed by the one
-time model (`workload.time_model`): a roofline per op at the target's figures, and a host that
+mode are counted on fake tensors (`estimate.op_costs`, nothing allocated) and timed by the one
+time model (`estimate.time_model`): a roofline per op at the target's figures, and a host that
 issues each op in `host_op_s` and, on a GPU, runs ahead of the device. Each phase gets a range,
 ideal (the roofline at datasheet peaks: no run beats it) .. typical (each op class at the
 fraction of peak such kernels attain, FRACTIONS, and the host's issue time where it shows).
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from lmperf.errors import SpecError
-from lmperf.workload.time_model import Fraction, Target
+from lmperf.estimate.time_model import Fraction, Target
 
 if TYPE_CHECKING:
-    from lmperf.workload.op_costs import OpCosts
+    from lmperf.estimate.op_costs import OpCosts
 
 KIND = "prediction"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
@@ -56,11 +56,11 @@ FRACTIONS: dict[str, Fraction] = {
 METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and issue order of the real model "
           "counted on fake tensors; ideal = roofline at the datasheet peaks; typical = each op "
           "class at an attained fraction of peak, ops issued by a host that runs ahead of the "
-          "GPU at host_op_s per op (lmperf.workload.time_model)")
+          "GPU at host_op_s per op (lmperf.estimate.time_model)")
 CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes of the real model counted on "
               "fake tensors; ideal = roofline at the ceilings this CPU attained just now; "
               "typical = the same plus its measured host time per op, one thread doing both "
-              "(lmperf.workload.time_model); measured error: median 28%, forward and backward "
+              "(lmperf.estimate.time_model); measured error: median 28%, forward and backward "
               "too fast, the optimizer too slow (tiny..small fp32, docs/accuracy.md): measure "
               "instead")
 FIELDS: tuple[str, ...] = ("ideal_s", "typical_s", "device_s", "host_s", "flops", "bytes",
@@ -181,8 +181,8 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
 
 
 def phase_times(costs: "OpCosts", target: Target, tf32: bool = False) -> dict:
-    """phase -> PhaseTime of `costs` on `target` (`workload.time_model.phase_times`)."""
-    from lmperf.workload import time_model
+    """phase -> PhaseTime of `costs` on `target` (`estimate.time_model.phase_times`)."""
+    from lmperf.estimate import time_model
 
     return time_model.phase_times(costs, target, tf32)
 
@@ -195,7 +195,7 @@ def _counted(spec) -> "OpCosts":
     from dataclasses import replace
 
     from lmperf.errors import LmperfError
-    from lmperf.workload.op_costs import count_op_costs
+    from lmperf.estimate.op_costs import count_op_costs
 
     try:
         if spec.attention == "flash-triton":

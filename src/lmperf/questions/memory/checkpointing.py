@@ -26,7 +26,8 @@ from lmperf.core.outcome import Stage, failure
 from lmperf.errors import SpecError
 from lmperf.measure.stats import summarize
 from lmperf.questions.memory.estimate import estimate
-from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent, set_checkpointing
+from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
 from lmperf.workload.build import prepare

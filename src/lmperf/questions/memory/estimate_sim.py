@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from lmperf.errors import SpecError
 from lmperf.questions.memory.estimate import GIB, MIB, MemoryEstimate, estimate
-from lmperf.questions.memory.simulate import CATEGORIES, SimResult, simulate_step
+from lmperf.estimate.simulate import CATEGORIES, SimResult, simulate_step
 from lmperf.workload.spec import RunSpec
 
 METHOD = ("simulated: lmperf's train step run on phantom tensors (meta storage, nothing "

@@ -7,10 +7,10 @@ import math
 
 import pandas as pd
 
-from lmperf.questions.memory.checkpoint_plan import bisection_depth, sqrt_rule
+from lmperf.estimate.checkpoint_plan import bisection_depth, sqrt_rule
 from lmperf.questions.memory.estimate import GIB
 from lmperf.questions.memory.estimate_sim import METHOD, reconcile_rows
-from lmperf.questions.memory.simulate import ALLOWANCE_NOTE, CATEGORIES
+from lmperf.estimate.simulate import ALLOWANCE_NOTE, CATEGORIES
 
 Tables = dict[str, pd.DataFrame]
 MAX_EXPLAINED = 4  # reconciliation tables shown (the frame and JSON records have every row)

@@ -101,7 +101,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
         if checkpoint is not None:
             from lmperf.questions.memory.checkpointing import check_groups
 
-            from lmperf.questions.memory.checkpoint_plan import sqrt_rule
+            from lmperf.estimate.checkpoint_plan import sqrt_rule
 
             # The sqrt(N) rule's group joins the sweep: the course asks what it costs.
             groups = check_groups(as_list(checkpoint), base.num_layers)

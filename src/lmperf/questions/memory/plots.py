@@ -66,7 +66,7 @@ def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from lmperf.questions.memory.simulate import CATEGORIES
+    from lmperf.estimate.simulate import CATEGORIES
 
     folder = Path(plots)
     by_key: dict[tuple, list] = {}

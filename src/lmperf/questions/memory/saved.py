@@ -44,6 +44,7 @@ from lmperf.errors import SpecError
 from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import autocast, get_regime
+from lmperf.estimate.checkpoint_plan import set_checkpointing
 
 MIB = 2**20
 KINDS: tuple[str, ...] = ("activation", "weight copy", "parameter", "buffer", "input")
@@ -306,17 +307,3 @@ def measure_spec(spec: RunSpec, device: torch.device, checkpoint_group: int = 0)
         targets = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
         context = lambda: autocast(regime, device)  # noqa: E731
     return measure_saved(model, inputs, targets, context)
-
-
-def set_checkpointing(model: nn.Module, group: int) -> None:
-    """Turn the model's activation checkpointing to `group` (0: off); SpecError if it has none."""
-    setter = getattr(model, "set_checkpointing", None)
-    if setter is None:
-        if group:
-            raise SpecError(f"{type(model).__name__} has no set_checkpointing(group): activation "
-                            "checkpointing is available for the reference LM only")
-        return
-    try:
-        setter(group)
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None

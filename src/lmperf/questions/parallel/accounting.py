@@ -34,7 +34,7 @@ import bisect
 import json
 from pathlib import Path
 
-from lmperf.questions.parallel.formulas import bus_factor
+from lmperf.estimate.formulas import bus_factor
 
 STEP_RANGE = "lmperf.dist.step"
 DEVICE_RANGE_CAT = "gpu_user_annotation"  # Kineto's copy of a host range on a device stream

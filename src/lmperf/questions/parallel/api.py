@@ -156,7 +156,7 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
     per_rank = allowance = None
     if micro:  # every rank's memory from one simulated step
         from lmperf.model.presets import DEFAULT_COURSE
-        from lmperf.questions.parallel.shards import simulated_memory
+        from lmperf.estimate.shards import simulated_memory
 
         per_rank, allowance, simulated = simulated_memory(
             size or "xl", course or DEFAULT_COURSE, context or 1024, batch, shape)

@@ -6,7 +6,7 @@ rank is), and the spread (slowest - fastest) shows stragglers. Honest for each b
 `wait()` returns when the collective is done; on NCCL it only makes the current stream wait, so
 the device is synchronised before the clock is read.
 
-S, the message size, is the whole array as nccl-tests defines it (lmperf.questions.parallel.formulas): the
+S, the message size, is the whole array as nccl-tests defines it (lmperf.estimate.formulas): the
 all-reduced, broadcast or all-to-all'ed buffer, all_gather's output (each rank gives S/n) and
 reduce_scatter's input (each rank gets S/n). S is rounded down to a multiple of n elements.
 """
@@ -19,7 +19,7 @@ import timeit
 import torch
 import torch.distributed as dist
 
-from lmperf.questions.parallel.formulas import bandwidths, bus_factor
+from lmperf.estimate.formulas import bandwidths, bus_factor
 from lmperf.questions.parallel.ops import DTYPES, all_gather_flat, reduce_scatter_flat
 from lmperf.questions.parallel.spec import CommJob
 from lmperf.questions.parallel.worker import RankContext

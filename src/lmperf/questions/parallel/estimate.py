@@ -1,6 +1,6 @@
 """`lmperf dist --estimate`: memory, FLOPs and communication per device on clusters you do not have.
 
-Every number is a hand-checkable formula (lmperf.questions.parallel.formulas has the per-device
+Every number is a hand-checkable formula (lmperf.estimate.formulas has the per-device
 terms; P parameters, N devices, W link bandwidth per direction in GB/s with GB = 1e9 bytes,
 C TFLOP/s per device (an achieved rate, or --gpu's datasheet peak), c bytes per element
 communicated, GiB = 2**30 bytes, G tokens per step over all devices):
@@ -14,7 +14,7 @@ Model states (16 bytes per parameter held) per device:
     fsdp+tp       16 P_t / d                   (a d x t mesh: FSDP shards each TP shard, N = d t)
 Activations (with --batch, or the FFN-only model) are per device: data parallelism does not
 shard them, tensor parallelism splits those inside attention and the MLP (formulas.activation_bytes).
-With --batch, a row's memory is instead a simulated rank's peak (lmperf.questions.parallel.shards):
+With --batch, a row's memory is instead a simulated rank's peak (lmperf.estimate.shards):
 one simulated step, its categories scaled to the rank's share, plus a CUDA allowance.
 
 Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P:
@@ -42,7 +42,7 @@ import pandas as pd
 
 from lmperf.core.report import Report
 from lmperf.errors import SpecError
-from lmperf.questions.parallel.formulas import (STATE_BYTES, Shape, activation_bytes,
+from lmperf.estimate.formulas import (STATE_BYTES, Shape, activation_bytes,
                                                 ffn_only_shape, step_flops, tp_comm_bytes,
                                                 tp_params)
 
@@ -234,7 +234,7 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
     preset) those of that micro-batch; for the FFN-only model those of all G / d tokens of a
     replica (the course's accounting); else none (model states only). `rank_memory(strategy,
     N, t)`, when given, replaces a row's analytic (states, activations) by a simulated rank's
-    (states, everything else) at its peak (lmperf.questions.parallel.shards);
+    (states, everything else) at its peak (lmperf.estimate.shards);
     `allowance(bytes)` adds what a simulation cannot see (the CUDA context, ...)."""
     c = comm_dtype_bytes
     links = _links(bandwidth_gbps)

@@ -5,7 +5,7 @@ to call after backward (`sync`), how to get the full parameters back (a collecti
 autocast context, and how to release everything (before the next strategy and before exit).
 
 `analytic_bus_bytes` is each strategy's communication volume per step, per rank, on a ring
-(the busbw convention of lmperf.questions.parallel.formulas: all-reduce 2(n-1)/n x S, all-gather and
+(the busbw convention of lmperf.estimate.formulas: all-reduce 2(n-1)/n x S, all-gather and
 reduce-scatter (n-1)/n x S, broadcast S), computed from the model's parameters, to compare with
 the bytes the profiler counted.
 """
@@ -175,7 +175,7 @@ def analytic_bus_bytes(messages: list[tuple[str, float]], n: int, backend: str |
     """Bytes each rank sends per step on a ring for `messages`: S x busbw factor (all-reduce
     2(n-1)/n, all-gather and reduce-scatter (n-1)/n, broadcast 1). With `backend`, each
     collective is costed as that backend runs it (gloo: reduce_scatter as an all-reduce)."""
-    from lmperf.questions.parallel.formulas import bus_factor
+    from lmperf.estimate.formulas import bus_factor
 
     if n == 1:
         return 0.0

@@ -1,6 +1,6 @@
 """Ideal vs actual: a roofline per operator and per phase of a profiled step.
 
-For each aten op of a phase (costs from `workload.op_costs`, counted on fake tensors; times from
+For each aten op of a phase (costs from `estimate.op_costs`, counted on fake tensors; times from
 the parsed trace):
     compute_ms = FLOPs / attained matmul FLOP/s in the op's dtype     (`runtime.ceilings`)
     memory_ms  = bytes / attained memory bandwidth
@@ -125,7 +125,7 @@ def per_op_table(costs: pd.DataFrame, measured: pd.DataFrame, ceilings: "Ceiling
     """One row per (phase, op): FLOPs and bytes per step (counted), measured ms per step, the
     roofline's compute / memory / ideal ms, attained GFLOP/s and GB/s, the ratio and the label.
     `costs` is `OpCosts.table`; `measured` is `measured_per_op`."""
-    from lmperf.workload.time_model import Target, op_times
+    from lmperf.estimate.time_model import Target, op_times
 
     # the one time model's roofline at this device's measured ceilings (fractions 1): a bf16
     # matmul is held to the bf16 ceiling, an fp32 one to fp32's
@@ -267,7 +267,7 @@ def analyse(trace, spec, phase_ms: dict[str, float], top: int = 10,
     import torch
 
     from lmperf.runtime.ceilings import datasheet_peaks, measure_ceilings
-    from lmperf.workload.op_costs import count_op_costs
+    from lmperf.estimate.op_costs import count_op_costs
     from lmperf.runtime.precision import get_regime, matmul_precision
 
     regime = get_regime(spec.precision)

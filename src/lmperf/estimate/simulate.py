@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from lmperf.errors import LmperfError, SpecError
-from lmperf.questions.memory.phantom import PhantomError, PhantomMode
+from lmperf.estimate.phantom import PhantomError, PhantomMode
 from lmperf.runtime.precision import Regime, autocast, get_regime
 from lmperf.workload.spec import RunSpec
 
@@ -199,7 +199,7 @@ def _module_depth(mode: PhantomMode, blocks: set[int], calls: list[int]) -> Iter
 def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: int):
     """The model (phantom parameters in the regime's dtype), inputs, targets and AdamW."""
     from lmperf.model.custom import build_model
-    from lmperf.questions.memory.saved import set_checkpointing
+    from lmperf.estimate.checkpoint_plan import set_checkpointing
     from lmperf.workload.build import OPTIMIZER_FLAGS
 
     with torch.device("meta"):  # no initialisation arithmetic, no bytes
@@ -227,7 +227,7 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
     fraction this rank keeps (e.g. {"optimizer state": 1/8} for ZeRO-1 over 8 ranks), applied to
     the peak and its composition. Raises SpecError when the model cannot run on phantom tensors.
     """
-    from lmperf.questions.memory.checkpoint_plan import SCHEDULES, bisection
+    from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
     from lmperf.workload.steps import STEPS, StepState
 

@@ -1,6 +1,6 @@
 """How long a step's ops take on a device: one time model for every target, GPU or CPU.
 
-From the per-op FLOPs and bytes of the real step and their issue order (`workload.op_costs`),
+From the per-op FLOPs and bytes of the real step and their issue order (`estimate.op_costs`),
 for a `Target` (its FLOP/s per math dtype, its memory bandwidth, the attained fraction of each
 per op class, and the host time to issue one op):
 

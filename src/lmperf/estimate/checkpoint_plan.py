@@ -70,3 +70,17 @@ def bisection(model: torch.nn.Module) -> Iterator[None]:
     finally:
         del model._run_blocks
         model.set_checkpointing(before)
+
+
+def set_checkpointing(model: torch.nn.Module, group: int) -> None:
+    """Turn the model's activation checkpointing to `group` (0: off); SpecError if it has none."""
+    setter = getattr(model, "set_checkpointing", None)
+    if setter is None:
+        if group:
+            raise SpecError(f"{type(model).__name__} has no set_checkpointing(group): activation "
+                            "checkpointing is available for the reference LM only")
+        return
+    try:
+        setter(group)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None

@@ -1,6 +1,6 @@
 """Per-rank memory of every parallel strategy from one simulated training step.
 
-`lmperf memory`'s simulator (lmperf.questions.memory.simulate) runs one step of the model on
+`lmperf memory`'s simulator (lmperf.estimate.simulate) runs one step of the model on
 tensors that allocate nothing and records, event by event, the live bytes of each category
 (parameters, gradients, optimizer state, activations, autocast copies, temporaries, inputs &
 buffers). A strategy keeps a fraction of some categories on each of its N ranks; weighting the
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmperf.questions.parallel.formulas import Shape, saved_activation_bytes, tp_params
+from lmperf.estimate.formulas import Shape, saved_activation_bytes, tp_params
 
 DATA_PARALLEL_SHARDS: dict[str, tuple[str, ...]] = {
     "ddp": (),
@@ -62,7 +62,7 @@ def simulate(size: str, course: str, context: int, batch: int):
     """One simulated train step of the preset: bf16 autocast over fp32 weights (the 16 bytes
     per parameter of the model states), fused AdamW, sdpa attention, CUDA's allocator rounding.
     Returns the simulator's SimResult."""
-    from lmperf.questions.memory.simulate import simulate_step
+    from lmperf.estimate.simulate import simulate_step
     from lmperf.workload.spec import RunSpec
 
     spec = RunSpec.from_size(size, course, context=context, batch=batch,
@@ -98,7 +98,7 @@ def rank_memory(result, keep: dict[str, float], optimizer_temporaries: float = 1
     `keep` gives it (1 if absent), the optimizer step's temporaries times
     `optimizer_temporaries` instead (the step works on the rank's shard), the peak taken over
     the weighted timeline, plus `extra` bytes it does not show (FSDP's gathered unit)."""
-    from lmperf.questions.memory.simulate import CATEGORIES
+    from lmperf.estimate.simulate import CATEGORIES
 
     timeline = result.timeline
     optimizer_phase = (timeline["phase"] == "optimizer").to_numpy()
@@ -118,7 +118,7 @@ def rank_memory(result, keep: dict[str, float], optimizer_temporaries: float = 1
 def allowance_bytes(peak: float) -> float:
     """The simulator's CUDA allowance for a rank whose tensors peak at `peak` bytes: the CUDA
     context, cuBLAS workspaces and a fragmentation share (its ALLOWANCE_NOTE gives the basis)."""
-    from lmperf.questions.memory.simulate import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES,
+    from lmperf.estimate.simulate import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES,
                                                   FRAGMENTATION)
 
     return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + FRAGMENTATION * peak
