@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads them lazily
-    from lmperf.api import amp, attention, bench, compare, dist, doctor, memory, profile, report, train
+    from lmperf.api import (amp, attention, bench, compare, dist, doctor, memory, plan, profile,
+                            report, train)
     from lmperf.core.report import Report
 
-__all__ = ["Report", "amp", "attention", "bench", "compare", "dist", "doctor", "memory",
+__all__ = ["Report", "amp", "attention", "bench", "compare", "dist", "doctor", "memory", "plan",
            "profile", "report", "train", "__version__"]
 
 _API = frozenset(__all__) - {"Report", "__version__"}

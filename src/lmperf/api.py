@@ -16,9 +16,10 @@ from lmperf.questions.compare.api import compare
 from lmperf.questions.doctor.api import doctor
 from lmperf.questions.memory.api import memory
 from lmperf.questions.parallel.api import dist
+from lmperf.questions.plan.api import plan
 from lmperf.questions.profile.api import profile
 from lmperf.questions.train.api import train
 from lmperf.questions.writeup.api import report
 
-__all__ = ["amp", "attention", "bench", "compare", "dist", "doctor", "memory", "profile",
+__all__ = ["amp", "attention", "bench", "compare", "dist", "doctor", "memory", "plan", "profile",
            "report", "train"]

@@ -72,6 +72,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question("dist", f"{_Q}.parallel", "What does data parallelism cost?",
              f"{_Q}.parallel.api:dist", "dist", f"{_Q}.parallel.report:build_report",
              f"{_Q}.parallel.report:summary_line"),
+    Question("plan", f"{_Q}.plan", "What should I run, will it fit, how fast will it be?",
+             f"{_Q}.plan.api:plan", "plan", f"{_Q}.plan.report:build_report"),
 )
 
 BY_COMMAND: dict[str, Question] = {q.command: q for q in QUESTIONS}

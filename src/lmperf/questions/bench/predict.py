@@ -24,35 +24,14 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from lmperf.errors import SpecError
-from lmperf.estimate.time_model import Fraction, Target
+from lmperf.estimate.target import FRACTIONS, HOST_OP_S, HOST_OP_SOURCE, cpu_target, gpu_targets  # noqa: F401
+from lmperf.estimate.time_model import Target
 
 if TYPE_CHECKING:
     from lmperf.estimate.op_costs import OpCosts
 
 KIND = "prediction"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer")
-HOST_OP_S = 5e-6
-HOST_OP_SOURCE = (
-    "default 5 us per aten op call (--host-us): the low end of the 5-25 us that Python, the "
-    "dispatcher and a kernel launch usually cost per eager op, what a current server CPU "
-    "attains; CS336's host-bound runs imply 17 us (A100, 2025) and at most 5 us (B200, "
-    "2026): docs/accuracy.md")
-
-# op class -> attained fractions of peak (compute, memory), each with its source in short; the
-# sources in full: matmul, NVIDIA Deep Learning Performance Guide, 'Matrix Multiplication
-# Background' (GEMMs of LM shapes at roughly 60-80% of dense peak) and Megatron-LM (Narayanan et
-# al., SC'21: 52% of peak for a whole training step); attention, FlashAttention-2 (Dao, 2023:
-# 50-73% of A100 peak forward, less backward); elementwise/norm, an assumption: unfused
-# elementwise and reduction kernels at about half of DRAM peak (STREAM-like copies reach 80-90%,
-# BabelStream, Deakin et al. 2018; broadcasts, strides and small tensors less); optimizer, an
-# assumption: fused AdamW streams parameters, gradients and both moments once, long contiguous
-# reads at ~60% of DRAM peak.
-FRACTIONS: dict[str, Fraction] = {
-    "matmul": Fraction(0.7, 0.7, "GEMMs of LM shapes: 60-80% of peak (NVIDIA DL Perf. Guide)"),
-    "attention": Fraction(0.5, 0.5, "FlashAttention-2 (Dao 2023): 50-73% of A100 peak forward"),
-    "elementwise/norm": Fraction(1.0, 0.5, "assumed: ~50% of DRAM peak (STREAM copies: 80-90%)"),
-    "optimizer": Fraction(1.0, 0.6, "assumed: fused AdamW streams its state at ~60% of DRAM"),
-}
 METHOD = ("PREDICTED, not measured: per-op FLOPs, bytes and issue order of the real model "
           "counted on fake tensors; ideal = roofline at the datasheet peaks; typical = each op "
           "class at an attained fraction of peak, ops issued by a host that runs ahead of the "
@@ -65,49 +44,6 @@ CPU_METHOD = ("PREDICTED, not measured: per-op FLOPs and bytes of the real model
               "instead")
 FIELDS: tuple[str, ...] = ("ideal_s", "typical_s", "device_s", "host_s", "flops", "bytes",
                            "calls")  # a phase's metrics
-
-
-def gpu_targets(name: str, host_op_s: float = HOST_OP_S, given: bool = False) -> list[Target]:
-    """The Targets a `--predict` GPU name means: one device of the peak table, or every device
-    of a family the name leaves ambiguous ('A100': its 40GB / 80GB, SXM / PCIe forms, whose
-    bandwidths differ), driven by a host that takes `host_op_s` per op (`given`: the user's
-    --host-us, else the default's source is recorded). Raises SpecError for an unknown name."""
-    from lmperf.runtime import peaks
-
-    found = peaks.device_spec(name)
-    specs = [found] if found is not None else [
-        d for d in peaks.DEVICES.values() if d.name.lower().startswith(name.lower())]
-    if not specs:
-        peaks.require_device(name)  # raises the one-line error naming the accepted GPUs
-    source = "given (--host-us)" if given or host_op_s != HOST_OP_S else HOST_OP_SOURCE
-    out = []
-    for spec in specs:
-        flops = {d: spec.peak_tflops(d) * 1e12 for d in peaks.DTYPES if spec.peak_tflops(d)}
-        if not flops:
-            raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from")
-        out.append(Target(spec.name, flops, spec.memory_bandwidth, FRACTIONS, host_op_s, source,
-                          False, spec.source))
-    return out
-
-
-def cpu_target(threads: int | None = None) -> Target:
-    """This CPU from the ceilings it measures now (fp32, bf16, fp16 square matmuls, the faster
-    of a copy and a triad, one small op's host time; `runtime.ceilings`) with `threads` torch
-    threads (None: lmperf's default, one)."""
-    import torch
-
-    from lmperf.core.launch import cpu_threads
-    from lmperf.runtime.ceilings import measure_ceilings
-
-    with cpu_threads(1 if threads is None else threads):
-        c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16", "fp16"))
-    caveats = {d: (f"{d} on this CPU: one square product's rate ({c.matmul_n[d]}^3); without "
-                   f"native {d} a CPU's rate depends on shapes and layouts the count does not see")
-               for d in c.matmul_n if d != "fp32"}
-    return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)",
-                  dict(c.matmul_flops_per_s), c.bandwidth_bytes_per_s, None, c.op_overhead_s,
-                  "measured now: a one-element add with autograd, per call", True,
-                  "measured now (lmperf.runtime.ceilings)", caveats)
 
 
 def plan_predictions(devices: Sequence[str], *, size=None, model: str | None = None,

@@ -266,7 +266,7 @@ def _failed_record(job: object, item: str, status: str, message: str, rank: int 
     from lmperf.results.schema import make_record
 
     tail = logs.get(rank, []) if rank is not None else _tail(folder / "agent.log")
-    return make_record("dist", job.item_spec(item), status, parent_env(job),  # type: ignore[attr-defined]
+    return make_record(job.kind, job.item_spec(item), status, parent_env(job),  # type: ignore[attr-defined]
                        message=message, failed_rank=rank, log_tail=tail)
 
 

@@ -210,7 +210,7 @@ def run_items(job: object, items: list[str], ctx: RankContext,
             _fail(ctx, item, fields)
         if ctx.rank == 0 and payload is not None:
             spec = job.item_spec(item)  # type: ignore[attr-defined]
-            sink(make_record("dist", spec, payload.pop("status", "ok"), env, **payload))
+            sink(make_record(job.kind, spec, payload.pop("status", "ok"), env, **payload))
 
 
 def _fail(ctx: RankContext, item: str, fields: dict) -> None:

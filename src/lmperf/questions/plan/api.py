@@ -1,0 +1,93 @@
+"""`lmperf.plan(...)`: the fastest configuration that fits, on GPUs you may not have; a Report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from lmperf.core.command import err
+from lmperf.core.report import Report
+from lmperf.errors import SpecError
+from lmperf.model.presets import DEFAULT_COURSE
+
+
+def plan(size: str | None = None, *, model: str | None = None, gpu: str | None = None,
+         gpus: int = 1, gpus_per_node: int = 8, gib: float | None = None, device: str = "auto",
+         context: int = 2048, global_batch: int = 8,
+         precision: Sequence[str] | str | None = None,
+         checkpoint: Sequence[int] | int | None = None, attention: str = "sdpa",
+         host_us: float | None = None, confirm: int = 0, course: str = DEFAULT_COURSE,
+         out: str | Path | None = None, timeout: float | None = None) -> Report:
+    """Search precision x activation checkpointing x sharding x micro-batch for `size` (a
+    preset of `course`) or `model` ("package.module:factory") on `gpus` GPUs of `gpu` (a name
+    of the peak table: H100-SXM, A100-80GB, ...; `gib`: another memory budget per GPU) at
+    `context` tokens and `global_batch` sequences per step, and rank what fits by predicted step
+    time. `device` "cpu" plans for this machine's ranks (gloo; `gib` required), "auto" for `gpu`
+    when named. `precision`: bf16-mixed and bf16-fsdp on GPUs (default both), fp32 and
+    bf16-mixed on the CPU; `checkpoint`: block-group sizes (0 none, 1 every block; default 0 1
+    2 4). `confirm` K > 0 (CPU): runs K plans spread over the ranking on `gpus` gloo ranks at
+    their micro-batch b and b + 1 and scores the plan (records of kind 'plan' with planned and
+    measured side by side, then a summary). Records are appended to `out` when given.
+    Nothing runs for the plan itself: every figure is PREDICTED (see each record's method).
+    Raises SpecError for bad input."""
+    from lmperf.questions.plan import job
+    from lmperf.questions.plan.report import build_report
+    from lmperf.questions.plan.spec import CPU_PRECISIONS, CUDA_PRECISIONS, PlanSpec
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise SpecError(f"unknown device {device!r}; accepted: auto, cpu, cuda")
+    on_cpu = device == "cpu" or (device == "auto" and gpu is None and gib is not None
+                                  and not _has_cuda())
+    if on_cpu and gpu is not None:
+        raise SpecError("--gpu names a target GPU; --device cpu plans for this CPU's ranks")
+    if gpu is None and not on_cpu:
+        gpu = _local_gpu()
+    precisions = tuple([precision] if isinstance(precision, str) else precision or
+                       (CPU_PRECISIONS if on_cpu else CUDA_PRECISIONS))
+    groups = tuple([checkpoint] if isinstance(checkpoint, int) else checkpoint or (0, 1, 2, 4))
+    spec = PlanSpec(size=None if model and not size else (size or "mini"), context=context,
+                    global_batch=global_batch, gpus=gpus, course=course, model=model, gpu=gpu,
+                    device="cpu" if on_cpu else "cuda", gpus_per_node=gpus_per_node, gib=gib,
+                    precisions=precisions, checkpoints=groups, attention=attention,
+                    host_us=host_us)
+    if confirm < 0:
+        raise SpecError(f"--confirm takes a number of plans >= 1, got {confirm}")
+    path = None
+    if out is not None:
+        from lmperf.results.store import ensure_writable
+
+        path = Path(out)
+        ensure_writable(path)
+    err(f"planning {spec.size or spec.model} for {gpus} x {gpu or 'this CPU'} ...")
+    records = job.records(spec)
+    if confirm:
+        rows = [{**r["spec"], **r["metrics"]} for r in records]
+        err(f"confirming {confirm} plans on {gpus} gloo ranks here (2 cells each) ...")
+        records += job.confirm(spec, rows, confirm, timeout)
+    if path is not None:
+        from lmperf.results.store import append_record
+
+        for r in records:
+            append_record(path, r)
+    return build_report(records)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _local_gpu() -> str:
+    """The peak table's name of the GPU at hand; SpecError when there is none to name."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SpecError("name the target: --gpu NAME (e.g. H100-SXM) for GPUs you do not have, "
+                        "or --device cpu --gib G for this CPU's ranks")
+    from lmperf.runtime.peaks import device_spec
+
+    found = device_spec(torch.cuda.get_device_name())
+    if found is None:
+        raise SpecError(f"{torch.cuda.get_device_name()} is not in the peak table: give --gpu")
+    return found.name

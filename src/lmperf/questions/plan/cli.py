@@ -1,0 +1,61 @@
+"""`lmperf plan`: the flags -> `lmperf.questions.plan.api.plan` -> Report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lmperf.core.command import run_command
+from lmperf.core.vocabulary import add_options
+
+DEFAULT_OUT = Path("results") / "plan.jsonl"
+HELP = "what to run, will it fit, how fast: the fastest configuration that fits (predicted)"
+DESCRIPTION = (
+    "Searches precision x activation checkpointing x sharding (DDP, ZeRO-1/2, FSDP, FSDP x TP) "
+    "x micro-batch for a model on GPUs you may not have (--gpu NAME --gpus N), ranks what fits "
+    "by predicted step time and names the winner and the command that runs it. Every figure is "
+    "PREDICTED (simulated memory, modelled time); --confirm K runs K plans on this CPU's ranks "
+    "and scores the prediction.")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `lmperf plan`."""
+    p = sub.add_parser("plan", help=HELP, description=DESCRIPTION)
+    add_options(p, ("size", "course", "model", "attention", "out", "format"),
+                defaults={"out": DEFAULT_OUT, "attention": "sdpa"},
+                helps={"size": "a preset (default: mini), e.g. llama3-8b",
+                       "attention": "default: sdpa (a fused kernel)"})
+    p.add_argument("--gpu", metavar="NAME", help="the target GPU (peak table: H100-SXM, "
+                   "A100-80GB, ...; default: the one at hand)")
+    p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs (or CPU ranks) in all")
+    p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                   help="GPUs per node (default: 8); groups beyond it cross the network")
+    p.add_argument("--gib", type=float, metavar="G",
+                   help="memory budget per GPU (default: --gpu's memory; required on the CPU)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="cpu: plan for this machine's ranks (gloo), as --confirm runs them")
+    p.add_argument("--context", type=int, default=2048, metavar="T", help="tokens per sequence")
+    p.add_argument("--global-batch", type=int, default=8, metavar="B",
+                   help="sequences per optimizer step over all ranks")
+    p.add_argument("--precision", nargs="+", metavar="P",
+                   help="bf16-mixed, bf16-fsdp (GPU default: both); fp32, bf16-mixed (CPU)")
+    p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
+                   help="activation checkpointing group sizes to try (0: none; default 0 1 2 4)")
+    p.add_argument("--host-us", type=float, metavar="US",
+                   help="the host's time to issue one op, microseconds (default: 5)")
+    p.add_argument("--confirm", type=int, default=0, metavar="K",
+                   help="run K plans here (CPU ranks, --gib per rank) at b and b + 1; score it")
+    p.add_argument("--timeout", type=float, metavar="S", help="--confirm's limit per launch")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`lmperf plan`: search, print the ranked table, the winner and its command."""
+    from lmperf.questions.plan.api import plan
+
+    return run_command(args, lambda: plan(
+        args.size, model=args.model, gpu=args.gpu, gpus=args.gpus,
+        gpus_per_node=args.gpus_per_node, gib=args.gib, device=args.device, context=args.context,
+        global_batch=args.global_batch, precision=args.precision, checkpoint=args.checkpoint,
+        attention=args.attention, host_us=args.host_us, confirm=args.confirm,
+        course=args.course, out=args.out, timeout=args.timeout))

@@ -1,0 +1,136 @@
+"""`lmperf plan --confirm K`, the rank side: one planned configuration, run for real.
+
+Each cell builds the model (same seed on every rank), switches checkpointing on, wraps it for
+its strategy and runs full steps of `grad_accum` micro-batches (the last one smaller when the
+replica's batch does not divide), synchronising gradients once per step:
+
+    ddp    lmperf's FlatDDP: one all-reduce of the flattened gradients after the last backward
+    zero1  the same, and lmperf's ShardedOptimizer (AdamW state on its owner, broadcast after)
+    fsdp   lmperf's readable FSDP (weights gathered when used, gradients reduce-scattered)
+
+AdamW (foreach, as the plan simulated) gets its state from a zero-gradient step first, as the
+simulator assumes; then one step runs under torch's MemTracker, whose peak (every live tensor
+this rank holds, by its count) is the quantity the plan predicts, and the process's RSS is
+recorded beside it. A timed cell then runs one warm-up and `steps` timed steps, untracked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+CE = torch.nn.functional.cross_entropy
+
+
+def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torch.nn.Module:
+    from lmperf.estimate.checkpoint_plan import set_checkpointing
+    from lmperf.estimate.fit import Workload
+    from lmperf.model.custom import build_model
+    from lmperf.runtime import device as dev
+
+    work = Workload(plan["size"], plan["course"], plan["model"], plan["context"],
+                    plan["attention"], "cpu")
+    spec = work.spec(1, "fp32")
+    dev.seed_all(seed)
+    model = build_model(spec.model_config(), spec.model).to(device)
+    set_checkpointing(model, checkpoint)
+    return model
+
+
+def _setup(cell: dict, model: torch.nn.Module):
+    """(module to call, optimizer, sync after the last backward, autocast dtype or None)."""
+    from lmperf.questions.parallel import ddp, fsdp, zero
+
+    dtype = torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
+    adamw = dict(lr=1e-4, foreach=True)
+    if cell["strategy"] == "fsdp":
+        wrapped = fsdp.FSDP(model, dtype)
+        return wrapped, torch.optim.AdamW(wrapped.parameters(), **adamw), \
+            wrapped.finish_gradient_synchronization, dtype
+    wrapped = ddp.FlatDDP(model)
+    if cell["strategy"] == "zero1":
+        opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, **adamw)
+    else:
+        opt = torch.optim.AdamW(wrapped.parameters(), **adamw)
+    return wrapped, opt, wrapped.finish_gradient_synchronization, dtype
+
+
+def _step(module, opt, sync, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
+    """One optimizer step over micro-batches of `sizes` rows of `tokens` (R, T + 1)."""
+    total, start = sum(sizes), 0
+    for b in sizes:
+        x, y = tokens[start:start + b, :-1], tokens[start:start + b, 1:]
+        start += b
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            logits = module(x)  # (b, T, V)
+            loss = CE(logits.flatten(0, 1).float(), y.flatten()) * (b / total)
+        loss.backward()
+        del logits, loss
+    sync()
+    params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+    torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def run_cell(job, item: str, ctx) -> dict:
+    """Run one cell on this rank; rank 0's payload holds the measured figures of every rank."""
+    import torch.distributed as dist
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    cell, plan = job.cell(item), json.loads(job.plan)
+    model = _model(plan, job.seed, cell["checkpoint"], ctx.device)
+    module, opt, sync, dtype = _setup(cell, model)
+    per_replica, b = cell["per_replica"], cell["run_batch"]
+    accum = -(-per_replica // b)
+    sizes = [b] * (accum - 1) + [per_replica - b * (accum - 1)]
+    if cell["run_batch"] != cell["micro_batch"]:
+        sizes = [b] * max(1, cell["grad_accum"])  # the boundary cell: b + 1 in every micro-batch
+    gen = torch.Generator().manual_seed(job.seed * 7919 + ctx.rank)
+    tokens = torch.randint(0, model.vocab_size if hasattr(model, "vocab_size") else 1000,
+                           (sum(sizes), plan["context"] + 1), generator=gen)
+    with torch.no_grad():  # AdamW's state, as a first step leaves it (what the plan simulates)
+        for p in (p for g in opt.param_groups for p in g["params"]):
+            p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    tracker = MemTracker()
+    tracker.track_external(module, opt)
+    with tracker:
+        _step(module, opt, sync, dtype, sizes, tokens)
+    peak = max(v.get("Total", 0) for v in tracker.get_tracker_snapshot("peak").values())
+    times = []
+    if cell["timed"]:
+        for i in range(job.steps + 1):
+            dist.barrier()
+            t0 = time.perf_counter()
+            _step(module, opt, sync, dtype, sizes, tokens)
+            if i:
+                times.append(time.perf_counter() - t0)
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    mine = {"peak_bytes": int(peak), "rss_bytes": rss, "step_s": times}
+    everyone = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    if hasattr(module, "close"):
+        module.close()
+    if ctx.rank:
+        return None
+    measured = max(r["peak_bytes"] for r in everyone)
+    return {"metrics": {"planned_peak_bytes": cell["planned_peak_bytes"],
+                        "measured_peak_bytes": measured,
+                        "peak_error": measured and (cell["planned_peak_bytes"] - measured) / measured,
+                        "budget_bytes": cell["budget_bytes"],
+                        "planned_fits": cell["planned_peak_bytes"] <= cell["budget_bytes"],
+                        "measured_fits": measured <= cell["budget_bytes"],
+                        "planned_step_s": cell["planned_step_s"],
+                        "measured_step_s": _median([max(ts) for ts in zip(*[r["step_s"] for r in everyone])]),
+                        "ranks": everyone}}
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    return (xs[len(xs) // 2] + xs[(len(xs) - 1) // 2]) / 2 if xs else None

@@ -1,0 +1,153 @@
+"""A plan request -> one 'plan' record per candidate; `--confirm K` -> the cells run for real.
+
+The search itself is `lmperf.estimate.plan`; here it becomes records (nothing ran: every
+figure is PREDICTED, said in each record's method) and, with --confirm, a ConfirmJob of 2 K
+cells for the launcher of `lmperf dist`, whose records are then scored in one summary record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import torch
+
+from lmperf.errors import SpecError
+from lmperf.questions.plan.spec import RUNNABLE_ON_CPU, ConfirmJob, PlanSpec
+
+METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps (micro-batch 1 and "
+          "2, every other read off them) weighted by what the strategy keeps per rank "
+          "(lmperf.estimate.fit); step time from per-op counts on the target "
+          "(lmperf.estimate.time_model) and each collective's latency + bandwidth "
+          "(lmperf.estimate.comm), overlap as stated there")
+CANDIDATE = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
+
+
+def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
+    """(ranked candidate rows, env, what the target is) of `spec`."""
+    from lmperf.estimate.fit import Workload
+    from lmperf.estimate.plan import candidates, shape_of
+    from lmperf.estimate.target import cluster
+    from lmperf.runtime.env import capture
+
+    device = "cpu" if spec.gpu is None and spec.device == "cpu" else "cuda"
+    work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, device,
+                    "foreach" if device == "cpu" else "fused")
+    target = cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
+                     host_us=spec.host_us)
+    runnable = RUNNABLE_ON_CPU if device == "cpu" else None
+    if spec.global_batch % spec.gpus and not any(
+            spec.global_batch % (spec.gpus // t) == 0 for t in (2, 4, 8) if spec.gpus % t == 0):
+        raise SpecError(f"global batch {spec.global_batch} does not split over {spec.gpus} "
+                        "GPUs (nor over any data-parallel degree): give a multiple")
+    rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
+                      spec.precisions, runnable)
+    return rows, capture(torch.device("cpu")), (f"{spec.gpus} x {target.name}, "
+                                 f"{target.budget / 2**30:.3g} GiB each")
+
+
+def records(spec: PlanSpec) -> list[dict]:
+    """One 'plan' record per candidate evaluated, fitting or not (ranked)."""
+    from lmperf.results.schema import make_record
+
+    t0 = time.perf_counter()
+    rows, env, target = search(spec)
+    took = time.perf_counter() - t0
+    out = []
+    for row in rows:
+        metrics = {k: v for k, v in row.items() if k not in CANDIDATE}
+        metrics.update(method=METHOD, target=target, search_s=took)
+        out.append(make_record("plan", {**spec.to_dict(), **{k: row[k] for k in CANDIDATE}},
+                               "ok", env, metrics=metrics))
+    return out
+
+
+def command(spec: PlanSpec, row: dict) -> str:
+    """The command that runs a planned candidate with what lmperf has."""
+    runner = {"ddp": "torch-ddp", "zero1": "torch-zero1", "fsdp": "fsdp2"}.get(row["strategy"])
+    if runner is None or row["tp"] > 1:
+        return (f"(no lmperf runner for {row['strategy']}: torchtitan or DeepSpeed run it; "
+                f"`lmperf bench --size {spec.size or 'SIZE'} --batch {row['micro_batch']}` times "
+                "one rank's micro-batch)")
+    what = spec.model and f"--model {spec.model}" or f"--size {spec.size}"
+    dtype = "bf16" if row["precision"] != "fp32" else "fp32"
+    return (f"lmperf dist train --world-size {spec.gpus} --strategies {runner} {what} "
+            f"--context {spec.context} --batch {row['micro_batch']} --compute-dtype {dtype}"
+            + ("  (not flags of dist train yet: " + ", ".join(
+                ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else [])
+                + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else []))
+               + ")" if row["grad_accum"] > 1 or row["checkpoint"] else ""))
+
+
+def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
+    """The 2 k cells of --confirm: k fitting plans spread evenly over the ranking, each at its
+    micro-batch b (timed) and at b + 1 (memory only)."""
+    fitting = [r for r in rows if r["fits"]]
+    if k > len(fitting):
+        raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit")
+    picks = [fitting[round(i * (len(fitting) - 1) / max(1, k - 1))] for i in range(k)]
+    picks = list({id(r): r for r in picks}.values())
+    from lmperf.estimate.fit import Workload, rank_peak, timelines
+    from lmperf.estimate.plan import shape_of
+
+    work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, "cpu",
+                    "foreach")
+    shape = shape_of(work)
+    cells = []
+    for r in picks:
+        per_replica = spec.global_batch // (spec.gpus // r["tp"])
+        for b, timed in ((r["micro_batch"], True), (r["micro_batch"] + 1, False)):
+            accum = r["grad_accum"] if not timed else r["grad_accum"]
+            live, _ = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
+                                r["strategy"], spec.gpus, r["tp"], b, accum, r["precision"],
+                                "cpu", spec.context)
+            cells.append({"cell": f"rank{r['rank']}-b{b}", **{c: r[c] for c in CANDIDATE},
+                          "run_batch": b, "per_replica": per_replica, "timed": timed,
+                          "plan_rank": r["rank"], "planned_peak_bytes": live,
+                          "budget_bytes": spec.gib * 2**30,
+                          "planned_step_s": r["step_s"] if timed else None})
+    return cells
+
+
+def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = None) -> list[dict]:
+    """Run --confirm's cells on `spec.gpus` gloo ranks here; their records and the summary."""
+    from lmperf.questions.parallel.launch import run_job
+    from lmperf.results.schema import make_record
+    from lmperf.runtime.env import capture
+
+    if spec.device != "cpu":
+        raise SpecError("--confirm runs on this machine's CPU ranks (--device cpu --gib G); "
+                        "on a GPU machine run the planned command instead")
+    job = ConfirmJob(world_size=spec.gpus, plan=json.dumps(spec.to_dict()),
+                     cells=json.dumps(confirm_cells(spec, rows, k)),
+                     timeout_s=timeout or 600.0)
+    done = run_job(job)
+    summary = score([r for r in done if r["status"] == "ok"])
+    done.append(make_record("plan", {**spec.to_dict(), "confirm": True, "cell": "summary"},
+                            "ok", capture(torch.device("cpu")), metrics=summary))
+    return done
+
+
+def score(cells: list[dict]) -> dict:
+    """boundary_correct (fraction of cells whose planned fit equals the measured one),
+    peak_error (the worst |planned - measured| / measured peak), kendall_tau (planned vs
+    measured step times of the timed cells)."""
+    m = [c["metrics"] for c in cells]
+    timed = [x for x in m if x["planned_step_s"] is not None and x["measured_step_s"]]
+    return {"cells": len(m),
+            "boundary_correct": sum(x["planned_fits"] == x["measured_fits"] for x in m) / len(m)
+            if m else math.nan,
+            "peak_error": max((abs(x["peak_error"]) for x in m), default=math.nan),
+            "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed],
+                                       [x["measured_step_s"] for x in timed])}
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-a of two rankings: (concordant - discordant) / pairs."""
+    pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
+    if not pairs:
+        return math.nan
+    s = sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j])) if (a[i] - a[j]) * (b[i] - b[j])
+            else 0 for i, j in pairs)
+    return s / len(pairs)

@@ -1,0 +1,121 @@
+"""PlanSpec: the identity of one plan request; ConfirmJob: the cells `--confirm` runs on ranks.
+
+A plan is computed, not run: its records carry the request (PlanSpec) and the candidate. A
+confirmation runs real training steps on the device at hand under torchrun (the launcher of
+`lmperf dist`), one item per cell: a planned configuration at its micro-batch b, or at b + 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+from lmperf.errors import SpecError
+from lmperf.questions.parallel.spec import _Job, Ranks
+from lmperf.validate import positive_int
+
+CUDA_PRECISIONS = ("bf16-mixed", "bf16-fsdp")
+CPU_PRECISIONS = ("fp32", "bf16-mixed")
+RUNNABLE_ON_CPU = ("ddp", "zero1", "fsdp")  # what --confirm can run with gloo here
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """One plan request. `size` of the `course` edition (or a `model` factory), `context`,
+    `global_batch` sequences per step over all ranks; the target: `gpus` devices of `gpu` (None:
+    the device at hand, `device`), `gpus_per_node` per node, `gib` per device (None: the GPU's
+    memory); what is searched: `precisions`, `checkpoints` (block-group sizes, 0: none);
+    `attention`; `host_us`: the host's time per op (None: the default)."""
+
+    kind: ClassVar[str] = "plan"
+
+    size: str | None
+    context: int
+    global_batch: int
+    gpus: int
+    course: str = "2026"
+    model: str | None = None
+    gpu: str | None = None
+    device: str = "cuda"
+    gpus_per_node: int = 8
+    gib: float | None = None
+    precisions: tuple[str, ...] = CUDA_PRECISIONS
+    checkpoints: tuple[int, ...] = (0, 1, 2, 4)
+    attention: str = "sdpa"
+    host_us: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("context", "global_batch", "gpus", "gpus_per_node"):
+            positive_int(name, getattr(self, name))
+        if self.gib is not None and not self.gib > 0:
+            raise SpecError(f"--gib must be a positive number of GiB, got {self.gib!r}")
+        if self.device == "cpu" and self.gib is None:
+            raise SpecError("a plan for the CPU needs a memory budget per rank: --gib G")
+        if self.device == "cuda" and self.gpu is None and self.gib is None:
+            raise SpecError("name the target GPU (--gpu NAME, e.g. H100-SXM) or give --gib")
+        allowed = CPU_PRECISIONS if self.device == "cpu" else CUDA_PRECISIONS + ("fp32",)
+        for p in self.precisions:
+            if p not in allowed:
+                raise SpecError(f"unknown plan precision {p!r} on {self.device}; accepted: "
+                                f"{', '.join(allowed)}")
+        for g in self.checkpoints:
+            if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+                raise SpecError(f"checkpoint groups are block counts >= 0, got {g!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready identity (every record's spec starts with it)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ConfirmJob(_Job, Ranks):
+    """The cells of `--confirm` at one world size: `cells` is a JSON list of dicts (a plan's
+    candidate and its micro-batch to run, planned figures beside), `plan` the PlanSpec's dict
+    (JSON); `steps` timed steps after one warm-up for the cells that are timed."""
+
+    kind: ClassVar[str] = "plan"
+    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    worker: ClassVar[str] = "lmperf.questions.plan.confirm:run_cell"
+
+    plan: str
+    cells: str
+    steps: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.check_ranks()
+        positive_int("steps", self.steps)
+
+    def cell_list(self) -> list[dict]:
+        """The cells, decoded."""
+        return json.loads(self.cells)
+
+    def items(self) -> list[str]:
+        """One item per cell: its id."""
+        return [c["cell"] for c in self.cell_list()]
+
+    def cell(self, item: str) -> dict:
+        """The cell named `item`."""
+        return next(c for c in self.cell_list() if c["cell"] == item)
+
+    def item_spec(self, item: str) -> dict:
+        """The record spec of one cell: the plan request and the candidate run."""
+        cell = self.cell(item)
+        return {**json.loads(self.plan), "confirm": True,
+                **{k: cell[k] for k in ("cell", "precision", "checkpoint", "strategy", "tp",
+                                        "micro_batch", "grad_accum", "run_batch")}}
+
+    def with_items(self, items: list[str]) -> "ConfirmJob":
+        """Only the cells in `items`."""
+        kept = [c for c in self.cell_list() if c["cell"] in items]
+        return ConfirmJob(**{**self.to_full_dict(), "cells": json.dumps(kept)})
+
+    def label(self) -> str:
+        """Short name for progress lines."""
+        return f"plan --confirm n={self.world_size} ({len(self.items())} cells)"
+
+
+def known_fields() -> set[str]:
+    """PlanSpec's field names."""
+    return {f.name for f in fields(PlanSpec)}
