@@ -79,10 +79,15 @@ def test_build_model_factory_exception_is_wrapped():
     assert isinstance(info.value.__cause__, KeyError)
 
 
-@pytest.mark.parametrize("name", ["wrong_vocab", "last_position_only", "returns_tuple"])
+@pytest.mark.parametrize("name", ["wrong_vocab", "last_position_only"])
 def test_inspect_on_meta_wrong_output_raises(name):
     with pytest.raises(ModelLoadError, match=r"\(3, 12, 37\)"):
         inspect_on_meta(CFG, f"{F}:{name}", batch_size=3)
+
+
+def test_inspect_on_meta_takes_the_logits_leading_a_tuple():
+    # as transformers' models return them with return_dict=False (tests/model/test_hf_models.py)
+    assert inspect_on_meta(CFG, f"{F}:returns_tuple", batch_size=3) == 37 * 37
 
 
 def test_inspect_on_meta_forward_failure_raises():

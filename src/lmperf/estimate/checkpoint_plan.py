@@ -73,12 +73,23 @@ def bisection(model: torch.nn.Module) -> Iterator[None]:
 
 
 def set_checkpointing(model: torch.nn.Module, group: int) -> None:
-    """Turn the model's activation checkpointing to `group` (0: off); SpecError if it has none."""
+    """Turn the model's activation checkpointing to `group` (0: off); SpecError if it has none.
+    A transformers model checkpoints every layer or none: group 1 is its
+    `activation_checkpointing_enable()` (`gradient_...` before transformers 5), non-reentrant
+    as the reference LM's."""
     setter = getattr(model, "set_checkpointing", None)
     if setter is None:
+        if group in (0, 1) and getattr(model, "supports_gradient_checkpointing", False):
+            name = "activation" if hasattr(model, "activation_checkpointing_enable") else "gradient"
+            if group:
+                getattr(model, f"{name}_checkpointing_enable")({"use_reentrant": False})
+            else:
+                getattr(model, f"{name}_checkpointing_disable")()
+            return
         if group:
             raise SpecError(f"{type(model).__name__} has no set_checkpointing(group): activation "
-                            "checkpointing is available for the reference LM only")
+                            "checkpointing in groups is available for the reference LM only (a "
+                            "transformers model: group 1, every layer)")
         return
     try:
         setter(group)

@@ -7,10 +7,27 @@ from typing import Callable, ContextManager
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lmperf.errors import ModelLoadError
 from lmperf.model.custom import build_model
 from lmperf.model.presets import ModelConfig
+
+_ITEM = torch.ops.aten._local_scalar_dense.default
+
+
+class AnyValues(TorchDispatchMode):
+    """A value read (`.item()`, `bool(t)`) that tensors without data (meta, fake) cannot answer
+    is answered 1, so that a forward that reads one (transformers' mask code checks its position
+    ids) runs on shapes alone. The value does not change the shapes of a causal LM's step."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            if func is not _ITEM:
+                raise
+            return 1
 
 
 def count_params(model: nn.Module) -> int:
@@ -35,7 +52,8 @@ def inspect_on_meta(config: ModelConfig, custom: str | None, batch_size: int,
     seq = seq or config.context_length
     ids = torch.zeros(batch_size, seq, dtype=torch.long, device="meta")
     try:
-        out = model(ids)
+        with AnyValues():
+            out = model(ids)
     except NotImplementedError:
         return n  # an op without a meta kernel: the real run checks the output instead
     except Exception as exc:
@@ -46,7 +64,8 @@ def inspect_on_meta(config: ModelConfig, custom: str | None, batch_size: int,
 
 
 def check_logits(out: object, batch: int, seq: int, vocab: int, custom: str | None) -> None:
-    """Raise ModelLoadError unless `out` is a tensor of shape (batch, seq, vocab)."""
+    """Raise ModelLoadError unless `out` is a tensor of shape (batch, seq, vocab) (after
+    `model.custom` took the logits out of a transformers model's output)."""
     expected = (batch, seq, vocab)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__

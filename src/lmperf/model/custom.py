@@ -1,5 +1,6 @@
 """Building the model for a run: the reference LM, or a user's own `package.module:factory`
-(checking what it returns: `lmperf.model.checks`)."""
+(checking what it returns: `lmperf.model.checks`). A user's model may return what transformers'
+models return: its logits are taken from it (`_logits_of`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import sys
 from typing import Callable
 
+import torch
 import torch.nn as nn
 
 from lmperf.errors import ModelLoadError
@@ -50,5 +52,19 @@ def build_model(config: ModelConfig, custom: str | None = None) -> nn.Module:
             raise ModelLoadError(
                 f"--model {custom!r}: the factory returned {type(model).__name__}, not an nn.Module"
             )
+        # Hugging Face's models return an output object (or a tuple) holding the logits
+        model.register_forward_hook(_logits_of)
         return model
     return TransformerLM(**config.as_kwargs())
+
+
+def _logits_of(module: nn.Module, args: tuple, out: object) -> torch.Tensor | None:
+    """A forward hook on a user's model: what transformers' causal LMs return (an object with
+    `.logits`, or a tuple / list led by them: return_dict=False) becomes its logits, so every
+    consumer of forward sees a tensor; a tensor (or anything else) passes unchanged (None)."""
+    if isinstance(out, torch.Tensor):
+        return None
+    logits = getattr(out, "logits", None)
+    if logits is None and isinstance(out, (tuple, list)) and out:
+        logits = out[0]
+    return logits if isinstance(logits, torch.Tensor) else None
