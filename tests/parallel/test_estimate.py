@@ -53,7 +53,7 @@ def test_largest_n_before_communication_bound_closed_form() -> None:
 
 
 def test_leaderboard_preset_report() -> None:
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[1, 8],
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[1, 8],
                          gpu_gib=80)
     df = report.frame.set_index(["strategy", "world_size"])
     p = 8_125_698_048  # V C + L (4 C^2 + 3 C F + 2 C) + C + C V, V=151936 C=4096 F=11008 L=34
@@ -110,7 +110,7 @@ def test_unsplit_activations_are_the_memory_estimates(size: str, batch: int, con
 
 def test_tp_and_2d_rows_by_hand() -> None:
     # leaderboard: P = 8,125,698,048, L = 34, C = 4096; G = 2**20 tokens, W = 100 GB/s, 400 TFLOP/s
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[8], tp=[2, 4])
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[8], tp=[2, 4])
     df = report.frame
     assert list(df["strategy"]).count("tp") == 1 and list(df["strategy"]).count("fsdp+tp") == 2
     p, rep, tokens = 8_125_698_048, 2 * 34 * 4096 + 4096, 2**20
@@ -138,7 +138,7 @@ def test_tp_and_2d_rows_by_hand() -> None:
                                        ("RTX-4090", False)])
 def test_will_it_fit_on_a_gpu(gpu: str, fits: bool) -> None:
     # ddp keeps all 16 P = 121.08 GiB of the leaderboard model's states on every device
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[8], gpu=gpu)
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[8], gpu=gpu)
     ddp = report.frame.set_index("strategy").loc["ddp"]
     assert ddp["total_gib"] == pytest.approx(121.08, abs=0.01) and bool(ddp["fits"]) is fits
     spec = DEVICES[gpu]
@@ -149,7 +149,7 @@ def test_will_it_fit_on_a_gpu(gpu: str, fits: bool) -> None:
 
 
 def test_gib_and_bandwidth_override_the_gpu() -> None:
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[8],
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[8],
                          gpu="H200", gpu_gib=100, bandwidth=50)
     ddp = report.frame.set_index("strategy").loc["ddp"]
     assert not ddp["fits"]  # 121 GiB > 100
@@ -158,12 +158,12 @@ def test_gib_and_bandwidth_override_the_gpu() -> None:
 
 
 def test_batch_adds_activations_split_by_tp(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lmperf.estimate import shards
+    from lmperf.estimate import fit
 
     def missing(*_: object) -> None:
         raise ImportError("the analytic path")
 
-    monkeypatch.setattr(shards, "simulate", missing)
+    monkeypatch.setattr(fit, "timelines", missing)
     report = lmperf.dist("estimate", size="xl", course="2026", world_size=[8], tp=[2],
                          batch=2, context=256)
     df = report.frame.set_index(["strategy", "tp"])
@@ -198,7 +198,7 @@ def test_bad_gpu_options_are_one_line(argv: list[str], fragment: str,
 
 def test_node_bandwidth_for_groups_that_span_nodes() -> None:
     # H100-SXM: 450 GB/s NVLink inside a node of 8, 50 GB/s between nodes, C_f = 989.4 TFLOP/s
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", world_size=[64],
+    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[64],
                          tp=[8], gpu="H100-SXM", node_bandwidth=50)
     df = report.frame.set_index("strategy")
     p, tokens, cf = 8_125_698_048, 2**20, 989.4e12

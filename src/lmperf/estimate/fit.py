@@ -5,8 +5,27 @@ event's live bytes per category; the step's ops do not depend on the batch, so t
 timelines have the same events, and each tensor's size is either fixed (parameters, states) or
 proportional to the batch (activations, temporaries): the live bytes at event e for micro-batch
 b are exactly  live_e(1) + (b - 1) (live_e(2) - live_e(1))  (up to the CUDA allocator's 512-byte
-rounding). A rank of a parallel strategy keeps a fraction of each category (`estimate.shards`),
+rounding). A rank of a parallel strategy keeps a fraction of each category (`keep_fractions`, below),
 so its peak for any b is one weighted maximum over the events: no simulation is repeated.
+What a rank keeps (the peak may fall at another moment than the whole step's: sharding the
+optimizer state moves it from the optimizer step into backward):
+
+    ddp              everything whole
+    zero1            optimizer state / N, and the optimizer step's temporaries / N (each rank
+                     updates only its shard)
+    zero2            and gradients / N
+    fsdp             and parameters / N, plus the unit being gathered: its fp32 parameters and
+                     unsharded gradients, 2 x 4 bytes x the largest unit (a block, or the
+                     embedding / lm_head, V x C)
+    tp               parameters, gradients, optimizer state (and the step's temporaries) x P_t / P;
+                     activations and other temporaries x saved_activation_bytes(t) / (t = 1),
+                     autocast copies / t (formulas.py: Megatron's splits)
+    fsdp+tp          tp's fractions, states further / d, plus the gathered unit / t
+What none of them shards stays whole: the inputs, and (data parallelism) activations and
+autocast's bf16 weight copies, which are saved for backward (with FSDP over fp32 weights, copies
+of the gathered parameters). The tp fractions scale the whole step's timeline, an approximation:
+a real tensor-parallel step's events differ in order and size. Communication buffers (DDP's
+gradient buckets, FSDP's gathered units) are added by `rank_peak`; NCCL's are not.
 
 Gradient accumulation: from the second micro-batch on, the gradients of the previous ones are
 alive through forward and backward (each rank's share of them), so with `accum` > 1 the
@@ -25,8 +44,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from lmperf.estimate.formulas import Shape
-from lmperf.estimate.shards import allowance_bytes, keep_fractions
+from lmperf.estimate.formulas import Shape, saved_activation_bytes, tp_params
 
 # plan precision -> (the regime simulated, bytes per element of the simulated states)
 PRECISIONS: dict[str, tuple[str, int]] = {"fp32": ("fp32", 4), "bf16-mixed": ("bf16-mixed", 4),
@@ -34,6 +52,44 @@ PRECISIONS: dict[str, tuple[str, int]] = {"fp32": ("fp32", 4), "bf16-mixed": ("b
 _STATES = ("parameters", "gradients", "optimizer state")
 _CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "autocast copies",
                "temporaries", "inputs & buffers")
+
+
+DATA_PARALLEL_SHARDS: dict[str, tuple[str, ...]] = {
+    "ddp": (),
+    "zero1": ("optimizer state",),
+    "zero1-ar-bcast": ("optimizer state",),
+    "zero2": ("optimizer state", "gradients"),
+    "fsdp": ("optimizer state", "gradients", "parameters"),
+}
+
+
+def keep_fractions(strategy: str, shape: Shape, n: int, t: int,
+                   tokens: int) -> tuple[dict[str, float], float, float]:
+    """What a rank keeps of the whole step, for `strategy` over `n` ranks (t-way tensor
+    parallel for tp and fsdp+tp) and micro-batches of `tokens` tokens: (category -> fraction,
+    fraction of the optimizer step's temporaries, extra bytes the timeline does not show)."""
+    unit = max(4 * shape.d_model ** 2 + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model,
+               shape.vocab_size * shape.d_model)  # the largest FSDP unit, in parameters
+    if strategy in DATA_PARALLEL_SHARDS:
+        sharded = DATA_PARALLEL_SHARDS[strategy]
+        extra = 2 * 4 * unit if strategy == "fsdp" else 0.0
+        return {c: 1 / n for c in sharded}, (1 / n if sharded else 1.0), extra
+    # Megatron: the split weights' states, copies and the activations inside attention and the
+    # MLP shrink by t (formulas.tp_params, saved_activation_bytes); fsdp+tp shards the rest by d
+    d = n // t
+    states = tp_params(shape, t) / shape.params / (d if strategy == "fsdp+tp" else 1)
+    saved = saved_activation_bytes(shape, tokens, t) / saved_activation_bytes(shape, tokens, 1)
+    keep = {"parameters": states, "gradients": states, "optimizer state": states,
+            "activations": saved, "temporaries": saved, "autocast copies": 1 / t}
+    return keep, states, (2 * 4 * unit / t if strategy == "fsdp+tp" else 0.0)
+
+
+def allowance_bytes(peak: float) -> float:
+    """The simulator's CUDA allowance for a rank whose tensors peak at `peak` bytes: the CUDA
+    context, cuBLAS workspaces and a fragmentation share (its ALLOWANCE_NOTE gives the basis)."""
+    from lmperf.estimate.simulate import CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION
+
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + FRAGMENTATION * peak
 
 
 @dataclass(frozen=True)
@@ -88,24 +144,86 @@ def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
 
 
 def rank_peak(lines: Timelines, shape: Shape, strategy: str, n: int, t: int, batch: int,
-              accum: int, precision: str, device: str, context: int) -> tuple[float, float]:
+              accum: int, precision: str, device: str, context: int,
+              readable: bool = False) -> tuple[float, float]:
     """(peak live bytes of one rank, allowance) for micro-batch `batch`, `accum` micro-batches
     per step, `strategy` over `n` ranks (t-way tensor parallel for tp and fsdp+tp). The
-    allowance is the CUDA context, workspaces and fragmentation (0 on a CPU)."""
+    allowance is the CUDA context, workspaces and fragmentation (0 on a CPU).
+
+    What the implementation adds to the single-device step: torch's DDP keeps its gradient
+    buckets (fp32, the size of the gradients) for its whole life; FSDP2 gathers the unit in
+    use and prefetches the next. `readable`: lmperf's own strategies, which --confirm runs
+    (questions.parallel): DDP and ZeRO-1 flatten every gradient into one buffer after backward
+    (a second copy of the gradients, at the end of backward); the readable FSDP holds a
+    Linear's gathered weight, its full gradient and that gradient padded flat in the compute
+    dtype while it reduce-scatters."""
     keep, opt_temps, extra = keep_fractions(strategy, shape, n, t, batch * context)
+    unit = extra / 8  # parameters of the largest unit FSDP gathers (0 for the others)
     scale = 1.0
     if precision == "bf16-fsdp":  # bf16 states simulated, fp32 shards held: x 2
         scale = 2.0
-        unit = extra / 8 if extra else 0.0  # parameters of the gathered unit(s)
         extra = 2 * 2 * unit + 2 * unit  # two units' bf16 weights, one unit's bf16 gradients
+    if readable and unit:
+        extra = 3 * (2 if precision != "fp32" else 4) * unit
     live = lines.base + (batch - 1) * lines.slope  # (events, categories)
     weights = np.array([keep.get(c, 1.0) * (scale if c in _STATES else 1.0) for c in _CATEGORIES])
     weighted = live * weights
     temps = _CATEGORIES.index("temporaries")
     weighted[lines.optimizer, temps] = live[lines.optimizer, temps] * opt_temps
+    g = _CATEGORIES.index("gradients")
     if accum > 1:  # earlier micro-batches' gradients stay through forward and backward
-        g = _CATEGORIES.index("gradients")
         full = weighted[:, g].max()
         weighted[lines.training, g] = np.maximum(weighted[lines.training, g], full)
-    peak = float(weighted.sum(axis=1).max()) + extra
+    total = weighted.sum(axis=1)
+    peak = float(total.max()) + extra
+    if strategy in ("ddp", "zero1") and readable and n > 1:  # the flat copy, at the end of backward
+        end = int(np.argmax(lines.optimizer)) - 1
+        peak = max(peak, float(total[end] + weighted[end, g]))
+    elif strategy in ("ddp", "zero1") and n > 1:  # torch DDP's buckets, always there
+        peak += float(weighted[:, g].max())
     return peak, (allowance_bytes(peak) if device == "cuda" else 0.0)
+
+
+def device_fit(spec, budget_gib: float | None) -> dict:
+    """Does one step of `spec` (a RunSpec, single device) fit in `budget_gib`? Its simulated peak
+    plus, on CUDA, the allowance, held against the budget: the same answer `memory --estimate`,
+    `dist --estimate` at one device and `plan` give. {} when the model cannot be simulated."""
+    from lmperf.errors import SpecError
+    from lmperf.estimate.simulate import simulate_step
+
+    try:
+        res = simulate_step(spec)
+    except SpecError:
+        return {}
+    total = res.total_bytes / 2**30  # peak + allowance, as memory --estimate's "fits"
+    return {"peak_gib": total, "simulated_gib": res.peak_bytes / 2**30, "budget_gib": budget_gib,
+            "fits": None if budget_gib is None else total <= budget_gib}
+
+
+def simulated_memory(size: str, course: str, context: int, batch: int, shape: Shape):
+    """(per_rank(strategy, N, t) -> (model states, the rest at the peak), allowance(bytes),
+    note) for `dist --estimate`: `rank_peak` of a bf16-autocast step with fused AdamW and sdpa
+    on CUDA, states as the formulas count them; (None, None, why) when the simulator cannot
+    run the model, so the estimate falls back to its analytic sums and says so."""
+    from lmperf.errors import LmperfError
+
+    work = Workload(size, course, None, context, "sdpa", "cuda")
+    try:
+        lines = timelines(work, "bf16-mixed", 0)
+    except ImportError:
+        return None, None, "memory analytic: the step simulator is not installed"
+    except LmperfError as exc:
+        return None, None, f"memory analytic: {exc}"
+
+    def per_rank(strategy: str, n: int, t: int) -> tuple[float, float]:
+        peak, _ = rank_peak(lines, shape, strategy, n, t, batch, 1, "bf16-mixed", "cuda", context)
+        keep, _, _ = keep_fractions(strategy, shape, n, t, batch * context)
+        # fp32 weights 4, gradients 4, AdamW's moments 8 bytes per parameter, each its share
+        states = shape.params * (4 * keep.get("parameters", 1.0) + 4 * keep.get("gradients", 1.0)
+                                 + 8 * keep.get("optimizer state", 1.0))
+        return states, peak - states
+
+    note = (f"memory simulated ({lines.seconds:.1f} s: two bf16-autocast train steps with fused "
+            "AdamW and sdpa, each category scaled to a rank's share, as `lmperf plan` does) + "
+            "CUDA allowance")
+    return per_rank, allowance_bytes, note

@@ -55,7 +55,8 @@ def bandwidths(size_bytes: int, time_s: float, collective: str, n: int) -> tuple
 
 @dataclass(frozen=True)
 class Shape:
-    """What the estimates need of a model: parameters P and the widths (see the docstring)."""
+    """What the estimates need of a model: parameters P and the widths (see the docstring);
+    `num_kv_heads` 0 is plain multi-head attention, else the K/V heads of grouped-query attention."""
 
     name: str
     params: int
@@ -65,6 +66,7 @@ class Shape:
     num_heads: int = 0
     vocab_size: int = 0
     ffn_only: bool = False
+    num_kv_heads: int = 0
 
     @property
     def replicated_params(self) -> int:
@@ -128,11 +130,14 @@ def saved_activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) 
 
 def weight_copy_bytes(shape: Shape, t: int = 1, a: int = 2) -> float:
     """Autocast's a-byte copies of the matmul weights, saved for backward, split as the weights
-    are: a (L (4 C^2 + 3 C F) + C V) / t (none in the FFN-only model, counted in fp32 there)."""
+    are: a (L (4 C^2 + 3 C F) + C V) / t (none in the FFN-only model, counted in fp32 there);
+    with grouped-query attention k and v are C x Hkv D, so 4 C^2 is 2 C^2 + 2 C Hkv D."""
     if shape.ffn_only:
         return 0.0
     C, F = shape.d_model, shape.d_ff
-    return a * (shape.num_layers * (4 * C * C + 3 * C * F) + C * shape.vocab_size) / t
+    kv = C * shape.num_kv_heads // shape.num_heads if shape.num_kv_heads else C  # Hkv D
+    return a * (shape.num_layers * (2 * C * C + 2 * C * kv + 3 * C * F)
+                + C * shape.vocab_size) / t
 
 
 def step_flops(params: int, tokens: float) -> float:

@@ -200,7 +200,7 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
                 def peak(b: int) -> tuple[float, float]:
                     return rank_peak(lines, shape, strategy, cluster.gpus, t, b,
                                      math.ceil(per_replica / b), precision, cluster.device,
-                                     work.context)
+                                     work.context, cluster.blocking)
 
                 fitting = [b for b in range(1, per_replica + 1) if sum(peak(b)) <= cluster.budget]
                 largest = max(fitting, default=None)

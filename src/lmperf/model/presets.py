@@ -10,13 +10,18 @@ VOCAB_SIZE = 10_000  # the course's BPE vocabulary
 @dataclass(frozen=True)
 class Preset:
     """A model shape: width, feed-forward width, depth and heads (and a vocabulary when the
-    preset has its own; None: the course's 10k BPE vocabulary)."""
+    preset has its own; None: the course's 10k BPE vocabulary). `num_kv_heads` None is plain
+    multi-head attention (as many K/V heads as query heads); `rope_theta` None is RoPE's 10000;
+    `tie_embeddings` makes lm_head share the embedding's weight."""
 
     d_model: int
     d_ff: int
     num_layers: int
     num_heads: int
     vocab_size: int | None = None
+    num_kv_heads: int | None = None
+    rope_theta: float | None = None
+    tie_embeddings: bool = False
 
 
 # Sizes for quick runs on a CPU, the same in every edition.
@@ -32,6 +37,20 @@ _SMALL_TO_LARGE: dict[str, Preset] = {
 }
 _SHAPE_2P7B = Preset(d_model=2560, d_ff=10240, num_layers=32, num_heads=32)
 _SHAPE_10B = Preset(d_model=4608, d_ff=12288, num_layers=50, num_heads=36)
+# Llama 3 shapes, from each model's config.json on huggingface.co/meta-llama (Llama-3.2-1B,
+# Llama-3.2-3B, Llama-3.1-8B, Llama-3.1-70B): grouped-query attention with 8 K/V heads, vocabulary
+# 128,256, RoPE base 500,000 (their "llama3" RoPE frequency scaling is not modelled: it changes
+# values, not costs); the 3.2 models tie lm_head to the embedding. Published parameter counts:
+# 1.24B, 3.21B, 8.03B, 70.6B (tests/model/test_llama_presets.py pins them). They accept any
+# context (the reference LM's RoPE table is sized to the run's); Llama 3.1's is 131,072.
+_LLAMA3: dict[str, Preset] = {
+    name: Preset(d_model=d, d_ff=f, num_layers=n, num_heads=h, vocab_size=128_256,
+                 num_kv_heads=8, rope_theta=500_000.0, tie_embeddings=tied)
+    for name, d, f, n, h, tied in (("llama3-1b", 2048, 8192, 16, 32, True),
+                                   ("llama3-3b", 3072, 8192, 28, 24, True),
+                                   ("llama3-8b", 4096, 14336, 32, 32, False),
+                                   ("llama3-70b", 8192, 28672, 80, 64, False))
+}
 
 # What the size names mean in each edition of CS336 Assignment 2 (the handout's table of model
 # sizes). 2025: small..2.7B (xl = 1600 wide, 48 layers); 2026 (course release 26.1.1): xl is
@@ -40,10 +59,10 @@ _SHAPE_10B = Preset(d_model=4608, d_ff=12288, num_layers=50, num_heads=36)
 EDITIONS: dict[str, dict[str, Preset]] = {
     "2025": {**_CPU_SIZES, **_SMALL_TO_LARGE,
              "xl": Preset(d_model=1600, d_ff=6400, num_layers=48, num_heads=25),
-             "2.7B": _SHAPE_2P7B, "10B": _SHAPE_10B},
+             "2.7B": _SHAPE_2P7B, "10B": _SHAPE_10B, **_LLAMA3},
     "2026": {**_CPU_SIZES, **_SMALL_TO_LARGE, "xl": _SHAPE_2P7B, "10B": _SHAPE_10B,
              "leaderboard": Preset(d_model=4096, d_ff=11008, num_layers=34, num_heads=32,
-                                   vocab_size=151_936)},
+                                   vocab_size=151_936), **_LLAMA3},
 }
 # The edition a size name means when none is given: the current one. Records written before
 # editions existed were 2025's (`RunSpec.from_dict` reads a missing `course` as "2025").
@@ -70,6 +89,8 @@ class ModelConfig:
         d_model, num_layers, num_heads, d_ff: the shape (from a preset or given explicitly).
         rope_theta: RoPE base.
         attention: attention implementation name (the reference model's `attention=` argument).
+        num_kv_heads: K/V heads of grouped-query attention (None: num_heads, plain multi-head).
+        tie_embeddings: lm_head shares the token embedding's weight.
     """
 
     vocab_size: int
@@ -80,10 +101,24 @@ class ModelConfig:
     d_ff: int
     rope_theta: float = 10000.0
     attention: str = "naive"
+    num_kv_heads: int | None = None
+    tie_embeddings: bool = False
 
     def as_kwargs(self) -> dict:
-        """Keyword arguments for `TransformerLM(**...)`."""
-        return asdict(self)
+        """Keyword arguments for `TransformerLM(**...)`; the GQA / tying fields only when set,
+        so a factory written before them still takes `Model(**config.as_kwargs())`."""
+        kwargs = asdict(self)
+        for name, off in (("num_kv_heads", None), ("tie_embeddings", False)):
+            if kwargs[name] == off:
+                del kwargs[name]
+        return kwargs
+
+
+def model_extras(preset: Preset) -> dict[str, object]:
+    """What `preset` sets beyond the course's model (K/V heads, RoPE base, tying), as keyword
+    arguments of a RunSpec or ModelConfig; {} for the course's sizes."""
+    return {k: v for k in ("num_kv_heads", "rope_theta", "tie_embeddings")
+            if (v := getattr(preset, k)) not in (None, False)}
 
 
 def resolve_preset(name: str, course: str = DEFAULT_COURSE) -> Preset:

@@ -2,8 +2,9 @@
 
 Pre-norm blocks (RMSNorm computed in fp32), causal multi-head attention with RoPE on
 interleaved pairs, SwiGLU feed-forward, no biases, untied `lm_head`. Parameter names and shapes
-match the course's `BasicsTransformerLM`, so its checkpoints load with `strict=True`.
-Shapes: B batch, T sequence, C d_model, H heads, D = C // H, F d_ff, V vocab.
+match the course's `BasicsTransformerLM`, so its checkpoints load with `strict=True`. Optional
+Llama-3 features: grouped-query attention (`num_kv_heads`) and an lm_head tied to the embedding.
+Shapes: B batch, T sequence, C d_model, H heads, Hkv K/V heads, D = C // H, F d_ff, V vocab.
 """
 
 from __future__ import annotations
@@ -46,6 +47,27 @@ class Embedding(nn.Module):
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(token_ids, self.weight)  # (B, T) -> (B, T, C)
+
+
+class TiedHead(nn.Module):
+    """lm_head tied to the token embedding: logits = x E^T, E the embedding's (V, C) weight.
+
+    It registers no parameter: `weight` reads the embedding's, so the model has one Parameter
+    (counted once by `parameters()`) and stays tied through `to_empty()` and `_apply` (the
+    memory simulator's and op counter's), which give a Parameter registered in two modules two
+    separate copies.
+    """
+
+    def __init__(self, embedding: Embedding):
+        super().__init__()
+        self._embedding = (embedding,)  # a tuple: not a submodule, so no second path to E
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self._embedding[0].weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)  # (..., C) -> (..., V)
 
 
 class RMSNorm(nn.Module):
@@ -93,27 +115,43 @@ class RotaryEmbedding(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention; the score/softmax/combine kernel is pluggable."""
+    """Multi-head causal self-attention; the score/softmax/combine kernel is pluggable.
+    With `num_kv_heads` < num_heads (grouped-query attention) each K/V head serves
+    num_heads / num_kv_heads consecutive query heads."""
 
-    def __init__(self, d_model: int, num_heads: int, rope: RotaryEmbedding, attention: AttentionFn):
+    def __init__(self, d_model: int, num_heads: int, rope: RotaryEmbedding, attention: AttentionFn,
+                 num_kv_heads: int | None = None):
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-        self.num_heads = num_heads
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads "
+                             f"{num_kv_heads} (grouped-query attention shares each K/V head "
+                             "among a whole number of query heads)")
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
+        kv_dim = self.head_dim * num_kv_heads  # Hkv * D
         self.q_proj = Linear(d_model, d_model)
-        self.k_proj = Linear(d_model, d_model)
-        self.v_proj = Linear(d_model, d_model)
+        self.k_proj = Linear(d_model, kv_dim)
+        self.v_proj = Linear(d_model, kv_dim)
         self.output_proj = Linear(d_model, d_model)
         self.rope = rope  # shared by all layers; holds no parameters
         self.attention = attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # (B, T, C) -> (B, H, T, D) for each of q, k, v
+        # (B, T, C) -> q (B, H, T, D); k, v (B, Hkv, T, D)
         q, k, v = (
-            p(x).unflatten(-1, (self.num_heads, -1)).transpose(-3, -2)
+            p(x).unflatten(-1, (-1, self.head_dim)).transpose(-3, -2)
             for p in (self.q_proj, self.k_proj, self.v_proj)
         )
         q, k = self.rope(q), self.rope(k)
+        if self.num_kv_heads != self.num_heads:
+            # The simple way to GQA: copy each K/V head to its query heads, (B, Hkv, T, D) ->
+            # (B, H, T, D), so every attention kernel runs unchanged (flash-triton has not run
+            # on a GPU yet). Costs H/Hkv copies of K and V; a GQA-aware kernel would read them once.
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         y = self.attention(q, k, v)  # (B, H, T, D)
         return self.output_proj(y.transpose(-3, -2).flatten(-2))  # (B, T, C)
 
@@ -136,10 +174,10 @@ class TransformerBlock(nn.Module):
     """Pre-norm block: x + attn(ln1(x)), then + ffn(ln2(.))."""
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, rope: RotaryEmbedding,
-                 attention: AttentionFn):
+                 attention: AttentionFn, num_kv_heads: int | None = None):
         super().__init__()
         self.ln1 = RMSNorm(d_model)
-        self.attn = CausalSelfAttention(d_model, num_heads, rope, attention)
+        self.attn = CausalSelfAttention(d_model, num_heads, rope, attention, num_kv_heads)
         self.ln2 = RMSNorm(d_model)
         self.ffn = SwiGLU(d_model, d_ff)
 
@@ -155,6 +193,8 @@ class TransformerLM(nn.Module):
         vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta: the
             course's hyperparameters; `context_length` is the longest sequence the model accepts.
         attention: name of the attention implementation (see `lmperf.model.attention.ATTENTION`).
+        num_kv_heads: K/V heads of grouped-query attention, dividing num_heads (None: num_heads).
+        tie_embeddings: lm_head uses the token embedding's weight (`TiedHead`).
         checkpoint_group: activation checkpointing, off by default; see `set_checkpointing`.
             Not a `ModelConfig` field (a user's factory never receives it): the memory tools
             switch it on after building, through `set_checkpointing`.
@@ -162,11 +202,13 @@ class TransformerLM(nn.Module):
 
     def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
                  num_heads: int, d_ff: int, rope_theta: float = 10000.0, attention: str = "naive",
-                 checkpoint_group: int = 0):
+                 checkpoint_group: int = 0, num_kv_heads: int | None = None,
+                 tie_embeddings: bool = False):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("context_length", context_length),
                             ("d_model", d_model), ("num_layers", num_layers),
-                            ("num_heads", num_heads), ("d_ff", d_ff)):
+                            ("num_heads", num_heads), ("d_ff", d_ff),
+                            ("num_kv_heads", num_heads if num_kv_heads is None else num_kv_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if d_model % num_heads:
@@ -178,10 +220,12 @@ class TransformerLM(nn.Module):
         rope = RotaryEmbedding(context_length, d_model // num_heads, rope_theta)
         self.token_embeddings = Embedding(vocab_size, d_model)
         self.layers = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, rope, attn_fn) for _ in range(num_layers)
+            TransformerBlock(d_model, num_heads, d_ff, rope, attn_fn, num_kv_heads)
+            for _ in range(num_layers)
         )
         self.ln_final = RMSNorm(d_model)
-        self.lm_head = Linear(d_model, vocab_size)
+        self.lm_head = (TiedHead(self.token_embeddings) if tie_embeddings
+                        else Linear(d_model, vocab_size))
         self.set_checkpointing(checkpoint_group)
 
     def set_checkpointing(self, group: int) -> None:

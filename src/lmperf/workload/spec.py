@@ -12,7 +12,8 @@ from lmperf.errors import SpecError
 from lmperf.validate import check_fields, positive_int
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
 from lmperf.names import MODES, OPTIMIZERS
-from lmperf.model.presets import DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig
+from lmperf.model.presets import (DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig, model_extras,
+                                  resolve_preset)
 from lmperf.model.shape import DEVICES, Compiled, ModelShape, OnDevice
 from lmperf.runtime.precision import REGIMES
 
@@ -34,6 +35,8 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         warmup, steps: untimed warm-up steps (0 allowed), then timed steps.
         model: a user's 'package.module:factory', or None for the reference LM.
         vocab_size, rope_theta: model hyperparameters.
+        num_kv_heads: K/V heads of grouped-query attention (None: num_heads, plain multi-head).
+        tie_embeddings: lm_head shares the token embedding's weight (Llama 3.2 1B and 3B).
         clip: max gradient norm of a train step, after unscaling (0: no unscale/clip step;
             the GradScaler's step still unscales).
         course (ModelShape); device, threads, seed (OnDevice: the seed gives the weights and
@@ -58,6 +61,8 @@ class RunSpec(Compiled, OnDevice, ModelShape):
     vocab_size: int = VOCAB_SIZE
     rope_theta: float = 10000.0
     clip: float = 1.0
+    num_kv_heads: int | None = None
+    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
         self.check_shape()
@@ -78,19 +83,30 @@ class RunSpec(Compiled, OnDevice, ModelShape):
                             f"(model context length {self.model_context})")
         if self.model is None and self.d_model % self.num_heads:
             raise SpecError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
+        if self.num_kv_heads is not None:
+            positive_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise SpecError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads "
+                                f"{self.num_kv_heads}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise SpecError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
 
     @classmethod
     def from_size(cls, size: str, course: str = DEFAULT_COURSE, **overrides: object) -> "RunSpec":
-        """A spec whose shape (and vocabulary, for a preset that has its own) comes from `size`
-        in the `course` edition's table; other fields from `overrides`."""
-        return cls(size=size, course=course, **{**cls.of_size(size, course), **overrides})
+        """A spec whose shape (and vocabulary, K/V heads, RoPE base and tying, for a preset that
+        has its own) comes from `size` in the `course` edition's table; other fields from
+        `overrides`."""
+        dims = cls.of_size(size, course)  # SpecError for an unknown size
+        extras = model_extras(resolve_preset(size, course))
+        return cls(size=size, course=course, **{**dims, **extras, **overrides})
 
     def model_config(self) -> ModelConfig:
         """What the model builder (or a user's factory) receives."""
         return ModelConfig(vocab_size=self.vocab_size, context_length=self.model_context,
                            d_model=self.d_model, num_layers=self.num_layers,
                            num_heads=self.num_heads, d_ff=self.d_ff, rope_theta=self.rope_theta,
-                           attention=self.attention)
+                           attention=self.attention, num_kv_heads=self.num_kv_heads,
+                           tie_embeddings=self.tie_embeddings)
 
     def clip_norm(self) -> float | None:
         """The train step's clipping threshold (None: no unscale/clip step)."""
@@ -98,9 +114,10 @@ class RunSpec(Compiled, OnDevice, ModelShape):
 
     def shape(self) -> str:
         """The model shape that was run, e.g. 'd=768 L=12 H=12 ff=3072' (and the vocabulary
-        when it is not the course's 10k)."""
+        when it is not the course's 10k, K/V heads of GQA, 'tied' embeddings)."""
         vocab = "" if self.vocab_size == VOCAB_SIZE else f" V={self.vocab_size}"
-        return self.dims() + vocab
+        kv = "" if self.num_kv_heads in (None, self.num_heads) else f" Hkv={self.num_kv_heads}"
+        return self.dims() + vocab + kv + (" tied" if self.tie_embeddings else "")
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `spec` of a record)."""

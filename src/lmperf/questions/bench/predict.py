@@ -100,6 +100,11 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
     cpu = [cpu_target(threads)] if len(gpus) < len(devices) else []
     targets = [(t, "cpu" if name.lower() == "cpu" else "cuda")
                for name in devices for t in (cpu if name.lower() == "cpu" else gpus[name])]
+    from lmperf.estimate.fit import device_fit
+    from lmperf.runtime.peaks import device_spec
+
+    fits = {spec: device_fit(replace(spec, device="cuda"), None) for spec in specs} \
+        if len(cpu) < len(targets) else {}
     records = []
     for spec in specs:
         tf32 = get_regime(spec.precision).tf32
@@ -112,6 +117,10 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
             metrics = {p: dict(zip(FIELDS, v)) for p, v in times.items()}
             metrics["step"] = {k: sum(m[k] for m in metrics.values()) for k in FIELDS}
             caveats = [c for d, c in sorted(target.caveats.items()) if d in dtypes]
+            if kind == "cuda" and fits.get(spec):  # the same answer to "fits" as plan's
+                budget = device_spec(target.name).memory_gib
+                metrics["memory"] = {**fits[spec], "budget_gib": budget,
+                                     "fits": fits[spec]["peak_gib"] <= budget}
             records.append(_record(replace(spec, device=kind), target, metrics, costs, caveats))
     return records
 
@@ -185,6 +194,8 @@ def build_report(records: list[dict]):
                 row[f"{phase}_typical_s"] = m[phase]["typical_s"]
         host, device = m["step"]["host_s"], m["step"]["device_s"]  # None: migrated, unknown
         row["bound"] = "-" if None in (host, device) else "host" if host > device else "device"
+        memory = m.get("memory") or {}
+        row["peak_gib"], row["fits"] = memory.get("peak_gib"), memory.get("fits")
         rows.append(row)
     frame = pd.DataFrame(rows)
     predictions = [r["prediction"] for r in records]
@@ -192,6 +203,12 @@ def build_report(records: list[dict]):
     findings += sorted({f"host time per op: {p['host_op_s'] * 1e6:g} us ({p['host_op_source']})"
                         for p in predictions})
     findings += sorted({c for p in predictions for c in p.get("caveats", [])})
+    misfits = [r for r in rows if r["fits"] is False]
+    if misfits:
+        findings.insert(0, f"{len(misfits)} of {len(rows)} predicted configuration(s) do NOT fit "
+                        "the target's memory (peak_gib: a simulated step + the CUDA allowance, "
+                        "as `lmperf memory --estimate` and `lmperf plan` compute it): their "
+                        "times are for a run that would fail; try `lmperf plan`")
     findings += [f"attained fraction for {k}: compute {v['compute']:g}, memory {v['memory']:g} "
                  f"of peak ({v['source']})" for k, v in
                  (predictions[0]["fractions"] if predictions else {}).items()]
@@ -204,6 +221,9 @@ def _display(report):
     """Seconds per phase as 'ideal .. typical' ranges; the caption names the method."""
     df = report.frame
     out = df[["size", "context", "batch", "precision", "attention", "mode", "device"]].copy()
+    if df["fits"].notna().any():  # GPU targets: does the step fit the card at all
+        out["fits"] = ["-" if f is None or f != f else f"{'yes' if f else 'NO'} ({p:.3g} GiB)"
+                       for f, p in zip(df["fits"], df["peak_gib"])]
     for phase in PHASES + ("step",):
         if f"{phase}_ideal_s" in df:
             out[f"{phase} (s)"] = [

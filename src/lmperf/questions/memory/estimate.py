@@ -32,16 +32,26 @@ def _bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype, device="meta").element_size()
 
 
+def block_matmul_params(c: ModelConfig) -> int:
+    """Matmul weights of one block: q and out C x C, k and v C x Hkv D (C x C without GQA),
+    w1, w2, w3 C x F."""
+    C = c.d_model
+    kv = C // c.num_heads * (c.num_kv_heads or c.num_heads)  # Hkv * D
+    return 2 * C * C + 2 * C * kv + 3 * C * c.d_ff
+
+
 def param_count(c: ModelConfig) -> int:
-    """Parameter elements of the reference LM (embedding, blocks, final norm, lm_head)."""
-    C, F = c.d_model, c.d_ff
-    return c.vocab_size * C + c.num_layers * (4 * C * C + 3 * C * F + 2 * C) + C + C * c.vocab_size
+    """Parameter elements of the reference LM (embedding, blocks, final norm, lm_head unless
+    it is the embedding's, tied)."""
+    C, V = c.d_model, c.vocab_size
+    head = 0 if c.tie_embeddings else C * V
+    return V * C + c.num_layers * (block_matmul_params(c) + 2 * C) + C + head
 
 
 def param_tensors(c: ModelConfig) -> int:
     """Parameter tensors: embedding, 9 per block (2 norms, q, k, v, out, w1, w2, w3), ln_final,
-    lm_head."""
-    return 3 + 9 * c.num_layers
+    lm_head (none of its own when tied)."""
+    return (2 if c.tie_embeddings else 3) + 9 * c.num_layers
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,7 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
         attn = 3 * a * BTC + 4 * B * H * T  # v (view), output, attention-output copy, logsumexp
     ffn = 5 * a * B * T * F
     block = norms + norm_outputs + qk + attn + ffn
-    block_copies = a * (4 * C * C + 3 * C * F) if mixed else 0
+    block_copies = a * block_matmul_params(config) if mixed else 0
     head_copies = a * C * V if mixed else 0
 
     terms: dict[str, int] = {}

@@ -118,8 +118,9 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
     block and nothing else). `world_size`: the N to tabulate (default 8 64 512); `tp`: the
     tensor-parallel degrees of the FSDP x TP rows (default 2 4 8; plain TP uses t = N);
     `tokens`: tokens per step over all devices; `batch`: sequences of `context` tokens (default
-    1024) per data-parallel replica in one micro-batch, whose activations are added (the
-    FFN-only model always counts its G / d tokens). `gpu`: a device of
+    1024) per data-parallel replica in one micro-batch (default 1), whose activations are in
+    every row's memory, simulated as `lmperf plan` and `memory --estimate` do; 0: model
+    states only (the FFN-only model always counts its G / d tokens). `gpu`: a device of
     lmperf.runtime.peaks.DEVICES whose datasheet gives the defaults of `bandwidth` (W, GB/s =
     1e9 B/s per direction), `gpu_gib` (memory per device) and `tflops` (C, its dense bf16
     peak); without it 100 GB/s, 80 GiB and 400 TFLOP/s. `node_bandwidth`: GB/s per device and
@@ -145,18 +146,19 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
                                   or not value > 0):
             raise SpecError(f"{name} must be a positive number, got {value!r}")
     positive_int("tokens", tokens)
-    if batch is not None:
-        positive_int("batch", batch)
+    batch = 1 if batch is None else batch
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+        raise SpecError(f"batch must be a whole number of sequences >= 0, got {batch!r}")
     c = {"fp32": 4, "bf16": 2, "fp16": 2}.get(comm_dtype)
     if c is None:
         raise SpecError(f"unknown comm dtype {comm_dtype!r}; accepted: fp32, bf16, fp16")
     w, memory, flops, device = est.device_figures(gpu, bandwidth, gpu_gib, tflops)
     shape = _shape(size, d_model, d_ff, num_layers, ffn_only, context, course)
-    micro = None if batch is None or shape.ffn_only else batch * (context or 1024)
+    micro = None if not batch or shape.ffn_only else batch * (context or 1024)
     per_rank = allowance = None
     if micro:  # every rank's memory from one simulated step
         from lmperf.model.presets import DEFAULT_COURSE
-        from lmperf.estimate.shards import simulated_memory
+        from lmperf.estimate.fit import simulated_memory
 
         per_rank, allowance, simulated = simulated_memory(
             size or "xl", course or DEFAULT_COURSE, context or 1024, batch, shape)
@@ -174,7 +176,7 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
         saved = (f"activations: one micro-batch of {batch} x {context or 1024} tokens per "
                  f"replica, bf16 autocast, fused attention; {simulated}")
     else:
-        saved = "model states only (--batch adds activations)"
+        saved = "model states only (--batch 0; --batch B adds a micro-batch's activations)"
     caption = (f"{shape.name}, P = {shape.params:,} parameters, {tokens:,} tokens/step, "
                f"{device}, {comm_dtype} communication; {saved}")
     return est.estimate_report(rows, caption)

@@ -52,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                "--estimate: the preset to estimate (default: xl)",
                        "context": "train: tokens per sequence (default: 64 on CPU, 128 on CUDA)",
                        "batch": "train: sequences per rank per step (default: 4); --estimate: "
-                                "sequences per micro-batch per replica, adds activations",
+                                "sequences per micro-batch per replica (default 1; 0: model "
+                                "states only)",
                        "warmup": "untimed iterations (comm, default 5) or steps (train, "
                                  "default 2 on CPU, 3 on CUDA)",
                        "steps": "train: timed steps (default: 5 on CPU, 10 on CUDA)",

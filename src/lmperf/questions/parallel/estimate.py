@@ -14,7 +14,7 @@ Model states (16 bytes per parameter held) per device:
     fsdp+tp       16 P_t / d                   (a d x t mesh: FSDP shards each TP shard, N = d t)
 Activations (with --batch, or the FFN-only model) are per device: data parallelism does not
 shard them, tensor parallelism splits those inside attention and the MLP (formulas.activation_bytes).
-With --batch, a row's memory is instead a simulated rank's peak (lmperf.estimate.shards):
+With --batch, a row's memory is instead a simulated rank's peak (lmperf.estimate.fit):
 one simulated step, its categories scaled to the rank's share, plus a CUDA allowance.
 
 Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P:
@@ -182,6 +182,20 @@ def largest_n_2d(shape: Shape, t: int, global_tokens: int, bandwidth_gbps: float
     return None if d is None else d * t
 
 
+def _fewest(fits: Callable[[int], bool], cap: int = 2**16) -> int | None:
+    """The fewest devices k with fits(k), for fits false up to some k and true after (a rank's
+    memory only shrinks as k grows); None if not even `cap` fits."""
+    if fits(1):
+        return 1
+    if not fits(cap):
+        return None
+    lo, hi = 1, cap
+    while hi - lo > 1:  # not fits(lo), fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
 def _min_devices(strategy: str, params: int, gpu_gib: float) -> int | None:
     """The fewest devices whose per-device model states fit in `gpu_gib` (None if none does)."""
     floor = {"ddp": 16, "zero1": 8, "zero1-ar-bcast": 8, "zero2": 4, "fsdp": 0}[strategy] * params
@@ -234,7 +248,7 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
     preset) those of that micro-batch; for the FFN-only model those of all G / d tokens of a
     replica (the course's accounting); else none (model states only). `rank_memory(strategy,
     N, t)`, when given, replaces a row's analytic (states, activations) by a simulated rank's
-    (states, everything else) at its peak (lmperf.estimate.shards);
+    (states, everything else) at its peak (lmperf.estimate.fit);
     `allowance(bytes)` adds what a simulation cannot see (the CUDA context, ...)."""
     c = comm_dtype_bytes
     links = _links(bandwidth_gbps)
@@ -258,7 +272,9 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
             sent = comm_bytes(strategy, shape.params, n, c)
             rows.append(_row(
                 strategy, shape, n, 1, sent=sent, comm_s=links.seconds(sent, n),
-                fewest=_min_devices(strategy, shape.params, gpu_gib),
+                fewest=_min_devices(strategy, shape.params, gpu_gib) if rank_memory is None
+                else _fewest(lambda k: sum(memory(strategy, k, 1, 0, 0)[x] for x in (
+                    "states", "activations", "allowance")) <= gpu_gib * GIB),
                 largest=largest_n(strategy, shape.params, global_tokens, links, tflops, c),
                 **memory(strategy, n, 1, state_bytes(strategy, shape.params, n), saved(n, 1)),
                 **common))
@@ -293,7 +309,8 @@ def preset_shape(size: str | None, course: str | None, context: int | None) -> S
                              context=context or 1024)
     shape = spec.shape() + ("" if "V=" in spec.shape() else f" V={spec.vocab_size}")
     return Shape(f"{spec.size} ({spec.course}: {shape})", param_count(spec.model_config()),
-                 spec.d_model, spec.d_ff, spec.num_layers, spec.num_heads, spec.vocab_size)
+                 spec.d_model, spec.d_ff, spec.num_layers, spec.num_heads, spec.vocab_size,
+                 num_kv_heads=spec.num_kv_heads or 0)
 
 
 def device_figures(gpu: str | None, bandwidth: float | None, gpu_gib: float | None,
@@ -338,7 +355,9 @@ def _findings(df: pd.DataFrame) -> list[str]:
         fewest, largest = row["min_devices_states"], row["largest_n_compute_bound"]
         degree = "t" if strategy == "tp" else "N"
         smallest = f"N = {2 * t} (d = 2)" if strategy == "fsdp+tp" else f"{degree} = 2"
-        out.append(f"{name}: model states fit with "
+        what = "model states fit" if row["memory_method"] == "analytic" or strategy in (
+            "tp", "fsdp+tp") else "a rank's memory (activations included) fits"
+        out.append(f"{name}: {what} with "
                    + (f">= {int(fewest)} device(s)" if _known(fewest) else "no number of devices")
                    + "; communication stays below compute "
                    + (f"up to {degree} = {int(largest)}" if _known(largest)

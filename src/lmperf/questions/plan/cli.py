@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=int, default=2048, metavar="T", help="tokens per sequence")
     p.add_argument("--global-batch", type=int, default=8, metavar="B",
                    help="sequences per optimizer step over all ranks")
-    p.add_argument("--precision", nargs="+", metavar="P",
+    p.add_argument("--precision", nargs="+", metavar="P", dest="plan_precision",
                    help="bf16-mixed, bf16-fsdp (GPU default: both); fp32, bf16-mixed (CPU)")
     p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
                    help="activation checkpointing group sizes to try (0: none; default 0 1 2 4)")
@@ -56,6 +56,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return run_command(args, lambda: plan(
         args.size, model=args.model, gpu=args.gpu, gpus=args.gpus,
         gpus_per_node=args.gpus_per_node, gib=args.gib, device=args.device, context=args.context,
-        global_batch=args.global_batch, precision=args.precision, checkpoint=args.checkpoint,
+        global_batch=args.global_batch, precision=args.plan_precision, checkpoint=args.checkpoint,
         attention=args.attention, host_us=args.host_us, confirm=args.confirm,
         course=args.course, out=args.out, timeout=args.timeout))

@@ -9,8 +9,8 @@ replica's batch does not divide), synchronising gradients once per step:
     fsdp   lmperf's readable FSDP (weights gathered when used, gradients reduce-scattered)
 
 AdamW (foreach, as the plan simulated) gets its state from a zero-gradient step first, as the
-simulator assumes; then one step runs under torch's MemTracker, whose peak (every live tensor
-this rank holds, by its count) is the quantity the plan predicts, and the process's RSS is
+simulator assumes; then one step runs under LiveBytes, whose peak (every live tensor
+this rank holds) is the quantity the plan predicts, and the process's RSS is
 recorded beside it. A timed cell then runs one warm-up and `steps` timed steps, untracked.
 """
 
@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
 
 CE = torch.nn.functional.cross_entropy
 
@@ -57,28 +61,66 @@ def _setup(cell: dict, model: torch.nn.Module):
     return wrapped, opt, wrapped.finish_gradient_synchronization, dtype
 
 
+def _loss(module, x: torch.Tensor, y: torch.Tensor, dtype, share: float) -> torch.Tensor:
+    """The step's forward and loss (workload.steps'): the logits (b, T, V) die on return, as
+    they do in the step the plan simulates (log-softmax keeps its own output for backward)."""
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        logits = module(x)  # (b, T, V)
+        return CE(logits.flatten(0, 1), y.flatten()) * share
+
+
 def _step(module, opt, sync, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
-    """One optimizer step over micro-batches of `sizes` rows of `tokens` (R, T + 1)."""
+    """One optimizer step over micro-batches of `sizes` rows of `tokens` (R, T + 1): each
+    micro-batch's loss weighted by its share of the rows, gradients synchronised once, then
+    workload.steps' clip and AdamW step."""
     total, start = sum(sizes), 0
     for b in sizes:
         x, y = tokens[start:start + b, :-1], tokens[start:start + b, 1:]
         start += b
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
-            logits = module(x)  # (b, T, V)
-            loss = CE(logits.flatten(0, 1).float(), y.flatten()) * (b / total)
-        loss.backward()
-        del logits, loss
+        _loss(module, x, y, dtype, b / total).backward()
     sync()
     params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-    torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
+
+
+class LiveBytes(TorchDispatchMode):
+    """The peak of live tensor bytes: every storage held at the start (`held`) and every one an
+    op creates, each counted once from its creation until it is freed (a weak reference), as
+    torch's MemTracker counts them (its module hooks refuse a module called several times in
+    one step, which gradient accumulation does)."""
+
+    def __init__(self, held: list[torch.Tensor]):
+        super().__init__()
+        self.seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.live = self.peak = 0
+        for t in held:
+            self._add(t)
+
+    def _add(self, t: torch.Tensor) -> None:
+        st = t.untyped_storage()
+        if st in self.seen or st.device.type == "meta":
+            return
+        self.seen[st] = n = st.nbytes()
+        self.live += n
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(st, self._free, n)
+
+    def _free(self, n: int) -> None:
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+        return out
 
 
 def run_cell(job, item: str, ctx) -> dict:
     """Run one cell on this rank; rank 0's payload holds the measured figures of every rank."""
     import torch.distributed as dist
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     cell, plan = job.cell(item), json.loads(job.plan)
     model = _model(plan, job.seed, cell["checkpoint"], ctx.device)
@@ -96,11 +138,11 @@ def run_cell(job, item: str, ctx) -> dict:
             p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    tracker = MemTracker()
-    tracker.track_external(module, opt)
-    with tracker:
+    held = [*module.parameters(), *module.buffers(), tokens,
+            *(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))]
+    with LiveBytes(held) as tracker:
         _step(module, opt, sync, dtype, sizes, tokens)
-    peak = max(v.get("Total", 0) for v in tracker.get_tracker_snapshot("peak").values())
+    peak = tracker.peak
     times = []
     if cell["timed"]:
         for i in range(job.steps + 1):

@@ -101,7 +101,7 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
             accum = r["grad_accum"] if not timed else r["grad_accum"]
             live, _ = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
                                 r["strategy"], spec.gpus, r["tp"], b, accum, r["precision"],
-                                "cpu", spec.context)
+                                "cpu", spec.context, readable=True)
             cells.append({"cell": f"rank{r['rank']}-b{b}", **{c: r[c] for c in CANDIDATE},
                           "run_batch": b, "per_replica": per_replica, "timed": timed,
                           "plan_rank": r["rank"], "planned_peak_bytes": live,
@@ -137,17 +137,17 @@ def score(cells: list[dict]) -> dict:
     timed = [x for x in m if x["planned_step_s"] is not None and x["measured_step_s"]]
     return {"cells": len(m),
             "boundary_correct": sum(x["planned_fits"] == x["measured_fits"] for x in m) / len(m)
-            if m else math.nan,
-            "peak_error": max((abs(x["peak_error"]) for x in m), default=math.nan),
+            if m else None,
+            "peak_error": max((abs(x["peak_error"]) for x in m), default=None),
             "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed],
                                        [x["measured_step_s"] for x in timed])}
 
 
-def kendall_tau(a: list[float], b: list[float]) -> float:
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
     """Kendall's tau-a of two rankings: (concordant - discordant) / pairs."""
     pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
     if not pairs:
-        return math.nan
+        return None
     s = sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j])) if (a[i] - a[j]) * (b[i] - b[j])
             else 0 for i, j in pairs)
     return s / len(pairs)

@@ -1,0 +1,110 @@
+"""`lmperf plan`: the search, its records, one answer to "fits", bad input, and --confirm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import lmperf
+from lmperf.cli import main
+from lmperf.estimate import fit
+from lmperf.estimate.plan import shape_of
+
+FIELDS = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
+METRICS = ("peak_gib", "fits", "step_s", "tokens_per_s_per_gpu", "mfu")
+
+
+@pytest.fixture(scope="module")
+def small_on_h100():
+    return lmperf.plan("small", gpu="H100-SXM", gpus=8, context=1024, global_batch=16,
+                       checkpoint=[0, 1])
+
+
+def test_every_candidate_is_a_plan_record_with_the_issue_fields(small_on_h100):
+    records = small_on_h100.records
+    assert records and all(r["kind"] == "plan" and r["status"] == "ok" for r in records)
+    for r in records:
+        assert all(k in r["spec"] for k in FIELDS)
+        assert all(k in r["metrics"] for k in METRICS)
+        assert r["metrics"]["method"].startswith("PREDICTED")
+        if not r["metrics"]["fits"]:
+            assert r["metrics"]["why"].startswith("does not fit")
+    ranks = [r["metrics"]["rank"] for r in records]
+    assert ranks == sorted(ranks)
+    # fitting first, fastest first; losers say why they lost
+    fitting = [r["metrics"] for r in records if r["metrics"]["fits"]]
+    assert [m["step_s"] for m in fitting] == sorted(m["step_s"] for m in fitting)
+    assert all("the winner's step" in m["why"] for m in fitting[1:])
+    # every micro-batch accumulates to the global batch over its data-parallel replicas
+    for r in records:
+        s = r["spec"]
+        per_replica = 16 // (8 // s["tp"])
+        assert s["micro_batch"] * (s["grad_accum"] - 1) < per_replica <= s["micro_batch"] * s["grad_accum"]
+    assert any("winner:" in f for f in small_on_h100.findings)
+    assert any(f.startswith("run it: ") for f in small_on_h100.findings)
+
+
+def test_smaller_micro_batches_are_evaluated_below_the_largest_that_fits(small_on_h100):
+    by_config: dict = {}
+    for r in small_on_h100.records:
+        s = r["spec"]
+        by_config.setdefault((s["precision"], s["checkpoint"], s["strategy"], s["tp"]), []).append(
+            (s["micro_batch"], r["metrics"]["largest_micro_batch"]))
+    assert any(len(v) > 1 for v in by_config.values())
+    for v in by_config.values():
+        largest = v[0][1]
+        assert all(b <= (largest or 1) for b, _ in v)
+
+
+def test_one_answer_to_fits_a_single_rank_is_memory_estimates_peak():
+    """n = 1, no sharding: the plan's per-rank peak is the simulated step's, byte for byte, and
+    its allowance the one `memory --estimate` adds."""
+    work = fit.Workload("tiny", "2026", None, 64, "sdpa", "cuda")
+    lines = fit.timelines(work, "bf16-mixed", 0)
+    for b in (1, 3):
+        peak, allowance = fit.rank_peak(lines, shape_of(work), "ddp", 1, 1, b, 1, "bf16-mixed",
+                                        "cuda", 64)
+        one = fit.device_fit(work.spec(b, "bf16-mixed"), 80)
+        # micro-batch 3 is read off the timelines of 1 and 2; CUDA's 512-byte rounding aside
+        assert peak == pytest.approx(one["simulated_gib"] * 2**30, rel=1e-4)
+        assert (peak + allowance) / 2**30 == pytest.approx(one["peak_gib"], rel=1e-4)
+
+
+def test_json_is_one_record_per_candidate(capsys, tmp_path):
+    code = main(["plan", "--size", "tiny", "--gpu", "A100-80GB", "--gpus", "2", "--context", "64",
+                 "--global-batch", "4", "--checkpoint", "0", "--precision", "bf16-mixed",
+                 "--json", "-", "--out", str(tmp_path / "plan.jsonl")])
+    assert code == 0
+    records = json.loads(capsys.readouterr().out)
+    assert len(records) == len((tmp_path / "plan.jsonl").read_text().splitlines())
+    assert {r["spec"]["strategy"] for r in records} >= {"ddp", "zero1", "zero2", "fsdp"}
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--device", "cpu", "--gpus", "2"], "--gib"),
+    (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
+    (["--gpu", "H100-SXM", "--gpus", "3", "--global-batch", "4"], "does not split"),
+    (["--gpu", "H100-SXM", "--precision", "fp8"], "plan precision"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, said):
+    assert main(["plan", "--size", "tiny", "--context", "64", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lmperf: error:") and said in err[-1]
+    assert not any("Traceback" in line for line in err)
+
+
+@pytest.mark.slow
+def test_confirm_runs_planned_cells_on_gloo_ranks_and_scores_them():
+    report = lmperf.plan("tiny", device="cpu", gpus=2, gib=0.04, context=32, global_batch=8,
+                         precision="fp32", checkpoint=0, confirm=2, timeout=300)
+    cells = [r for r in report.records if r["spec"].get("confirm") and r["spec"]["cell"] != "summary"]
+    assert len(cells) == 4 and all(r["status"] == "ok" for r in cells)
+    for r in cells:
+        m = r["metrics"]
+        assert m["measured_peak_bytes"] > 0 and m["planned_fits"] == (
+            m["planned_peak_bytes"] <= m["budget_bytes"])
+        assert abs(m["peak_error"]) < 0.15
+    summary = report.records[-1]["metrics"]
+    assert summary["cells"] == 4 and 0 <= summary["boundary_correct"] <= 1
+    assert any(f.startswith("confirmed on 4 cells") for f in report.findings)
