@@ -154,17 +154,20 @@ def rank_peak(lines: Timelines, shape: Shape, strategy: str, n: int, t: int, bat
     buckets (fp32, the size of the gradients) for its whole life; FSDP2 gathers the unit in
     use and prefetches the next. `readable`: lmperf's own strategies, which --confirm runs
     (questions.parallel): DDP and ZeRO-1 flatten every gradient into one buffer after backward
-    (a second copy of the gradients, at the end of backward); the readable FSDP holds a
-    Linear's gathered weight, its full gradient and that gradient padded flat in the compute
-    dtype while it reduce-scatters."""
+    (a second copy of the gradients, at the end of backward); the readable FSDP adds one unit
+    in the compute dtype (an approximation: its head's backward holds up to four V x C tensors,
+    the weight gathered again, its full gradient, that padded flat and gloo's copy, at a moment
+    the step's own peak may or may not coincide with; on tiny at one rank +0.96 to +1.55 units
+    measured) and holds no autocast copies (its weights are gathered in the compute dtype)."""
     keep, opt_temps, extra = keep_fractions(strategy, shape, n, t, batch * context)
     unit = extra / 8  # parameters of the largest unit FSDP gathers (0 for the others)
     scale = 1.0
     if precision == "bf16-fsdp":  # bf16 states simulated, fp32 shards held: x 2
         scale = 2.0
         extra = 2 * 2 * unit + 2 * unit  # two units' bf16 weights, one unit's bf16 gradients
-    if readable and unit:
-        extra = 3 * (2 if precision != "fp32" else 4) * unit
+    if readable and unit:  # weights gathered in the compute dtype, never autocast's copies
+        extra = (2 if precision != "fp32" else 4) * unit
+        keep = {**keep, "autocast copies": 0.0}
     live = lines.base + (batch - 1) * lines.slope  # (events, categories)
     weights = np.array([keep.get(c, 1.0) * (scale if c in _STATES else 1.0) for c in _CATEGORIES])
     weighted = live * weights
@@ -176,9 +179,11 @@ def rank_peak(lines: Timelines, shape: Shape, strategy: str, n: int, t: int, bat
         weighted[lines.training, g] = np.maximum(weighted[lines.training, g], full)
     total = weighted.sum(axis=1)
     peak = float(total.max()) + extra
-    if strategy in ("ddp", "zero1") and readable and n > 1:  # the flat copy, at the end of backward
+    if strategy in ("ddp", "zero1") and readable and n > 1:
+        # the flat copy of the gradients, made once backward is over: only states are left then
         end = int(np.argmax(lines.optimizer)) - 1
-        peak = max(peak, float(total[end] + weighted[end, g]))
+        held = [_CATEGORIES.index(c) for c in (*_STATES, "inputs & buffers")]
+        peak = max(peak, float(weighted[end, held].sum() + weighted[end, g]))
     elif strategy in ("ddp", "zero1") and n > 1:  # torch DDP's buckets, always there
         peak += float(weighted[:, g].max())
     return peak, (allowance_bytes(peak) if device == "cuda" else 0.0)

@@ -138,8 +138,9 @@ def run_cell(job, item: str, ctx) -> dict:
             p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
+    local = getattr(opt, "local", None) or opt  # ShardedOptimizer: its rank's AdamW holds it
     held = [*module.parameters(), *module.buffers(), tokens,
-            *(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))]
+            *(v for st in local.state.values() for v in st.values() if torch.is_tensor(v))]
     with LiveBytes(held) as tracker:
         _step(module, opt, sync, dtype, sizes, tokens)
     peak = tracker.peak
