@@ -154,19 +154,23 @@ def rank_peak(lines: Timelines, shape: Shape, strategy: str, n: int, t: int, bat
     buckets (fp32, the size of the gradients) for its whole life; FSDP2 gathers the unit in
     use and prefetches the next. `readable`: lmperf's own strategies, which --confirm runs
     (questions.parallel): DDP and ZeRO-1 flatten every gradient into one buffer after backward
-    (a second copy of the gradients, at the end of backward); the readable FSDP adds one unit
-    in the compute dtype (an approximation: its head's backward holds up to four V x C tensors,
-    the weight gathered again, its full gradient, that padded flat and gloo's copy, at a moment
-    the step's own peak may or may not coincide with; on tiny at one rank +0.96 to +1.55 units
-    measured) and holds no autocast copies (its weights are gathered in the compute dtype)."""
+    (a second copy of the gradients, at the end of backward); the readable FSDP holds no
+    autocast copies (its weights are gathered in the compute dtype) and its gathered units are
+    left out: its head's backward holds up to four V x C tensors (the weight gathered again, its
+    full gradient, that padded flat, gloo's copy) after the loss's backward, which is the peak
+    while a micro-batch's logits outweigh them (mini at context 256: within 2.5% measured);
+    when they do not, the peak is missed by up to 1.5 units (tiny at context 64: -5 to -8%)."""
     keep, opt_temps, extra = keep_fractions(strategy, shape, n, t, batch * context)
     unit = extra / 8  # parameters of the largest unit FSDP gathers (0 for the others)
     scale = 1.0
     if precision == "bf16-fsdp":  # bf16 states simulated, fp32 shards held: x 2
         scale = 2.0
         extra = 2 * 2 * unit + 2 * unit  # two units' bf16 weights, one unit's bf16 gradients
+    if readable and strategy == "zero1":  # whole tensors to owners: the largest owner's share
+        keep = {"optimizer state": shape.owner_share(n)}
+        opt_temps = shape.owner_share(n)
     if readable and unit:  # weights gathered in the compute dtype, never autocast's copies
-        extra = (2 if precision != "fp32" else 4) * unit
+        extra = 0.0
         keep = {**keep, "autocast copies": 0.0}
     live = lines.base + (batch - 1) * lines.slope  # (events, categories)
     weights = np.array([keep.get(c, 1.0) * (scale if c in _STATES else 1.0) for c in _CATEGORIES])

@@ -67,6 +67,22 @@ class Shape:
     vocab_size: int = 0
     ffn_only: bool = False
     num_kv_heads: int = 0
+    numels: tuple[int, ...] = ()  # each parameter tensor's elements, in the model's order
+
+    @property
+    def param_tensors(self) -> int:
+        """Parameter tensors (9 per block and 3 around them when not counted)."""
+        return len(self.numels) or 9 * self.num_layers + 3
+
+    def owner_share(self, n: int) -> float:
+        """The largest share of the parameters one of `n` ranks owns when each tensor goes, in
+        order, to the least-loaded rank (lmperf's ShardedOptimizer): 1 / n when not counted."""
+        if not self.numels or n <= 1:
+            return 1 / max(n, 1)
+        loads = [0] * n
+        for k in self.numels:
+            loads[loads.index(min(loads))] += k
+        return max(loads) / sum(loads)
 
     @property
     def replicated_params(self) -> int:

@@ -44,7 +44,8 @@ DATA_PARALLEL = ("ddp", "zero1", "zero2", "fsdp")
 class Cluster:
     """Where the plan runs: `gpus` devices of `name`, `per_node` of them per node, each with
     `budget` bytes, a time target (`estimate.time_model.Target`, whose peaks MFU is taken
-    against) and the comm figures (`estimate.comm.Link`)."""
+    against) and the comm figures (`estimate.comm.Link`, or one per collective with "*" for the
+    rest: gloo's differ)."""
 
     name: str
     gpus: int
@@ -89,9 +90,9 @@ def shape_of(work: Workload) -> Shape:
     config = spec.model_config()
     with torch.device("meta"):
         model = build_model(config, spec.model)
-    params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    return Shape(spec.model or spec.size, params, config.d_model, config.d_ff, config.num_layers,
-                 config.num_heads, config.vocab_size)
+    numels = tuple(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return Shape(spec.model or spec.size, sum(numels), config.d_model, config.d_ff,
+                 config.num_layers, config.num_heads, config.vocab_size, numels=numels)
 
 
 _TIMES: dict[tuple, tuple[dict, int]] = {}
@@ -137,9 +138,14 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
     optimizer = phases.get("optimizer", 0.0) * share
     s_fp32 = 4 * shape.params * held
     s_c = (2 if c.precision != "fp32" else 4) * shape.params * held
-    # a data-parallel group takes every t-th device: per_node / t of its members share a node
-    dp_link = replace(cluster.link, per_node=max(1, cluster.link.per_node // t))
-    run = lambda coll, nbytes: comm.collective_seconds(coll, nbytes, d, dp_link)  # noqa: E731
+    def run(coll: str, nbytes: float, messages: int = 1) -> float:
+        """`messages` collectives of `nbytes` / `messages` each over the data-parallel group,
+        which takes every t-th device (per_node / t of its members share a node)."""
+        link = cluster.link.get(coll, cluster.link["*"]) if isinstance(cluster.link, dict) \
+            else cluster.link
+        link = replace(link, per_node=max(1, link.per_node // t))
+        return messages * comm.collective_seconds(coll, nbytes / messages, d, link)
+
     overlap = 0.0 if cluster.blocking else 1.0
     bucket = min(BUCKET_BYTES, s_fp32)
     total_comm = exposed = 0.0
@@ -149,7 +155,8 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
         exposed += comm.exposed_seconds(reduce, last_bwd, overlap, run("all_reduce", bucket))
         total_comm += reduce
         if c.strategy == "zero1":  # updated parameters back from their owners
-            after = run("broadcast" if cluster.blocking else "all_gather", s_fp32)
+            after = run("broadcast", s_fp32, shape.param_tensors) if cluster.blocking \
+                else run("all_gather", s_fp32)
             exposed, total_comm = exposed + after, total_comm + after
     elif c.strategy == "zero2" and d > 1:
         for _, bwd in spans:
@@ -159,17 +166,21 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
         after = run("all_gather", s_fp32)
         exposed, total_comm = exposed + after, total_comm + after
     elif c.strategy.startswith("fsdp"):
-        units = shape.num_layers + 2  # blocks, embedding, head: the first and last exposed
+        # FSDP2 gathers a block at a time (and the root); the readable FSDP each Linear and
+        # Embedding weight, and reduce-scatters in the compute dtype: one collective each
+        units = 7 * shape.num_layers + 2 if cluster.blocking else shape.num_layers + 1
         c_bytes = 2 if c.precision != "fp32" else 4
+        s_reduce = s_c if cluster.blocking else s_fp32
         for b, (fwd, bwd) in zip(sizes, spans):
-            gather, reduce = run("all_gather", s_c), run("reduce_scatter", s_fp32)
+            gather, reduce = run("all_gather", s_c, units), run("reduce_scatter", s_reduce, units)
             if d > 1:
                 exposed += comm.exposed_seconds(gather, fwd, overlap, gather / units)
                 exposed += comm.exposed_seconds(gather + reduce, bwd, overlap, reduce / units)
                 total_comm += 2 * gather + reduce
             if t > 1:  # TP's activation all-reduces: in the critical path
+                link = cluster.link["*"] if isinstance(cluster.link, dict) else cluster.link
                 tp = shape.tp_all_reduces * comm.collective_seconds(
-                    "all_reduce", b * work.context * shape.d_model * c_bytes, t, cluster.link)
+                    "all_reduce", b * work.context * shape.d_model * c_bytes, t, link)
                 exposed, total_comm = exposed + tp, total_comm + tp
     comm_exposed = exposed
     total = compute + recompute + optimizer + comm_exposed

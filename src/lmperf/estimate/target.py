@@ -78,9 +78,13 @@ def cpu_target(threads: int | None = None) -> Target:
 
 
 
-# gloo over loopback between ranks of this machine, as `scripts/check_comm_model.py` fitted it
-CPU_LINK_GBPS = 2.0
-CPU_LINK_LATENCY_US = 100.0
+# gloo over loopback between 2 ranks of a 2-core AMD EPYC (torch 2.13), per collective: the
+# latency (us) and effective bus bandwidth (GB/s) `estimate.comm.fit_from_records` fitted to
+# `lmperf dist comm` 1 KiB..64 MiB (tests/data/dist_comm_gloo, 2026-11-27); at 4 ranks gloo is
+# slower (docs/accuracy.md). Inside a training step the same collectives measured 1.1-3.3x these.
+CPU_LINKS: dict[str, tuple[float, float]] = {
+    "all_reduce": (1.25, 598.0), "all_gather": (1.12, 294.0), "reduce_scatter": (0.64, 512.0),
+    "broadcast": (3.59, 200.0)}
 
 
 def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | None = None,
@@ -94,8 +98,9 @@ def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | 
 
     if gpu is None:
         target = cpu_target(1)
-        link = Link(CPU_LINK_GBPS, base_us=CPU_LINK_LATENCY_US, intra_hop_us=0.0,
-                    per_node=gpus_per_node)
+        link = {c: Link(w, base_us=us, intra_hop_us=0.0, per_node=gpus_per_node)
+                for c, (w, us) in CPU_LINKS.items()}
+        link["*"] = link["all_reduce"]
         return Cluster(target.name, gpus, gpus_per_node, (gib or 0) * GIB, target, link, "cpu",
                        blocking=True)
     spec = require_device(gpu)
