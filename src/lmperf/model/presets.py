@@ -133,3 +133,14 @@ def resolve_preset(name: str, course: str = DEFAULT_COURSE) -> Preset:
     hint = f" (it is a size of the {elsewhere[0]} edition: --course {elsewhere[0]})" if elsewhere else ""
     raise ValueError(f"unknown size {name!r} in the {course} edition{hint}; accepted: "
                      f"{', '.join(sizes)}")
+
+
+def require_plain(size: str, course: str, command: str) -> None:
+    """SpecError when `size` has grouped-query attention or tied embeddings, which `command`
+    does not build yet (it would train a different model than the preset names)."""
+    from lmperf.errors import SpecError
+
+    preset = EDITIONS.get(course, {}).get(size)
+    if preset is not None and (preset.num_kv_heads or preset.tie_embeddings):
+        raise SpecError(f"--size {size}: {command} builds the reference LM without grouped-query "
+                        "attention or tied embeddings yet; bench, profile, memory and plan run it")

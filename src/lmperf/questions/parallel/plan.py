@@ -121,8 +121,9 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
     from lmperf.workload.spec import RunSpec
 
     names = as_list(strategy) or list(STRATEGIES)
-    from lmperf.model.presets import DEFAULT_COURSE
+    from lmperf.model.presets import DEFAULT_COURSE, require_plain
 
+    require_plain(size or defaults["size"], course or DEFAULT_COURSE, "lmperf dist train")
     shape = RunSpec.from_size(size or defaults["size"], course or DEFAULT_COURSE,
                               context=context or defaults["context"],
                               **({"vocab_size": vocab_size} if vocab_size else {}))

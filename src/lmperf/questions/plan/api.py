@@ -23,8 +23,8 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     of the peak table: H100-SXM, A100-80GB, ...; `gib`: another memory budget per GPU) at
     `context` tokens and `global_batch` sequences per step, and rank what fits by predicted step
     time. `device` "cpu" plans for this machine's ranks (gloo; `gib` required), "auto" for `gpu`
-    when named. `precision`: bf16-mixed and bf16-fsdp on GPUs (default both), fp32 and
-    bf16-mixed on the CPU; `checkpoint`: block-group sizes (0 none, 1 every block; default 0 1
+    when named. `precision`: bf16-mixed and bf16-fsdp on GPUs (default both), fp32 (default) and
+    bf16-mixed on the CPU (its time model ranks bf16-mixed 1.5-2x too fast, docs/accuracy.md); `checkpoint`: block-group sizes (0 none, 1 every block; default 0 1
     2 4). `confirm` K > 0 (CPU): runs K plans spread over the ranking on `gpus` gloo ranks at
     their micro-batch b and b + 1 and scores the plan (records of kind 'plan' with planned and
     measured side by side, then a summary). Records are appended to `out` when given.
@@ -32,7 +32,7 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     Raises SpecError for bad input."""
     from lmperf.questions.plan import job
     from lmperf.questions.plan.report import build_report
-    from lmperf.questions.plan.spec import CPU_PRECISIONS, CUDA_PRECISIONS, PlanSpec
+    from lmperf.questions.plan.spec import CPU_DEFAULT, CUDA_PRECISIONS, PlanSpec
 
     if device not in ("auto", "cpu", "cuda"):
         raise SpecError(f"unknown device {device!r}; accepted: auto, cpu, cuda")
@@ -43,7 +43,7 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     if gpu is None and not on_cpu:
         gpu = _local_gpu()
     precisions = tuple([precision] if isinstance(precision, str) else precision or
-                       (CPU_PRECISIONS if on_cpu else CUDA_PRECISIONS))
+                       (CPU_DEFAULT if on_cpu else CUDA_PRECISIONS))
     groups = tuple([checkpoint] if isinstance(checkpoint, int) else checkpoint or (0, 1, 2, 4))
     spec = PlanSpec(size=None if model and not size else (size or "mini"), context=context,
                     global_batch=global_batch, gpus=gpus, course=course, model=model, gpu=gpu,

@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=int, default=8, metavar="B",
                    help="sequences per optimizer step over all ranks")
     p.add_argument("--precision", nargs="+", metavar="P", dest="plan_precision",
-                   help="bf16-mixed, bf16-fsdp (GPU default: both); fp32, bf16-mixed (CPU)")
+                   help="bf16-mixed, bf16-fsdp (GPU default: both); fp32 (CPU default), bf16-mixed")
     p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
                    help="activation checkpointing group sizes to try (0: none; default 0 1 2 4)")
     p.add_argument("--host-us", type=float, metavar="US",

@@ -65,29 +65,41 @@ def records(spec: PlanSpec) -> list[dict]:
 
 def command(spec: PlanSpec, row: dict) -> str:
     """The command that runs a planned candidate with what lmperf has."""
+    from lmperf.model.presets import require_plain
+
     runner = {"ddp": "torch-ddp", "zero1": "torch-zero1", "fsdp": "fsdp2"}.get(row["strategy"])
-    if runner is None or row["tp"] > 1:
-        return (f"(no lmperf runner for {row['strategy']}: torchtitan or DeepSpeed run it; "
-                f"`lmperf bench --size {spec.size or 'SIZE'} --batch {row['micro_batch']}` times "
-                "one rank's micro-batch)")
-    what = spec.model and f"--model {spec.model}" or f"--size {spec.size}"
+    try:
+        if spec.size and not spec.model:
+            require_plain(spec.size, spec.course, "dist train")
+    except SpecError:
+        runner = None
+    if runner is None or row["tp"] > 1 or spec.model:
+        return (f"(lmperf dist train does not run {row['strategy']} on this model: torchtitan "
+                f"does; `lmperf bench --size {spec.size or 'SIZE'} --batch {row['micro_batch']} "
+                f"--context {spec.context}` times one rank's micro-batch)")
     dtype = "bf16" if row["precision"] != "fp32" else "fp32"
-    return (f"lmperf dist train --world-size {spec.gpus} --strategies {runner} {what} "
+    todo = ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else []) \
+        + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else [])
+    return (f"lmperf dist train --world-size {spec.gpus} --strategy {runner} --size {spec.size} "
             f"--context {spec.context} --batch {row['micro_batch']} --compute-dtype {dtype}"
-            + ("  (not flags of dist train yet: " + ", ".join(
-                ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else [])
-                + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else []))
-               + ")" if row["grad_accum"] > 1 or row["checkpoint"] else ""))
+            + (f"  (not flags of dist train yet: {', '.join(todo)})" if todo else ""))
 
 
 def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
-    """The 2 k cells of --confirm: k fitting plans spread evenly over the ranking, each at its
-    micro-batch b (timed) and at b + 1 (memory only)."""
+    """The 2 k cells of --confirm: k fitting plans spread over the ranking's predicted times,
+    each at its micro-batch b (timed) and at b + 1 (memory only)."""
     fitting = [r for r in rows if r["fits"]]
     if k > len(fitting):
         raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit")
-    picks = [fitting[round(i * (len(fitting) - 1) / max(1, k - 1))] for i in range(k)]
-    picks = list({id(r): r for r in picks}.values())
+    # spread over the predicted times (log-spaced from the fastest to the slowest), not over
+    # rank positions: two plans predicted 2% apart rank by the machine's noise, not the model
+    lo, hi = math.log(fitting[0]["step_s"]), math.log(fitting[-1]["step_s"])
+    picks: list[dict] = []
+    for i in range(k):
+        goal = lo + (hi - lo) * i / max(1, k - 1)
+        left = [r for r in fitting if all(r is not p for p in picks)]
+        picks.append(min(left, key=lambda r: abs(math.log(r["step_s"]) - goal)))
+    picks.sort(key=lambda r: r["rank"])
     from lmperf.estimate.fit import Workload, rank_peak, timelines
     from lmperf.estimate.plan import shape_of
 

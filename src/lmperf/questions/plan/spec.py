@@ -17,6 +17,9 @@ from lmperf.validate import positive_int
 
 CUDA_PRECISIONS = ("bf16-mixed", "bf16-fsdp")
 CPU_PRECISIONS = ("fp32", "bf16-mixed")
+# The CPU plan's default: the CPU time model predicts bf16-mixed steps 1.5-2x too fast against
+# fp32 ones (--confirm, docs/accuracy.md), so it ranks fp32 configurations unless asked
+CPU_DEFAULT = ("fp32",)
 RUNNABLE_ON_CPU = ("ddp", "zero1", "fsdp")  # what --confirm can run with gloo here
 
 

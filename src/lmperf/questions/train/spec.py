@@ -128,6 +128,9 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
                   **overrides: object) -> "TrainSpec":
         """A spec with the shape of `size` in the `course` edition's table (the vocabulary comes
         from the data, not the preset); SpecError for an unknown size."""
+        from lmperf.model.presets import require_plain
+
+        require_plain(size, course, "lmperf train")
         dims = cls.of_size(size, course)
         dims.pop("vocab_size", None)  # the vocabulary comes from the data
         return cls(precision=precision, size=size, course=course, **dims,
