@@ -96,7 +96,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, said):
 
 @pytest.mark.slow
 def test_confirm_runs_planned_cells_on_gloo_ranks_and_scores_them():
-    report = lmperf.plan("tiny", device="cpu", gpus=2, gib=0.04, context=32, global_batch=8,
+    report = lmperf.plan("tiny", device="cpu", gpus=2, gib=0.06, context=128, global_batch=8,
                          precision="fp32", checkpoint=0, confirm=2, timeout=300)
     cells = [r for r in report.records if r["spec"].get("confirm") and r["spec"]["cell"] != "summary"]
     assert len(cells) == 4 and all(r["status"] == "ok" for r in cells)
@@ -104,7 +104,8 @@ def test_confirm_runs_planned_cells_on_gloo_ranks_and_scores_them():
         m = r["metrics"]
         assert m["measured_peak_bytes"] > 0 and m["planned_fits"] == (
             m["planned_peak_bytes"] <= m["budget_bytes"])
-        assert abs(m["peak_error"]) < 0.15
+        # ddp exact; the readable FSDP's gathered units are left out (-4.4% at b 1, accuracy.md)
+        assert abs(m["peak_error"]) <= 0.05
     summary = report.records[-1]["metrics"]
-    assert summary["cells"] == 4 and 0 <= summary["boundary_correct"] <= 1
+    assert summary["cells"] == 4 and summary["boundary_correct"] == 1.0
     assert any(f.startswith("confirmed on 4 cells") for f in report.findings)

@@ -266,8 +266,3 @@ def rank(rows: list[dict]) -> list[dict]:
         r["why"] = (f"{r['step_s'] / best['step_s']:.2f}x the winner's step: "
                     f"+{parts[worst] * 1e3:.3g} ms of {worst}")
     return rows
-
-
-def with_budget(cluster: Cluster, gib: float | None) -> Cluster:
-    """`cluster` with `gib` GiB per device instead of its own (None: unchanged)."""
-    return cluster if gib is None else replace(cluster, budget=gib * GIB)

@@ -213,7 +213,7 @@ def _prediction_findings(df: pd.DataFrame) -> list[str]:
     if df.empty:
         return []
     ratio = df["measured_over_predicted"]
-    return [f"communication per step, measured / predicted from dist comm's times per message size: "
+    return [f"communication per step, measured / predicted (estimate.comm fitted to dist comm): "
             f"median {ratio.median():.2f} (from {ratio.min():.2f}, {df.loc[ratio.idxmin(), 'strategy']}, "
             f"to {ratio.max():.2f}, {df.loc[ratio.idxmax(), 'strategy']})"]
 
