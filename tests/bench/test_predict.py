@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from lmperf.errors import SpecError
+from lmperf.estimate import time_model
 from lmperf.questions.bench import predict as pr
 from lmperf.estimate.op_costs import OpCosts
 from lmperf.estimate.time_model import Target, queue_ends
@@ -28,7 +29,7 @@ def _gpu(host_s: float = 1e-3, flops: float = 1e12) -> Target:
 
 
 def test_ideal_and_typical_per_phase():
-    t = pr.phase_times(_costs(), _gpu())
+    t = time_model.phase_times(_costs(), _gpu())
     f = t["forward"]
     # mm: max(2 s compute, 1 ms memory); mul: 3 GB at 1 TB/s = 3 ms
     assert f.ideal_s == pytest.approx(2.0 + 3e-3)
@@ -39,7 +40,7 @@ def test_ideal_and_typical_per_phase():
     # one queue per step: the optimizer's op was issued (at 5 ms) long before the forward's
     # 2.9 s of device work ended, so it runs right after it, no host time showing
     assert t["optimizer"].typical_s == pytest.approx(6e-3 / 0.6)
-    assert pr.phase_times(_costs(), _gpu(), tf32=True)["forward"].ideal_s == pytest.approx(
+    assert time_model.phase_times(_costs(), _gpu(), tf32=True)["forward"].ideal_s == pytest.approx(
         0.5 + 3e-3)
 
 
@@ -62,9 +63,9 @@ def test_the_issue_order_decides_where_the_host_shows():
     late = _costs({"forward": [1, 1, 1, 0]})  # the three muls, then the mm
     early = _costs({"forward": [0, 1, 1, 1]})
     host = 0.5  # s per op: the muls' issue time hides behind the mm only when the mm is first
-    assert pr.phase_times(early, _gpu(host))["forward"].typical_s == pytest.approx(
+    assert time_model.phase_times(early, _gpu(host))["forward"].typical_s == pytest.approx(
         0.5 + 2 / 0.7 + 3 * 2e-3)
-    assert pr.phase_times(late, _gpu(host))["forward"].typical_s == pytest.approx(
+    assert time_model.phase_times(late, _gpu(host))["forward"].typical_s == pytest.approx(
         4 * 0.5 + 2 / 0.7)
 
 
@@ -74,18 +75,18 @@ def test_a_host_bound_phase_starts_on_the_backlog_the_previous_phase_left():
         ("backward", "aten::mul", "fp32", "elementwise/norm", 4, 0, 0, 0),  # 4 empty kernels
     ], columns=["phase", "op", "dtype", "op_class", "calls", "flops", "bytes_read",
                 "bytes_written"])
-    t = pr.phase_times(OpCosts(table, "test", 0.0), _gpu(host_s=0.1))
+    t = time_model.phase_times(OpCosts(table, "test", 0.0), _gpu(host_s=0.1))
     # the mm ends at 0.1 + 1 s; the muls were issued by 0.5 s: backward only waits for the queue
     assert t["forward"].typical_s == pytest.approx(1.1)
     assert t["backward"].typical_s == pytest.approx(0.0)
-    alone = pr.phase_times(OpCosts(table[table["phase"] == "backward"], "test", 0.0),
+    alone = time_model.phase_times(OpCosts(table[table["phase"] == "backward"], "test", 0.0),
                            _gpu(host_s=0.1))
     assert alone["backward"].typical_s == pytest.approx(0.4)  # host-bound without a backlog
 
 
 def test_on_a_cpu_host_and_device_time_add():
     cpu = Target("cpu", {"fp32": 1e12}, 1e12, None, 1.0, "test", True, "test")
-    f = pr.phase_times(_costs(), cpu)["forward"]
+    f = time_model.phase_times(_costs(), cpu)["forward"]
     assert f.typical_s == pytest.approx(f.ideal_s + 4.0)  # fractions 1, every call's host time
 
 

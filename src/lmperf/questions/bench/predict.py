@@ -25,6 +25,7 @@ import pandas as pd
 
 from lmperf.errors import SpecError
 from lmperf.estimate.target import FRACTIONS, HOST_OP_S, HOST_OP_SOURCE, cpu_target, gpu_targets  # noqa: F401
+from lmperf.estimate import time_model
 from lmperf.estimate.time_model import Target
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
             table = costs.table
             # the math dtypes of the step's products (bf16 under bf16-mixed autocast)
             dtypes = set(table.loc[table["op_class"].isin(["matmul", "attention"]), "dtype"])
-            times = phase_times(costs, target, tf32)
+            times = time_model.phase_times(costs, target, tf32)
             metrics = {p: dict(zip(FIELDS, v)) for p, v in times.items()}
             metrics["step"] = {k: sum(m[k] for m in metrics.values()) for k in FIELDS}
             caveats = [c for d, c in sorted(target.caveats.items()) if d in dtypes]
@@ -123,13 +124,6 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
                                      "fits": fits[spec]["peak_gib"] <= budget}
             records.append(_record(replace(spec, device=kind), target, metrics, costs, caveats))
     return records
-
-
-def phase_times(costs: "OpCosts", target: Target, tf32: bool = False) -> dict:
-    """phase -> PhaseTime of `costs` on `target` (`estimate.time_model.phase_times`)."""
-    from lmperf.estimate import time_model
-
-    return time_model.phase_times(costs, target, tf32)
 
 
 def _counted(spec) -> "OpCosts":

@@ -162,7 +162,7 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
 
         per_rank, allowance, simulated = simulated_memory(
             size or "xl", course or DEFAULT_COURSE, context or 1024, batch, shape)
-    links = est.Links(w, node_bandwidth, gpus_per_node)
+    links = est.Link(w, node_bandwidth, gpus_per_node)
     if node_bandwidth is not None:
         device += (f", {node_bandwidth:g} GB/s between nodes of {gpus_per_node} devices (a "
                    f"collective spanning more than one node)")

@@ -25,7 +25,7 @@ Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P
     fsdp+tp       3 (d-1)/d c P_t + (4 L + 2) x 2 (t-1)/t x (G/d) C c
 Communication time = bytes / W (nothing overlapped, every collective at W; with a node bandwidth,
 a collective whose group spans more than one node's devices runs at it instead: DP and FSDP groups
-span all N devices, TP groups are t consecutive ones, see Links). Compute time per step
+span all N devices, TP groups are t consecutive ones: estimate.comm.Link). Compute time per step
 = 6 P G / (N C), with the global batch G fixed. A step is communication-bound when communication
 time > compute time; the largest degree before that (N for the data-parallel strategies and
 fsdp+tp at its t, t for tp) is found by bisection: communication per device grows with the
@@ -34,21 +34,20 @@ degree while compute per device shrinks.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Callable
 
 import pandas as pd
 
 from lmperf.core.report import Report
 from lmperf.errors import SpecError
+from lmperf.estimate.comm import Link
 from lmperf.estimate.formulas import (STATE_BYTES, Shape, activation_bytes,
                                                 ffn_only_shape, step_flops, tp_comm_bytes,
                                                 tp_params)
 
 __all__ = ["Shape", "ffn_only_shape", "estimate_rows", "estimate_report", "preset_shape",
            "device_figures", "state_bytes", "comm_bytes", "largest_n", "largest_tp",
-           "largest_n_2d", "tp_step_seconds", "Links", "STRATEGIES"]
+           "largest_n_2d", "tp_step_seconds", "Link", "STRATEGIES"]
 
 GIB = 2**30
 GB = 1e9
@@ -102,28 +101,17 @@ def _largest(ok: Callable[[int], bool], cap: int = 2**24) -> int | None:
     return lo
 
 
-@dataclass(frozen=True)
-class Links:
-    """Link bandwidth per device and direction, GB/s (1e9 B/s): `w` between the devices of a node
-    (NVLink), `node_w` for a collective whose group spans more than `per_node` devices (the
-    network between nodes; None: every device joined at `w`, one NVLink domain)."""
-
-    w: float
-    node_w: float | None = None
-    per_node: int = 8
-
-    def seconds(self, nbytes: float, span: int) -> float:
-        """Time to send `nbytes` in a collective over a group spanning `span` devices (the group
-        is as fast as its slowest link: a ring crosses nodes at `node_w`)."""
-        crosses = self.node_w is not None and span > self.per_node
-        return nbytes / ((self.node_w if crosses else self.w) * GB)
+def _links(bandwidth: float | Link) -> Link:
+    return bandwidth if isinstance(bandwidth, Link) else Link(float(bandwidth))
 
 
-def _links(bandwidth: float | Links) -> Links:
-    return bandwidth if isinstance(bandwidth, Links) else Links(float(bandwidth))
+def _seconds(links: Link, nbytes: float, span: int) -> float:
+    """Bytes / W of the slowest link a group spanning `span` devices crosses (no latency: the
+    course's accounting; `estimate.comm.collective_seconds` adds it)."""
+    return nbytes / (links.gbps(span) * GB)
 
 
-def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: float | Links,
+def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: float | Link,
               tflops: float, comm_dtype_bytes: int, cap: int = 2**24) -> int | None:
     """The largest N at which a data-parallel strategy's communication time <= its compute time
     per step, with the global batch fixed; None if even N = 2 is communication-bound; `cap` if
@@ -131,7 +119,7 @@ def largest_n(strategy: str, params: int, global_tokens: int, bandwidth_gbps: fl
     links = _links(bandwidth_gbps)
 
     def ok(n: int) -> bool:
-        comm = links.seconds(comm_bytes(strategy, params, n, comm_dtype_bytes), n)
+        comm = _seconds(links, comm_bytes(strategy, params, n, comm_dtype_bytes), n)
         return comm <= compute_seconds(params, global_tokens / n, tflops)
 
     return _largest(ok, cap)
@@ -151,15 +139,15 @@ def _tp_parts(shape: Shape, n: int, t: int, global_tokens: int, c: int) -> tuple
 
 
 def tp_step_seconds(shape: Shape, n: int, t: int, global_tokens: int, c: int,
-                    links: float | Links) -> float:
+                    links: float | Link) -> float:
     """Communication time per step of a d x t mesh: TP's groups are t consecutive devices (inside
     a node when t <= per_node), FSDP's groups take every t-th device, so they span all N."""
     links = _links(links)
     fsdp, tp = _tp_parts(shape, n, t, global_tokens, c)
-    return links.seconds(fsdp, n) + links.seconds(tp, t)
+    return _seconds(links, fsdp, n) + _seconds(links, tp, t)
 
 
-def largest_tp(shape: Shape, global_tokens: int, bandwidth_gbps: float | Links, tflops: float,
+def largest_tp(shape: Shape, global_tokens: int, bandwidth_gbps: float | Link, tflops: float,
                c: int, cap: int = 2**24) -> int | None:
     """The largest t at which plain tensor parallelism's communication time <= its compute time
     per step. G cancels out: (4 L + 2) 2 (t-1) C c / W <= 6 P / C_flops."""
@@ -170,7 +158,7 @@ def largest_tp(shape: Shape, global_tokens: int, bandwidth_gbps: float | Links, 
     return _largest(ok, cap)
 
 
-def largest_n_2d(shape: Shape, t: int, global_tokens: int, bandwidth_gbps: float | Links,
+def largest_n_2d(shape: Shape, t: int, global_tokens: int, bandwidth_gbps: float | Link,
                  tflops: float, c: int, cap: int = 2**24) -> int | None:
     """The largest N = d t (d >= 2) at which FSDP x TP with TP degree `t` stays compute-bound;
     None if d = 2 is already communication-bound."""
@@ -196,28 +184,6 @@ def _fewest(fits: Callable[[int], bool], cap: int = 2**16) -> int | None:
     return hi
 
 
-def _min_devices(strategy: str, params: int, gpu_gib: float) -> int | None:
-    """The fewest devices whose per-device model states fit in `gpu_gib` (None if none does)."""
-    floor = {"ddp": 16, "zero1": 8, "zero1-ar-bcast": 8, "zero2": 4, "fsdp": 0}[strategy] * params
-    if floor >= gpu_gib * GIB:
-        return None
-    sharded = 16 * params - floor  # the part divided by N
-    return max(1, math.ceil(sharded / (gpu_gib * GIB - floor)))
-
-
-def _min_devices_tp(shape: Shape, t: int | None, gpu_gib: float) -> int | None:
-    """tp (t None): the fewest t with 16 P_t <= memory; fsdp+tp: the fewest N = d t with
-    16 P_t / d <= memory. None when the replicated norm weights alone do not fit."""
-    budget = gpu_gib * GIB
-    replicated = STATE_BYTES * shape.replicated_params
-    if t is None:
-        if replicated >= budget:
-            return None
-        return max(1, math.ceil(STATE_BYTES * (shape.params - shape.replicated_params)
-                                / (budget - replicated)))
-    return t * max(1, math.ceil(STATE_BYTES * tp_params(shape, t) / budget))
-
-
 def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations: float,
          sent: float, comm_s: float, *, gpu_gib: float, tflops: float, global_tokens: int,
          fewest: int | None, largest: int | None, allowance: float = 0.0,
@@ -234,7 +200,7 @@ def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations
             "largest_n_compute_bound": largest}
 
 
-def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float | Links,
+def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float | Link,
                   gpu_gib: float, tflops: float, global_tokens: int, comm_dtype_bytes: int,
                   tp_degrees: tuple[int, ...] = (2, 4, 8),
                   micro_tokens: int | None = None,
@@ -266,15 +232,27 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
         extra = allowance(states + activations) if allowance else 0.0
         return dict(states=states, activations=activations, allowance=extra, method=method)
 
+    def fewest(strategy: str, t: int = 1) -> int | None:
+        """The fewest devices that hold a rank's memory (simulated) or model states (analytic;
+        tp: the fewest t, fsdp+tp: the fewest N = d t at this t)."""
+        budget = gpu_gib * GIB
+        if rank_memory is not None and t == 1 and strategy != "tp":
+            return _fewest(lambda k: sum(memory(strategy, k, 1, 0, 0)[x] for x in (
+                "states", "activations", "allowance")) <= budget)
+        if strategy == "tp":
+            return _fewest(lambda k: STATE_BYTES * tp_params(shape, k) <= budget)
+        if strategy == "fsdp+tp":
+            d = _fewest(lambda k: STATE_BYTES * tp_params(shape, t) / k <= budget)
+            return None if d is None else d * t
+        return _fewest(lambda k: state_bytes(strategy, shape.params, k) <= budget)
+
     rows = []
     for n in world_sizes:
         for strategy in DATA_PARALLEL:
             sent = comm_bytes(strategy, shape.params, n, c)
             rows.append(_row(
-                strategy, shape, n, 1, sent=sent, comm_s=links.seconds(sent, n),
-                fewest=_min_devices(strategy, shape.params, gpu_gib) if rank_memory is None
-                else _fewest(lambda k: sum(memory(strategy, k, 1, 0, 0)[x] for x in (
-                    "states", "activations", "allowance")) <= gpu_gib * GIB),
+                strategy, shape, n, 1, sent=sent, comm_s=_seconds(links, sent, n),
+                fewest=fewest(strategy),
                 largest=largest_n(strategy, shape.params, global_tokens, links, tflops, c),
                 **memory(strategy, n, 1, state_bytes(strategy, shape.params, n), saved(n, 1)),
                 **common))
@@ -282,7 +260,7 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
             "tp", shape, n, n, **memory("tp", n, n, STATE_BYTES * tp_params(shape, n), saved(1, n)),
             sent=tp_step_bytes(shape, n, n, global_tokens, c),
             comm_s=tp_step_seconds(shape, n, n, global_tokens, c, links),
-            fewest=_min_devices_tp(shape, None, gpu_gib),
+            fewest=fewest("tp"),
             largest=largest_tp(shape, global_tokens, links, tflops, c), **common))
         for t in tp_degrees:
             if 1 < t < n and n % t == 0:
@@ -292,7 +270,7 @@ def estimate_rows(shape: Shape, world_sizes: list[int], *, bandwidth_gbps: float
                              saved(n // t, t)),
                     sent=tp_step_bytes(shape, n, t, global_tokens, c),
                     comm_s=tp_step_seconds(shape, n, t, global_tokens, c, links),
-                    fewest=_min_devices_tp(shape, t, gpu_gib),
+                    fewest=fewest("fsdp+tp", t),
                     largest=largest_n_2d(shape, t, global_tokens, links, tflops, c),
                     **common))
     return rows
