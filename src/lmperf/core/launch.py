@@ -57,7 +57,7 @@ def cpu_threads(n: int) -> Iterator[None]:
 
 def job_env(force: bool) -> dict[str, str]:
     """What a job's environment adds for the launcher's options: `--force` runs a job that the
-    pre-flight bound says cannot fit (workload.preflight.FORCE_ENV)."""
+    pre-flight bound says cannot fit (estimate.preflight.FORCE_ENV)."""
     return {"LMPERF_FORCE": "1"} if force else {}
 
 

@@ -68,7 +68,7 @@ class SweepOptions:
         max_memory_gib: cap each child's memory (CPU: address space; CUDA: allocator fraction).
         resume: skip jobs that already have an 'ok' row in the output file.
         reporter: progress callbacks.
-        force: run a job whose pre-flight bound says it cannot fit (workload.preflight).
+        force: run a job whose pre-flight bound says it cannot fit (estimate.preflight).
         workers: isolated jobs in flight at once (default 1). Above 1, jobs still start in
             order, records are appended as their jobs end and returned in the jobs' order;
             only for jobs that may share the machine (they disturb each other's timings).

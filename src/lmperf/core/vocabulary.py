@@ -208,10 +208,9 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
                                "row (CPU: address space, incl. ~0.6 GiB for Python and torch; "
                                "CUDA: the allocator's limit)", type=float, metavar="G"),
     Option("--resume", "skip jobs already 'ok' in --out", type=None),
-    Option("--force", "run a job even when its pre-flight lower bound (parameters, AdamW "
-                      "state, and the larger of the logits and the gradients) says it cannot "
-                      "fit in the memory available; without it such a job is an oom row marked "
-                      "predicted, in seconds", type=None),
+    Option("--force", "run a job even when its pre-flight (one step simulated, as memory "
+                      "--estimate does) says it cannot fit in the memory available; without it "
+                      "such a job is an oom row marked predicted, in seconds", type=None),
 ]}
 
 LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")

@@ -1,41 +1,11 @@
 """Time of one collective, NCCL's latency + bandwidth model per algorithm, and what a training step
 leaves exposed.
 
-    t = latency + S x f / W
-S is the whole array as nccl-tests defines it (lmperf.estimate.formulas), f its bus factor, W the
-slowest link per device and direction the group crosses (GB/s, GB = 1e9 B). A group of n devices
-spans k = ceil(n / per_node) nodes (k = 1 when the Link has no network figure: one NVLink domain);
-W = intra_gbps when k = 1, else min(intra_gbps, inter_gbps).
-    ring   steps s = 2 (n-1) for all_reduce, n-1 for all_gather, reduce_scatter, broadcast, of
-           which s_net = 2 (k-1) (all_reduce) or k-1 cross the network:
-           latency = base + (s - s_net) x intra_hop + s_net x inter_hop;
-           bandwidth term S x f / W, f = 2(n-1)/n, (n-1)/n, (n-1)/n, 1.
-    tree   all_reduce only (a reduce up a tree of nodes, a broadcast down it, pipelined):
-           latency = base + 2 ((n/k - 1) x intra_hop + log2(k) x inter_hop);
-           bandwidth term 2 S / (0.92 W): algorithm bandwidth = bus bandwidth x 0.92 x 0.5.
-    auto   the faster of the two, as NCCL's tuner takes the (algorithm, protocol) of least
-           predicted time. On one node the tree never wins (same hops, less bandwidth); across
-           many nodes it wins on small messages (log2(k) network hops instead of 2 (k-1)).
-Hand check, H100 SXM (450 GB/s per direction), 8 GPUs, all_reduce of S = 1 GB: ring latency
-8.4 + 14 x 3.4 = 56 us, bandwidth 2 x 7/8 x 1e9 / 450e9 = 3.889 ms; 64 GPUs on 8 nodes at 50 GB/s,
-S = 1 MB: ring 8.4 + 112 x 3.4 + 14 x 14 = 585 us + 2 x 63/64 x 1e6 / 50e9 = 39 us -> 0.624 ms;
-tree 8.4 + 2 (7 x 3.4 + 3 x 14) = 140 us + 2e6 / 46e9 = 43 us -> 0.184 ms (auto: tree).
-
-Sources (the numbers are NCCL's Simple protocol): NCCL src/graph/tuning.cc (NVIDIA/nccl master,
-commit 5067397, 2026-06), ncclTopoTuneModel: nsteps and nInterSteps, the ring and tree latency
-sums, bus -> algorithm bandwidth ratio nRanks/nsteps (ring) and .5 (tree), the tree's busBw x .92;
-ncclTunerConstantsDefaults: baseLatencies Simple 8.4 us (ring and tree), hwLatencies Simple
-NVLink 3.4 us (ring; tree 4.0), PCI 5.7 us (ring), NET 14.0 us (ring and tree);
-ncclTopoGetAlgoTime: time = latency + bytes / algorithm bandwidth. torch/_inductor/comm_analysis.py
-(torch 2.13, _nccl_algo_time and _nccl_best_algo_time) ports the same model to Python, takes
-the minimum over (algorithm, protocol), and assumes per-GPU network bandwidths of 25 GB/s
-(HDR) and 50 GB/s (NDR).
-
-Not modelled: the protocol choice (LL / LL128 have lower latency and lower bandwidth: LL's ring
-is 6.6 + 0.6 us per NVLink hop; Simple's constants are used throughout, so messages under ~64 KiB
-are predicted slower than NCCL runs them); NCCL's tree correction for medium sizes (x 0.5-0.9 on
-bandwidth) and the multi-node ring "plateau" (latency x 1.4); per-channel bandwidth caps,
-NIC efficiency and multi-rail; congestion and other traffic; SHARP / CollNet, NVLS and PAT.
+    t = latency + S x f / W      (S the whole array, f its bus factor, W the slowest link)
+ring: latency = base + hops x per-hop latency (2 (n-1) steps for all_reduce, n-1 for the rest,
+those crossing nodes at the network's); tree (all_reduce): log2 of the nodes in network hops,
+bandwidth 2 S / (0.92 W); auto: the faster. The formulas with a worked example, NCCL's constants
+(src/graph/tuning.cc) and what is not modelled: docs/commands/plan.md, "The collective model".
 `fit_from_records` replaces the constants by a machine's own measured alpha and bandwidth.
 """
 

@@ -1,40 +1,16 @@
 """Does it fit? A rank's simulated peak for any micro-batch, strategy and accumulation.
 
-One simulated step (`estimate.simulate`) at micro-batch 1 and one at micro-batch 2 give every
-event's live bytes per category; the step's ops do not depend on the batch, so the two
-timelines have the same events, and each tensor's size is either fixed (parameters, states) or
-proportional to the batch (activations, temporaries): the live bytes at event e for micro-batch
-b are exactly  live_e(1) + (b - 1) (live_e(2) - live_e(1))  (up to the CUDA allocator's 512-byte
-rounding). A rank of a parallel strategy keeps a fraction of each category (`keep_fractions`, below),
-so its peak for any b is one weighted maximum over the events: no simulation is repeated.
-What a rank keeps (the peak may fall at another moment than the whole step's: sharding the
-optimizer state moves it from the optimizer step into backward):
-
-    ddp              everything whole
-    zero1            optimizer state / N, and the optimizer step's temporaries / N (each rank
-                     updates only its shard)
-    zero2            and gradients / N
-    fsdp             and parameters / N, plus the unit being gathered: its fp32 parameters and
-                     unsharded gradients, 2 x 4 bytes x the largest unit (a block, or the
-                     embedding / lm_head, V x C)
-    tp               parameters, gradients, optimizer state (and the step's temporaries) x P_t / P;
-                     activations and other temporaries x saved_activation_bytes(t) / (t = 1),
-                     autocast copies / t (formulas.py: Megatron's splits)
-    fsdp+tp          tp's fractions, states further / d, plus the gathered unit / t
-What none of them shards stays whole: the inputs, and (data parallelism) activations and
-autocast's bf16 weight copies, which are saved for backward (with FSDP over fp32 weights, copies
-of the gathered parameters). The tp fractions scale the whole step's timeline, an approximation:
-a real tensor-parallel step's events differ in order and size. Communication buffers (DDP's
-gradient buckets, FSDP's gathered units) are added by `rank_peak`; NCCL's are not.
-
-Gradient accumulation: from the second micro-batch on, the gradients of the previous ones are
-alive through forward and backward (each rank's share of them), so with `accum` > 1 the
-gradient column is at least the full gradients' bytes in those phases.
-
-FSDP's mixed-precision policy ('bf16-fsdp': parameters gathered in bf16 for compute, fp32
-sharded master weights, gradients reduced in fp32) is simulated as a bf16 step (the activations
-of bf16 compute: half of autocast's fp32 residual stream) whose states are then counted as
-fp32 shards: parameters, gradients and AdamW's moments x 2 / N, plus the units being gathered.
+Two simulated steps (`estimate.simulate`), at micro-batch 1 and 2, have the same events (the
+ops do not depend on the batch) and every tensor is fixed or proportional to the batch, so the
+live bytes at event e for micro-batch b are exactly live_e(1) + (b - 1) (live_e(2) - live_e(1))
+(up to CUDA's 512-byte rounding). A rank keeps a fraction of each category (`keep_fractions`:
+ZeRO-1 the optimizer state and the optimizer step's temporaries / N, ZeRO-2 and the gradients,
+FSDP and the parameters plus the largest unit it gathers; TP Megatron's splits of the states,
+activations and autocast copies, scaling the whole timeline, an approximation), so its peak
+for any b is one weighted maximum over the events, which may fall at another moment than the
+step's. With accumulation the earlier micro-batches' gradients stay through forward and
+backward. FSDP's mixed-precision policy ('bf16-fsdp': bf16 compute, fp32 sharded master
+weights and reduction) is a bf16 step whose states are counted as fp32 shards.
 """
 
 from __future__ import annotations
@@ -46,9 +22,8 @@ import numpy as np
 
 from lmperf.estimate.formulas import Shape, saved_activation_bytes, tp_params
 
-# plan precision -> (the regime simulated, bytes per element of the simulated states)
-PRECISIONS: dict[str, tuple[str, int]] = {"fp32": ("fp32", 4), "bf16-mixed": ("bf16-mixed", 4),
-                                          "bf16-fsdp": ("bf16-true", 2)}
+# plan precision -> the regime simulated
+PRECISIONS: dict[str, str] = {"fp32": "fp32", "bf16-mixed": "bf16-mixed", "bf16-fsdp": "bf16-true"}
 _STATES = ("parameters", "gradients", "optimizer state")
 _CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "autocast copies",
                "temporaries", "inputs & buffers")
@@ -133,7 +108,7 @@ def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
     `checkpoint` blocks (0: none): two simulations, cached for the process."""
     from lmperf.estimate.simulate import simulate_step
 
-    regime = PRECISIONS[precision][0]
+    regime = PRECISIONS[precision]
     one, two = (simulate_step(work.spec(b, regime), checkpoint_group=checkpoint) for b in (1, 2))
     a, b = (r.timeline[list(_CATEGORIES)].to_numpy(dtype=float) for r in (one, two))
     if a.shape != b.shape:  # the ops changed with the batch: cannot interpolate
@@ -146,20 +121,14 @@ def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
 def rank_peak(lines: Timelines, shape: Shape, strategy: str, n: int, t: int, batch: int,
               accum: int, precision: str, device: str, context: int,
               readable: bool = False) -> tuple[float, float]:
-    """(peak live bytes of one rank, allowance) for micro-batch `batch`, `accum` micro-batches
-    per step, `strategy` over `n` ranks (t-way tensor parallel for tp and fsdp+tp). The
-    allowance is the CUDA context, workspaces and fragmentation (0 on a CPU).
-
-    What the implementation adds to the single-device step: torch's DDP keeps its gradient
-    buckets (fp32, the size of the gradients) for its whole life; FSDP2 gathers the unit in
-    use and prefetches the next. `readable`: lmperf's own strategies, which --confirm runs
-    (questions.parallel): DDP and ZeRO-1 flatten every gradient into one buffer after backward
-    (a second copy of the gradients, at the end of backward); the readable FSDP holds no
-    autocast copies (its weights are gathered in the compute dtype) and its gathered units are
-    left out: its head's backward holds up to four V x C tensors (the weight gathered again, its
-    full gradient, that padded flat, gloo's copy) after the loss's backward, which is the peak
-    while a micro-batch's logits outweigh them (mini at context 256: within 2.5% measured);
-    when they do not, the peak is missed by up to 1.5 units (tiny at context 64: -5 to -8%)."""
+    """(peak live bytes of one rank, allowance: the CUDA context, workspaces and fragmentation,
+    0 on a CPU) for micro-batch `batch`, `accum` micro-batches per step, `strategy` over `n`
+    ranks (t-way tensor parallel for tp and fsdp+tp). Beyond the single-device step: torch DDP's
+    gradient buckets (for its whole life), FSDP2's gathered and prefetched units; `readable`
+    (lmperf's own strategies, which --confirm runs): the flat copy of the gradients once backward
+    is over, ZeRO-1's whole tensors per owner, and the readable FSDP without autocast copies and
+    without its gathered units, which its head's backward holds at a moment that is the peak only
+    when a micro-batch's logits are smaller than them (docs/accuracy.md: -4.4% at micro-batch 1)."""
     keep, opt_temps, extra = keep_fractions(strategy, shape, n, t, batch * context)
     unit = extra / 8  # parameters of the largest unit FSDP gathers (0 for the others)
     scale = 1.0

@@ -1,27 +1,15 @@
 """Closed-form costs of parallel training, without torch: nccl-tests' bus factors, and the memory,
 FLOPs and bytes communicated per device of data, tensor (Megatron) and 2D (FSDP x TP) parallelism.
 
-Bandwidths (nccl-tests' doc/PERFORMANCE.md): algbw = S / t with S the whole array of the
-collective (all_gather's output, reduce_scatter's input, all_to_all's send buffer), in GB/s
-(GB = 1e9 bytes); busbw = algbw x a factor that makes the figure comparable with a link's peak
-bandwidth whatever the number of ranks n.
-
-Training costs (P parameters, L blocks, C d_model, F d_ff, H heads, V vocabulary; N devices, t the
-tensor-parallel degree, d = N / t the data-parallel one; c bytes per communicated element, a per
-saved activation element; bytes sent per device on a ring, the convention `lmperf dist comm`
-measures as busbw):
-    model states   16 bytes per parameter held: fp32 master weights 4, fp32 gradients 4, AdamW's
-                   two fp32 moments 8 (the course's accounting)
-    tp             Megatron: q, k, v and w1, w3 split by columns (heads / hidden units), the
-                   attention output projection and w2 by rows, the embedding and lm_head by
-                   vocabulary; the norm weights P_rep = 2 L C + C stay whole on every device, so
-                   a device holds P_t = (P - P_rep) / t + P_rep parameters. Each block all-reduces
-                   its (tokens, C) activations twice in forward (after attention, after the MLP)
-                   and twice in backward (their input gradients), plus the embedding's output in
-                   forward and lm_head's input gradient in backward: 4 L + 2 all-reduces of
-                   tokens x C x c bytes, each 2 (t-1)/t of that sent per device.
-    FLOPs          6 P per token (forward 2 P, backward 4 P), divided among the devices that share
-                   the tokens; attention's T^2 term is left out, as in the course's accounting.
+Bandwidths as nccl-tests' doc/PERFORMANCE.md defines them: algbw = S / t with S the whole array
+of the collective, busbw = algbw x a factor that makes it comparable with a link's peak whatever
+the number of ranks. Training (P parameters, L blocks, C d_model, N devices, t the
+tensor-parallel degree, c bytes per communicated element): model states 16 bytes per parameter
+held (fp32 weights 4, gradients 4, AdamW's moments 8: the course's accounting); Megatron's TP
+splits every matmul weight by t and keeps the norm weights P_rep = 2 L C + C whole
+(P_t = (P - P_rep) / t + P_rep) and all-reduces 4 L + 2 activations of tokens x C x c per step;
+6 P FLOPs per token (attention's T^2 term left out, as in the course). Derivations and the
+course's accounting model worked through: docs/commands/dist.md, "--estimate".
 """
 
 from __future__ import annotations

@@ -190,11 +190,6 @@ class OpCosts:
     param_tensors: int = 0
     order: dict[str, list[int]] = field(default_factory=dict)
 
-    def by_phase(self) -> pd.DataFrame:
-        """FLOPs, bytes and calls per phase (one step)."""
-        return self.table.groupby("phase", sort=False)[
-            ["calls", "flops", "bytes_read", "bytes_written"]].sum().reset_index()
-
 
 def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     """FLOPs and bytes per (phase, aten op, dtype) of one step of `spec` (a RunSpec: its model,

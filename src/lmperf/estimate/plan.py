@@ -1,30 +1,11 @@
 """The fastest configuration that fits: a search over precision x checkpointing x sharding x
-micro-batch, each candidate's per-rank peak simulated and its step time predicted.
-
-For each (precision, checkpoint group) the step is simulated twice (`estimate.fit`: micro-batch
-1 and 2, every other micro-batch and every strategy read off those two timelines) and each
-micro-batch's ops are counted once (`estimate.op_costs`, timed by `estimate.time_model` on the
-target). A candidate's step on one rank:
-
-    step = sum over its micro-batches of (forward + backward [+ forward again when
-           checkpointing: one recompute of the blocks]) / t
-           + optimizer x (the rank's share of the parameters) + exposed communication
-
-with t the tensor-parallel degree (its per-op split taken as exact), a data-parallel group of
-d = N / t ranks, each replica taking global_batch / d sequences in ceil(that / b) micro-batches
-of b (the last one smaller). Communication per step, per rank (S = P x bytes per element):
-
-    ddp     all-reduce S (fp32 gradients), once per step: overlaps the last backward
-    zero1   reduce-scatter S (overlaps the last backward) + all-gather S after the optimizer
-    zero2   reduce-scatter S per micro-batch (overlaps each backward) + all-gather S after
-    fsdp    per micro-batch: all-gather S_c in forward and again in backward, reduce-scatter
-            S_fp32 (overlap forward and backward: prefetching), c the compute dtype
-    fsdp+tp fsdp's over d with P_t = P / t (about), and TP's 4 L + 2 all-reduces of the
-            micro-batch's (b T, C) activations per micro-batch, in the critical path
-
-Each collective's time comes from `estimate.comm` (latency + bandwidth per algorithm); overlap
-is `comm.exposed_seconds`: an overlapping collective is hidden behind the compute it overlaps
-except what exceeds it.
+micro-batch, each candidate's per-rank peak simulated (`estimate.fit`: two simulations per
+precision and checkpointing, every micro-batch and strategy read off them) and its step time
+predicted: per micro-batch, forward + backward (+ one forward more when checkpointing) from the
+op counts on the target (`estimate.time_model`, divided by the tensor-parallel degree t), the
+optimizer on the rank's share of the parameters, and the exposed part of each strategy's
+collectives (`estimate.comm`: latency + bandwidth, overlap as `comm.exposed_seconds` states).
+Which collectives each strategy issues, and when: docs/commands/plan.md.
 """
 
 from __future__ import annotations
@@ -106,7 +87,7 @@ def _phases(work: Workload, precision: str, batch: int, target: object) -> tuple
 
     key = (work, precision, batch, id(target))
     if key not in _TIMES:
-        costs = count_op_costs(work.spec(batch, PRECISIONS[precision][0]))
+        costs = count_op_costs(work.spec(batch, PRECISIONS[precision]))
         table = costs.table
         _TIMES[key] = ({p: t.typical_s for p, t in phase_times(costs, target).items()},
                        int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum()))

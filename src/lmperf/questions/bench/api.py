@@ -46,8 +46,8 @@ def bench(size: Sequence[str] | str | None = None, *,
     core.vocabulary.DEFAULTS), except `out`: None keeps the records in memory (the CLI writes
     results/bench.jsonl). Failed runs (oom, error, unsupported) are rows of the Report.
     Raises SpecError / ModelLoadError before anything runs for bad input, SweepInterrupted on
-    Ctrl-C (finished rows are kept in `out`). Each job first holds a lower bound of its memory
-    against what it may use (lmperf.workload.preflight): one that cannot fit is an 'oom' row
+    Ctrl-C (finished rows are kept in `out`). Each job first holds one simulated step's memory
+    against what it may use (lmperf.estimate.preflight): one that cannot fit is an 'oom' row
     marked `predicted`, in seconds, unless `force`.
 
     `predict` (GPU names of the peak table, or "cpu") runs nothing: it PREDICTS each phase's

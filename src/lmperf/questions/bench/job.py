@@ -23,7 +23,7 @@ from lmperf.runtime import device as dev
 from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.peaks import lookup_peak
 from lmperf.workload.build import prepare
-from lmperf.workload.preflight import check_fits
+from lmperf.estimate.preflight import check_fits
 from lmperf.workload.probe import PhaseProbe
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES

@@ -46,7 +46,7 @@ def memory(size: str | None = None, *, model: str | None = None,
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
     `top`: rows of the largest saved activations; `plots`: a folder for the PNG.
     Failed measurements (oom, error, unsupported) are rows of the Report; a job whose lower
-    bound cannot fit is an 'oom' row in seconds, predicted (lmperf.workload.preflight), unless
+    simulated step cannot fit is an 'oom' row in seconds, predicted (lmperf.estimate.preflight), unless
     `force`. Raises SpecError /
     ModelLoadError before anything runs for bad input, SweepInterrupted on Ctrl-C.
     """

@@ -18,7 +18,7 @@ from lmperf.runtime import device as dev
 from lmperf.runtime import env as envmod
 from lmperf.runtime.precision import get_regime
 from lmperf.names import MODES
-from lmperf.workload.preflight import check_fits
+from lmperf.estimate.preflight import check_fits
 from lmperf.workload.spec import RunSpec
 
 if TYPE_CHECKING:

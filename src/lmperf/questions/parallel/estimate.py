@@ -1,35 +1,15 @@
 """`lmperf dist --estimate`: memory, FLOPs and communication per device on clusters you do not have.
 
-Every number is a hand-checkable formula (lmperf.estimate.formulas has the per-device
-terms; P parameters, N devices, W link bandwidth per direction in GB/s with GB = 1e9 bytes,
-C TFLOP/s per device (an achieved rate, or --gpu's datasheet peak), c bytes per element
-communicated, GiB = 2**30 bytes, G tokens per step over all devices):
-
-Model states (16 bytes per parameter held) per device:
-    ddp           4 P + 4 P + 8 P              (everything replicated)
-    zero1         4 P + 4 P + 8 P / N          (optimizer state sharded)
-    zero2         4 P + (4 P + 8 P) / N        (and gradients)
-    fsdp (zero3)  (4 P + 4 P + 8 P) / N        (and parameters)
-    tp            16 P_t, P_t = (P - P_rep) / t + P_rep   (Megatron splits, N = t)
-    fsdp+tp       16 P_t / d                   (a d x t mesh: FSDP shards each TP shard, N = d t)
-Activations (with --batch, or the FFN-only model) are per device: data parallelism does not
-shard them, tensor parallelism splits those inside attention and the MLP (formulas.activation_bytes).
-With --batch, a row's memory is instead a simulated rank's peak (lmperf.estimate.fit):
-one simulated step, its categories scaled to the rank's share, plus a CUDA allowance.
-
-Bytes each device sends per step on a ring (nccl-tests' bus convention), S = c P:
-    ddp, zero2, zero1 (reduce-scatter + all-gather)   2 (N-1)/N S   (one all-reduce's worth)
-    zero1 (all-reduce + broadcast, lmperf's zero1)     2 (N-1)/N S + S   (-> 1.5x ddp)
-    fsdp (gather in forward and backward, reduce-scatter gradients)   3 (N-1)/N S
-    tp            (4 L + 2) x 2 (t-1)/t x G C c       (activations: the group sees all G tokens)
-    fsdp+tp       3 (d-1)/d c P_t + (4 L + 2) x 2 (t-1)/t x (G/d) C c
-Communication time = bytes / W (nothing overlapped, every collective at W; with a node bandwidth,
-a collective whose group spans more than one node's devices runs at it instead: DP and FSDP groups
-span all N devices, TP groups are t consecutive ones: estimate.comm.Link). Compute time per step
-= 6 P G / (N C), with the global batch G fixed. A step is communication-bound when communication
-time > compute time; the largest degree before that (N for the data-parallel strategies and
-fsdp+tp at its t, t for tp) is found by bisection: communication per device grows with the
-degree while compute per device shrinks.
+Every number is a hand-checkable closed form over P parameters, N devices (t tensor-parallel, d
+= N / t data-parallel), W GB/s per device and direction, C TFLOP/s per device, c bytes per
+communicated element and G tokens per step: model states 16 bytes per parameter held (ZeRO-1,
+ZeRO-2 and FSDP shard 8, 12 and 16 of them by N; TP holds P_t), bytes each device sends on a
+ring (lmperf.estimate.formulas), communication time = bytes / W with nothing overlapped (a group
+spanning more than a node runs at the network's W), compute = 6 P G / (N C). The largest degree
+before communication exceeds compute is found by bisection. A row's memory is a simulated rank's
+peak (lmperf.estimate.fit, one micro-batch's activations by default) plus the CUDA allowance, or
+the analytic states (and the FFN-only model's activations). The table of formulas, with the
+course's accounting model worked through: docs/commands/dist.md, "--estimate".
 """
 
 from __future__ import annotations

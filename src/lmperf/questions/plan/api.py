@@ -36,8 +36,10 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
 
     if device not in ("auto", "cpu", "cuda"):
         raise SpecError(f"unknown device {device!r}; accepted: auto, cpu, cuda")
+    import torch
+
     on_cpu = device == "cpu" or (device == "auto" and gpu is None and gib is not None
-                                  and not _has_cuda())
+                                  and not torch.cuda.is_available())
     if on_cpu and gpu is not None:
         raise SpecError("--gpu names a target GPU; --device cpu plans for this CPU's ranks")
     if gpu is None and not on_cpu:
@@ -72,22 +74,14 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     return build_report(records)
 
 
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _local_gpu() -> str:
     """The peak table's name of the GPU at hand; SpecError when there is none to name."""
     import torch
 
-    if not torch.cuda.is_available():
+    from lmperf.runtime.peaks import spec_for_device_name
+
+    found = torch.cuda.is_available() and spec_for_device_name(torch.cuda.get_device_name())
+    if not found:
         raise SpecError("name the target: --gpu NAME (e.g. H100-SXM) for GPUs you do not have, "
                         "or --device cpu --gib G for this CPU's ranks")
-    from lmperf.runtime.peaks import device_spec
-
-    found = device_spec(torch.cuda.get_device_name())
-    if found is None:
-        raise SpecError(f"{torch.cuda.get_device_name()} is not in the peak table: give --gpu")
     return found.name

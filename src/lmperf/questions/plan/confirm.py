@@ -1,22 +1,17 @@
 """`lmperf plan --confirm K`, the rank side: one planned configuration, run for real.
 
-Each cell builds the model (same seed on every rank), switches checkpointing on, wraps it for
-its strategy and runs full steps of `grad_accum` micro-batches (the last one smaller when the
-replica's batch does not divide), synchronising gradients once per step:
-
-    ddp    lmperf's FlatDDP: one all-reduce of the flattened gradients after the last backward
-    zero1  the same, and lmperf's ShardedOptimizer (AdamW state on its owner, broadcast after)
-    fsdp   lmperf's readable FSDP (weights gathered when used, gradients reduce-scattered)
-
-AdamW (foreach, as the plan simulated) gets its state from a zero-gradient step first, as the
-simulator assumes; then one step runs under LiveBytes, whose peak (every live tensor
-this rank holds) is the quantity the plan predicts, and the process's RSS is
-recorded beside it. A timed cell then runs one warm-up and `steps` timed steps, untracked.
+A cell builds the model (one seed on every rank), checkpointing on, wraps it for its strategy
+(lmperf's readable ones: ddp a flat DDP, zero1 that and the ShardedOptimizer, fsdp the readable
+FSDP) and runs full steps of `grad_accum` micro-batches, gradients synchronised once per step.
+AdamW (foreach, as planned) gets its state from a zero-gradient step first, as the simulator
+assumes; one step then runs under LiveBytes (the peak the plan predicts; RSS beside it), and a
+timed cell one warm-up and `steps` timed steps, untracked.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 import weakref
 
@@ -163,6 +158,7 @@ def run_cell(job, item: str, ctx) -> dict:
     if ctx.rank:
         return None
     measured = max(r["peak_bytes"] for r in everyone)
+    slowest = [max(ts) for ts in zip(*[r["step_s"] for r in everyone])]  # per step, the last rank
     return {"metrics": {"planned_peak_bytes": cell["planned_peak_bytes"],
                         "measured_peak_bytes": measured,
                         "peak_error": measured and (cell["planned_peak_bytes"] - measured) / measured,
@@ -170,10 +166,5 @@ def run_cell(job, item: str, ctx) -> dict:
                         "planned_fits": cell["planned_peak_bytes"] <= cell["budget_bytes"],
                         "measured_fits": measured <= cell["budget_bytes"],
                         "planned_step_s": cell["planned_step_s"],
-                        "measured_step_s": _median([max(ts) for ts in zip(*[r["step_s"] for r in everyone])]),
+                        "measured_step_s": statistics.median(slowest) if slowest else None,
                         "ranks": everyone}}
-
-
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    return (xs[len(xs) // 2] + xs[(len(xs) - 1) // 2]) / 2 if xs else None

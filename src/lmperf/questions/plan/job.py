@@ -1,9 +1,5 @@
-"""A plan request -> one 'plan' record per candidate; `--confirm K` -> the cells run for real.
-
-The search itself is `lmperf.estimate.plan`; here it becomes records (nothing ran: every
-figure is PREDICTED, said in each record's method) and, with --confirm, a ConfirmJob of 2 K
-cells for the launcher of `lmperf dist`, whose records are then scored in one summary record.
-"""
+"""A plan request -> one 'plan' record per candidate of `lmperf.estimate.plan`'s search (every
+figure PREDICTED, said in its method); `--confirm K` -> 2 K cells run on ranks, then scored."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
 
-    device = "cpu" if spec.gpu is None and spec.device == "cpu" else "cuda"
+    device = spec.device
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, device,
                     "foreach" if device == "cpu" else "fused")
     target = cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
@@ -43,8 +39,8 @@ def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
                         "GPUs (nor over any data-parallel degree): give a multiple")
     rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
                       spec.precisions, runnable)
-    return rows, capture(torch.device("cpu")), (f"{spec.gpus} x {target.name}, "
-                                 f"{target.budget / 2**30:.3g} GiB each")
+    return rows, capture(torch.device("cpu")), \
+        f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each"
 
 
 def records(spec: PlanSpec) -> list[dict]:
@@ -63,25 +59,26 @@ def records(spec: PlanSpec) -> list[dict]:
     return out
 
 
-def command(spec: PlanSpec, row: dict) -> str:
-    """The command that runs a planned candidate with what lmperf has."""
+def command(spec: dict, row) -> str:
+    """The command that runs a planned candidate (`row`) of a plan (`spec`, its record's) with
+    what lmperf has."""
     from lmperf.model.presets import require_plain
 
     runner = {"ddp": "torch-ddp", "zero1": "torch-zero1", "fsdp": "fsdp2"}.get(row["strategy"])
     try:
-        if spec.size and not spec.model:
-            require_plain(spec.size, spec.course, "dist train")
+        require_plain(spec["size"], spec["course"], "dist train")
     except SpecError:
         runner = None
-    if runner is None or row["tp"] > 1 or spec.model:
+    if runner is None or row["tp"] > 1 or spec["model"]:
         return (f"(lmperf dist train does not run {row['strategy']} on this model: torchtitan "
-                f"does; `lmperf bench --size {spec.size or 'SIZE'} --batch {row['micro_batch']} "
-                f"--context {spec.context}` times one rank's micro-batch)")
+                f"does; `lmperf bench --size {spec['size'] or 'SIZE'} --batch "
+                f"{row['micro_batch']} --context {spec['context']}` times one rank's micro-batch)")
     dtype = "bf16" if row["precision"] != "fp32" else "fp32"
     todo = ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else []) \
         + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else [])
-    return (f"lmperf dist train --world-size {spec.gpus} --strategy {runner} --size {spec.size} "
-            f"--context {spec.context} --batch {row['micro_batch']} --compute-dtype {dtype}"
+    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {runner} --size "
+            f"{spec['size']} --context {spec['context']} --batch {row['micro_batch']} "
+            f"--compute-dtype {dtype}"
             + (f"  (not flags of dist train yet: {', '.join(todo)})" if todo else ""))
 
 
@@ -110,9 +107,8 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     for r in picks:
         per_replica = spec.global_batch // (spec.gpus // r["tp"])
         for b, timed in ((r["micro_batch"], True), (r["micro_batch"] + 1, False)):
-            accum = r["grad_accum"] if not timed else r["grad_accum"]
             live, _ = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
-                                r["strategy"], spec.gpus, r["tp"], b, accum, r["precision"],
+                                r["strategy"], spec.gpus, r["tp"], b, r["grad_accum"], r["precision"],
                                 "cpu", spec.context, readable=True)
             cells.append({"cell": f"rank{r['rank']}-b{b}", **{c: r[c] for c in CANDIDATE},
                           "run_batch": b, "per_replica": per_replica, "timed": timed,

@@ -37,7 +37,9 @@ def build_report(records: list[dict]) -> Report:
                 f"micro-batch {best['micro_batch']} x {best['grad_accum']}: "
                 f"{best['step_s']:.3g} s per step (predicted), {best['peak_gib']:.3g} GiB per "
                 f"rank, MFU {best['mfu']:.0%}")
-            findings.append("run it: " + command_for(spec, best))
+            from lmperf.questions.plan.job import command
+
+            findings.append("run it: " + command(spec, best))
         else:
             findings.append("nothing fits: " + str(best["why"]))
         findings.append(m0["method"])
@@ -54,12 +56,3 @@ def build_report(records: list[dict]) -> Report:
                         f"Kendall tau of step times {m['kendall_tau']:.2f}")
     return Report(kind="plan", frame=frame, tables=tables, findings=findings, records=records,
                   title="lmperf plan: the fastest configuration that fits (PREDICTED)")
-
-
-def command_for(spec: dict, row: pd.Series) -> str:
-    """The command line that runs `row` (see questions.plan.job.command)."""
-    from lmperf.questions.plan.job import command
-    from lmperf.questions.plan.spec import PlanSpec, known_fields
-
-    return command(PlanSpec(**{k: tuple(v) if isinstance(v, list) else v
-                               for k, v in spec.items() if k in known_fields()}), row)

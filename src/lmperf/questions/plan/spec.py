@@ -1,14 +1,10 @@
-"""PlanSpec: the identity of one plan request; ConfirmJob: the cells `--confirm` runs on ranks.
-
-A plan is computed, not run: its records carry the request (PlanSpec) and the candidate. A
-confirmation runs real training steps on the device at hand under torchrun (the launcher of
-`lmperf dist`), one item per cell: a planned configuration at its micro-batch b, or at b + 1.
-"""
+"""PlanSpec: one plan request (computed, not run: its records carry it and the candidate);
+ConfirmJob: the cells `--confirm` runs under `lmperf dist`'s torchrun launcher, one item each."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from lmperf.errors import SpecError
@@ -90,17 +86,13 @@ class ConfirmJob(_Job, Ranks):
         self.check_ranks()
         positive_int("steps", self.steps)
 
-    def cell_list(self) -> list[dict]:
-        """The cells, decoded."""
-        return json.loads(self.cells)
-
     def items(self) -> list[str]:
         """One item per cell: its id."""
-        return [c["cell"] for c in self.cell_list()]
+        return [c["cell"] for c in json.loads(self.cells)]
 
     def cell(self, item: str) -> dict:
         """The cell named `item`."""
-        return next(c for c in self.cell_list() if c["cell"] == item)
+        return next(c for c in json.loads(self.cells) if c["cell"] == item)
 
     def item_spec(self, item: str) -> dict:
         """The record spec of one cell: the plan request and the candidate run."""
@@ -111,14 +103,9 @@ class ConfirmJob(_Job, Ranks):
 
     def with_items(self, items: list[str]) -> "ConfirmJob":
         """Only the cells in `items`."""
-        kept = [c for c in self.cell_list() if c["cell"] in items]
+        kept = [c for c in json.loads(self.cells) if c["cell"] in items]
         return ConfirmJob(**{**self.to_full_dict(), "cells": json.dumps(kept)})
 
     def label(self) -> str:
         """Short name for progress lines."""
         return f"plan --confirm n={self.world_size} ({len(self.items())} cells)"
-
-
-def known_fields() -> set[str]:
-    """PlanSpec's field names."""
-    return {f.name for f in fields(PlanSpec)}

@@ -259,22 +259,6 @@ def attention_breakdown(trace: Trace, flops: Mapping[str, float | Mapping[str, f
     return out
 
 
-def softmax_vs_matmul(breakdown: pd.DataFrame) -> pd.Series:
-    """Softmax against the two attention matmuls, from an `attention_breakdown` table.
-
-    runtime_ratio = softmax time / (scores + final matmul time); flop_ratio[_source] is the same
-    ratio of FLOPs for each FLOPs source present. A runtime ratio far above the FLOP ratio means
-    softmax is bound by memory traffic, not arithmetic.
-    """
-    b = breakdown.set_index("range")
-    mm = [SCORES, FINAL_MATMUL]
-    out = {"runtime_ratio": b.at[SOFTMAX, "ms_per_step"] / b.loc[mm, "ms_per_step"].sum()}
-    for col in b.columns:
-        if col.startswith("flops_per_step"):
-            out["flop_ratio" + col.removeprefix("flops_per_step")] = b.at[SOFTMAX, col] / b.loc[mm, col].sum()
-    return pd.Series(out)
-
-
 def side_by_side(table_a: pd.DataFrame, table_b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
     """Two tables next to each other by rank (1 = top row of each), e.g. forward vs full step.
 
