@@ -116,3 +116,16 @@ def test_op_counts_and_a_prediction_on_fake_tensors():
     assert expected <= matmul <= expected + B * T * D // H
     (record,) = pr.predict([spec.with_(device="cpu")], ["H100-SXM"])
     assert record["status"] == "ok" and record["metrics"]["forward"]["flops"] > 0
+
+
+def test_a_plan_for_it_on_gpus(capsys):
+    """`lmperf plan --model`: candidates simulated and timed; its checkpointing is every layer
+    (transformers' own) or none, so larger groups are left out, not an error."""
+    import lmperf
+
+    report = lmperf.plan(model=MODEL, size="tiny", gpu="A100-80GB", gpus=2, context=32,
+                         global_batch=4, checkpoint=[0, 1, 2], precision="bf16-mixed")
+    specs = [r["spec"] for r in report.records]
+    assert specs and {s["checkpoint"] for s in specs} == {0, 1}
+    assert all(r["metrics"]["fits"] for r in report.records)
+    assert any(f"--model {MODEL}" in f for f in report.findings if f.startswith("run it"))

@@ -69,8 +69,8 @@ def allowance_bytes(peak: float) -> float:
 
 @dataclass(frozen=True)
 class Workload:
-    """What is simulated: the model (`size` of the `course` edition, or a factory `model`),
-    the context, attention, and the device whose allocator and autocast lists apply."""
+    """What is simulated: the model (`size` or a factory `model`), context, attention, and the
+    device whose allocator and autocast lists apply."""
 
     size: str | None
     course: str

@@ -23,10 +23,8 @@ DATA_PARALLEL = ("ddp", "zero1", "zero2", "fsdp")
 
 @dataclass(frozen=True)
 class Cluster:
-    """Where the plan runs: `gpus` devices of `name`, `per_node` of them per node, each with
-    `budget` bytes, a time target (`estimate.time_model.Target`, whose peaks MFU is taken
-    against) and the comm figures (`estimate.comm.Link`, or one per collective with "*" for the
-    rest: gloo's differ)."""
+    """Where the plan runs: `gpus` devices, `per_node` per node, `budget` bytes each, a time
+    target (`time_model.Target`: MFU's peaks) and links (`comm.Link`, or per collective)."""
 
     name: str
     gpus: int
@@ -40,8 +38,7 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One configuration: precision, checkpoint group (0 none, 1 every block), strategy,
-    tensor-parallel degree, micro-batch and micro-batches per step."""
+    """One configuration (checkpoint: block-group size, 0 none; grad_accum: micro-batches)."""
 
     precision: str
     checkpoint: int
@@ -52,9 +49,8 @@ class Candidate:
 
 
 def strategies(cluster: Cluster, runnable: tuple[str, ...] | None = None) -> list[tuple[str, int]]:
-    """(strategy, t) pairs worth planning on `cluster`: the data-parallel ones, and fsdp+tp for
-    every t in 2, 4, 8 that divides the GPUs and stays within a node (TP's all-reduces are in the
-    critical path: across nodes they never pay). `runnable` restricts the names."""
+    """(strategy, t) pairs worth planning: the data-parallel ones, and fsdp+tp for t in 2, 4, 8
+    dividing the GPUs within a node (TP's all-reduces are in the critical path)."""
     pairs = [(s, 1) for s in DATA_PARALLEL]
     pairs += [("fsdp+tp", t) for t in (2, 4, 8)
               if t < cluster.gpus and cluster.gpus % t == 0 and t <= cluster.per_node]
@@ -177,10 +173,17 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
     largest micro-batch that fits and every smaller power of two (each with the accumulation
     that reaches the global batch), plus the smallest micro-batch when none fits (the row
     that says why). One row per candidate (see `evaluate`)."""
+    from lmperf.errors import SpecError
+
     rows = []
     for precision in precisions:
         for group in checkpoints:
-            lines = timelines(work, precision, group)
+            try:
+                lines = timelines(work, precision, group)
+            except SpecError:  # a user's model checkpoints every layer (transformers) or not at all
+                if not group:
+                    raise
+                continue
             for strategy, t in strategies(cluster, runnable):
                 if precision == "bf16-fsdp" and not strategy.startswith("fsdp"):
                     continue  # the policy belongs to FSDP

@@ -1,10 +1,6 @@
-"""The device an estimate is for, named once: `--gpu NAME --gpus N --gpus-per-node G --gib G`,
-or the device at hand (`cpu`: its ceilings measured now).
-
-A GPU's time figures come from the peak table (`runtime.peaks`: fp32 -> FP32 FMA, tf32 ->
-TF32, bf16/fp16 -> tensor cores), held to the attained fractions FRACTIONS, driven by a host
-that takes `host_op_s` per op; its memory and links from the same table.
-"""
+"""The device an estimate is for, named once (`--gpu NAME --gpus N --gpus-per-node G --gib G`),
+or the CPU at hand: a GPU's figures from the peak table (`runtime.peaks`), held to the attained
+fractions FRACTIONS, driven by a host taking `host_op_s` per op; the CPU's measured now."""
 
 from __future__ import annotations
 

@@ -155,13 +155,8 @@ def _fewest(fits: Callable[[int], bool], cap: int = 2**16) -> int | None:
     memory only shrinks as k grows); None if not even `cap` fits."""
     if fits(1):
         return 1
-    if not fits(cap):
-        return None
-    lo, hi = 1, cap
-    while hi - lo > 1:  # not fits(lo), fits(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
+    last = _largest(lambda k: not fits(k), cap)  # the most devices that still do not fit
+    return 2 if last is None else None if last == cap else last + 1
 
 
 def _row(strategy: str, shape: Shape, n: int, t: int, states: float, activations: float,

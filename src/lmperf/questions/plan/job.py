@@ -12,11 +12,9 @@ import torch
 from lmperf.errors import SpecError
 from lmperf.questions.plan.spec import RUNNABLE_ON_CPU, ConfirmJob, PlanSpec
 
-METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps (micro-batch 1 and "
-          "2, every other read off them) weighted by what the strategy keeps per rank "
-          "(lmperf.estimate.fit); step time from per-op counts on the target "
-          "(lmperf.estimate.time_model) and each collective's latency + bandwidth "
-          "(lmperf.estimate.comm), overlap as stated there")
+METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps weighted by what the "
+          "strategy keeps (lmperf.estimate.fit); step time from per-op counts on the target and "
+          "each collective's latency + bandwidth (estimate.time_model, estimate.comm)")
 CANDIDATE = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
 
 
@@ -70,8 +68,9 @@ def command(spec: dict, row) -> str:
     except SpecError:
         runner = None
     if runner is None or row["tp"] > 1 or spec["model"]:
+        model = f"--model {spec['model']} " if spec["model"] else ""
         return (f"(lmperf dist train does not run {row['strategy']} on this model: torchtitan "
-                f"does; `lmperf bench --size {spec['size'] or 'SIZE'} --batch "
+                f"does; `lmperf bench {model}--size {spec['size'] or 'SIZE'} --batch "
                 f"{row['micro_batch']} --context {spec['context']}` times one rank's micro-batch)")
     dtype = "bf16" if row["precision"] != "fp32" else "fp32"
     todo = ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else []) \
