@@ -112,7 +112,9 @@ def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
     one, two = (simulate_step(work.spec(b, regime), checkpoint_group=checkpoint) for b in (1, 2))
     a, b = (r.timeline[list(_CATEGORIES)].to_numpy(dtype=float) for r in (one, two))
     if a.shape != b.shape:  # the ops changed with the batch: cannot interpolate
-        raise ValueError("the step's events differ between micro-batches 1 and 2")
+        from lmperf.errors import SpecError
+
+        raise SpecError("cannot plan this model: its step runs other ops at micro-batch 1 and 2")
     phase = one.timeline["phase"].to_numpy()
     return Timelines(a, b - a, phase == "optimizer", np.isin(phase, ("forward", "backward")),
                      one.seconds + two.seconds)
@@ -162,7 +164,7 @@ def rank_peak(lines: Timelines, shape: Shape, strategy: str, n: int, t: int, bat
     return peak, (allowance_bytes(peak) if device == "cuda" else 0.0)
 
 
-def device_fit(spec, budget_gib: float | None) -> dict:
+def device_fit(spec, budget_gib: float | None, checkpoint: int = 0) -> dict:
     """Does one step of `spec` (a RunSpec, single device) fit in `budget_gib`? Its simulated peak
     plus, on CUDA, the allowance, held against the budget: the same answer `memory --estimate`,
     `dist --estimate` at one device and `plan` give. {} when the model cannot be simulated."""
@@ -170,7 +172,7 @@ def device_fit(spec, budget_gib: float | None) -> dict:
     from lmperf.estimate.simulate import simulate_step
 
     try:
-        res = simulate_step(spec)
+        res = simulate_step(spec, checkpoint_group=checkpoint)
     except SpecError:
         return {}
     total = res.total_bytes / 2**30  # peak + allowance, as memory --estimate's "fits"

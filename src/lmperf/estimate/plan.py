@@ -75,9 +75,11 @@ def shape_of(work: Workload) -> Shape:
 _TIMES: dict[tuple, tuple[dict, int]] = {}
 
 
-def _phases(work: Workload, precision: str, batch: int, target: object) -> tuple[dict, int]:
+def _phases(work: Workload, precision: str, batch: int, target: object, t: int = 1
+            ) -> tuple[dict, int]:
     """(phase -> predicted seconds, forward + backward FLOPs) of one micro-batch of `batch` on
-    one device of `target`; each micro-batch's ops counted once per process."""
+    one device of `target` holding 1 / `t` of each op (tensor parallelism: the device's time
+    divided, the host's not: every rank issues every op); ops counted once per process."""
     from lmperf.estimate.op_costs import count_op_costs
     from lmperf.estimate.time_model import phase_times
 
@@ -85,9 +87,12 @@ def _phases(work: Workload, precision: str, batch: int, target: object) -> tuple
     if key not in _TIMES:
         costs = count_op_costs(work.spec(batch, PRECISIONS[precision]))
         table = costs.table
-        _TIMES[key] = ({p: t.typical_s for p, t in phase_times(costs, target).items()},
+        _TIMES[key] = (phase_times(costs, target),
                        int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum()))
-    return _TIMES[key]
+    times, flops = _TIMES[key]
+    floor = 0.0 if target.synchronous else 1.0  # a GPU waits for its host; a CPU adds it
+    return {p: max(floor * x.host_s, x.typical_s - x.device_s * (1 - 1 / t))
+            for p, x in times.items()}, flops // t
 
 
 def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
@@ -102,19 +107,22 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
     compute = recompute = flops = 0.0
     spans = []  # (forward s, backward s with its recompute) per micro-batch
     for b in sizes:
-        phases, f = _phases(work, c.precision, b, cluster.target)
-        fwd, bwd = phases.get("forward", 0.0) / t, phases.get("backward", 0.0) / t
-        compute += fwd + bwd
-        recompute += fwd if c.checkpoint else 0.0
-        flops += f / t
-        spans.append((fwd, bwd + (fwd if c.checkpoint else 0.0)))
+        phases, f = _phases(work, c.precision, b, cluster.target, t)
+        fwd, bwd = phases.get("forward", 0.0), phases.get("backward", 0.0)
+        # checkpointing runs the blocks' forward again, not the head's (2 b T C V of ~f t / 3)
+        again = fwd * max(0.0, 1 - 6 * b * work.context * shape.d_model * shape.vocab_size
+                          / (f * t)) if c.checkpoint and f else 0.0
+        compute, recompute, flops = compute + fwd + bwd, recompute + again, flops + f
+        spans.append((fwd, bwd + again))
     last_bwd = spans[-1][1]
     held = tp_params(shape, t) / shape.params if t > 1 else 1.0
     share = held / (d if c.strategy in ("zero1", "zero2", "fsdp", "fsdp+tp") else 1)
-    phases, _ = _phases(work, c.precision, sizes[-1], cluster.target)
+    phases, _ = _phases(work, c.precision, sizes[-1], cluster.target, t)
     optimizer = phases.get("optimizer", 0.0) * share
     s_fp32 = 4 * shape.params * held
-    s_c = (2 if c.precision != "fp32" else 4) * shape.params * held
+    # gathered in bf16 by FSDP's policy and by the readable FSDP; in fp32 under autocast
+    s_c = (2 if c.precision == "bf16-fsdp" or (cluster.blocking and c.precision != "fp32")
+           else 4) * shape.params * held
     def run(coll: str, nbytes: float, messages: int = 1) -> float:
         """`messages` collectives of `nbytes` / `messages` each over the data-parallel group,
         which takes every t-th device (per_node / t of its members share a node)."""
@@ -127,13 +135,11 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
     bucket = min(BUCKET_BYTES, s_fp32)
     total_comm = exposed = 0.0
     if c.strategy in ("ddp", "zero1") and d > 1:
-        reduce = run("all_reduce" if c.strategy == "ddp" or cluster.blocking else "reduce_scatter",
-                     s_fp32)
+        reduce = run("all_reduce", s_fp32)
         exposed += comm.exposed_seconds(reduce, last_bwd, overlap, run("all_reduce", bucket))
         total_comm += reduce
-        if c.strategy == "zero1":  # updated parameters back from their owners
-            after = run("broadcast", s_fp32, shape.param_tensors) if cluster.blocking \
-                else run("all_gather", s_fp32)
+        if c.strategy == "zero1":  # updated parameters back from their owners, a tensor each
+            after = run("broadcast", s_fp32, shape.param_tensors)
             exposed, total_comm = exposed + after, total_comm + after
     elif c.strategy == "zero2" and d > 1:
         for _, bwd in spans:

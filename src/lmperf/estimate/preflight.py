@@ -79,7 +79,8 @@ def available(device: torch.device) -> tuple[int, str] | None:
     return min(limits) if limits else None
 
 
-def check_fits(spec: RunSpec, device: torch.device, regime: Regime, fields: dict) -> None:
+def check_fits(spec: RunSpec, device: torch.device, regime: Regime, fields: dict,
+               checkpoint: int = 0) -> None:
     """Raise PredictedOutOfMemory (a MemoryError: the envelope writes an 'oom' row) when one
     simulated step of `spec` needs more than the memory available by more than MARGIN, unless
     the job's environment says --force; the figures go into `fields['predicted']` first."""
@@ -90,7 +91,7 @@ def check_fits(spec: RunSpec, device: torch.device, regime: Regime, fields: dict
     room = available(device)
     if room is None:
         return
-    need = device_fit(replace(spec, device=device.type, precision=regime.name), None)
+    need = device_fit(replace(spec, device=device.type, precision=regime.name), None, checkpoint)
     free, what = room
     if need and need["peak_gib"] * GIB > free * (1 + MARGIN):
         needs = int(need["peak_gib"] * GIB)

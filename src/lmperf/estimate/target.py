@@ -75,7 +75,7 @@ def cpu_target(threads: int | None = None) -> Target:
 
 
 # gloo over loopback between 2 ranks of a 2-core AMD EPYC (torch 2.13), per collective: the
-# latency (us) and effective bus bandwidth (GB/s) `estimate.comm.fit_from_records` fitted to
+# effective bus bandwidth (GB/s) and latency (us) `estimate.comm.fit_from_records` fitted to
 # `lmperf dist comm` 1 KiB..64 MiB (tests/data/dist_comm_gloo, 2026-11-27); at 4 ranks gloo is
 # slower (docs/accuracy.md). Inside a training step the same collectives measured 1.1-3.3x these.
 CPU_LINKS: dict[str, tuple[float, float]] = {

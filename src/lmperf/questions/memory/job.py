@@ -61,7 +61,8 @@ def run_job(spec: MemorySpec) -> list[dict]:
             stage.now = "building the model"
             lightest = min(spec.modes, key=MODES.index) if spec.analysis == "phases" else None
             check_fits(spec.run.with_(context=spec.contexts[0], mode=lightest or "train-step"),
-                       torch.device(spec.device), get_regime(spec.run.precision), {})
+                       torch.device(spec.device), get_regime(spec.run.precision), {},
+                       min((g for g in spec.groups if g), default=0))  # checkpointing's lightest
             stage.now = f"running the {spec.analysis} analysis"
         measure = {"phases": _phases, "saved": _saved, "checkpoint": _checkpoint}[spec.analysis]
         items, params = measure(spec, stage)

@@ -52,8 +52,9 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
                     device="cpu" if on_cpu else "cuda", gpus_per_node=gpus_per_node, gib=gib,
                     precisions=precisions, checkpoints=groups, attention=attention,
                     host_us=host_us)
-    if confirm < 0:
-        raise SpecError(f"--confirm takes a number of plans >= 1, got {confirm}")
+    if confirm < 0 or (confirm and not on_cpu):
+        raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) on this machine's CPU "
+                        "ranks (--device cpu --gib G); on GPUs, run the winner's command")
     path = None
     if out is not None:
         from lmperf.results.store import ensure_writable

@@ -30,13 +30,12 @@ def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
                     "foreach" if device == "cpu" else "fused")
     target = cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
                      host_us=spec.host_us)
-    runnable = RUNNABLE_ON_CPU if device == "cpu" else None
-    if spec.global_batch % spec.gpus and not any(
-            spec.global_batch % (spec.gpus // t) == 0 for t in (2, 4, 8) if spec.gpus % t == 0):
-        raise SpecError(f"global batch {spec.global_batch} does not split over {spec.gpus} "
-                        "GPUs (nor over any data-parallel degree): give a multiple")
     rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
-                      spec.precisions, runnable)
+                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None)
+    if not rows:
+        raise SpecError(f"nothing to plan: global batch {spec.global_batch} does not split over "
+                        f"the data-parallel degrees of {spec.gpus} devices (or no --checkpoint "
+                        "group applies to this model): give a multiple of the devices")
     return rows, capture(torch.device("cpu")), \
         f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each"
 
@@ -72,12 +71,12 @@ def command(spec: dict, row) -> str:
         return (f"(lmperf dist train does not run {row['strategy']} on this model: torchtitan "
                 f"does; `lmperf bench {model}--size {spec['size'] or 'SIZE'} --batch "
                 f"{row['micro_batch']} --context {spec['context']}` times one rank's micro-batch)")
-    dtype = "bf16" if row["precision"] != "fp32" else "fp32"
     todo = ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else []) \
-        + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else [])
+        + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else []) \
+        + (["bf16 autocast"] if row["precision"] == "bf16-mixed" else [])
     return (f"lmperf dist train --world-size {spec['gpus']} --strategy {runner} --size "
-            f"{spec['size']} --context {spec['context']} --batch {row['micro_batch']} "
-            f"--compute-dtype {dtype}"
+            f"{spec['size']} --context {spec['context']} --batch {row['micro_batch']}"
+            + (" --compute-dtype bf16" if row["precision"] == "bf16-fsdp" else " --bucket-mb 25")
             + (f"  (not flags of dist train yet: {', '.join(todo)})" if todo else ""))
 
 
@@ -123,12 +122,9 @@ def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = No
     from lmperf.results.schema import make_record
     from lmperf.runtime.env import capture
 
-    if spec.device != "cpu":
-        raise SpecError("--confirm runs on this machine's CPU ranks (--device cpu --gib G); "
-                        "on a GPU machine run the planned command instead")
     job = ConfirmJob(world_size=spec.gpus, plan=json.dumps(spec.to_dict()),
                      cells=json.dumps(confirm_cells(spec, rows, k)),
-                     timeout_s=timeout or 600.0)
+                     timeout_s=600.0 if timeout is None else timeout)
     done = run_job(job)
     summary = score([r for r in done if r["status"] == "ok"])
     done.append(make_record("plan", {**spec.to_dict(), "confirm": True, "cell": "summary"},

@@ -40,8 +40,8 @@ def build_report(records: list[dict]) -> Report:
             from lmperf.questions.plan.job import command
 
             findings.append("run it: " + command(spec, best))
-        else:
-            findings.append("nothing fits: " + str(best["why"]))
+        else:  # the candidate closest to fitting says by how much
+            findings.append("nothing fits: " + str(frame.loc[frame["peak_gib"].idxmin(), "why"]))
         findings.append(m0["method"])
     if cells:
         tables["confirmed: planned vs measured"] = pd.DataFrame([{
@@ -50,9 +50,11 @@ def build_report(records: list[dict]) -> Report:
                 "planned_peak_bytes", "measured_peak_bytes", "peak_error", "planned_fits",
                 "measured_fits", "planned_step_s", "measured_step_s")}} for c in cells])
     for s in summary:
-        m = s["metrics"]
-        findings.append(f"confirmed on {m['cells']} cells: boundary correct "
-                        f"{m['boundary_correct']:.0%}, worst peak error {m['peak_error']:.1%}, "
-                        f"Kendall tau of step times {m['kendall_tau']:.2f}")
+        m = {k: "n/a" if v is None else format(v, f) for k, f, v in (  # None: no cells, one plan
+            (k, f, s["metrics"][k]) for k, f in (("boundary_correct", ".0%"),
+                                                 ("peak_error", ".1%"), ("kendall_tau", ".2f")))}
+        findings.append(f"confirmed on {s['metrics']['cells']} cells: boundary correct "
+                        f"{m['boundary_correct']}, worst peak error {m['peak_error']}, "
+                        f"Kendall tau of step times {m['kendall_tau']}")
     return Report(kind="plan", frame=frame, tables=tables, findings=findings, records=records,
                   title="lmperf plan: the fastest configuration that fits (PREDICTED)")
