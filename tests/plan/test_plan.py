@@ -86,6 +86,8 @@ def test_json_is_one_record_per_candidate(capsys, tmp_path):
     (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
     (["--gpu", "H100-SXM", "--gpus", "3", "--global-batch", "4"], "does not split"),
     (["--gpu", "H100-SXM", "--precision", "fp8"], "plan precision"),
+    (["--gpu", "H100-SXM", "--host-us", "-1"], "--host-us"),
+    (["--gpu", "H100-SXM", "--confirm", "2"], "CPU ranks"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, said):
     assert main(["plan", "--size", "tiny", "--context", "64", *argv]) == 2
@@ -109,3 +111,14 @@ def test_confirm_runs_planned_cells_on_gloo_ranks_and_scores_them():
     summary = report.records[-1]["metrics"]
     assert summary["cells"] == 4 and summary["boundary_correct"] == 1.0
     assert any(f.startswith("confirmed on 4 cells") for f in report.findings)
+
+
+def test_a_summary_without_pairs_or_cells_says_n_a():
+    from lmperf.questions.plan.job import score
+    from lmperf.questions.plan.report import build_report
+    from lmperf.results.schema import make_record
+
+    summary = make_record("plan", {"confirm": True, "cell": "summary"}, "ok", {},
+                          metrics=score([]))
+    assert score([])["kendall_tau"] is None
+    assert any("Kendall tau of step times n/a" in f for f in build_report([summary]).findings)
