@@ -36,10 +36,10 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
 
     if device not in ("auto", "cpu", "cuda"):
         raise SpecError(f"unknown device {device!r}; accepted: auto, cpu, cuda")
-    import torch
+    from lmperf.runtime import device as dev
 
     on_cpu = device == "cpu" or (device == "auto" and gpu is None and gib is not None
-                                  and not torch.cuda.is_available())
+                                  and not dev.cuda_available())
     if on_cpu and gpu is not None:
         raise SpecError("--gpu names a target GPU; --device cpu plans for this CPU's ranks")
     if gpu is None and not on_cpu:
@@ -62,16 +62,19 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
         path = Path(out)
         ensure_writable(path)
     err(f"planning {spec.size or spec.model} for {gpus} x {gpu or 'this CPU'} ...")
+    from lmperf.results.store import append_record
+
     records = job.records(spec)
+    for r in records if path is not None else ():  # kept before --confirm's minutes start
+        append_record(path, r)
     if confirm:
         rows = [{**r["spec"], **r["metrics"]} for r in records]
-        err(f"confirming {confirm} plans on {gpus} gloo ranks here (2 cells each) ...")
-        records += job.confirm(spec, rows, confirm, timeout)
-    if path is not None:
-        from lmperf.results.store import append_record
-
-        for r in records:
+        err(f"confirming {confirm} plans on {gpus} gloo ranks here (2 cells each, each cell "
+            "runs full steps of the global batch: minutes) ...")
+        cells = job.confirm(spec, rows, confirm, timeout)
+        for r in cells if path is not None else ():
             append_record(path, r)
+        records += cells
     return build_report(records)
 
 
@@ -79,9 +82,10 @@ def _local_gpu() -> str:
     """The peak table's name of the GPU at hand; SpecError when there is none to name."""
     import torch
 
+    from lmperf.runtime import device as dev
     from lmperf.runtime.peaks import spec_for_device_name
 
-    found = torch.cuda.is_available() and spec_for_device_name(torch.cuda.get_device_name())
+    found = dev.cuda_available() and spec_for_device_name(dev.device_name(torch.device("cuda")))
     if not found:
         raise SpecError("name the target: --gpu NAME (e.g. H100-SXM) for GPUs you do not have, "
                         "or --device cpu --gib G for this CPU's ranks")
