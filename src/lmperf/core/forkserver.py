@@ -74,8 +74,9 @@ def _child(request: dict) -> None:
 
 def warm_up(target: str = WARM_UP) -> None:
     """Run the catalog's warm-up (`lmperf.catalog.WARM_UP`: torch's lazy imports triggered once,
-    here, instead of in every child). It touches no data, no thread pool and no device, so
-    forking afterwards stays safe."""
+    here, instead of in every child). It touches no data, no thread pool, no device and no
+    autograd (whose first backward initialises CUDA), so forking afterwards stays safe
+    (tests/core/test_forkserver_prefork.py)."""
     try:
         resolve(target)()
     except Exception:  # a warm-up that fails costs each child its lazy imports, nothing more

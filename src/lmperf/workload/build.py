@@ -144,7 +144,12 @@ def _declared_context(config, target: str | None) -> int | None:
 
 def warm_up() -> None:
     """Trigger torch's lazy imports (sympy, the flop counter, torch.distributed's pieces, ...:
-    ~2 s on a first model build) once: one step of the tiny model on the meta device. Meta
-    tensors have shapes and no data, so no arithmetic runs, no thread pool starts and no device
-    is touched (the warm fork server runs this before forking jobs)."""
-    meta_flops(RunSpec.from_size("tiny", context=16, batch=1))
+    ~1 s on a first model build) once: the tiny model's forward FLOPs counted on the meta
+    device under no_grad. The warm fork server runs this before forking jobs, so it must leave
+    every device untouched: meta tensors hold no data (no arithmetic, no thread pool), and no
+    autograd graph is built or run, because the autograd engine's first backward asks the CUDA
+    runtime for its device count, which initialises the driver in the server and leaves every
+    forked child's CUDA broken ("initialization error", pytorch/pytorch#32707; seen on an H200,
+    docs/gpu-validation.md). The forward imports the same modules a whole step does."""
+    with torch.no_grad():
+        meta_flops(RunSpec.from_size("tiny", context=16, batch=1, mode="forward"))
