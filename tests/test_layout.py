@@ -14,7 +14,7 @@ WRITES_RECORDS = ("spec", "job", "report")
 # (command, role) -> the module that plays it instead, and why
 ELSEWHERE = {
     ("bench", "spec"): "lmperf.workload.spec",  # RunSpec: the run every timing question shares
-    ("dist", "job"): "lmperf.questions.parallel.launch",  # torchrun; the rank side is worker.py
+    ("dist", "job"): "lmperf.core.torchrun",  # torchrun; the rank side is lmperf.core.rank
 }
 
 

@@ -2,7 +2,7 @@
 
 `python -m tests.parallel.exit_check REPEATS FOLDER` imports torch once, then per repeat forks two
 ranks that join a gloo group (env://, a fresh port), run `overlap` through lmperf's own rank code
-(`lmperf.questions.parallel.worker.setup / run_items / shutdown`: asynchronous all-reduces started from
+(`lmperf.core.rank.setup / run_items / shutdown`: asynchronous all-reduces started from
 autograd hooks), and leave through `sys.exit(0)`, i.e. through the interpreter's full
 finalisation, where gloo work still referenced would abort with "terminate called without an
 active exception". Prints one JSON line: per rank and repeat, the exit status and whether its
@@ -35,7 +35,7 @@ def _rank(rank: int, port: int, log: Path) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     from lmperf.questions.parallel.spec import TrainJob
-    from lmperf.questions.parallel.worker import run_items, setup, shutdown
+    from lmperf.core.rank import run_items, setup, shutdown
 
     job = TrainJob(world_size=2, strategies=("overlap",), size="tiny", d_model=32, num_layers=1,
                    num_heads=2, d_ff=64, vocab_size=64, context=8, batch=2,

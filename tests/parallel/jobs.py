@@ -50,7 +50,7 @@ class StrategyCheck:
     """Items 'strategy:dtype' (dtype: the fsdp compute dtype, fp32 for the others)."""
 
     kind: ClassVar[str] = "dist"
-    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
     worker: ClassVar[str] = "tests.parallel.jobs:check_item"
 
     world_size: int

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from lmperf.questions.parallel import comm
 from lmperf.questions.parallel.report import build_report
 from lmperf.questions.parallel.spec import CommJob
-from lmperf.questions.parallel.worker import RankContext
+from lmperf.core.rank import RankContext
 from lmperf.results.schema import make_record
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.cuda.memory
 
-from lmperf.questions.parallel import worker
+from lmperf.core import rank as worker
 
 GIB = 2**30
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.questions.parallel.launch import run_job
+from lmperf.core.torchrun import run_job
 from lmperf.questions.parallel.spec import CommJob
-from lmperf.questions.parallel.worker import ENV_FAULT
+from lmperf.core.rank import ENV_FAULT
 
 
 def _workers() -> list[int]:
@@ -20,7 +20,7 @@ def _workers() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if entry.name.isdigit() and b"lmperf.questions.parallel.worker" in cmdline:
+        if entry.name.isdigit() and b"lmperf.core.rank" in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -62,7 +62,7 @@ def test_a_hung_rank_is_killed_and_named(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_hung_rank_at_world_size_1_names_no_waiting_peers() -> None:
     from types import SimpleNamespace
 
-    from lmperf.questions.parallel.launch import _hang_message
+    from lmperf.core.torchrun import _hang_message
 
     states = {0: {"rank": 0, "stage": "step 1", "index": 3, "seq": 7}}
     message = _hang_message(SimpleNamespace(timeout_s=30.0), "train", states)

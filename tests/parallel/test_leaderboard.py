@@ -94,7 +94,7 @@ def test_the_python_api_plans_the_same_job(monkeypatch):
     import lmperf
 
     seen = {}
-    monkeypatch.setattr("lmperf.questions.parallel.launch.run_job",
+    monkeypatch.setattr("lmperf.core.torchrun.run_job",
                         lambda job: seen.setdefault("job", job) and [])
     report = lmperf.dist("leaderboard", size="tiny", context=32, device="cpu", precision="bf16-mixed",
                          rep_ms=5.0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.questions.parallel.launch import run_job
+from lmperf.core.torchrun import run_job
 from tests.parallel.jobs import StrategyCheck
 
 FP32 = ["naive", "flat", "overlap", "bucketed", "torch-ddp", "fsdp", "fsdp2", "zero1", "torch-zero1"]

@@ -8,7 +8,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from lmperf.questions.parallel.launch import torchrun_command
+from lmperf.core.torchrun import torchrun_command
 from lmperf.results.store import read_records
 
 

@@ -1,5 +1,5 @@
 """The distributed paths, checked for real in one torchrun launch through `lmperf dist`'s own
-launcher (`questions.parallel.launch.run_job`): the process group forms, each collective lmperf
+launcher (`core.torchrun.run_job`): the process group forms, each collective lmperf
 issues returns what a reference computed locally says it must, one training step of each of
 lmperf's readable strategies equals single-process training on the global batch, and (CUDA)
 every rank's memory cap holds on that rank's own GPU.
@@ -20,7 +20,7 @@ from typing import Callable, ClassVar
 import torch
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed, skip
-from lmperf.questions.parallel.spec import Ranks
+from lmperf.core.rank import Ranks
 
 STRATEGIES: tuple[str, ...] = ("naive", "flat", "overlap", "bucketed", "fsdp", "fsdp-exact", "zero1")
 """lmperf's own (readable) strategies; torch's engines (torch-ddp, fsdp2) are torch's to test."""
@@ -37,7 +37,7 @@ class DistCheck(Ranks):
     world_size, backend, device, threads and the launch options: `Ranks`."""
 
     kind: ClassVar[str] = "doctor"
-    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
     worker: ClassVar[str] = "lmperf.questions.doctor.distjob:run_item"
 
     checks: tuple[str, ...]
@@ -237,7 +237,7 @@ def start(ctx: Context) -> Callable[[], dict[str, dict] | str]:
     def run() -> dict[str, dict] | str:
         if isinstance(job, str):
             return job
-        from lmperf.questions.parallel.launch import run_job
+        from lmperf.core.torchrun import run_job
 
         return {r["spec"]["item"]: r for r in run_job(job)}
 

@@ -16,7 +16,7 @@ import sys
 
 def under_torchrun() -> bool:
     """Whether this process is a rank that torchrun started for a user (not for lmperf's launcher)."""
-    from lmperf.questions.parallel.worker import ENV_DIR
+    from lmperf.core.rank import ENV_DIR
 
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and not os.environ.get(ENV_DIR)
 
@@ -29,7 +29,7 @@ def run_rank(argv: list[str]) -> int:
     from lmperf.questions.parallel.cli import run_kwargs
     from lmperf.questions.parallel.plan import plan_dist
     from lmperf.questions.parallel.report import build_report
-    from lmperf.questions.parallel.worker import run_items, setup, shutdown
+    from lmperf.core.rank import run_items, setup, shutdown
     from lmperf.results import store
 
     args = build_parser("dist").parse_args(["dist", *argv])

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from lmperf.estimate.formulas import bandwidths, bus_factor
 from lmperf.questions.parallel.ops import DTYPES, all_gather_flat, reduce_scatter_flat
 from lmperf.questions.parallel.spec import CommJob
-from lmperf.questions.parallel.worker import RankContext
+from lmperf.core.rank import RankContext
 from lmperf.measure.stats import spread_warning, summarize
 from lmperf.runtime import device as dev
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.model.shape import ModelShape
-from lmperf.questions.parallel.spec import Ranks
+from lmperf.core.rank import Ranks
 
 if TYPE_CHECKING:
     import argparse
@@ -60,7 +60,7 @@ class LeaderboardJob(ModelShape, Ranks):
 
     kind: ClassVar[str] = "dist"
     what: ClassVar[str] = "leaderboard"
-    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.leaderboard:run_item"
 
     # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; world_size, threads and
@@ -279,7 +279,7 @@ def leaderboard(size: str = "leaderboard", *, out: str | Path | None = None,
     """Run the leaderboard step (see the module docstring and `plan` for the options) under
     torchrun and return its Report (one row); the record is appended to `out` when given. A
     rank that runs out of memory, crashes or hangs is a row naming the rank."""
-    from lmperf.questions.parallel.launch import run_job
+    from lmperf.core.torchrun import run_job
     from lmperf.results import store
 
     job = plan(size, **options)  # type: ignore[arg-type]

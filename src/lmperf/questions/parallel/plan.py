@@ -84,7 +84,7 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               max_memory_gib: float | None = None) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
     'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
-    from lmperf.questions.parallel.spec import DEFAULT_TIMEOUT_S
+    from lmperf.core.rank import DEFAULT_TIMEOUT_S
 
     if what not in ("all", "comm", "train"):
         raise SpecError(f"unknown dist command {what!r}; accepted: comm, train (or none: both)")

@@ -7,18 +7,18 @@ strategy) is one record whose `spec` is the item's own (`item_spec`), so that ta
 table` and `--resume` see one row per (collective, size, world size) or (strategy, world size).
 
 A job names two functions by "module:function": `runner` (the core's job protocol: run in the
-sweep's process, it starts torchrun, see `lmperf.questions.parallel.launch`) and `worker` (run on every rank
-for each item, see `lmperf.questions.parallel.worker`).
+sweep's process, it starts torchrun, see `lmperf.core.torchrun`) and `worker` (run on every rank
+for each item, see `lmperf.core.rank`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
+from lmperf.core.rank import RankJob, Ranks
 from lmperf.errors import SpecError
 from lmperf.model.shape import ModelShape
-from lmperf.names import DEVICES
 from lmperf.validate import check_fields, choice, positive_int
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
@@ -27,67 +27,8 @@ STRATEGIES: tuple[str, ...] = ("single", "naive", "flat", "overlap", "bucketed",
                                "fsdp", "fsdp2", "zero1", "torch-zero1")
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
-BACKENDS: tuple[str, ...] = ("gloo", "nccl")
-DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, never waited on
-
-# Fields that say how a job is launched, not what it measures: not part of a record's identity.
-_LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Ranks:
-    """How a job's ranks run, shared by every torchrun job (dist's, the leaderboard's, the
-    doctor's): how many (`world_size`, required), the process group's backend, where the
-    tensors live, torch's intra-op threads per rank, and two launch options: `timeout_s` (an
-    item running longer is killed: an error row) and `max_memory_gib` (each rank's memory cap,
-    `lmperf.runtime.device`'s cap_memory, so that a rank that does not fit fails as an 'oom'
-    row; 0: none). Keyword-only."""
-
-    world_size: int
-    backend: str = "gloo"
-    device: str = "cpu"
-    threads: int = 1
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_memory_gib: float = 0.0
-
-    def check_ranks(self) -> None:
-        """SpecError for a bad backend, device, thread count, timeout or world size."""
-        check_fields(self, choices={"backend": BACKENDS, "device": DEVICES},
-                     positive=("world_size",), non_negative=("threads",))
-        if self.backend == "nccl" and self.device != "cuda":
-            raise SpecError("the nccl backend needs --device cuda")
-        timeout = self.timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
-
-
-class _Job:
-    """What both jobs share: dict round trip without launch fields, item bookkeeping."""
-
-    def to_dict(self) -> dict:
-        """The job's identity as a JSON-ready dict (launch options left out)."""
-        return {k: v for k, v in asdict(self).items() if k not in _LAUNCH_FIELDS}  # type: ignore[call-overload]
-
-    def to_full_dict(self) -> dict:
-        """Everything, launch options included (what the ranks receive)."""
-        return asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "_Job":
-        """Inverse of `to_dict` / `to_full_dict`; unknown fields are refused."""
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = set(data) - known
-        if unknown:
-            raise SpecError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-    def with_items(self, items: list[str]) -> "_Job":
-        """The same job restricted to `items` (for --resume and after a failed launch)."""
-        raise NotImplementedError
-
-
 @dataclass(frozen=True)
-class CommJob(_Job, Ranks):
+class CommJob(RankJob, Ranks):
     """Collective benchmarks at one world size: every collective x every size.
 
     Attributes:
@@ -102,7 +43,7 @@ class CommJob(_Job, Ranks):
 
     kind: ClassVar[str] = "dist"
     what: ClassVar[str] = "comm"
-    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.comm:run_item"
 
     collectives: tuple[str, ...] = COLLECTIVES
@@ -167,7 +108,7 @@ class StrategyOptions:
 
 
 @dataclass(frozen=True)
-class TrainJob(_Job, StrategyOptions, ModelShape, Ranks):
+class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     """Data-parallel training strategies at one world size, on the same model and data.
 
     Attributes:
@@ -186,7 +127,7 @@ class TrainJob(_Job, StrategyOptions, ModelShape, Ranks):
 
     kind: ClassVar[str] = "dist"
     what: ClassVar[str] = "train"
-    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
     worker: ClassVar[str] = "lmperf.questions.parallel.train:run_item"
 
     # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; world_size and the

@@ -30,7 +30,7 @@ from lmperf.questions.parallel import accounting, strategies
 from lmperf.questions.parallel.ops import DTYPES
 from lmperf.questions.parallel.reference import compare, loss_of, train_reference
 from lmperf.questions.parallel.spec import TrainJob
-from lmperf.questions.parallel.worker import RankContext
+from lmperf.core.rank import RankContext
 from lmperf.measure.stats import summarize
 from lmperf.runtime import device as dev
 from lmperf.workload.steps import Observer

@@ -118,7 +118,7 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
 
 def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = None) -> list[dict]:
     """Run --confirm's cells on `spec.gpus` gloo ranks here; their records and the summary."""
-    from lmperf.questions.parallel.launch import run_job
+    from lmperf.core.torchrun import run_job
     from lmperf.results.schema import make_record
     from lmperf.runtime.env import capture
 

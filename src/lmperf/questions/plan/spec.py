@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from lmperf.errors import SpecError
-from lmperf.questions.parallel.spec import _Job, Ranks
+from lmperf.core.rank import RankJob, Ranks
 from lmperf.validate import positive_int
 
 CUDA_PRECISIONS = ("bf16-mixed", "bf16-fsdp")
@@ -70,13 +70,13 @@ class PlanSpec:
 
 
 @dataclass(frozen=True)
-class ConfirmJob(_Job, Ranks):
+class ConfirmJob(RankJob, Ranks):
     """The cells of `--confirm` at one world size: `cells` is a JSON list of dicts (a plan's
     candidate and its micro-batch to run, planned figures beside), `plan` the PlanSpec's dict
     (JSON); `steps` timed steps after one warm-up for the cells that are timed."""
 
     kind: ClassVar[str] = "plan"
-    runner: ClassVar[str] = "lmperf.questions.parallel.launch:run_job"
+    runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
     worker: ClassVar[str] = "lmperf.questions.plan.confirm:run_cell"
 
     plan: str

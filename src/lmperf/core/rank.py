@@ -1,8 +1,9 @@
-"""The rank side of a torchrun job: `python -m lmperf dist.worker JOB.json` on every rank.
+"""The rank side of a torchrun job: `python -m lmperf.core.rank JOB.json` on every rank, and the
+spec parts every torchrun job shares (`Ranks`, `RankJob`).
 
 Each rank joins the process group, runs the job's items in order (the job's `worker` function,
 on every rank; rank 0 gets the item's payload back and turns it into a record), and leaves
-cleanly. For the launcher (`lmperf.questions.parallel.launch`) it writes into the folder named by
+cleanly. For the launcher (`lmperf.core.torchrun`) it writes into the folder named by
 $LMPERF_DIST_DIR:
 
 - `rank_R.log`: the rank's stdout and stderr (and a Python traceback on a fatal signal);
@@ -29,16 +30,80 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from lmperf.errors import SpecError
+from lmperf.names import DEVICES
+from lmperf.validate import check_fields
 
 if TYPE_CHECKING:
     import torch
 
 ENV_DIR = "LMPERF_DIST_DIR"
 ENV_FAULT = "LMPERF_DIST_FAULT"  # tests: "crash|hang|raise@RANK@ITEM,..." (see `_inject_fault`)
+
+
+BACKENDS: tuple[str, ...] = ("gloo", "nccl")
+DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, never waited on
+
+# Fields that say how a job is launched, not what it measures: not part of a record's identity.
+_LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranks:
+    """How a job's ranks run, shared by every torchrun job (dist's, the leaderboard's, the
+    doctor's): how many (`world_size`, required), the process group's backend, where the
+    tensors live, torch's intra-op threads per rank, and two launch options: `timeout_s` (an
+    item running longer is killed: an error row) and `max_memory_gib` (each rank's memory cap,
+    `lmperf.runtime.device`'s cap_memory, so that a rank that does not fit fails as an 'oom'
+    row; 0: none). Keyword-only."""
+
+    world_size: int
+    backend: str = "gloo"
+    device: str = "cpu"
+    threads: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_memory_gib: float = 0.0
+
+    def check_ranks(self) -> None:
+        """SpecError for a bad backend, device, thread count, timeout or world size."""
+        check_fields(self, choices={"backend": BACKENDS, "device": DEVICES},
+                     positive=("world_size",), non_negative=("threads",))
+        if self.backend == "nccl" and self.device != "cuda":
+            raise SpecError("the nccl backend needs --device cuda")
+        timeout = self.timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+class RankJob:
+    """What every torchrun job shares: dict round trip without launch fields, item bookkeeping
+    (a job also has `items()`, `item_spec(item)`, `kind`, `runner` and `worker`)."""
+
+    def to_dict(self) -> dict:
+        """The job's identity as a JSON-ready dict (launch options left out)."""
+        return {k: v for k, v in asdict(self).items() if k not in _LAUNCH_FIELDS}  # type: ignore[call-overload]
+
+    def to_full_dict(self) -> dict:
+        """Everything, launch options included (what the ranks receive)."""
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RankJob":
+        """Inverse of `to_dict` / `to_full_dict`; unknown fields are refused."""
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - known
+        if unknown:
+            raise SpecError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    def with_items(self, items: list[str]) -> "RankJob":
+        """The same job restricted to `items` (for --resume and after a failed launch)."""
+        raise NotImplementedError
 
 
 class Progress:
@@ -216,7 +281,7 @@ def run_items(job: object, items: list[str], ctx: RankContext,
 def _fail(ctx: RankContext, item: str, fields: dict) -> None:
     """Record this rank's failure where the launcher looks, print it, and exit now."""
     fields = {**fields, "rank": ctx.rank, "item": item, "stage": ctx.stage.now}
-    print(f"lmperf.questions.parallel: rank {ctx.rank} failed in {item}: {fields['message']}", file=sys.stderr)
+    print(f"lmperf: rank {ctx.rank} failed in {item}: {fields['message']}", file=sys.stderr)
     print(fields.get("traceback", ""), file=sys.stderr)
     if ctx.folder is not None:
         (ctx.folder / f"rank_{ctx.rank}.fail.json").write_text(json.dumps(fields))

@@ -3,7 +3,7 @@
 `run_job(job)` is the job's runner (the core's protocol: spec -> list of records, never raises
 for a failure of the run). It starts `python -m torch.distributed.run --standalone` (a free
 port chosen by torchrun's c10d rendezvous, never a fixed one) with one worker per rank
-(`lmperf.questions.parallel.worker`), watches the ranks' state files, and turns every way a rank can fail
+(`lmperf.core.rank`), watches the ranks' state files, and turns every way a rank can fail
 into a row of the item it was running:
 
 - a rank that raises (an out-of-memory error included) writes its failure and exits: an
@@ -15,9 +15,9 @@ into a row of the item it was running:
 - always with the tail of that rank's log.
 
 Items already finished keep their rows, and the items after the failed one are launched again,
-so a failure costs one row, not the sweep. Designed to move into the core unchanged: it needs
+so a failure costs one row, not the sweep. It needs
 only a job with `world_size`, `timeout_s`, `threads`, `device`, `items()`, `item_spec(item)`,
-`with_items(items)` and the worker protocol of `lmperf.questions.parallel.worker`.
+`with_items(items)` and the worker protocol of `lmperf.core.rank`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from lmperf.core.jobs import class_path
 from lmperf.core.launch import alive, descendants
-from lmperf.questions.parallel.worker import ENV_DIR
+from lmperf.core.rank import ENV_DIR
 
 POLL_S = 0.1
 LOG_TAIL_LINES = 20
@@ -84,7 +84,7 @@ def launch_once(job: object, items: list[str]) -> Attempt:
         job_path.write_text(json.dumps({"spec_class": class_path(job),
                                         "spec": job.to_full_dict(),  # type: ignore[attr-defined]
                                         "items": items}), encoding="utf-8")
-        cmd = torchrun_command(job.world_size, ["-m", "lmperf.questions.parallel.worker", str(job_path)])  # type: ignore[attr-defined]
+        cmd = torchrun_command(job.world_size, ["-m", "lmperf.core.rank", str(job_path)])  # type: ignore[attr-defined]
         threads = getattr(job, "threads", 0) or 1
         env = {**os.environ, ENV_DIR: str(folder), "OMP_NUM_THREADS": str(threads),
                "PYTHONUNBUFFERED": "1"}
@@ -105,7 +105,7 @@ def launch_once(job: object, items: list[str]) -> Attempt:
 
 
 def _states(folder: Path) -> dict[int, dict]:
-    """rank -> its last state (see lmperf.questions.parallel.worker.Progress)."""
+    """rank -> its last state (see lmperf.core.rank.Progress)."""
     states = {}
     for path in folder.glob("rank_*.state.json"):
         try:
