@@ -181,6 +181,7 @@ def test_peak_table_on_the_cpu(ctx):
 ])
 def test_peak_table_for_gpu_names(tmp_path, monkeypatch, name, status, fragment):
     monkeypatch.setattr(dev, "device_name", lambda device: name)
+    monkeypatch.setattr(dev, "device_memory_gib", lambda device: 79.1)  # an 80 GB card's total
     out = environment.check_peak_table(Context(torch.device("cuda"), tmp_path))
     assert out.status == status and fragment in out.result + out.why
 

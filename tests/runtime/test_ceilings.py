@@ -84,3 +84,71 @@ def test_datasheet_peaks_never_borrow():
     assert a100["bf16"] == pytest.approx(312e12) and a100["fp32"] == pytest.approx(19.5e12)
     assert ce.datasheet_peaks("AMD EPYC") == {}
     assert ce.datasheet_peaks("NVIDIA A100-SXM4-40GB MIG 1g.5gb") == {}
+
+
+class _Device:
+    """A simulated device for the matmul probe: a call takes 2 n^3 / PEAK seconds, plus INIT_S
+    for the very first call (a library handle, a kernel loaded): what the H200's cuBLAS did."""
+
+    PEAK, INIT_S = 1e10, 0.5
+
+    def __init__(self):
+        self.n, self.calls = 0, 0
+
+    def mm(self, a, b):
+        self.n, self.calls = a.shape[0], self.calls + 1
+        return a
+
+    def clock(self, device):
+        sim = self
+
+        class Clock(_FixedClock):
+            def lap(self, phase):
+                self.laps[phase] = 1e3 * (2 * sim.n**3 / sim.PEAK
+                                          + (sim.INIT_S if sim.calls == 1 else 0.0))
+        return Clock(device)
+
+
+@pytest.fixture
+def simulated(monkeypatch):
+    sim = _Device()
+    monkeypatch.setattr(torch, "mm", sim.mm)
+    monkeypatch.setattr(dev, "PhaseClock", sim.clock)
+    return sim
+
+
+def test_a_slow_first_call_does_not_stop_the_probe_at_128(simulated):
+    # issue 34: the first call (the warm-up) took >= MIN_CALL_S, so the probe stopped at n = 128
+    # and reported 0.1% of the device's rate; each size is now warmed up before it is judged.
+    flops, n = ce.matmul_flops(torch.device("cpu"), torch.float32, max_n=2048)
+    assert n == 512  # the first n whose call (2 n^3 / 1e10 s) reaches 20 ms
+    assert flops == pytest.approx(_Device.PEAK)
+
+
+def test_the_probe_starts_at_the_devices_min_n(simulated, monkeypatch):
+    # on CUDA no product below 4096 is judged: smaller ones cannot reach a GPU's peak
+    assert ce.MIN_N["cuda"] >= 4096 and ce.MAX_N["cuda"] >= ce.MIN_N["cuda"]
+    monkeypatch.setitem(ce.MIN_N, "cpu", 1024)
+    simulated.INIT_S = 10.0  # every call judged long enough: the probe stays where it starts
+    _, n = ce.matmul_flops(torch.device("cpu"), torch.float32, max_n=4096)
+    assert n == 1024
+
+
+def test_a_size_that_runs_out_of_memory_is_halved(simulated, monkeypatch):
+    monkeypatch.setitem(ce.MIN_N, "cpu", 1024)
+    real_randn = torch.randn
+
+    def randn(*shape, **kw):
+        if shape[0] > 256:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        return real_randn(*shape, **kw)
+
+    monkeypatch.setattr(torch, "randn", randn)
+    flops, n = ce.matmul_flops(torch.device("cpu"), torch.float32, max_n=4096)
+    assert n == 256 and flops > 0  # 1024 and 512 did not fit, and 256 is not doubled again
+
+
+def test_bandwidth_buffers_stay_a_sixteenth_of_the_devices_memory(fixed_clock, monkeypatch):
+    monkeypatch.setattr(dev, "device_memory_gib", lambda device: 16 * 4096 / 2**30)
+    _, _, nbytes = ce.bandwidth(torch.device("cpu"), nbytes=2**20, repeats=1)
+    assert nbytes == 4096

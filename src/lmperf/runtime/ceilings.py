@@ -4,17 +4,23 @@ A roofline needs two numbers per device: how fast it can compute (FLOP/s) and ho
 move bytes to and from memory (bytes/s). Datasheets give peaks (`runtime.peaks`); this module
 measures what the device attains here, in this process, with this thread count:
 
-- matmul: a square (n, n) @ (n, n) product in each dtype, n doubled from 128 until one call
-  takes at least `MIN_CALL_S` (or n reaches the device's cap), then the best of `REPEATS` calls;
-  FLOP/s = 2 n^3 / time (a multiply-add is 2 FLOPs, as torch.utils.flop_counter counts).
+- matmul: a square (n, n) @ (n, n) product in each dtype, n doubled from the device's
+  `MIN_N` until one call takes at least `MIN_CALL_S` (or n reaches its `MAX_N`), then the best
+  of `REPEATS` calls; FLOP/s = 2 n^3 / time (a multiply-add is 2 FLOPs, as
+  torch.utils.flop_counter counts). Each size is warmed up (one untimed call) before its call
+  is judged: a first call pays for cuBLAS's handle, its heuristics and the first launch, and
+  judged as it was, it stopped the H200's probe at n = 128 (75 GFLOP/s of a 66.9 TFLOP/s fp32
+  peak, issue 34). On CUDA n starts at 4096, where cuBLAS reaches its peak, and halves only
+  where memory forbids it.
 - bandwidth: a copy (`y.copy_(x)`: reads n, writes n bytes) and a STREAM-style triad
-  (`z = x + 2 y`: reads 2n, writes n) over buffers far larger than the caches, best of
-  `REPEATS` after one untimed pass (first touch of the pages); the attained bandwidth is the
-  faster of the two (the best this device demonstrated).
+  (`z = x + 2 y`: reads 2n, writes n) over buffers far larger than the caches (on a GPU at
+  most 1/16 of its memory each), best of `REPEATS` after one untimed pass (first touch of the
+  pages); the attained bandwidth is the faster of the two (the best this device demonstrated).
 - op overhead: the time per call of an aten op on one-element tensors as a training step runs
   it (`torch.add(x, y)` with x requiring grad: dispatch, an output allocated, an autograd node
   recorded), `OVERHEAD_CALLS` calls back to back, best of `REPEATS`: what every eager op costs
-  besides its arithmetic and memory traffic (on CUDA, plus the launch as the host sees it).
+  besides its arithmetic and memory traffic (on CUDA, plus the launch as the host sees it),
+  timed after as many untimed calls.
 
 Best-of-N, not median: a ceiling is what the device can do, and on a shared machine the slower
 calls are other processes' interference. Every call is closed by a device synchronisation
@@ -35,6 +41,9 @@ MIN_CALL_S = 0.02  # one matmul call at least this long: timer and launch costs 
 REPEATS = 3
 # Largest n tried: CPU (a 2048^3 fp32 product is 17 GFLOP, ~0.3 s at one thread) and CUDA.
 MAX_N = {"cpu": 2048, "cuda": 8192}
+# Smallest n judged: a 4096^3 product keeps every SM of an H100/H200 busy for ~0.1 ms in bf16
+# (~2 ms in fp32), long past the launch; smaller ones cannot reach the peak they would measure.
+MIN_N = {"cpu": 128, "cuda": 4096}
 # Bandwidth buffers: 64 MiB each on the CPU (far above any L3 slice of this project's machines;
 # three of them for the triad), 1 GiB on CUDA (far above any L2).
 STREAM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
@@ -100,26 +109,41 @@ def matmul_flops(device: torch.device, dtype: torch.dtype, repeats: int = REPEAT
                  min_call_s: float = MIN_CALL_S, max_n: int | None = None) -> tuple[float, int]:
     """Attained FLOP/s of a square matmul in `dtype` on `device`, and the n it used.
 
-    n doubles from 128 while one call is shorter than `min_call_s` (so the timed product is
-    large enough to be the device's, not the call's, cost) and n < `max_n`.
+    n doubles from MIN_N[device] while one call, timed after an untimed one at the same size,
+    is shorter than `min_call_s` (so the timed product is large enough to be the device's, not
+    the call's, cost) and n < `max_n`; a size that runs out of memory is halved (not below 128).
     """
     max_n = max_n or MAX_N.get(device.type, 2048)
-    n = 128
+    n = min(MIN_N.get(device.type, 128), max_n)
     while True:
-        a = torch.randn(n, n, device=device).to(dtype)  # (n, n); randn first: any dtype works
-        b = torch.randn(n, n, device=device).to(dtype)
-        seconds = _best_s(lambda: torch.mm(a, b), device, 1)  # also the warm-up call
+        try:
+            a = torch.randn(n, n, device=device).to(dtype)  # (n, n); randn first: any dtype works
+            b = torch.randn(n, n, device=device).to(dtype)
+            _best_s(lambda: torch.mm(a, b), device, 1)  # warm-up at this size (untimed)
+        except Exception as exc:  # noqa: BLE001 - out of memory: a smaller product fits
+            if not dev.is_oom(exc) or n <= 128:
+                raise
+            a = b = None
+            dev.free_memory(device)
+            n = max_n = n // 2
+            continue
+        seconds = _best_s(lambda: torch.mm(a, b), device, 1)
         if seconds >= min_call_s or 2 * n > max_n:
             break
         n *= 2
-    seconds = min(seconds, _best_s(lambda: torch.mm(a, b), device, repeats))
+    if repeats > 1:  # the judged call is the first of the `repeats`
+        seconds = min(seconds, _best_s(lambda: torch.mm(a, b), device, repeats - 1))
     return 2 * n**3 / seconds, n
 
 
 def bandwidth(device: torch.device, nbytes: int | None = None,
               repeats: int = REPEATS) -> tuple[float, float, int]:
-    """(copy, triad) attained bytes/s over fp32 buffers of `nbytes` each, and `nbytes`."""
+    """(copy, triad) attained bytes/s over fp32 buffers of `nbytes` each, and `nbytes` (on a GPU
+    at most 1/16 of its memory each: the three fit beside a run's tensors)."""
     nbytes = nbytes or STREAM_BYTES.get(device.type, STREAM_BYTES["cpu"])
+    total_gib = dev.device_memory_gib(device)
+    if total_gib:
+        nbytes = min(nbytes, int(total_gib * dev.GIB / 16))
     n = nbytes // 4
     x = torch.ones(n, device=device)  # written once: every page touched before timing
     y = torch.ones(n, device=device)
@@ -144,7 +168,7 @@ def op_overhead(device: torch.device, calls: int = OVERHEAD_CALLS,
             for _ in range(calls):
                 torch.add(x, y)  # allocates its output and records an AddBackward node
 
-    run()  # warm-up
+    run()  # warm-up: `calls` untimed calls (allocator blocks cached, autograd node types seen)
     return _best_s(run, device, repeats) / calls
 
 

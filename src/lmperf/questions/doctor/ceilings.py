@@ -4,6 +4,10 @@ dtype and memory bandwidth, recorded beside the datasheet peaks where the peak t
 On the CPU the doctor measures with the thread count in force (lmperf's default: one thread, so
 the figures are a single core's, the same as every run's); on CUDA in fp32 (TF32 off), bf16 and
 fp16. A ceiling that is not positive and finite fails the check: the roofline would divide by it.
+Where the datasheet knows the device (`runtime.peaks`), a matmul ceiling below MIN_FLOPS_SHARE
+of its dtype's peak or a bandwidth below MIN_BANDWIDTH_SHARE of the datasheet's fails too: the
+probe did not reach the device's peak (the H200's first run measured fp32 at a 128 x 128 product,
+0.2% of its peak, and said ok: issue 34), or the device runs throttled.
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ import math
 from lmperf.questions.doctor.checks import Context, Outcome, passed
 
 DTYPES = {"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "fp16")}
+MIN_FLOPS_SHARE = 0.3
+"""A large cuBLAS GEMM reaches 60-90% of the dense datasheet peak (the doctor's bf16 GEMM row:
+81% on the H200); below 30% the probe measured something else than the device's peak."""
+MIN_BANDWIDTH_SHARE = 0.5
+"""A copy or triad over 1 GiB reaches 80-90% of the datasheet's bandwidth (90% on the H200)."""
 
 
 def check_ceilings(ctx: Context) -> Outcome:
@@ -42,7 +51,15 @@ def check_ceilings(ctx: Context) -> Outcome:
               + (f", {bw / peaks['bandwidth']:.0%} of peak" if "bandwidth" in peaks else "")
               + f"; {ceilings.op_overhead_s * 1e6:.1f} us per eager op call"
               + (f"; {ceilings.threads} thread(s)" if ctx.device.type == "cpu" else ""))
-    values = list(ceilings.matmul_flops_per_s.values()) + [bw]
-    good = all(math.isfinite(v) and v > 0 for v in values)
-    return passed(good, result, "every ceiling positive and finite (the roofline divides by "
-                  "them); best of 3 calls each", ceilings=ceilings.to_dict(), peaks=peaks)
+    values = list(ceilings.matmul_flops_per_s.values()) + [bw, ceilings.op_overhead_s]
+    shares = {d: v / peaks[d] for d, v in ceilings.matmul_flops_per_s.items() if d in peaks}
+    low = [f"{d} {v:.1%} of its peak (n = {ceilings.matmul_n[d]})" for d, v in shares.items()
+           if v < MIN_FLOPS_SHARE]
+    if "bandwidth" in peaks and bw / peaks["bandwidth"] < MIN_BANDWIDTH_SHARE:
+        low.append(f"bandwidth {bw / peaks['bandwidth']:.1%} of the datasheet's")
+    good = all(math.isfinite(v) and v > 0 for v in values) and not low
+    return passed(good, ("below the floor: " + "; ".join(low) + "; " if low else "") + result,
+                  f"every ceiling positive and finite (the roofline divides by them); where the "
+                  f"datasheet knows the device, matmuls at least {MIN_FLOPS_SHARE:.0%} of their "
+                  f"dtype's peak and bandwidth {MIN_BANDWIDTH_SHARE:.0%} of its; best of 3 calls "
+                  "each", ceilings=ceilings.to_dict(), peaks=peaks, shares=shares)

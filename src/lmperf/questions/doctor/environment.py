@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 
 import torch
 
@@ -63,10 +64,18 @@ def check_cuda_device(ctx: Context) -> Outcome:
                   memory_gib=total, bf16_native=bf16, mig=mig)
 
 
+MEMORY_SHARE = (0.85, 1.0)
+"""CUDA's total memory over the entry's datasheet capacity: ECC and the driver's reserve take a
+little (H200: 139.8 of 141 GiB, T4: 14.7 of 16); outside, the name matched another variant's
+entry (an H100 NVL's 94 GB under the 80 GB H100's figures)."""
+
+
 def check_peak_table(ctx: Context) -> Outcome:
     """The peak table's entry for this device name (MFU's denominator): the CPU has none, a MIG
-    slice has none unless the table lists it, a known GPU has its datasheet figures."""
-    from lmperf.runtime.peaks import PEAKS, is_mig, lookup_peak, peak_key
+    slice has none unless the table lists it, a known GPU has its datasheet figures, positive
+    and in the order of its units (fp32 FMA <= tf32 <= bf16, fp32 <= fp16), and a capacity
+    that CUDA's total memory matches (`MEMORY_SHARE`)."""
+    from lmperf.runtime.peaks import PEAKS, is_mig, lookup_peak, peak_key, spec_for_device_name
 
     device = ctx.device
     name = dev.device_name(device)
@@ -83,5 +92,16 @@ def check_peak_table(ctx: Context) -> Outcome:
     if not table:
         return ok(f"'{key}': listed without figures", "its peaks differ from its family's, so "
                                                       "MFU is null rather than borrowed")
-    figures = ", ".join(f"{d} {lookup_peak(name, d).tflops:g}" for d in table)
-    return ok(f"'{key}': {figures} TFLOP/s", next(iter(table.values())).source, entry=key)
+    figures = {d: lookup_peak(name, d).tflops for d in table}
+    chain = [figures[d] for d in ("fp32", "tf32", "bf16") if d in figures]
+    spec, total = spec_for_device_name(name), dev.device_memory_gib(device)
+    share = total / spec.memory_gib if spec is not None and total else None
+    low, high = MEMORY_SHARE
+    result = (f"'{key}': " + ", ".join(f"{d} {v:g}" for d, v in figures.items()) + " TFLOP/s"
+              + (f"; CUDA reports {total:.1f} of its {spec.memory_gib:g} GiB" if share else ""))
+    good = (min(figures.values()) > 0 and chain == sorted(chain)
+            and figures.get("fp16", math.inf) >= figures.get("fp32", 0)
+            and (share is None or low <= share <= high))
+    return passed(good, result, f"{next(iter(table.values())).source}; figures positive, fp32 <= "
+                  f"tf32 <= bf16, fp32 <= fp16; CUDA's memory {low:.0%}-{high:.0%} of the "
+                  "entry's", entry=key, tflops=figures, memory_share=share)

@@ -17,6 +17,7 @@ from lmperf.workload.build import Prepared
 
 PHASES = ("forward", "backward", "optimizer")
 CONTEXT, BATCH = 32, 2
+SYNC_N = 2048  # (N, N) @ (N, N) fp32 x 40: ~0.7 TFLOP in all, milliseconds on any GPU
 ATTEMPTS = 3
 """Timed steps per clock check; the one that agrees best is kept (one step can be preempted on
 a shared machine, which delays the outer clock and the step's clock alike, but not always)."""
@@ -42,13 +43,13 @@ def check_synchronize(ctx: Context) -> Outcome:
     """CUDA: queued work returns at once on the host, and `synchronize` waits for all of it (the
     host's launch + wait covers the GPU time that CUDA events measure for the same work)."""
     device = ctx.device
-    x = torch.randn(2048, 2048, device=device)
+    x = torch.randn(SYNC_N, SYNC_N, device=device)
     y = x @ x  # warm cuBLAS up (handle and workspace)
     dev.synchronize(device)
     clock = dev.PhaseClock(device)
     clock.start()
     for _ in range(40):
-        y = x @ x  # (2048, 2048) each: ~0.7 TFLOP in all, milliseconds on any GPU
+        y = x @ x
     clock.lap("work")  # CUDA events around the same kind of work
     gpu_ms = clock.laps["work"]
     begin = time.perf_counter()
