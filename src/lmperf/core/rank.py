@@ -121,12 +121,20 @@ class Progress:
 
     @now.setter
     def now(self, stage: str) -> None:
+        self._set(stage, waiting=False)
+
+    def wait(self, stage: str) -> None:
+        """Enter `stage`, a collective this rank waits in for its peers: when an item times
+        out, a rank still working is the late one, not a rank waiting here (the launcher)."""
+        self._set(stage, waiting=True)
+
+    def _set(self, stage: str, waiting: bool) -> None:
         self._now = stage
         self.seq += 1
         if self._path is None:
             return
         state = {"rank": self._rank, "pid": os.getpid(), "item": self.item, "index": self.index,
-                 "stage": stage, "seq": self.seq, "time": time.time()}
+                 "stage": stage, "seq": self.seq, "time": time.time(), "waiting": waiting}
         tmp = self._path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state), encoding="utf-8")
         os.replace(tmp, self._path)

@@ -40,6 +40,7 @@ from lmperf.core.rank import ENV_DIR
 POLL_S = 0.1
 LOG_TAIL_LINES = 20
 KILL_WAIT_S = 5.0
+PROGRESS_S = 2.0  # at most one line on stderr this often, saying what each rank is doing
 
 
 def torchrun_command(nproc: int, worker_args: list[str], *, nnodes: int = 1,
@@ -120,9 +121,18 @@ def _watch(proc: subprocess.Popen, folder: Path, timeout_s: float, started: floa
     """Wait for torchrun; returns the ranks' states if the current item ran past `timeout_s`
     (measured from the moment the first rank started it, or from the launch)."""
     seen: dict[int, float] = {}  # item index -> when the first rank started it
+    said, last = "", started
     while proc.poll() is None:
         time.sleep(POLL_S)
         states = _states(folder)
+        doing: dict[str, list[str]] = {}
+        for r, state in sorted(states.items()):
+            doing.setdefault(": ".join(filter(None, (state["item"], state["stage"]))),
+                             []).append(str(r))
+        now = "; ".join(f"rank {','.join(ranks)} {what}" for what, ranks in doing.items())
+        if now != said and time.time() - last >= PROGRESS_S:  # what each rank is doing
+            print(f"  {now}", file=sys.stderr, flush=True)
+            said, last = now, time.time()
         index = max((s["index"] for s in states.values()), default=-1)
         if index not in seen:
             seen[index] = time.time() if index >= 0 else started
@@ -217,10 +227,12 @@ def _diagnose(job: object, item: str, folder: Path, code: int, timed_out: dict |
 
 
 def _laggard(states: dict[int, dict]) -> int | None:
-    """The rank with the fewest stage changes (the one the others are waiting for)."""
+    """The rank the others wait for: of the ranks not waiting in a collective (all of them if
+    none or every one is), the one with the fewest stage changes."""
     if not states:
         return None
-    return min(states.values(), key=lambda s: (s["index"], s["seq"]))["rank"]
+    working = [s for s in states.values() if not s.get("waiting")] or list(states.values())
+    return min(working, key=lambda s: (s["index"], s["seq"]))["rank"]
 
 
 def _hang_message(job: object, item: str, states: dict[int, dict]) -> str:
@@ -232,7 +244,8 @@ def _hang_message(job: object, item: str, states: dict[int, dict]) -> str:
     others = sorted(r for r in states if r != lag)
     waiting = {states[r]["stage"] for r in others}
     lagging = states[lag]["stage"]  # type: ignore[index]
-    if len(states) > 1 and states[lag]["seq"] == max(s["seq"] for s in states.values()):  # type: ignore[index]
+    alone = sum(not s.get("waiting") for s in states.values()) == 1  # the others wait for it
+    if len(states) > 1 and not alone and states[lag]["seq"] == max(s["seq"] for s in states.values()):  # type: ignore[index]
         return (f"timed out after {timeout:g} s in {item}: every rank stopped at '{lagging}' "
                 "(a collective that never completed); every process was killed")
     peers = (f" while rank(s) {', '.join(map(str, others))} waited at "

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from lmperf.errors import SpecError
+from lmperf.model.checkpointing import set_checkpointing
 from lmperf.model.checks import inspect_on_meta
 from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
@@ -53,6 +54,7 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     with device:  # build directly on the device: no host copy of a large model
         model = build_model(config, spec.model)
     model.to(dtype=regime.param_dtype)
+    set_checkpointing(model, spec.checkpoint)  # SpecError where the model has no such groups
     # shared parameters once, as model.checks.count_params (inline: a bench run visits
     # model/checks once, for the output check; docs/architecture.md)
     params = sum(p.numel() for p in model.parameters())
@@ -60,7 +62,7 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     if spec.compile:  # compiled lazily, by the first step that runs it
         model = torch.compile(model, mode=spec.compile_mode)
     gen = dev.make_generator(device, spec.seed)
-    shape = (spec.batch, spec.context)
+    shape = (spec.batch * spec.grad_accum, spec.context)  # every micro-batch of one step
     inputs = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
     targets = torch.randint(0, spec.vocab_size, shape, generator=gen, device=device)
     optimizer = None
@@ -68,8 +70,15 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
                                       **OPTIMIZER_FLAGS[spec.optimizer])
     state = StepState(model, inputs, targets, functools.partial(autocast, regime, device), scaler,
-                      optimizer, clip=clip)
-    count = functools.partial(count_on_meta, eager, spec.mode, shape, spec.model is None)
+                      optimizer, clip=clip, accum=spec.grad_accum)
+
+    def count() -> tuple[int, dict[str, int]]:
+        set_checkpointing(eager, 0)  # model FLOPs (MFU's convention): no recompute counted
+        try:
+            return count_on_meta(eager, spec.mode, shape, spec.model is None)
+        finally:
+            set_checkpointing(eager, spec.checkpoint)
+
     return Prepared(state, STEPS[spec.mode], params, math_dtype, count)
 
 

@@ -39,6 +39,10 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         tie_embeddings: lm_head shares the token embedding's weight (Llama 3.2 1B and 3B).
         clip: max gradient norm of a train step, after unscaling (0: no unscale/clip step;
             the GradScaler's step still unscales).
+        checkpoint: activation checkpointing in groups of this many blocks (0: none; a
+            transformers model: 1, every layer), as `lmperf memory --checkpoint` means it.
+        grad_accum: micro-batches of `batch` sequences per optimizer step (train-step only):
+            each micro-batch's loss / grad_accum, one optimizer step after the last.
         course (ModelShape); device, threads, seed (OnDevice: the seed gives the weights and
         the random batch); compile, compile_mode (Compiled): keyword-only.
     """
@@ -63,6 +67,8 @@ class RunSpec(Compiled, OnDevice, ModelShape):
     clip: float = 1.0
     num_kv_heads: int | None = None
     tie_embeddings: bool = False
+    checkpoint: int = 0
+    grad_accum: int = 1
 
     def __post_init__(self) -> None:
         self.check_shape()
@@ -70,8 +76,11 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         self.check_compiled()
         check_fields(self, choices={"precision": REGIMES, "mode": MODES, "attention": ATTENTION,
                                     "optimizer": OPTIMIZERS},
-                     positive=("context", "batch", "steps", "vocab_size"),
-                     non_negative=("warmup",))
+                     positive=("context", "batch", "steps", "vocab_size", "grad_accum"),
+                     non_negative=("warmup", "checkpoint"))
+        if self.grad_accum > 1 and self.mode != "train-step":
+            raise SpecError(f"gradient accumulation (grad_accum {self.grad_accum}) belongs to "
+                            "a training step: mode train-step")
         if (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float))
                 or not math.isfinite(self.clip) or self.clip < 0):
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
@@ -139,6 +148,8 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         name = f"{self.model} ({self.shape()})" if self.model else self.size
         return (f"{name} ctx={self.context} b={self.batch} {self.precision} "
                 f"{self.mode} {self.attention}" + (f" warmup={self.warmup}" if self.warmup != 5 else "")
+                + (f" x{self.grad_accum}" if self.grad_accum > 1 else "")
+                + (f" ckpt={self.checkpoint}" if self.checkpoint else "")
                 + (" compiled" if self.compile else ""))
 
     def with_(self, **changes: object) -> "RunSpec":
@@ -161,16 +172,17 @@ class Grid:
     attentions: Sequence[str]
     warmups: Sequence[int] = (5,)
     compiles: Sequence[bool] = (False,)
+    checkpoints: Sequence[int] = (0,)
     fixed: dict = field(default_factory=dict)
 
     def expand(self) -> list[RunSpec]:
         """Every combination, in size-major order (the order of the course's table)."""
         return [
             RunSpec.from_size(size, context=ctx, batch=b, precision=p, mode=m,
-                              attention=a, warmup=w, compile=c, **self.fixed)
-            for size, ctx, b, p, m, a, w, c in itertools.product(
+                              attention=a, warmup=w, compile=c, checkpoint=g, **self.fixed)
+            for size, ctx, b, p, m, a, w, c, g in itertools.product(
                 self.sizes, self.contexts, self.batches, self.precisions, self.modes,
-                self.attentions, self.warmups, self.compiles)
+                self.attentions, self.warmups, self.compiles, self.checkpoints)
         ]
 
 

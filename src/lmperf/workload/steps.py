@@ -60,6 +60,7 @@ class StepState:
         unscale/clip step at all).
     annotate: range name -> context (profiling ranges; a no-op by default).
     fault: (step number, loss) -> loss; tests inject a NaN through it, otherwise the identity.
+    accum: micro-batches a train step splits the batch's rows into (gradient accumulation).
     """
 
     model: nn.Module
@@ -72,6 +73,7 @@ class StepState:
     annotate: Callable[[str], ContextManager] = lambda name: contextlib.nullcontext()
     fault: Callable[[int, torch.Tensor], torch.Tensor] = lambda step, loss: loss
     step_number: int = 0  # 1-based number of the step being run (the training loop sets it)
+    accum: int = 1
 
 
 @dataclass
@@ -87,14 +89,16 @@ class StepOutput:
     grad_norm: torch.Tensor | None
 
 
-def _loss(state: StepState) -> torch.Tensor:
+def _loss(state: StepState, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Forward + cross-entropy, inside the `forward` range (the `loss` range nested in it)."""
     with state.annotate("forward"), state.autocast():
-        logits = state.model(state.inputs)  # (B, T, V)
+        logits = state.model(inputs)  # (B, T, V)
         with state.annotate("loss"):
             # fp32 under autocast (cross_entropy is on its fp32 list); in the -true regimes it
             # runs in the parameter dtype, which is part of what those regimes show.
-            loss = F.cross_entropy(logits.flatten(0, 1), state.targets.flatten())
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            if state.accum > 1:  # a micro-batch's share: the step's gradient is their mean
+                loss = loss / state.accum
     return state.fault(state.step_number, loss)
 
 
@@ -102,7 +106,7 @@ def forward_step(state: StepState, obs: Observer) -> None:
     """Inference forward: logits and loss with no autograd graph."""
     obs.start()
     with state.annotate("step"), torch.no_grad():
-        _loss(state)
+        _loss(state, state.inputs, state.targets)
         obs.lap("forward")
 
 
@@ -110,7 +114,7 @@ def forward_backward_step(state: StepState, obs: Observer) -> None:
     """Forward + loss, then backward; gradients are dropped after the step (untimed)."""
     obs.start()
     with state.annotate("step"):
-        loss = _loss(state)
+        loss = _loss(state, state.inputs, state.targets)
         obs.lap("forward")
         with state.annotate("backward"):
             state.scaler.scale(loss).backward()  # outside autocast: follows forward's dtypes
@@ -119,19 +123,27 @@ def forward_backward_step(state: StepState, obs: Observer) -> None:
 
 
 def train_step(state: StepState, obs: Observer) -> StepOutput:
-    """A full training step: forward + loss, scaled backward, unscale + clip, AdamW step through
-    the scaler, zero_grad. Returns the loss and the pre-clip gradient norm (on the device)."""
+    """A full training step: forward + loss, scaled backward (both once per micro-batch: the
+    batch's rows in `state.accum` slices, gradients accumulating), unscale + clip, AdamW step
+    through the scaler, zero_grad. Returns the loss (the micro-batches' mean) and the pre-clip
+    gradient norm (on the device)."""
     assert state.optimizer is not None
     grad_norm = None
+    micro = (zip(state.inputs.chunk(state.accum), state.targets.chunk(state.accum))
+             if state.accum > 1 else [(state.inputs, state.targets)])
+    losses = []
     obs.start()
     with state.annotate("step"):
-        loss = _loss(state)
-        obs.lap("forward")
-        with state.annotate("backward"):
-            # Outside autocast: backward runs each op in the dtype its forward used. The scaler
-            # multiplies the loss by S (fp16-mixed) so small gradients do not flush to zero.
-            state.scaler.scale(loss).backward()
-        obs.lap("backward")
+        for inputs, targets in micro:  # (b, T) token ids each
+            losses.append(loss := _loss(state, inputs, targets))
+            obs.lap("forward")
+            with state.annotate("backward"):
+                # Outside autocast: backward runs each op in the dtype its forward used. The
+                # scaler multiplies the loss by S (fp16-mixed) so small gradients do not flush
+                # to zero.
+                state.scaler.scale(loss).backward()
+            obs.lap("backward")
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
         with state.annotate("optimizer"):
             if state.clip is not None:
                 state.scaler.unscale_(state.optimizer)  # grads /= S in place; notes inf/NaN

@@ -31,13 +31,17 @@ def bench(size: Sequence[str] | str | None = None, *,
           inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
           progress: bool = False, predict: Sequence[str] | str | None = None,
-          host_us: float | None = None, force: bool = False) -> Report:
+          host_us: float | None = None, force: bool = False,
+          checkpoint: Sequence[int] | int = 0, grad_accum: int = 1) -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
     `model` may list several factories (None or "reference": the reference LM): an A/B sweep;
     with `rounds` the sides alternate run by run (README: "A/B on a busy machine").
 
+    `checkpoint` (a sweep axis) checkpoints activations in groups of that many blocks (0: none;
+    `lmperf memory --checkpoint`'s meaning); `grad_accum` > 1 makes a train step that many
+    micro-batches of `batch` sequences, one optimizer step after the last.
     `compile` (a sweep axis: False, True or [False, True]) runs the whole model through
     torch.compile; the compiling first step is timed apart (metrics.compile_s).
     `rounds` > 1 runs the whole grid that many times, round-robin, and pools each spec's
@@ -81,7 +85,7 @@ def bench(size: Sequence[str] | str | None = None, *,
                       mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
                       optimizer=optimizer, device=device, threads=threads,
                       model_context=model_context, clip=clip, course=course, compile=compile,
-                      compile_mode=compile_mode)
+                      compile_mode=compile_mode, checkpoint=checkpoint, grad_accum=grad_accum)
     if out is not None:  # an unwritable --out is the one line, before any note
         from lmperf.results.store import ensure_writable
 

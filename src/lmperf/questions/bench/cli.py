@@ -46,6 +46,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
                    help="train-step: unscale and clip gradients to this norm, as `lmperf train` "
                         "does (0: no clip step) (default: 1.0)")
+    p.add_argument("--checkpoint", type=int, nargs="+", default=[0], metavar="G",
+                   help="activation checkpointing in groups of G blocks (0: none, the default; "
+                        "as lmperf memory --checkpoint); several values sweep")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="N",
+                   help="train-step: N micro-batches of --batch per optimizer step, each loss / "
+                        "N (gradient accumulation) (default: 1)")
     p.add_argument("--predict", nargs="+", metavar="DEVICE", default=None,
                    help="run nothing: PREDICT each phase's time on these devices (GPUs of the "
                         "peak table, e.g. H100 B200 A100, or cpu: this machine's measured "
@@ -70,5 +76,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                            compile_mode=args.compile_mode,
                                            out=args.out, progress=True,
                                            predict=args.predict, host_us=args.host_us,
-                                           force=args.force,
+                                           force=args.force, checkpoint=args.checkpoint,
+                                           grad_accum=args.grad_accum,
                                            **launch_kwargs(args)))

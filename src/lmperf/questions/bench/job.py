@@ -13,6 +13,7 @@ import time
 from lmperf.core.envelope import Run, measured
 from lmperf.core.heartbeat import beat
 from lmperf.core.outcome import first_line
+from lmperf.kernels import flash_configs
 from lmperf.measure.flops import (
     BACKWARD_MODES, COUNTED_CONVENTION, StepFlops, count_flops, reference_step_flops,
 )
@@ -50,7 +51,8 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     """The measurement, top to bottom: build (workload, model, runtime), time the steps, check
     a user's output, record the memory step, then the figures (peak, FLOPs, summaries, rates)."""
     device, stage = run.device, run.stage
-    check_fits(spec, device, run.regime, run.fields)  # a run that cannot fit: 'oom' in seconds
+    # a run that cannot fit: 'oom' in seconds (one micro-batch, at its checkpointing)
+    check_fits(spec, device, run.regime, run.fields, spec.checkpoint)
     beat(stage="building the model", steps_done=0, steps=spec.steps)  # where a killed job was
     prepared = prepare(spec, device, run.regime)
     state, step = prepared.state, prepared.step
@@ -74,8 +76,9 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     # One device sync per step, as `lmperf train` runs: the step time is the unsynchronised one
     # (tokens/s and MFU follow from it); the phases are its boundaries, read without a sync.
     clock = dev.PhaseClock(device, sync="step")  # warm-up steps run under the same clock
-    for _ in range(spec.warmup):
-        step(state, clock)
+    with flash_configs.searching() as searches:  # flash-triton's launch search, if any: untimed
+        for _ in range(spec.warmup):
+            step(state, clock)
 
     stage.now = f"measuring ({spec.steps} steps)"
     phases = PHASES[spec.mode]
@@ -96,7 +99,8 @@ def _measure(spec: RunSpec, run: Run) -> dict:
              step_ms=samples["step"])
 
     stage.now = "checking the model's output"
-    check_output(state.model, state.inputs, state.autocast, spec.vocab_size, spec.model)
+    check_output(state.model, state.inputs[:spec.batch], state.autocast, spec.vocab_size,
+                 spec.model)
 
     stage.now = "recording peak memory (one untimed step)"
     probe = PhaseProbe(dev.PeakMemory(device))
@@ -112,9 +116,10 @@ def _measure(spec: RunSpec, run: Run) -> dict:
         stage.now = "counting FLOPs (one untimed step)"
         counted, _ = count_flops(lambda: step(state, NO_OBSERVER))
         counted_on = f"a real step ({type(exc).__name__} on the meta device: {first_line(exc)})"
+    rows = spec.batch * spec.grad_accum  # sequences per step, every micro-batch
     if spec.model is None:  # the reference LM: one convention whatever --attention runs
         flops = reference_step_flops(counted, counted_on == "the meta device", spec.d_model,
-                                     spec.num_layers, spec.d_ff, spec.vocab_size, spec.batch,
+                                     spec.num_layers, spec.d_ff, spec.vocab_size, rows,
                                      spec.context, spec.mode)
     else:
         flops = StepFlops(counted, f"torch.utils.flop_counter on {counted_on}", COUNTED_CONVENTION)
@@ -129,7 +134,7 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     if not probe.memory.resettable:  # after the spread's warning, as before the envelope
         run.warnings.append("peak RSS could not be reset per phase here; memory peaks are "
                             "cumulative")
-    rates = step_rates(spec.batch * spec.context, timed["step_ms"], flops.flops,
+    rates = step_rates(rows * spec.context, timed["step_ms"], flops.flops,
                        peak.tflops if peak else None)
     metrics.update({
         "tokens_per_step": rates["tokens_per_step"],
@@ -146,4 +151,6 @@ def _measure(spec: RunSpec, run: Run) -> dict:
         "mfu": rates["mfu"],
         "memory": probe.result(),
     })
+    if searches:
+        metrics["autotune"] = searches
     return {"params": prepared.params, "metrics": metrics}

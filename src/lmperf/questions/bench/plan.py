@@ -51,7 +51,8 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
                steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
                threads: int | None = None, model_context: int = 0, clip: float = 1.0,
                course: str = DEFAULT_COURSE, compile: Sequence[bool] | bool = False,
-               compile_mode: str = "default") -> Plan:
+               compile_mode: str = "default", checkpoint: Sequence[int] | int = 0,
+               grad_accum: int = 1) -> Plan:
     """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
@@ -70,11 +71,11 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
     fixed = dict(model_context=model_context,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
                  device=dev_.type, threads=resolve_threads(threads, dev_.type),
-                 clip=clip, course=course, compile_mode=compile_mode)
+                 clip=clip, course=course, compile_mode=compile_mode, grad_accum=grad_accum)
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=precisions,
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),
-                compiles=as_list(compile), fixed=fixed)
+                compiles=as_list(compile), checkpoints=as_list(checkpoint), fixed=fixed)
     # Several --model values are the outermost axis (an A/B sweep: with --rounds, the sides
     # alternate run by run, so both see the same load).
     specs = list(dict.fromkeys(s.with_(model=m) for m in models for s in grid.expand()))

@@ -11,10 +11,10 @@ from lmperf.core.vocabulary import add_options
 DEFAULT_OUT = Path("results") / "dist.jsonl"
 SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
 COMM = ("collective", "sizes", "dtype", "iters")
-TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size")
+TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size",
+         "checkpoint", "grad_accum")
 ESTIMATE = ("gpus", "d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth",
-            "gpu_gib",
-            "tflops", "comm_dtype", "tp", "node_bandwidth", "gpus_per_node")
+            "gib", "tflops", "comm_dtype", "tp", "node_bandwidth", "gpus_per_node", "host_us")
 
 
 HELP = "data parallelism: collectives, DDP/FSDP/ZeRO strategies, estimates"
@@ -92,9 +92,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "precision regime (default: fp32)")
     g.add_argument("--compress", default="none", choices=COMPRESS,
                    help="torch-ddp's gradient compression hook (default: none)")
+    g.add_argument("--checkpoint", type=int, default=0, metavar="G",
+                   help="activation checkpointing in groups of G blocks (0: none, the default)")
+    g.add_argument("--grad-accum", type=int, default=1, metavar="N",
+                   help="micro-batches of --batch per rank and optimizer step (default: 1)")
     g = p.add_argument_group("--estimate")
-    g.add_argument("--gpus", type=int, nargs="+", metavar="N",
-                   help="the target's GPU counts, one row each (default: 8 64 512)")
+    add_options(g, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), lists=("gpus",),
+                helps={"gpu": "default: H100-SXM", "gpus": "one row each (default: 8 64 512)"})
     g.add_argument("--d-model", type=int, metavar="C", help="model width (with --d-ff, --num-layers)")
     g.add_argument("--d-ff", type=int, metavar="F", help="feed-forward width")
     g.add_argument("--num-layers", type=int, metavar="L", help="blocks")
@@ -102,16 +106,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the course's accounting model: two Linear layers per block, nothing else")
     g.add_argument("--tokens", type=int, default=2**20, metavar="T",
                    help="tokens per step over all ranks (default: 1048576)")
-    g.add_argument("--gpu", metavar="NAME",
-                   help="will it fit on NAME, and how fast could it go: its datasheet's memory, "
-                        "link bandwidth and dense bf16 peak are the defaults of --gpu-gib, "
-                        "--bandwidth and --tflops (names: lmperf.runtime.peaks.DEVICES, e.g. "
-                        "H100-SXM, B200, RTX-4090)")
     g.add_argument("--bandwidth", type=float, metavar="GB/s",
                    help="link bandwidth W per device and direction, 1e9 B/s (default: --gpu's, "
                         "else 100)")
-    g.add_argument("--gpu-gib", "--gib", type=float, metavar="G",
-                   help="memory per device (default: --gpu's, else 80)")
     g.add_argument("--tflops", type=float, metavar="C",
                    help="TFLOP/s per device (default: --gpu's dense bf16 peak, else 400 "
                         "achieved)")
@@ -119,8 +116,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bandwidth per device and direction between nodes, for collectives "
                         "whose group spans more than --gpus-per-node devices (default: none, "
                         "every device joined at --bandwidth)")
-    g.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
-                   help="devices per node behind --bandwidth (default: 8)")
     g.add_argument("--tp", type=int, nargs="+", metavar="T",
                    help="tensor-parallel degrees of the FSDP x TP rows (default: 2 4 8)")
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
@@ -135,7 +130,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_kwargs(args: argparse.Namespace) -> dict:
     """The keywords of a dist comm / train run (API and plan) from its parsed flags."""
-    return {name: getattr(args, name) for name in SHARED + COMM + TRAIN}
+    return {"precision": args.lb_precision or "fp32",  # --precision: train's or leaderboard's
+            **{name: getattr(args, name) for name in SHARED + COMM + TRAIN}}
 
 
 def cmd_dist(args: argparse.Namespace) -> int:
@@ -170,8 +166,16 @@ def cmd_dist(args: argparse.Namespace) -> int:
 
     kwargs = run_kwargs(args)
     plots = None if args.no_plots else (args.plots or default_folder(args.out))
-    return run_command(args, lambda: dist(args.what, world_size=args.world_size, **kwargs,
-                                          plots=plots,
-                                          out=args.out, timeout=args.timeout,
-                                          max_memory_gib=args.max_memory_gib, resume=args.resume,
-                                          progress=True), noun="item")
+    ran = []
+
+    def produce():
+        ran.append(dist(args.what, world_size=args.world_size, **kwargs, plots=plots,
+                        out=args.out, timeout=args.timeout, max_memory_gib=args.max_memory_gib,
+                        resume=args.resume, progress=True))
+        return ran[0]
+
+    code = run_command(args, produce, noun="item")
+    records = ran[0].records if ran else []
+    # every item failed: nothing was measured, and a script must see it (a failed row among
+    # ok ones is a result, exit 0)
+    return 1 if code == 0 and records and all(r["status"] != "ok" for r in records) else code

@@ -3,9 +3,10 @@
 - `TorchDDP(module, bucket_size_mb, compress)`: DistributedDataParallel (the reducer
   all-reduces buckets during backward; `finish_gradient_synchronization` has nothing left to do)
   with torch's fp16 / bf16 compression hooks; buffers are broadcast once, at construction.
-- `FSDP2(module, compute_dtype)`: `fully_shard` on every block of every ModuleList and on the
-  root, with a MixedPrecisionPolicy (parameters in `compute_dtype` for compute, gradients
-  reduced in fp32).
+- `FSDP2(module, compute_dtype, reshard)`: `fully_shard` on every block of every ModuleList and
+  on the root, with a MixedPrecisionPolicy (parameters in `compute_dtype` for compute, gradients
+  reduced in fp32); `reshard=False` keeps a micro-batch's gathered parameters from forward to
+  backward (ZeRO-2's one gather, torch's SHARD_GRAD_OP).
 - `TorchZeRO1(params, optimizer_cls, **kwargs)`: ZeroRedundancyOptimizer.
 
 `fully_shard` moved from torch.distributed._composable.fsdp (2.4, 2.5) to
@@ -72,7 +73,8 @@ class TorchDDP(nn.Module):
 class FSDP2(nn.Module):
     """torch's fully_shard (FSDP2) with the FSDP wrapper's interface."""
 
-    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
+    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
+                 reshard: bool = True):
         super().__init__()
         api = fsdp2_api()
         if api is None:
@@ -81,11 +83,12 @@ class FSDP2(nn.Module):
         broadcast_from_rank0(module)  # fully_shard shards each rank's local values
         policy = (policy_cls(param_dtype=compute_dtype, reduce_dtype=torch.float32)
                   if compute_dtype is not None else policy_cls())
+        keep = {} if reshard else {"reshard_after_forward": False}  # else torch's default
         for sub in module.modules():
             if isinstance(sub, nn.ModuleList):
                 for block in sub:
-                    fully_shard(block, mp_policy=policy)
-        fully_shard(module, mp_policy=policy)
+                    fully_shard(block, mp_policy=policy, **keep)
+        fully_shard(module, mp_policy=policy, **keep)
         self.module = module
 
     def forward(self, *args: object, **kwargs: object) -> object:

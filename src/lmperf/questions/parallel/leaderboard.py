@@ -330,9 +330,10 @@ def build_report(records: list[dict]) -> "Report":
 def add_arguments(p: "argparse.ArgumentParser") -> None:
     """The leaderboard's own flags on `lmperf dist`'s parser (the shared ones are dist's)."""
     g = p.add_argument_group("leaderboard")
-    g.add_argument("--precision", dest="lb_precision", default="bf16-true", choices=PRECISIONS,
-                   help="leaderboard: bf16-true (states in bf16) or bf16-mixed (fp32 master "
-                        "weights; 60.5 GiB of states per GPU on two) (default: bf16-true)")
+    g.add_argument("--precision", dest="lb_precision", choices=("fp32",) + PRECISIONS,
+                   help="leaderboard: bf16-true (states in bf16, the default) or bf16-mixed (fp32 "
+                        "master weights; 60.5 GiB of states per GPU on two); train: fp32 (the "
+                        "default) or bf16-mixed (bf16 autocast over fp32 weights)")
     g.add_argument("--warmup-ms", type=float, default=25.0, metavar="MS",
                    help="leaderboard: do_bench's warm-up budget (default: 25)")
     g.add_argument("--rep-ms", type=float, default=100.0, metavar="MS",
@@ -354,7 +355,8 @@ def cmd(args: "argparse.Namespace", default_out: Path) -> int:
     out = DEFAULT_OUT if Path(args.out) == default_out else Path(args.out)
     options = dict(world_size=world[0] if world else None,
                    context=args.context or 32768, batch=args.batch or 2,
-                   precision=args.lb_precision, checkpointing=not args.no_checkpointing,
+                   precision=args.lb_precision or "bf16-true",
+                   checkpointing=not args.no_checkpointing,
                    attention=args.lb_attention, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                    vocab_size=args.vocab_size, device=args.device, course=args.course or "2026",
                    timeout=args.timeout, max_memory_gib=args.max_memory_gib, seed=args.seed)

@@ -81,7 +81,8 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               compress: str = "none", seed: int = 0, device: str = "auto",
               threads: int | None = None, timeout: float | None = None,
               course: str | None = None, vocab_size: int | None = None,
-              max_memory_gib: float | None = None) -> DistPlan:
+              max_memory_gib: float | None = None, precision: str | None = None,
+              checkpoint: int = 0, grad_accum: int = 1) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
     'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
     from lmperf.core.rank import DEFAULT_TIMEOUT_S
@@ -110,13 +111,15 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
     if what in ("all", "train"):
         plan.jobs += _train_jobs(plan, world_size, strategy, size, context, batch, warmup, steps,
                                  profile_steps, lr, bucket_mb, compute_dtype, compress, seed,
-                                 defaults, dev_.type, common, course, vocab_size)
+                                 defaults, dev_.type, common, course, vocab_size,
+                                 dict(precision=precision or "fp32", checkpoint=checkpoint,
+                                      grad_accum=grad_accum))
     return plan
 
 
 def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warmup, steps,
                 profile_steps, lr, bucket_mb, compute_dtype, compress, seed, defaults,
-                device_type, common, course, vocab_size) -> list[TrainJob]:
+                device_type, common, course, vocab_size, step) -> list[TrainJob]:
     from lmperf.questions.parallel.engines import compression_unsupported
     from lmperf.workload.spec import RunSpec
 
@@ -133,7 +136,7 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
                  warmup=defaults["warmup"] if warmup is None else warmup,
                  steps=steps or defaults["steps"], profile_steps=profile_steps, lr=lr,
                  seed=seed, bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
-                 course=shape.course, **common)
+                 course=shape.course, **step, **common)
     jobs = []
     for n in _world_sizes(world_size, defaults["train_world_size"], device_type, "train"):
         mine = [s for s in names if (s == "single") == (n == 1)]

@@ -24,7 +24,9 @@ from lmperf.validate import check_fields, choice, positive_int
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                 "all_to_all")
 STRATEGIES: tuple[str, ...] = ("single", "naive", "flat", "overlap", "bucketed", "torch-ddp",
-                               "fsdp", "fsdp2", "zero1", "torch-zero1")
+                               "fsdp", "fsdp2", "zero1", "torch-zero1", "torch-zero2")
+SHARDED: tuple[str, ...] = ("fsdp", "fsdp2", "torch-zero2")  # they take --compute-dtype
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16-mixed")
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
 @dataclass(frozen=True)
@@ -112,8 +114,8 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     """Data-parallel training strategies at one world size, on the same model and data.
 
     Attributes:
-        world_size: ranks; each trains on `batch` sequences of its own per step (the
-            global batch is world_size x batch).
+        world_size: ranks; each trains on `grad_accum` micro-batches of `batch` sequences of
+            its own per step (the global batch is world_size x grad_accum x batch).
         strategies: names from STRATEGIES ('single' only at world size 1).
         size, d_model, num_layers, num_heads, d_ff, vocab_size: the reference LM's shape
             (`size` as the `course` edition's table defines it).
@@ -121,6 +123,9 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
         warmup, steps: untimed, then timed steps; profile_steps: further steps under the
             profiler (communication intervals and bytes), not timed.
         lr: AdamW learning rate; seed: weights and data.
+        precision: 'fp32', or 'bf16-mixed' (bf16 autocast over fp32 weights).
+        checkpoint: activation checkpointing in groups of this many blocks (0: none).
+        grad_accum: micro-batches per optimizer step, gradients synchronised once.
         bucket_mb, compute_dtype, compress: see `StrategyOptions`.
         backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
     """
@@ -142,13 +147,17 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     lr: float = 1e-3
     seed: int = 0
     attention: str = "naive"
+    precision: str = "fp32"
+    checkpoint: int = 0
+    grad_accum: int = 1
 
     def __post_init__(self) -> None:
         self.check_shape()
         self.check_ranks()
         self.check_strategy_options()
-        check_fields(self, positive=("vocab_size", "context", "batch", "steps"),
-                     non_negative=("warmup", "profile_steps"))
+        check_fields(self, choices={"precision": PRECISIONS},
+                     positive=("vocab_size", "context", "batch", "steps", "grad_accum"),
+                     non_negative=("warmup", "profile_steps", "checkpoint"))
         if not self.strategies:
             raise SpecError("a train job needs at least one strategy")
         for name in self.strategies:
@@ -174,5 +183,6 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
 
     def label(self) -> str:
         """Short name for progress lines."""
-        return (f"train n={self.world_size} {self.size} b={self.batch} "
-                f"ctx={self.context} {','.join(self.strategies)}")
+        return (f"train n={self.world_size} {self.size} b={self.batch}"
+                + (f"x{self.grad_accum}" if self.grad_accum > 1 else "")
+                + f" ctx={self.context} {','.join(self.strategies)}")

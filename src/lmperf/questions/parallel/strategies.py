@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from lmperf.questions.parallel.ops import DTYPES
-from lmperf.questions.parallel.spec import STRATEGIES
+from lmperf.questions.parallel.spec import SHARDED, STRATEGIES
 
 # What each strategy is, in one line (help texts, tables).
 SUMMARIES: dict[str, str] = {
@@ -34,6 +34,7 @@ SUMMARIES: dict[str, str] = {
     "fsdp2": "torch fully_shard with a MixedPrecisionPolicy",
     "zero1": "readable optimizer-state sharding (bucketed DDP + broadcast from owners)",
     "torch-zero1": "torch ZeroRedundancyOptimizer over torch DDP",
+    "torch-zero2": "fsdp2 without resharding after forward: ZeRO-2's gather once per micro-batch",
 }
 assert set(SUMMARIES) == set(STRATEGIES)
 
@@ -49,6 +50,9 @@ class Setup:
     autocast: Callable[[], ContextManager]
     close: Callable[[], None]
     compute_dtype: str = "fp32"
+    # the context a micro-batch that is not the step's last runs in (torch DDP's no_sync);
+    # None: the strategy synchronises after every micro-batch
+    no_sync: Callable[[], ContextManager] | None = None
 
 
 def _named(module: nn.Module) -> Callable[[], dict[str, torch.Tensor]]:
@@ -68,7 +72,8 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
 
     adamw = lambda params: torch.optim.AdamW(params, lr=lr)  # noqa: E731
     plain = lambda w: Setup(w, adamw(w.parameters()), w.finish_gradient_synchronization,  # noqa: E731
-                            _named(w.module), contextlib.nullcontext, w.close)
+                            _named(w.module), contextlib.nullcontext, w.close,
+                            no_sync=getattr(getattr(w, "ddp", None), "no_sync", None))
     if name == "single":
         return Setup(model, adamw(model.parameters()), lambda: None, _named(model),
                      contextlib.nullcontext, lambda: None)
@@ -78,10 +83,10 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
         return plain(ddp.BucketedDDP(model, bucket_mb))
     if name == "torch-ddp":
         return plain(engines.TorchDDP(model, bucket_mb, compress))
-    if name in ("fsdp", "fsdp2"):
+    if name in SHARDED:
         dtype = None if compute_dtype == "fp32" else DTYPES[compute_dtype]
-        cls = fsdp.FSDP if name == "fsdp" else engines.FSDP2
-        wrapped = cls(model, dtype)
+        wrapped = (fsdp.FSDP(model, dtype) if name == "fsdp"
+                   else engines.FSDP2(model, dtype, reshard=name == "fsdp2"))
         return Setup(wrapped, adamw(wrapped.parameters()), wrapped.finish_gradient_synchronization,
                      wrapped.gather_full_params, _autocast(device, dtype), wrapped.close,
                      compute_dtype)
@@ -94,7 +99,7 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
         wrapped = engines.TorchDDP(model, bucket_mb)
         opt = engines.TorchZeRO1(wrapped.parameters(), torch.optim.AdamW, lr=lr)
         return Setup(wrapped, opt, wrapped.finish_gradient_synchronization, _named(model),
-                     contextlib.nullcontext, wrapped.close)
+                     contextlib.nullcontext, wrapped.close, no_sync=wrapped.ddp.no_sync)
     raise ValueError(f"unknown strategy {name!r}")
 
 
@@ -138,9 +143,18 @@ def param_groups(model: nn.Module) -> dict[str, int]:
 
 
 def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str = "fp32",
-                      compress: str = "none") -> list[tuple[str, float]]:
-    """(collective, S bytes) of every message strategy `name` sends per step (S as nccl-tests
-    defines it: the whole array), from the model's trainable elements `groups`."""
+                      compress: str = "none", accum: int = 1) -> list[tuple[str, float]]:
+    """(collective, S bytes) of every message strategy `name` sends per step of `accum`
+    micro-batches (S as nccl-tests defines it: the whole array), from the model's trainable
+    elements `groups`. torch's DDP reduces once per step (no_sync); every other strategy
+    communicates per micro-batch, but for ZeRO-1's broadcast after the optimizer."""
+    once = name in ("torch-ddp", "torch-zero1")
+    return [(c, s * (1 if once or c == "broadcast" else accum))
+            for c, s in _messages(name, groups, compute_dtype, compress)]
+
+
+def _messages(name: str, groups: dict[str, int], compute_dtype: str,
+              compress: str) -> list[tuple[str, float]]:
     total = groups["total"]
     c = {"fp32": 4, "bf16": 2, "fp16": 2}[compute_dtype]
     if name == "single":
@@ -164,6 +178,8 @@ def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str =
         # gradients are reduce-scattered in fp32 (the policy's reduce_dtype)
         blocks, root = groups["blocks"], total - groups["blocks"]
         return [("all_gather", c * (2 * blocks + root)), ("reduce_scatter", 4 * total)]
+    if name == "torch-zero2":  # gathered once in forward, kept through backward
+        return [("all_gather", c * total), ("reduce_scatter", 4 * total)]
     raise ValueError(f"unknown strategy {name!r}")
 
 

@@ -11,12 +11,14 @@ One kind of measurement per pass, all on the same model, data and optimizer:
    batch for the same number of steps (lmperf.questions.parallel.reference): correctness is measured, not
    assumed.
 The step is THE training step's order (forward + loss under autocast, backward, then the
-strategy's gradient synchronisation as its own phase, then optimizer step and zero_grad);
-no loss scaling and no clipping (a clip would need the global norm of sharded gradients).
+strategy's gradient synchronisation as its own phase, then optimizer step and zero_grad), over
+`grad_accum` micro-batches (each loss / grad_accum, a phase's time summed over them); no loss
+scaling and no clipping (a clip would need the global norm of sharded gradients).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import tempfile
@@ -29,7 +31,7 @@ import torch.distributed as dist
 from lmperf.questions.parallel import accounting, strategies
 from lmperf.questions.parallel.ops import DTYPES
 from lmperf.questions.parallel.reference import compare, loss_of, train_reference
-from lmperf.questions.parallel.spec import TrainJob
+from lmperf.questions.parallel.spec import SHARDED, TrainJob
 from lmperf.core.rank import RankContext
 from lmperf.measure.stats import summarize
 from lmperf.runtime import device as dev
@@ -53,32 +55,43 @@ def build_model(job: TrainJob, device: torch.device) -> torch.nn.Module:
     config = ModelConfig(vocab_size=job.vocab_size, context_length=job.context,
                          d_model=job.d_model, num_layers=job.num_layers, num_heads=job.num_heads,
                          d_ff=job.d_ff, attention=job.attention)
-    return build(config).to(device)
+    model = build(config).to(device)
+    model.set_checkpointing(job.checkpoint)  # groups of blocks rebuilt in backward (0: none)
+    return model
 
 
 def global_batch(job: TrainJob, n: int, step: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step `step`'s global batch: (inputs, targets), each (n x batch, T) token ids, the
-    same on every rank (seeded by step); rank r trains on rows r*b .. (r+1)*b - 1."""
+    """Step `step`'s global batch: (inputs, targets), each (n x R, T) token ids with R =
+    grad_accum x batch rows per rank, the same on every rank (seeded by step); rank r trains
+    on rows r*R .. (r+1)*R - 1."""
     gen = torch.Generator().manual_seed(job.seed * 1_000_003 + step)
-    tokens = torch.randint(0, job.vocab_size, (n * job.batch, job.context + 1),
+    tokens = torch.randint(0, job.vocab_size, (n * job.batch * job.grad_accum, job.context + 1),
                            generator=gen)
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
 def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Tensor,
-               obs: Observer, annotate: Callable[[str], ContextManager]) -> torch.Tensor:
-    """One data-parallel step, its phases reported to `obs` and named through `annotate`."""
+               obs: Observer, annotate: Callable[[str], ContextManager],
+               accum: int = 1) -> torch.Tensor:
+    """One data-parallel step over `accum` micro-batches of the rank's rows, its phases
+    reported to `obs` and named through `annotate`. torch's DDP runs all but the last
+    micro-batch under no_sync (one all-reduce per step); the other strategies synchronise
+    after every micro-batch (an average of sums is the sum of averages)."""
     obs.start()
     with annotate("lmperf.dist.step"):
-        with annotate("lmperf.dist.forward"), setup.autocast():
-            loss = loss_of(setup.model(inputs), targets)  # logits (b, T, V) -> mean CE
-        obs.lap("forward")
-        with annotate("lmperf.dist.backward"):
-            loss.backward()  # overlapping strategies start all-reduces from hooks in here
-        obs.lap("backward")
-        with annotate("lmperf.dist.sync"):
-            setup.sync()  # wait for (or do) the gradient communication
-        obs.lap("sync")
+        for i, (x, y) in enumerate(zip(inputs.chunk(accum), targets.chunk(accum))):
+            quiet = setup.no_sync is not None and i < accum - 1
+            with setup.no_sync() if quiet else contextlib.nullcontext():
+                with annotate("lmperf.dist.forward"), setup.autocast():
+                    loss = loss_of(setup.model(x), y) / accum  # logits (b, T, V) -> mean CE
+                obs.lap("forward")
+                with annotate("lmperf.dist.backward"):
+                    loss.backward()  # overlapping strategies start all-reduces from hooks in here
+                obs.lap("backward")
+            if not quiet:
+                with annotate("lmperf.dist.sync"):
+                    setup.sync()  # wait for (or do) the gradient communication
+                obs.lap("sync")
         with annotate("lmperf.dist.optimizer"):
             setup.optimizer.step()
             setup.optimizer.zero_grad(set_to_none=True)
@@ -87,8 +100,6 @@ def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Ten
 
 
 def _no_range(name: str) -> ContextManager:
-    import contextlib
-
     return contextlib.nullcontext()
 
 
@@ -133,7 +144,7 @@ class DrainAtStepEnd:
 
 
 def _profiled(setup: strategies.Setup, batch: Callable[[int], tuple], first: int, count: int,
-              n: int, device: torch.device) -> dict:
+              n: int, device: torch.device, accum: int) -> dict:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -141,7 +152,7 @@ def _profiled(setup: strategies.Setup, batch: Callable[[int], tuple], first: int
     with tempfile.TemporaryDirectory(prefix="lmperf-dist-trace-") as tmp:
         with profile(activities=activities, record_shapes=True) as prof:
             for s in range(first, first + count):
-                train_step(setup, *batch(s), drain, record_function)
+                train_step(setup, *batch(s), drain, record_function, accum)
             dev.synchronize(device)
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -151,7 +162,7 @@ def _profiled(setup: strategies.Setup, batch: Callable[[int], tuple], first: int
 def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
     """Run strategy `item` on this rank; rank 0 returns the record's fields."""
     n, rank, device, stage = ctx.world_size, ctx.rank, ctx.device, ctx.stage
-    b = job.batch
+    b = job.batch * job.grad_accum  # the rank's rows per step
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         inputs, targets = global_batch(job, n, step, device)
@@ -161,14 +172,16 @@ def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
     model = build_model(job, device)
     groups = strategies.param_groups(model)
     setup = strategies.build(item, model, lr=job.lr, bucket_mb=job.bucket_mb,
-                             compute_dtype=job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32",
+                             compute_dtype=job.compute_dtype if item in SHARDED else "fp32",
                              compress=job.compress, device=device)
+    if job.precision == "bf16-mixed":  # bf16 autocast over the fp32 weights, every strategy
+        setup.autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     clock = dev.PhaseClock(device)
     samples: dict[str, list[float]] = {p: [] for p in (*PHASES, "step")}
     step = 0
     for i in range(job.warmup + job.steps):
         stage.now = f"{'warm-up' if i < job.warmup else 'timed'} step {i + 1}"
-        train_step(setup, *batch(step), clock, _no_range)
+        train_step(setup, *batch(step), clock, _no_range, job.grad_accum)
         step += 1
         if i >= job.warmup:
             for p in PHASES:
@@ -176,14 +189,14 @@ def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
             samples["step"].append(clock.total_ms)
     stage.now = "counting memory (one untimed step)"
     held = HeldBytes(setup, device)
-    train_step(setup, *batch(step), held, _no_range)
+    train_step(setup, *batch(step), held, _no_range, job.grad_accum)
     step += 1
     acct = None
     if job.profile_steps:
         stage.now = f"profiling {job.profile_steps} step(s)"
-        acct = _profiled(setup, batch, step, job.profile_steps, n, device)
+        acct = _profiled(setup, batch, step, job.profile_steps, n, device, job.grad_accum)
         step += job.profile_steps
-    stage.now = "gathering the full parameters"
+    stage.wait("gathering the full parameters")
     full = setup.full_params()  # a collective for the sharded strategies
     stage.now = f"releasing {item}"
     setup.close()
@@ -191,10 +204,10 @@ def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
     gc.collect()  # nothing of this strategy (hooks, gloo work) may outlive it
     mine = {"samples": samples, "held": held.out, "accounting": acct}
     gathered = [None] * n if rank == 0 else None
-    stage.now = "gathering the ranks' results"
-    if rank == 0:
+    if rank == 0:  # the others wait for it below: a timeout names rank 0, still working here
         stage.now = "training the single-process reference"
         check = _check(job, item, full, step, n, device)
+    stage.wait("gathering the ranks' results")
     dist.gather_object(mine, gathered, dst=0)
     dist.barrier()
     if rank != 0:
@@ -204,19 +217,23 @@ def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
 
 def _check(job: TrainJob, item: str, full: dict, steps: int, n: int, device: torch.device) -> dict:
     """Compare `full` with the single-process reference trained for `steps` steps."""
-    dtype_name = job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32"
-    cast = {"fsdp": "linear-embedding", "fsdp2": "all"}.get(item, "none") if dtype_name != "fp32" else "none"
+    dtype_name = job.compute_dtype if item in SHARDED else "fp32"
+    cast = ("linear-embedding" if item == "fsdp" else "all") if dtype_name != "fp32" else "none"
+    if job.precision == "bf16-mixed":  # autocast: its tolerance, and the reference under it
+        dtype_name = "bf16" if dtype_name == "fp32" else dtype_name
     key = (cast, dtype_name, steps)
     if key not in _REFERENCES:
         _REFERENCES[key] = train_reference(
             build_model(job, device), lambda s: global_batch(job, n, s, device), steps, job.lr,
-            cast=cast, dtype=DTYPES[dtype_name] if cast != "none" else None,
+            cast=cast, dtype=DTYPES[dtype_name] if dtype_name != "fp32" else None,
             device_type=device.type)
     atol, rtol = TOLERANCE[dtype_name]
     result = compare(full, _REFERENCES[key], atol, rtol)
     result["reference"] = (f"single process, AdamW lr={job.lr:g}, global batch {n} x "
-                           f"{job.batch} sequences, {steps} steps, same init and data"
-                           + (f", {dtype_name} compute mirrored ({cast} cast)" if cast != "none" else ""))
+                           f"{job.batch * job.grad_accum} sequences, {steps} steps, same init "
+                           "and data" + (f", {dtype_name} compute mirrored ({cast} cast)"
+                                         if cast != "none" else "")
+                           + (", bf16 autocast" if job.precision == "bf16-mixed" else ""))
     return result
 
 
@@ -229,12 +246,14 @@ def _payload(job: TrainJob, item: str, ranks: list[dict], check: dict, groups: d
         metrics[f"{phase}_ms"] = summarize(per_step(phase))
     metrics["per_rank_step_ms"] = [r["samples"]["step"] for r in ranks]
     step_s = metrics["step_ms"]["median"] / 1e3
-    metrics["tokens_per_s"] = n * job.batch * job.context / step_s if step_s else None
-    compute_dtype = job.compute_dtype if item in ("fsdp", "fsdp2") else "fp32"
+    metrics["tokens_per_s"] = (n * job.batch * job.grad_accum * job.context / step_s
+                               if step_s else None)
+    compute_dtype = job.compute_dtype if item in SHARDED else "fp32"
     metrics["compute_dtype"] = compute_dtype
     metrics["comm"] = _comm(ranks)
     messages = strategies.analytic_messages(item, groups, compute_dtype=compute_dtype,
-                                            compress=job.compress if item == "torch-ddp" else "none")
+                                            compress=job.compress if item == "torch-ddp" else "none",
+                                            accum=job.grad_accum)
     metrics["bytes"] = {"analytic_bus_bytes": strategies.analytic_bus_bytes(messages, n),
                         "analytic_backend_bus_bytes": strategies.analytic_bus_bytes(
                             messages, n, job.backend),

@@ -33,6 +33,13 @@ def cpu_clock_kind(threads: int | None = None) -> str:
     return "thread_time" if n == 1 else "process_time"
 
 
+def _summed(laps) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for phase, ms in laps:
+        out[phase] = out.get(phase, 0.0) + ms
+    return out
+
+
 class PhaseClock:
     """Times consecutive phases of one step: wall time, and on the CPU also CPU time.
 
@@ -117,8 +124,9 @@ class PhaseClock:
 
     @property
     def laps(self) -> dict[str, float]:
-        """Phase name -> wall milliseconds of the current step (reading waits for the device)."""
-        return dict(zip(self._names, self._resolve()[:-1]))
+        """Phase name -> wall milliseconds of the current step (reading waits for the device);
+        a phase that recurs in a step (one per micro-batch of gradient accumulation) summed."""
+        return _summed(zip(self._names, self._resolve()[:-1]))
 
     @property
     def total_ms(self) -> float:
@@ -129,7 +137,7 @@ class PhaseClock:
     def cpu_laps(self) -> dict[str, float]:
         """Phase name -> CPU milliseconds (`cpu_kind`) of the current step; {} on CUDA."""
         m = self._cpu_marks
-        return {p: (b - a) * 1e3 for p, a, b in zip(self._names, m, m[1:])}
+        return _summed((p, (b - a) * 1e3) for p, a, b in zip(self._names, m, m[1:]))
 
     @property
     def cpu_total_ms(self) -> float | None:
