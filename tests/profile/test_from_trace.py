@@ -12,7 +12,7 @@ import pytest
 
 import lmperf
 from lmperf.errors import SpecError, TraceFormatError
-from lmperf.questions.profile import views
+from lmperf.questions.profile import overlap
 from lmperf.questions.profile.from_trace import PHASE_TABLE, analyse_trace
 from tests.profile.test_cli import _run
 from tests.profile.test_trace import REAL_CUDA, STEPS, cpu_trace_file, real_trace
@@ -38,7 +38,7 @@ def test_cli_prints_per_step_gpu_time_and_top_kernels_per_phase(cli_real):
     assert PHASE_TABLE in out and "share of each phase by category" in out
     assert "Volta, fp32 SIMT" in out  # GEMM names decoded
     assert "Phases from: forward: '## forward ##'" in out
-    assert "Per step the GPU is busy" in out
+    assert "\n* device-bound: the GPU was busy 98% of the step (94.49 of 96.01 ms" in out
     assert "lmperf: error" not in cli_real["stderr"]
     csvs = sorted(p.name for p in cli_real["csv"].iterdir())
     assert "time_per_step_ms.csv" in csvs and "top_kernels_backward.csv" in csvs
@@ -50,7 +50,7 @@ def test_api_report_numbers_come_from_the_trace_layer():
     report = lmperf.profile(from_trace=REAL_CUDA, top=3)
     assert report.kind == "profile" and report.records == []  # no record: see from_trace.py
     trace = real_trace()
-    dev = views.device_phase_times(trace)
+    dev = overlap.breakdown(trace, phases=True)
     frame = report.frame.set_index("step")
     steps = dev[dev["phase"] == "step"].set_index("step")
     assert frame["gpu_busy_ms"].tolist() == pytest.approx(steps["busy_ms"].tolist())

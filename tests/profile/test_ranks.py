@@ -108,8 +108,13 @@ def test_directory_of_ranks(rank_dir):
     assert list(strag["step"]) == [0, 1, 2]  # steps both ranks hold
     assert (strag["slowest_rank"] == 0).all() and (strag["straggler"] == 3).all()
     assert all(set(r.phases["phase"]) >= {"forward", "backward", "step"} for r in found)
-    summary = ranks.rank_summary(found)
-    assert summary.set_index("rank").loc[3, "comm_hidden_share"] == pytest.approx(0.4624, abs=1e-4)
+    summary = ranks.rank_summary(found).set_index("rank")
+    assert summary.loc[3, "comm_hidden_share"] == pytest.approx(0.4624, abs=1e-4)
+    # where each rank waits (issue 34): rank 0's GPU idle 76% of its span, nearly all of it
+    # waiting for the host's launches; rank 3's busy 84%
+    assert summary["bound"].to_dict() == {0: "host-bound", 3: "device-bound"}
+    assert summary.loc[0, "host_wait_share"] == pytest.approx(0.7597, abs=1e-4)
+    assert (summary["host_wait_share"] <= summary["idle_share"]).all()
 
 
 def test_two_files_of_one_rank_are_refused(tmp_path):
@@ -150,6 +155,8 @@ def test_cli_diff_and_directory(rank_dir, tmp_path):
     code, out, err = _run(["profile", "--from-trace", str(rank_dir), "--csv", str(tmp_path / "csv")])
     assert code == 0, err
     assert "straggler" in out and "Rank 3 computes longest" in out
+    assert ("GPU idle 76% of its span, 76% waiting for the host's launches: host-bound"
+            in " ".join(out.split()))  # lines wrapped to the terminal
     assert (tmp_path / "csv" / "per_rank.csv").is_file()
     code, out, err = _run(["profile", "--diff", str(NCCL), str(CONTROL), "--steps", "3"])
     assert code == 2 and err.strip().count("\n") == 0 and "--steps" in err

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lmperf.questions.profile import views
+from lmperf.questions.profile import overlap, views
 from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
 from lmperf.questions.profile.trace import UNATTRIBUTED, Trace, TraceFormatError, load_trace
 
@@ -358,7 +358,7 @@ def test_backward_launches_from_autograd_thread_are_attributed(cuda):
 
 def test_step_and_phase_busy_time_is_the_union_of_activity_intervals(cuda):
     expected = expected_attribution()
-    dev = views.device_phase_times(cuda).set_index(["step", "phase"])
+    dev = overlap.breakdown(cuda, phases=True).set_index(["step", "phase"])
     assert len(dev) == 5 * 4  # step, forward, backward, optimizer per step
     for step in range(5):
         for phase in ("step", "forward", "backward", "optimizer"):
@@ -441,5 +441,5 @@ def test_implicit_phases_and_a_missing_launch(tmp_path, cuda):
     assert set(k.loc[missing.index, "launch_tid"]) == {MAIN_TID}
     assert t.phase_sources["backward"] == ["autograd::engine::evaluate_function: *",
                                            "ops on autograd's threads (pt_autograd_*)"]
-    dev = views.device_phase_times(t).set_index(["step", "phase"])
+    dev = overlap.breakdown(t, phases=True).set_index(["step", "phase"])
     assert dev["activities"].xs("step", level="phase").sum() == len(cuda.kernels) - 1

@@ -24,7 +24,7 @@ import pandas as pd
 
 from lmperf.core.report import Report
 from lmperf.errors import SpecError, TraceFormatError
-from lmperf.questions.profile import views
+from lmperf.questions.profile import overlap, views
 from lmperf.questions.profile.range_names import STEP
 from lmperf.questions.profile.classify import classify, short_name
 from lmperf.questions.profile.gemm import describe_gemm
@@ -78,8 +78,9 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
             tables[f"top kernels: {phase}"] = kernel_table(trace, phase, top)
         tables[f"top operators (self time): {phase}"] = views.phase_table(
             trace, phase, top=top, classify=classify, kind="ops")
-    tables[CATEGORY_TABLE] = _categories(trace, phases + [STEP])
-    findings = notes + _findings(trace, per_step, tables, phases, gpu)
+    tables[CATEGORY_TABLE] = category_table(trace, phases + [STEP])
+    findings = [line for line in [waits_headline(per_step)] if line] + notes + _findings(
+        trace, per_step, tables, phases, gpu)
     findings.append(f"Parsed {path.name} in {parse_s:.2f} s ({len(trace.ops)} operators, "
                     f"{len(trace.kernels)} device activities); no record written (a trace "
                     "analysis is rerun from its file).")
@@ -125,8 +126,9 @@ def as_one_step(trace: Trace) -> Trace:
 
 def step_table(trace: Trace) -> pd.DataFrame:
     """One row per measured step: step, profiler_step (its ProfilerStep#N), cpu_ms (the host
-    range of the step), and on a GPU trace the device's span, busy and summed kernel time (ms),
-    gpu_idle_share (1 - busy / span, a fraction: rendered as percent) and gpu_activities."""
+    range of the step), and on a GPU trace (`overlap.breakdown`) the device's span and busy
+    time (ms), gpu_idle_share and gpu_host_wait_share (fractions of the span: rendered as
+    percent), bound (`overlap.bound`), summed kernel time (ms) and gpu_activities."""
     out = pd.DataFrame({"step": range(trace.n_steps)})
     r = trace.ranges
     prof = r[~r["on_device"] & r["name"].str.match(r"^ProfilerStep#\d+$") & (r["step"] >= 0)]
@@ -136,13 +138,29 @@ def step_table(trace: Trace) -> pd.DataFrame:
     cpu = walls[walls["phase"] == STEP].set_index("step")["ms"]
     out["cpu_ms"] = out["step"].map(cpu).astype(float)
     if trace.device_type == "cuda":
-        dev = views.device_phase_times(trace)
-        dev = dev[dev["phase"] == STEP].set_index("step")
-        for col in ("span_ms", "busy_ms", "kernel_ms"):
+        dev = overlap.breakdown(trace).set_index("step")
+        for col in ("span_ms", "busy_ms", "idle_share", "host_wait_share"):
             out[f"gpu_{col}"] = out["step"].map(dev[col]).astype(float)
-        out["gpu_idle_share"] = 1 - out["gpu_busy_ms"] / out["gpu_span_ms"]
+        out["bound"] = [overlap.bound(i, h) for i, h in
+                        zip(out["gpu_idle_share"], out["gpu_host_wait_share"])]
+        out["gpu_kernel_ms"] = out["step"].map(dev["kernel_ms"]).astype(float)
         out["gpu_activities"] = out["step"].map(dev["activities"]).astype("Int64")
     return out
+
+
+def waits_headline(per_step: pd.DataFrame, step_ms: float | None = None,
+                   of: str = "") -> str | None:
+    """Where the step waits, in one line (`overlap.headline`), from `step_table`'s rows: the
+    device's mean busy time against `step_ms` (what `of` says it is; default the mean device
+    span); None on a CPU trace (no device: the step is the host's)."""
+    if "gpu_busy_ms" not in per_step or per_step["gpu_busy_ms"].isna().all():
+        return None
+    busy, span = per_step["gpu_busy_ms"].mean(), per_step["gpu_span_ms"].mean()
+    idle = (per_step["gpu_idle_share"] * per_step["gpu_span_ms"]).sum()
+    host = (per_step["gpu_host_wait_share"] * per_step["gpu_span_ms"]).sum() / idle if idle else 0.0
+    if step_ms is None:
+        step_ms, of = span, f"of device span, mean of {len(per_step)} step(s)"
+    return overlap.headline(busy, step_ms, of, host)
 
 
 NESTED = {"loss": "forward"}
@@ -159,7 +177,8 @@ def phase_times(trace: Trace, phases: list[str]) -> pd.DataFrame:
     """Per phase (and the whole step), means over the steps in ms: cpu_range_ms (the host
     ranges named after the phase; NaN where the trace has none), cpu_ops_ms (self time of the
     operators in the phase, every thread), and on a GPU trace gpu_span_ms, gpu_busy_ms,
-    gpu_kernel_ms and gpu_busy_share (of the step's busy time). The top-level phases partition
+    gpu_kernel_ms, gpu_idle_ms, gpu_host_wait_ms (`overlap.breakdown`), gpu_busy_share (of
+    the step's busy time) and bound (`overlap.bound`). The top-level phases partition
     the step (forward includes the loss); a nested phase's row says so (`phase_label`) and is
     counted once, in its parent."""
     n = trace.n_steps
@@ -171,16 +190,19 @@ def phase_times(trace: Trace, phases: list[str]) -> pd.DataFrame:
                      "cpu_ops_ms": views.phase_total_ms(trace, phase, kind="ops") / n})
     out = pd.DataFrame(rows, columns=["phase", "cpu_range_ms", "cpu_ops_ms"])
     if trace.device_type == "cuda":
-        dev = views.device_phase_times(trace)
-        sums = dev.groupby("phase")[["span_ms", "busy_ms", "kernel_ms"]].sum() / n
+        cols = ["span_ms", "busy_ms", "idle_ms", "host_wait_ms", "kernel_ms"]
+        sums = overlap.breakdown(trace, phases=True).groupby("phase")[cols].sum() / n
         sums.index = [phase_label(p) for p in sums.index]
-        for col in ("span_ms", "busy_ms", "kernel_ms"):
+        for col in cols:
             out[f"gpu_{col}"] = out["phase"].map(sums[col]).astype(float)
+        span = out["gpu_span_ms"]
+        out.insert(7, "bound", [overlap.bound(i, h) for i, h in
+                                zip(out["gpu_idle_ms"] / span, out["gpu_host_wait_ms"] / span)])
         out["gpu_busy_share"] = out["gpu_busy_ms"] / sums["busy_ms"].get(STEP, np.nan)
     return out
 
 
-def _categories(trace: Trace, phases: list[str]) -> pd.DataFrame:
+def category_table(trace: Trace, phases: list[str]) -> pd.DataFrame:
     """category x phase: share of each phase's time (kernels on a GPU trace, else op self time)."""
     rollup = pd.concat([views.category_rollup(trace, p, classify).assign(phase=p) for p in phases])
     if rollup.empty:
@@ -202,14 +224,9 @@ def _findings(trace: Trace, per_step: pd.DataFrame, tables: dict[str, pd.DataFra
         out.append(f"The phases' host ranges ({', '.join(top.index)}) add up to {top.sum():.1f} "
                    f"ms of the step's {table[STEP]:.1f} ms ({top.sum() / table[STEP]:.1%})"
                    + (f"; {nested}, counted once" if nested else "") + ".")
-    if gpu and per_step["gpu_busy_ms"].notna().any():
-        busy, span = per_step["gpu_busy_ms"].mean(), per_step["gpu_span_ms"].mean()
-        out.append(f"Per step the GPU is busy {busy:.2f} ms of a {span:.2f} ms device span "
-                   f"({100 * (1 - busy / span):.1f}% idle), over {trace.n_steps} step(s).")
-        unattributed = trace.unattributed_kernels
-        if unattributed:
-            out.append(f"{unattributed} device activities have no launch in the trace and are "
-                       "in no step.")
+    if gpu and trace.unattributed_kernels:
+        out.append(f"{trace.unattributed_kernels} device activities have no launch in the trace "
+                   "and are in no step.")
     unit = "kernels" if gpu else "operators (self time)"
     for phase in phases:
         df = tables[f"top {unit}: {phase}"]

@@ -29,12 +29,6 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return s[new], np.maximum.reduceat(e, np.flatnonzero(new))
 
 
-def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Length of the union of the intervals (overlaps counted once), in their unit."""
-    s, e = merged(starts, ends)
-    return float((e - s).sum())
-
-
 def containing(ts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Index into (sorted, disjoint) intervals of the one holding each ts, -1 where none."""
     ts = np.asarray(ts, float)

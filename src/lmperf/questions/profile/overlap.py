@@ -10,12 +10,23 @@ launch, see `trace`) is one of three kinds, by HTA's rules (`hta/utils/utils.py`
 - memory: memcpys and memsets (HTA: names starting Memcpy / Memset / dma);
 - computation: every other kernel.
 
-Per step, with each kind's intervals merged first (concurrent streams count once):
-span (first start to last end, HTA's "kernel_time"), busy (union of all activities), idle =
-span - busy, compute = |union of computation|, comm = |union of communication|, overlap =
-|comm ∩ compute|, exposed_comm = comm - overlap (communication nothing hides), and
-non_compute = span - compute - idle (HTA: communication and memory not under computation).
+Per step (and per phase of a step: `breakdown(..., phases=True)`, activities placed by their
+launch), with each kind's intervals merged first (concurrent streams count once): span (first
+start to last end, HTA's "kernel_time"), busy (union of all activities), kernel (their summed
+durations), idle = span - busy, compute = |union of computation|, comm = |union of
+communication|, overlap = |comm ∩ compute|, exposed_comm = comm - overlap (communication
+nothing hides), non_compute = span - compute - idle (HTA: communication and memory not under
+computation), and host_wait: the idle gaps whose next activity's launch call had not returned
+when the device ran out of work, so the device waited for the host to issue it. That is HTA's
+idle time breakdown "host wait", read on the device's merged timeline rather than per stream,
+and with the launch call's end where HTA takes its start: a launch that began a fraction of a
+microsecond before the device went idle still left it waiting several (in the V100 trace's
+first step, 147 of the 1,218 gaps, 5-8 us each, follow a launch that began within 1 us of the
+device going idle, either side).
 HTA computes the same over the whole trace window; `breakdown(..., whole=True)` does too.
+
+A step whose device is idle most of its time, mostly waiting for the host, is host-bound
+(`bound`): the host issues work slower than the device runs it (`headline` names the levers).
 
 NCCL kernel time includes the time a rank waits for its peers inside the collective: a rank that
 finishes its computation early shows long communication. Which rank held the others up is read
@@ -33,14 +44,19 @@ import numpy as np
 import pandas as pd
 
 from lmperf.questions.profile.intervals import covered, merged
-from lmperf.questions.profile.trace import Trace
+from lmperf.questions.profile.trace import PHASE_LABELS, Trace
 
 COMM, COMPUTE, MEMORY = "communication", "computation", "memory"
 _NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl\w*Kernel")
 
-BREAKDOWN_COLUMNS = ["step", "span_ms", "busy_ms", "idle_ms", "compute_ms", "comm_ms", "overlap_ms",
-                     "exposed_comm_ms", "memory_ms", "non_compute_ms", "idle_share",
+BREAKDOWN_COLUMNS = ["step", "phase", "activities", "span_ms", "busy_ms", "kernel_ms", "idle_ms",
+                     "host_wait_ms", "compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms",
+                     "memory_ms", "non_compute_ms", "idle_share", "host_wait_share",
                      "compute_share", "non_compute_share", "comm_hidden_share"]
+IDLE_BOUND = 0.5
+"""Idle more than this share of the time: the device is not what the step waits for."""
+LEVERS = ("a larger batch (more work per op), CUDA graphs or torch.compile (one launch for many "
+          "kernels), fewer small ops (fused kernels, a fused optimizer)")
 
 
 def is_comm_kernel(name: str) -> bool:
@@ -69,35 +85,83 @@ def _row(k: pd.DataFrame, kinds: np.ndarray, origin: float) -> dict[str, float]:
     compute, comm = float((ce - cs).sum()), float((xe - xs).sum())
     overlap = float(covered(xs, xe, cs, ce).sum())
     idle = span - busy
-    return {"span_ms": span / 1e3, "busy_ms": busy / 1e3, "idle_ms": idle / 1e3,
-            "compute_ms": compute / 1e3, "comm_ms": comm / 1e3, "overlap_ms": overlap / 1e3,
-            "exposed_comm_ms": (comm - overlap) / 1e3, "memory_ms": float((ye - ys).sum()) / 1e3,
-            "non_compute_ms": (span - compute - idle) / 1e3,
-            "idle_share": idle / span if span > 0 else np.nan,
-            "compute_share": compute / span if span > 0 else np.nan,
-            "non_compute_share": (span - compute - idle) / span if span > 0 else np.nan,
+    host_wait = _host_wait(s, e, k["launch_end_us"].to_numpy(dtype=float) - origin)
+    share = (lambda x: x / span) if span > 0 else (lambda x: np.nan)
+    return {"activities": len(k), "span_ms": span / 1e3, "busy_ms": busy / 1e3,
+            "kernel_ms": float(k["dur_us"].sum()) / 1e3, "idle_ms": idle / 1e3,
+            "host_wait_ms": host_wait / 1e3, "compute_ms": compute / 1e3, "comm_ms": comm / 1e3,
+            "overlap_ms": overlap / 1e3, "exposed_comm_ms": (comm - overlap) / 1e3,
+            "memory_ms": float((ye - ys).sum()) / 1e3,
+            "non_compute_ms": (span - compute - idle) / 1e3, "idle_share": share(idle),
+            "host_wait_share": share(host_wait), "compute_share": share(compute),
+            "non_compute_share": share(span - compute - idle),
             "comm_hidden_share": overlap / comm if comm > 0 else np.nan}
 
 
-def breakdown(trace: Trace, whole: bool = False) -> pd.DataFrame:
-    """One row per measured step (see the module for the columns; times in ms, shares 0..1);
-    `whole`: one row (step -1) over every activity of the measured steps at once, HTA's window.
+def _host_wait(s: np.ndarray, e: np.ndarray, queued: np.ndarray) -> float:
+    """Length of the gaps in the union of [s, e) whose next activity was queued (its launch call
+    returned) only after the gap began: the device had nothing to run, it waited for the host."""
+    order = np.argsort(s, kind="stable")
+    s, queued = s[order], queued[order]
+    reach = np.maximum.accumulate(e[order])[:-1]  # everything before activity i ends by then
+    gap = s[1:] - reach
+    return float(gap[(gap > 0) & (queued[1:] > reach)].sum())
+
+
+def breakdown(trace: Trace, whole: bool = False, phases: bool = False) -> pd.DataFrame:
+    """One row per measured step (see the module for the columns; times in ms, shares 0..1,
+    phase 'step'); `whole`: one row (step -1) over every activity of the measured steps at
+    once, HTA's window; `phases`: one row per step and phase present ('step', then forward
+    (loss included), loss, backward, optimizer), each phase's activities by their launch.
     Empty on a CPU trace."""
     k = trace.kernels
-    if k.empty:
-        return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
-    k = k[k["step"].to_numpy() >= 0]
+    k = k[k["step"].to_numpy() >= 0] if len(k) else k
     if k.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
     kinds = activity_kinds(k)
     # Relative times: epoch timestamps (~1.7e15 us) hold starts to 0.25 us only.
     origin = float(k["start_us"].min())
     if whole:
-        return pd.DataFrame([{"step": -1, **_row(k, kinds, origin)}], columns=BREAKDOWN_COLUMNS)
-    steps = k["step"].to_numpy()
-    rows = [{"step": int(step), **_row(k[steps == step], kinds[steps == step], origin)}
-            for step in np.unique(steps)]
+        return pd.DataFrame([{"step": -1, "phase": "step", **_row(k, kinds, origin)}],
+                            columns=BREAKDOWN_COLUMNS)
+    groups = [("step", np.ones(len(k), bool))]
+    if phases:
+        phase, inner = k["phase"].to_numpy(dtype=object), k["phase_range"].to_numpy(dtype=object)
+        groups += [(p, (inner if p == "loss" else phase) == p) for p in PHASE_LABELS]
+    rows = []
+    for step, at in k.groupby("step", sort=True).indices.items():  # positions, one pass
+        for name, mask in groups:
+            sel = at[mask[at]]
+            if len(sel):
+                rows.append({"step": int(step), "phase": name,
+                             **_row(k.iloc[sel], kinds[sel], origin)})
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+
+
+def bound(idle_share: float, host_wait_share: float) -> str:
+    """'host-bound' (the device idle more than IDLE_BOUND of the time, most of it waiting for the
+    host's launches), 'idle' (as idle, with its work already queued: a synchronisation, another
+    stream or a peer), or 'device-bound' (busy at least 1 - IDLE_BOUND of the time)."""
+    if not idle_share > IDLE_BOUND:
+        return "device-bound"
+    return "host-bound" if host_wait_share >= idle_share / 2 else "idle"
+
+
+def headline(busy_ms: float, step_ms: float, of: str, host_of_idle: float) -> str:
+    """The one-line answer to "where does the step wait?": the `bound` of a step of `step_ms`
+    (what `of` says it is) whose device was busy `busy_ms`, `host_of_idle` (0..1) of the idle
+    time waiting for the host's launches; the figures, and the levers of a host-bound step."""
+    idle = 1 - busy_ms / step_ms
+    label = bound(idle, idle * host_of_idle)
+    figures = (f"the GPU was busy {busy_ms / step_ms:.0%} of the step ({busy_ms:.2f} of "
+               f"{step_ms:.2f} ms {of}; {host_of_idle:.0%} of its idle time waiting for the "
+               "host's launches)")
+    if label == "host-bound":
+        return f"host-bound: {figures}; levers: {LEVERS}."
+    if label == "idle":
+        return (f"GPU idle with its work queued: {figures}: it waits on a synchronisation, "
+                "another stream or a peer.")
+    return f"device-bound: {figures}; the kernels set the step time (see the top kernels)."
 
 
 SLOWED_COLUMNS = ["name", "calls_alone", "mean_us_alone", "calls_overlapped", "mean_us_overlapped",

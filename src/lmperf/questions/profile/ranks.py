@@ -81,7 +81,7 @@ def rank_tables(trace: Trace, rank: int, path: Path) -> RankTables:
         trace = as_one_step(trace)
     phases = phase_times(trace, present_phases(trace))
     host = step_table(trace)[["step", "profiler_step", "cpu_ms"]]
-    dev = overlap.breakdown(trace)
+    dev = overlap.breakdown(trace).drop(columns="phase")
     steps = host.merge(dev, on="step", how="left") if not dev.empty else host
     world = trace.distributed.get("world_size")
     return RankTables(rank=rank, path=path, steps=steps, whole=overlap.breakdown(trace, whole=True),
@@ -148,7 +148,8 @@ def stragglers(table: pd.DataFrame) -> pd.DataFrame:
 
 def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
     """One row per rank: steps, mean step times, and HTA's whole-window breakdown: span_ms,
-    idle / compute / non_compute shares, comm_ms, overlap_ms, exposed_comm_ms, comm_hidden_share."""
+    idle / host-wait / compute / non_compute shares, comm_hidden_share, and the rank's bound
+    (`overlap.bound`)."""
     rows = []
     for r in ranks:
         row = {"rank": r.rank, "file": r.path.name, "steps": r.n_steps,
@@ -160,8 +161,10 @@ def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
                     "comm_ms_per_step": float(r.steps["comm_ms"].mean()),
                     "exposed_comm_ms_per_step": float(r.steps["exposed_comm_ms"].mean()),
                     "idle_ms_per_step": float(r.steps["idle_ms"].mean()),
-                    **{c: float(w[c]) for c in ("span_ms", "idle_share", "compute_share",
-                                                "non_compute_share", "comm_hidden_share")}}
+                    **{c: float(w[c]) for c in ("span_ms", "idle_share", "host_wait_share",
+                                                "compute_share", "non_compute_share",
+                                                "comm_hidden_share")},
+                    "bound": overlap.bound(w["idle_share"], w["host_wait_share"])}
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -215,9 +218,11 @@ def _findings(ranks: list[RankTables], summary: pd.DataFrame, strag: pd.DataFram
                    "communication time includes that wait.")
     if "comm_hidden_share" in summary:
         for row in summary.itertuples():
-            if row.comm_ms_per_step > 0:
-                out.append(f"Rank {row.rank}: {row.comm_ms_per_step:.2f} ms of communication per "
-                           f"step, {row.comm_hidden_share:.0%} of it under computation, "
-                           f"{row.exposed_comm_ms_per_step:.2f} ms exposed; GPU idle "
-                           f"{row.idle_share:.0%} of its span (HTA's definitions).")
+            comm = (f"{row.comm_ms_per_step:.2f} ms of communication per step, "
+                    f"{row.comm_hidden_share:.0%} of it under computation, "
+                    f"{row.exposed_comm_ms_per_step:.2f} ms exposed; " if row.comm_ms_per_step > 0
+                    else "")
+            out.append(f"Rank {row.rank}: {comm}GPU idle {row.idle_share:.0%} of its span, "
+                       f"{row.host_wait_share:.0%} waiting for the host's launches: "
+                       f"{row.bound} (HTA's breakdowns, `overlap`).")
     return out

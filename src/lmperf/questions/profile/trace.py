@@ -81,9 +81,10 @@ class Trace:
         missing (NaN) where no range holds the event.
     kernels: device activities (`kernel`, `gpu_memcpy`, `gpu_memset`). Columns name, kind
         (kernel/memcpy/memset), device, stream, start_us, end_us, dur_us, correlation,
-        external_id, launch_name, launch_tid, launch_us, launch_via ("correlation", or "external
-        id" where the trace lacks the launch call and the launching cpu_op stands in, see
-        `_kernels`), and phase/phase_range/in_step/step/attention taken from the launch; phase
+        external_id, launch_name, launch_tid, launch_us, launch_end_us (the launch call's start
+        and end), launch_via ("correlation", or "external id" where the trace lacks the launch
+        call and the launching cpu_op stands in, see `_kernels`), and
+        phase/phase_range/in_step/step/attention taken from the launch; phase
         and phase_range are "unattributed" when no launch matches.
     launches: the runtime/driver API calls (`cuda_runtime`, `cuda_driver`) that launched a device
         activity of the trace, with their correlation.
@@ -271,21 +272,21 @@ def _kernels(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
     # call ever share one).
     launches = raw.launches
     first = launches.dropna(subset=["correlation"]).drop_duplicates("correlation")
-    link = first.set_index("correlation")[["name", "tid", "start_us"]]
-    link.columns = ["launch_name", "launch_tid", "launch_us"]
+    link = first.set_index("correlation")[["name", "tid", "start_us", "end_us"]]
+    link.columns = ["launch_name", "launch_tid", "launch_us", "launch_end_us"]
     k = k.join(link, on="correlation")
     via = np.where(k["launch_us"].notna().to_numpy(), "correlation", None).astype(object)
     missing = pd.isna(via) & k["external_id"].notna().to_numpy()
     if missing.any() and len(raw.ops):
         ops = raw.ops.dropna(subset=["external_id"]).drop_duplicates("external_id")
-        op = ops.set_index("external_id")[["name", "tid", "start_us"]]
+        op = ops.set_index("external_id")[["name", "tid", "start_us", "end_us"]]
         found = k.loc[missing, ["external_id"]].join(op, on="external_id")
         hit = found["start_us"].notna().to_numpy()
         rows = np.flatnonzero(missing)[hit]
         k["launch_name"] = k["launch_name"].astype(object)
-        k.iloc[rows, k.columns.get_loc("launch_name")] = found["name"].to_numpy()[hit]
-        k.iloc[rows, k.columns.get_loc("launch_tid")] = found["tid"].to_numpy()[hit]
-        k.iloc[rows, k.columns.get_loc("launch_us")] = found["start_us"].to_numpy()[hit]
+        for col, src in (("launch_name", "name"), ("launch_tid", "tid"), ("launch_us", "start_us"),
+                         ("launch_end_us", "end_us")):
+            k.iloc[rows, k.columns.get_loc(col)] = found[src].to_numpy()[hit]
         via[rows] = "external id"
     k["launch_via"] = via
     if pd.api.types.is_float_dtype(k["launch_tid"]):  # ints turned float by missing launches

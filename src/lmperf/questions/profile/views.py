@@ -12,11 +12,11 @@ What "time" means in a phase (the phase total that shares are fractions of):
   the kernels, memcpys and memsets whose LAUNCH lies in the phase. Concurrent kernels on several
   streams are each counted in full, so the total can exceed the device's busy time.
 
-The device's own timeline of a step or phase (`device_phase_times`) is built from the same
-activities, attributed by launch: from the first one's start to the last one's end (span), and
-the length of the union of their intervals (busy: concurrent activities counted once). Kineto's
-`gpu_user_annotation` ranges are not used for it: they hold only the kernels whose innermost
-range on their launching thread is that range (see `trace`).
+The device's own timeline of a step or phase (`overlap.breakdown(trace, phases=True)`) is built
+from the same activities, attributed by launch: from the first one's start to the last one's
+end (span), and the length of the union of their intervals (busy: concurrent activities
+counted once). Kineto's `gpu_user_annotation` ranges are not used for it: they hold only the
+kernels whose innermost range on their launching thread is that range (see `trace`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from lmperf.questions.profile.range_names import ATTENTION_RANGES, FINAL_MATMUL, LOSS, SCORES, SOFTMAX, STEP
-from lmperf.questions.profile.intervals import union_length
+from lmperf.questions.profile.overlap import breakdown
+from lmperf.questions.profile.range_names import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX, STEP
 from lmperf.questions.profile.trace import PHASE_LABELS, Trace
 
 Classifier = Callable[[str], str]
@@ -122,45 +122,6 @@ def matmul_share(trace: Trace, classify: Classifier, phase: str, kind: str = "au
     return float(rollup.loc[rollup["category"] == "matmul", "share"].sum())
 
 
-DEVICE_COLUMNS = ["step", "phase", "activities", "start_us", "end_us", "span_ms", "busy_ms",
-                  "kernel_ms"]
-
-
-def device_phase_times(trace: Trace) -> pd.DataFrame:
-    """The device timeline of each measured step and of each phase in it, from the device
-    activities (kernels, memcpys, memsets) attributed to them through their launch.
-
-    One row per (step, phase) present: phase is "step" (every activity launched in the step's
-    window), forward (loss included), loss, backward or optimizer. Columns: activities (count),
-    start_us / end_us (first start, last end on the device), span_ms (end - start), busy_ms (the
-    length of the union of the activities' intervals: time the device ran at least one of them),
-    kernel_ms (sum of durations: concurrent streams count twice). Empty on a CPU trace.
-    """
-    k = trace.kernels
-    if k.empty:
-        return pd.DataFrame(columns=DEVICE_COLUMNS)
-    k = k[k["step"].to_numpy() >= 0].copy()
-    # Relative times: traces with epoch timestamps (~1.7e15 us) hold starts to 0.25 us, and
-    # start + dur rounds again; subtracting first keeps every interval's length exact.
-    origin = float(k["start_us"].min()) if len(k) else 0.0
-    k["rel_start"] = k["start_us"] - origin
-    k["rel_end"] = k["rel_start"] + k["dur_us"]
-    groups = [(STEP, k), *((p, k[k["phase"] == p]) for p in PHASE_LABELS if p != LOSS),
-              (LOSS, k[k["phase_range"] == LOSS])]
-    rows = []
-    for phase, df in groups:
-        for step, g in df.groupby("step", sort=True):
-            s, e = g["rel_start"].to_numpy(), g["rel_end"].to_numpy()
-            rows.append({"step": int(step), "phase": phase, "activities": len(g),
-                         "start_us": origin + s.min(), "end_us": origin + e.max(),
-                         "span_ms": (e.max() - s.min()) / 1e3, "busy_ms": union_length(s, e) / 1e3,
-                         "kernel_ms": float(g["dur_us"].sum()) / 1e3})
-    out = pd.DataFrame(rows, columns=DEVICE_COLUMNS)
-    order = {n: i for i, n in enumerate((STEP,) + PHASE_LABELS)}
-    out = out.sort_values(["step", "phase"], key=lambda c: c.map(order) if c.name == "phase" else c)
-    return out.reset_index(drop=True)
-
-
 def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
     """Wall time of each phase in each measured step: one row per (step, phase).
 
@@ -168,12 +129,12 @@ def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
     `timeline="host"` reads the CPU ranges (several ranges of one name in a step are summed;
     "forward time as profiled"; on CUDA a host range ends when its work is queued unless the
     step synchronises inside it); `timeline="device"` is the device span of the activities
-    launched in the phase, first start to last end (`device_phase_times`).
+    launched in the phase, first start to last end (`overlap.breakdown`).
     """
     if timeline not in ("host", "device"):
         raise ValueError(f"unknown timeline {timeline!r}; accepted: host, device")
     if timeline == "device":
-        dev = device_phase_times(trace)
+        dev = breakdown(trace, phases=True)
         out = dev[["step", "phase", "span_ms"]].rename(columns={"span_ms": "ms"})
         out["phase"] = out["phase"].astype(object)
         return out.reset_index(drop=True)

@@ -25,8 +25,13 @@ from lmperf.questions.profile.annotate import SCORES, SOFTMAX
 from lmperf.questions.profile.backends.torch_capture import Capture, capture
 from lmperf.questions.profile.classify import classify
 from lmperf.questions.profile.flops import attention_flops
-from lmperf.questions.profile.from_trace import kernel_table
-from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE, overhead_within_noise
+from lmperf.questions.profile.from_trace import (
+    CATEGORY_TABLE, category_table, kernel_table, phase_times, present_phases, step_table,
+    waits_headline,
+)
+from lmperf.questions.profile.report import (
+    PHASE_TIMES, SIDE_BY_SIDE, WAITS_PHASE, WAITS_STEP, overhead_within_noise,
+)
 from lmperf.questions.profile.trace import load_trace
 
 
@@ -64,6 +69,7 @@ def profile_torch(spec: RunSpec, trace_path: Path, top: int = 10,
                            samples_ms={"benchmarked": cap.unprofiled_ms,
                                        "profiled": cap.profiled_ms})
     _phase_times(result, cap, trace)
+    _waits(result, cap, trace)
     _top_tables(result, trace, spec, top)
     _attention(result, trace, spec)
     analysis_s = time.perf_counter() - start
@@ -141,6 +147,23 @@ def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
             f"errors) for: {', '.join(noisy)}; those percentages say nothing about the profiler.")
 
 
+def _waits(result: ProfileResult, cap: Capture, trace) -> None:
+    """Where the step waits (`overlap`): per profiled step and per phase, the device's busy,
+    idle and host-wait time, and first among the notes the headline, against the benchmarked
+    step (the profiler slows the host, so the trace's own idle time overstates it)."""
+    if trace.device != "cuda":
+        result.notes.insert(0, "No GPU in this run: the whole step is the host's (the operator "
+                               "tables say where its time goes).")
+        return
+    per_step = step_table(trace)
+    result.tables += [(WAITS_STEP, per_step),
+                      (WAITS_PHASE, phase_times(trace, present_phases(trace)))]
+    bench = statistics.fmean(cap.unprofiled_ms["step"])
+    busy, span = per_step["gpu_busy_ms"].mean(), per_step["gpu_span_ms"].mean()
+    result.notes.insert(0, waits_headline(per_step, bench, f"benchmarked; {busy / span:.0%} of "
+                                          f"the {span:.2f} ms profiled step"))
+
+
 def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
     """(b)-(d) top entries per phase, categories, matmul share, forward vs step."""
     unit = "kernels" if trace.device == "cuda" else "operators (self time)"
@@ -151,27 +174,22 @@ def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
               views.phase_table(trace, phase, top=top, classify=classify))
         tables[phase] = df
         result.tables.append((f"top {unit}: {phase}", df))
-    rollup = pd.concat(
-        [views.category_rollup(trace, p, classify).assign(phase=p) for p in phases])
-    pivot = rollup.pivot_table(index="category", columns="phase", values="share",
-                               aggfunc="sum").reindex(columns=list(phases)).fillna(0.0)
-    pivot = pivot.sort_values(phases[-1], ascending=False).reset_index()
-    result.tables.append(("share of each phase by category", pivot))
+    shares = category_table(trace, list(phases))
+    result.tables.append((CATEGORY_TABLE, shares))
 
     fwd = tables["forward"]
     if not fwd.empty:
         first = fwd.iloc[0]
         result.notes.append(f"(b) top forward {unit.split()[0][:-1]}: {first['name']} "
                             f"({first['share']:.1%} of forward, {first['calls_per_step']:g} calls per step).")
-    non_matmul = rollup[(rollup["phase"] == "forward") & (rollup["category"] != "matmul")]
-    if not non_matmul.empty:
-        lead = non_matmul.sort_values("share", ascending=False).head(3)
+    by = shares.set_index("category")
+    lead = by["forward"].drop("matmul", errors="ignore").sort_values(ascending=False).head(3)
+    if (lead > 0).any():
         result.notes.append("(c) besides matmuls, the forward pass spends " + ", ".join(
-            f"{r.share:.1%} in {r.category}" for r in lead.itertuples()) + ".")
+            f"{share:.1%} in {name}" for name, share in lead[lead > 0].items()) + ".")
     if len(phases) > 2:
         step = tables["step"]
-        share_f = views.matmul_share(trace, classify, "forward")
-        share_s = views.matmul_share(trace, classify, "step")
+        share_f, share_s = (by[p].get("matmul", 0.0) for p in ("forward", "step"))
         same = (not step.empty and not fwd.empty and step.iloc[0]["name"] == fwd.iloc[0]["name"])
         result.notes.append(
             f"(d) matmul share: {share_f:.1%} of forward, {share_s:.1%} of the whole step; the top "
