@@ -34,6 +34,8 @@ BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
     ("top operators", ("name", "category", "calls_per_step", "ms_per_step", "avg_us", "share"), 5),
     ("attention:", ("range", "calls_per_step", "ms_per_step", "share", "flops_per_step_analytic",
                     "flop_analytic_share"), None),
+    (WAITS_PHASE, ("phase", "gpu_span_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_host_wait_ms",
+                   "bound", "cpu_range_ms"), None),
     ("roofline per phase", ("phase", "measured_ms", "ideal_ms", "compute_ms", "memory_ms",
                             "measured_over_ideal", "overhead_bound_ms"), None),
     ("roofline per operator", ("phase", "op", "calls", "measured_ms", "ideal_ms",
