@@ -8,8 +8,6 @@ import pytest
 
 import lmperf
 from lmperf.cli import main
-from lmperf.estimate import fit
-from lmperf.estimate.plan import shape_of
 
 FIELDS = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
 METRICS = ("peak_gib", "fits", "step_s", "tokens_per_s_per_gpu", "mfu")
@@ -41,8 +39,9 @@ def test_every_candidate_is_a_plan_record_with_the_issue_fields(small_on_h100):
         s = r["spec"]
         per_replica = 16 // (8 // s["tp"])
         assert s["micro_batch"] * (s["grad_accum"] - 1) < per_replica <= s["micro_batch"] * s["grad_accum"]
-    assert any("winner:" in f for f in small_on_h100.findings)
-    assert any(f.startswith("run it: ") for f in small_on_h100.findings)
+    assert small_on_h100.headline[0].startswith("winner:")
+    assert small_on_h100.headline[1].startswith("run it: `lmperf dist train --world-size 8 ")
+    assert len({r["spec"]["search"] for r in records}) == 1
 
 
 def test_smaller_micro_batches_are_evaluated_below_the_largest_that_fits(small_on_h100):
@@ -55,20 +54,6 @@ def test_smaller_micro_batches_are_evaluated_below_the_largest_that_fits(small_o
     for v in by_config.values():
         largest = v[0][1]
         assert all(b <= (largest or 1) for b, _ in v)
-
-
-def test_one_answer_to_fits_a_single_rank_is_memory_estimates_peak():
-    """n = 1, no sharding: the plan's per-rank peak is the simulated step's, byte for byte, and
-    its allowance the one `memory --estimate` adds."""
-    work = fit.Workload("tiny", "2026", None, 64, "sdpa", "cuda")
-    lines = fit.timelines(work, "bf16-mixed", 0)
-    for b in (1, 3):
-        peak, allowance = fit.rank_peak(lines, shape_of(work), "ddp", 1, 1, b, 1, "bf16-mixed",
-                                        "cuda", 64)
-        one = fit.device_fit(work.spec(b, "bf16-mixed"), 80)
-        # micro-batch 3 is read off the timelines of 1 and 2; CUDA's 512-byte rounding aside
-        assert peak == pytest.approx(one["simulated_gib"] * 2**30, rel=1e-4)
-        assert (peak + allowance) / 2**30 == pytest.approx(one["peak_gib"], rel=1e-4)
 
 
 def test_json_is_one_record_per_candidate(capsys, tmp_path):
@@ -87,7 +72,7 @@ def test_json_is_one_record_per_candidate(capsys, tmp_path):
     (["--gpu", "H100-SXM", "--gpus", "3", "--global-batch", "4"], "does not split"),
     (["--gpu", "H100-SXM", "--precision", "fp8"], "plan precision"),
     (["--gpu", "H100-SXM", "--host-us", "-1"], "--host-us"),
-    (["--gpu", "H100-SXM", "--confirm", "2"], "CPU ranks"),
+    (["--gpu", "H100-SXM", "--confirm", "2"], "GPU at hand"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, said):
     assert main(["plan", "--size", "tiny", "--context", "64", *argv]) == 2
@@ -118,7 +103,28 @@ def test_a_summary_without_pairs_or_cells_says_n_a():
     from lmperf.questions.plan.report import build_report
     from lmperf.results.schema import make_record
 
-    summary = make_record("plan", {"confirm": True, "cell": "summary"}, "ok", {},
-                          metrics=score([]))
-    assert score([])["kendall_tau"] is None
+    from lmperf.questions.plan.spec import PlanSpec
+
+    plan = PlanSpec(size="tiny", context=64, global_batch=4, gpus=2, gpu="H100-SXM").to_dict()
+    summary = make_record("plan", {**plan, "confirm": True, "cell": "summary", "search": "s"},
+                          "ok", {}, metrics=score([]))
+    assert score([])["kendall_tau"] is None and score([])["winner_vs_best"] is None
     assert any("Kendall tau of step times n/a" in f for f in build_report([summary]).findings)
+
+
+@pytest.mark.slow
+def test_confirm_on_one_device_runs_each_cell_as_a_job_of_its_own():
+    """--gpus 1 --confirm K: the path the GPU at hand takes (issue 34), on the CPU: single-process
+    cells forked as any job, no torchrun, scored as the ranks' are, the winner held to the best."""
+    report = lmperf.plan("tiny", device="cpu", gpus=1, gib=0.05, context=128, global_batch=8,
+                         precision="fp32", checkpoint=[0, 1], confirm=2, timeout=300)
+    cells = [r for r in report.records if r["spec"].get("confirm") and r["spec"]["cell"] != "summary"]
+    assert len(cells) == 4 and all(r["status"] == "ok" for r in cells)
+    for r in cells:
+        assert r["spec"]["strategy"] == "single" and "backend" not in r["env"]  # no process group
+        assert r["job_id"] and abs(r["metrics"]["peak_error"]) <= 0.05
+    summary = report.records[-1]["metrics"]
+    assert summary["cells"] == 4 and summary["boundary_correct"] == 1.0
+    assert summary["winner_vs_best"] >= 1.0 and summary["winner_step_s"] > 0
+    assert any("the predicted winner's measured step / the best of them" in f
+               for f in report.findings)

@@ -82,8 +82,22 @@ def migrate(records: list[dict]) -> list[dict]:
     for record in records:
         record = {"message": "", "params": None, "env": {}, "metrics": None, "warnings": [],
                   **record}
+        if record["kind"] == "plan" and "search" not in record["spec"]:
+            record = _plan_search(record)
         out += _from_schema_1(record) if record.get("schema") == 1 else [record]
     return out
+
+
+def _plan_search(record: dict) -> dict:
+    """A plan record from before searches had ids (issue 35) gets one from its request and the
+    time its search took (the same for every record of one search), so readers keep searches
+    apart; its confirmed cells, which carry no such time, make a search of their own."""
+    spec = record["spec"]
+    request = {k: v for k, v in spec.items() if k not in (
+        "precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum", "confirm",
+        "cell", "run_batch")}
+    took = (record.get("metrics") or {}).get("search_s")
+    return {**record, "spec": {**spec, "search": spec_id("plan", {**request, "took": took})}}
 
 
 # Spec fields renamed before schema 2, per kind: (old name, new name). Issue 17 gave every spec

@@ -17,7 +17,8 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
          precision: Sequence[str] | str | None = None,
          checkpoint: Sequence[int] | int | None = None, attention: str = "sdpa",
          host_us: float | None = None, confirm: int = 0, course: str = DEFAULT_COURSE,
-         out: str | Path | None = None, timeout: float | None = None) -> Report:
+         out: str | Path | None = None, timeout: float | None = None,
+         top: int = 10) -> Report:
     """Search precision x activation checkpointing x sharding x micro-batch for `size` (a
     preset of `course`) or `model` ("package.module:factory") on `gpus` GPUs of `gpu` (a name
     of the peak table: H100-SXM, A100-80GB, ...; `gib`: another memory budget per GPU) at
@@ -25,9 +26,11 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     time. `device` "cpu" plans for this machine's ranks (gloo; `gib` required), "auto" for `gpu`
     when named. `precision`: bf16-mixed and bf16-fsdp on GPUs (default both), fp32 (default) and
     bf16-mixed on the CPU (its time model ranks bf16-mixed 1.5-2x too fast, docs/accuracy.md); `checkpoint`: block-group sizes (0 none, 1 every block; default 0 1
-    2 4). `confirm` K > 0 (CPU): runs K plans spread over the ranking on `gpus` gloo ranks at
-    their micro-batch b and b + 1 and scores the plan (records of kind 'plan' with planned and
-    measured side by side, then a summary). Records are appended to `out` when given.
+    2 4). `confirm` K > 0: runs K plans spread over the ranking at their micro-batch b and b + 1
+    (on `gpus` gloo ranks of this CPU, or with `gpus` 1 each as a job of its own on the CPU or
+    the GPU at hand) and scores the plan (records of kind 'plan' with planned and measured side
+    by side, then a summary). Records are appended to `out` when given, and a multi-GPU plan's
+    winner's torchtitan job config beside them. `top`: distinct plans shown (0: all).
     Nothing runs for the plan itself: every figure is PREDICTED (see each record's method).
     Raises SpecError for bad input."""
     from lmperf.questions.plan import job
@@ -52,9 +55,11 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
                     device="cpu" if on_cpu else "cuda", gpus_per_node=gpus_per_node, gib=gib,
                     precisions=precisions, checkpoints=groups, attention=attention,
                     host_us=host_us)
-    if confirm < 0 or (confirm and not on_cpu):
-        raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) on this machine's CPU "
-                        "ranks (--device cpu --gib G); on GPUs, run the winner's command")
+    here = on_cpu or (gpus == 1 and dev.cuda_available() and gpu == _local_gpu())
+    if confirm < 0 or (confirm and not here):
+        raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) here: on this CPU's "
+                        "ranks (--device cpu --gib G) or the one GPU at hand (--gpus 1); on "
+                        "other GPUs, run the winner's command")
     path = None
     if out is not None:
         from lmperf.results.store import ensure_writable
@@ -64,18 +69,38 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     err(f"planning {spec.size or spec.model} for {gpus} x {gpu or 'this CPU'} ...")
     from lmperf.results.store import append_record
 
-    records = job.records(spec)
+    records = job.records(spec, _progress())
+    winner = records[0]  # ranked: the first fits, or nothing does
+    if gpus > 1 and winner["metrics"]["fits"] and path is not None:
+        from lmperf.questions.plan.run import torchtitan_toml
+
+        toml = path.with_name(f"{path.stem}-{winner['spec']['search']}.torchtitan.toml")
+        toml.write_text(torchtitan_toml(winner["spec"], winner["spec"]), encoding="utf-8")
+        winner["metrics"]["torchtitan_toml"] = str(toml)
     for r in records if path is not None else ():  # kept before --confirm's minutes start
         append_record(path, r)
     if confirm:
         rows = [{**r["spec"], **r["metrics"]} for r in records]
-        err(f"confirming {confirm} plans on {gpus} gloo ranks here (2 cells each, each cell "
-            "runs full steps of the global batch: minutes) ...")
-        cells = job.confirm(spec, rows, confirm, timeout)
+        err(f"confirming {confirm} plans here ({gpus} rank(s); 2 cells each, each cell runs "
+            "full steps of the global batch: minutes) ...")
+        cells = job.confirm(spec, rows, confirm, timeout, winner["spec"]["search"])
         for r in cells if path is not None else ():
             append_record(path, r)
         records += cells
-    return build_report(records)
+    return build_report(records, top)
+
+
+def _progress():
+    """progress(done, total, what) of the search: a line on stderr every 2 s at most."""
+    import time
+
+    last = [time.monotonic()]
+
+    def tell(done: int, total: int, what: str) -> None:
+        if time.monotonic() - last[0] >= 2.0:
+            last[0] = time.monotonic()
+            err(f"  searched {done}/{total}: {what}")
+    return tell
 
 
 def _local_gpu() -> str:

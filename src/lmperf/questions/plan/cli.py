@@ -44,7 +44,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host-us", type=float, metavar="US",
                    help="the host's time to issue one op, microseconds (default: 5)")
     p.add_argument("--confirm", type=int, default=0, metavar="K",
-                   help="run K plans here (CPU ranks, --gib per rank) at b and b + 1; score it")
+                   help="run K plans here (CPU ranks, --gib per rank; or --gpus 1: this CPU or "
+                        "the GPU at hand) at b and b + 1; score the plan")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="distinct plans shown per search, besides the best of each strategy "
+                        "(0: all; default: 10)")
     p.add_argument("--timeout", type=float, metavar="S", help="--confirm's limit per launch")
     p.set_defaults(func=cmd_plan)
 
@@ -58,4 +62,4 @@ def cmd_plan(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node, gib=args.gib, device=args.device, context=args.context,
         global_batch=args.global_batch, precision=args.plan_precision, checkpoint=args.checkpoint,
         attention=args.attention, host_us=args.host_us, confirm=args.confirm,
-        course=args.course, out=args.out, timeout=args.timeout))
+        course=args.course, out=args.out, timeout=args.timeout, top=args.top))

@@ -1,11 +1,13 @@
-"""`lmperf plan --confirm K`, the rank side: one planned configuration, run for real.
+"""`lmperf plan --confirm K`, the side that runs: one planned configuration, run for real.
 
 A cell builds the model (one seed on every rank), checkpointing on, wraps it for its strategy
 (lmperf's readable ones: ddp a flat DDP, zero1 that and the ShardedOptimizer, fsdp the readable
-FSDP) and runs full steps of `grad_accum` micro-batches, gradients synchronised once per step.
-AdamW (foreach, as planned) gets its state from a zero-gradient step first, as the simulator
-assumes; one step then runs under LiveBytes (the peak the plan predicts; RSS beside it), and a
-timed cell one warm-up and `steps` timed steps, untracked.
+FSDP; 'single' nothing) and runs full steps of `grad_accum` micro-batches, gradients
+synchronised once per step. AdamW (foreach on the CPU, fused on CUDA, as planned) gets its
+state from a zero-gradient step first, as the simulator assumes; one step then runs under
+LiveBytes (the peak the plan predicts; RSS and CUDA's allocator beside it; out of memory: it
+does not fit), and a timed cell one warm-up and `steps` timed steps, untracked. On ranks under
+torchrun (`run_cell`), or alone on this machine's device as any forked job (`run_alone`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ CE = torch.nn.functional.cross_entropy
 
 
 def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torch.nn.Module:
-    from lmperf.estimate.checkpoint_plan import set_checkpointing
     from lmperf.estimate.fit import Workload
+    from lmperf.model.checkpointing import set_checkpointing
     from lmperf.model.custom import build_model
     from lmperf.runtime import device as dev
 
@@ -38,12 +40,14 @@ def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torc
     return model
 
 
-def _setup(cell: dict, model: torch.nn.Module):
+def _setup(cell: dict, model: torch.nn.Module, device: torch.device):
     """(module to call, optimizer, sync after the last backward, autocast dtype or None)."""
     from lmperf.questions.parallel import ddp, fsdp, zero
 
     dtype = torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
-    adamw = dict(lr=1e-4, foreach=True)
+    adamw = dict(lr=1e-4, **({"fused": True} if device.type == "cuda" else {"foreach": True}))
+    if cell["strategy"] == "single":
+        return model, torch.optim.AdamW(model.parameters(), **adamw), lambda: None, dtype
     if cell["strategy"] == "fsdp":
         wrapped = fsdp.FSDP(model, dtype)
         return wrapped, torch.optim.AdamW(wrapped.parameters(), **adamw), \
@@ -59,7 +63,7 @@ def _setup(cell: dict, model: torch.nn.Module):
 def _loss(module, x: torch.Tensor, y: torch.Tensor, dtype, share: float) -> torch.Tensor:
     """The step's forward and loss (workload.steps'): the logits (b, T, V) die on return, as
     they do in the step the plan simulates (log-softmax keeps its own output for backward)."""
-    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+    with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
         logits = module(x)  # (b, T, V)
         return CE(logits.flatten(0, 1), y.flatten()) * share
 
@@ -113,21 +117,26 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-def run_cell(job, item: str, ctx) -> dict:
-    """Run one cell on this rank; rank 0's payload holds the measured figures of every rank."""
-    import torch.distributed as dist
+def measure(job, item: str, device: torch.device, rank: int = 0,
+            barrier=lambda: None) -> dict:
+    """This rank's figures of cell `item` of `job`: the peak of live bytes over one step
+    (None: out of memory), the process's peak RSS, CUDA's allocator peak, the timed steps (s)."""
+    import resource
+
+    from lmperf.core.outcome import is_oom
+    from lmperf.runtime import device as dev
 
     cell, plan = job.cell(item), json.loads(job.plan)
-    model = _model(plan, job.seed, cell["checkpoint"], ctx.device)
-    module, opt, sync, dtype = _setup(cell, model)
+    model = _model(plan, job.seed, cell["checkpoint"], device)
+    module, opt, sync, dtype = _setup(cell, model, device)
     per_replica, b = cell["per_replica"], cell["run_batch"]
     accum = -(-per_replica // b)
     sizes = [b] * (accum - 1) + [per_replica - b * (accum - 1)]
     if cell["run_batch"] != cell["micro_batch"]:
         sizes = [b] * max(1, cell["grad_accum"])  # the boundary cell: b + 1 in every micro-batch
-    gen = torch.Generator().manual_seed(job.seed * 7919 + ctx.rank)
+    gen = torch.Generator().manual_seed(job.seed * 7919 + rank)
     tokens = torch.randint(0, model.vocab_size if hasattr(model, "vocab_size") else 1000,
-                           (sum(sizes), plan["context"] + 1), generator=gen)
+                           (sum(sizes), plan["context"] + 1), generator=gen).to(device)
     with torch.no_grad():  # AdamW's state, as a first step leaves it (what the plan simulates)
         for p in (p for g in opt.param_groups for p in g["params"]):
             p.grad = torch.zeros_like(p)
@@ -136,35 +145,67 @@ def run_cell(job, item: str, ctx) -> dict:
     local = getattr(opt, "local", None) or opt  # ShardedOptimizer: its rank's AdamW holds it
     held = [*module.parameters(), *module.buffers(), tokens,
             *(v for st in local.state.values() for v in st.values() if torch.is_tensor(v))]
-    with LiveBytes(held) as tracker:
-        _step(module, opt, sync, dtype, sizes, tokens)
-    peak = tracker.peak
-    times = []
-    if cell["timed"]:
-        for i in range(job.steps + 1):
-            dist.barrier()
-            t0 = time.perf_counter()
+    allocator = dev.PeakMemory(device)
+    allocator.reset()
+    try:
+        with LiveBytes(held) as tracker:
             _step(module, opt, sync, dtype, sizes, tokens)
-            if i:
-                times.append(time.perf_counter() - t0)
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    mine = {"peak_bytes": int(peak), "rss_bytes": rss, "step_s": times}
-    everyone = [None] * ctx.world_size
-    dist.all_gather_object(everyone, mine)
+        peak = tracker.peak
+    except Exception as exc:  # on a GPU the boundary cell may not fit: that is its answer
+        if not is_oom(exc) or cell["timed"]:
+            raise
+        peak = None
+    times = []
+    for i in range(job.steps + 1 if cell["timed"] else 0):
+        barrier()
+        dev.synchronize(device)
+        t0 = time.perf_counter()
+        _step(module, opt, sync, dtype, sizes, tokens)
+        dev.synchronize(device)
+        if i:
+            times.append(time.perf_counter() - t0)
     if hasattr(module, "close"):
         module.close()
-    if ctx.rank:
-        return None
-    measured = max(r["peak_bytes"] for r in everyone)
+    return {"peak_bytes": peak, "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            * 1024, "allocator_peak_mib": allocator.read() if device.type == "cuda" else None,
+            "step_s": times}  # ru_maxrss: KiB on Linux
+
+
+def figures(cell: dict, everyone: list[dict]) -> dict:
+    """The cell's record fields from every rank's `measure`: planned and measured side by side
+    (the peak of the fullest rank, each step's slowest rank; out of memory: does not fit)."""
+    peaks = [r["peak_bytes"] for r in everyone]
+    measured = None if None in peaks else max(peaks)
     slowest = [max(ts) for ts in zip(*[r["step_s"] for r in everyone])]  # per step, the last rank
+    extra = cell.get("allowance_bytes", 0.0)  # on CUDA the plan's stated allowance on both sides
     return {"metrics": {"planned_peak_bytes": cell["planned_peak_bytes"],
                         "measured_peak_bytes": measured,
                         "peak_error": measured and (cell["planned_peak_bytes"] - measured) / measured,
                         "budget_bytes": cell["budget_bytes"],
-                        "planned_fits": cell["planned_peak_bytes"] <= cell["budget_bytes"],
-                        "measured_fits": measured <= cell["budget_bytes"],
+                        "planned_fits": cell["planned_peak_bytes"] + extra <= cell["budget_bytes"],
+                        "measured_fits": measured is not None
+                        and measured + extra <= cell["budget_bytes"],
                         "planned_step_s": cell["planned_step_s"],
                         "measured_step_s": statistics.median(slowest) if slowest else None,
                         "ranks": everyone}}
+
+
+def run_cell(job, item: str, ctx) -> dict | None:
+    """Run one cell on this rank under torchrun; rank 0's payload holds every rank's figures."""
+    import torch.distributed as dist
+
+    mine = measure(job, item, ctx.device, ctx.rank, dist.barrier)
+    everyone = [None] * ctx.world_size
+    ctx.stage.wait("gathering the ranks' figures")
+    dist.all_gather_object(everyone, mine)
+    return figures(job.cell(item), everyone) if ctx.rank == 0 else None
+
+
+def run_alone(job) -> dict:
+    """A job of one cell on this process's device (`plan --gpus 1 --confirm`): no process
+    group, forked from the warm server as any job; its record as a rank's cell would be."""
+    from lmperf.core.envelope import measured
+
+    item = job.items()[0]
+    return measured("plan", job, lambda j, run: figures(j.cell(item), [measure(j, item, run.device)]),
+                    record_spec=job.item_spec(item), first_stage=f"running {item}")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.questions.plan.spec import RUNNABLE_ON_CPU, ConfirmJob, PlanSpec
+from lmperf.questions.plan.spec import RUNNABLE_ON_CPU, ConfirmAlone, ConfirmJob, PlanSpec
 
 METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps weighted by what the "
           "strategy keeps (lmperf.estimate.fit); step time from per-op counts on the target and "
@@ -18,9 +19,12 @@ METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps weigh
 CANDIDATE = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
 
 
-def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
-    """(ranked candidate rows, env, what the target is) of `spec`."""
-    from lmperf.estimate.fit import Workload
+def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
+    """(ranked candidate rows, env, what the target is) of `spec`; `progress(done, total,
+    what)` is told how far the search is, where the estimate's search reports it."""
+    import inspect
+
+    from lmperf.estimate.fit import PRECISIONS, Workload
     from lmperf.estimate.plan import candidates, shape_of
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
@@ -28,10 +32,13 @@ def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
     device = spec.device
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, device,
                     "foreach" if device == "cpu" else "fused")
+    # the host's time per op: --host-us, else measured on the model's ops where the GPU is here
     target = cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
-                     host_us=spec.host_us)
+                     host_us=spec.host_us, probe=work.spec(1, PRECISIONS[spec.precisions[0]]))
+    told = {"progress": progress} if "progress" in inspect.signature(candidates).parameters \
+        else {}
     rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
-                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None)
+                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, **told)
     if not rows:
         raise SpecError(f"nothing to plan: global batch {spec.global_batch} does not split over "
                         f"the data-parallel degrees of {spec.gpus} devices (or no --checkpoint "
@@ -40,44 +47,23 @@ def search(spec: PlanSpec) -> tuple[list[dict], dict, str]:
         f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each"
 
 
-def records(spec: PlanSpec) -> list[dict]:
-    """One 'plan' record per candidate evaluated, fitting or not (ranked)."""
+def records(spec: PlanSpec, progress=None) -> list[dict]:
+    """One 'plan' record per candidate evaluated, fitting or not (ranked), each with the id of
+    this search (`spec.search`: a file may hold several searches)."""
     from lmperf.results.schema import make_record
 
     t0 = time.perf_counter()
-    rows, env, target = search(spec)
+    rows, env, target = search(spec, progress)
     took = time.perf_counter() - t0
+    search_id = time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
     out = []
     for row in rows:
         metrics = {k: v for k, v in row.items() if k not in CANDIDATE}
         metrics.update(method=METHOD, target=target, search_s=took)
-        out.append(make_record("plan", {**spec.to_dict(), **{k: row[k] for k in CANDIDATE}},
-                               "ok", env, metrics=metrics))
+        out.append(make_record("plan", {**spec.to_dict(), "search": search_id,
+                                        **{k: row[k] for k in CANDIDATE}}, "ok", env,
+                               metrics=metrics))
     return out
-
-
-def command(spec: dict, row) -> str:
-    """The command that runs a planned candidate (`row`) of a plan (`spec`, its record's) with
-    what lmperf has."""
-    from lmperf.model.presets import require_plain
-
-    runner = {"ddp": "torch-ddp", "zero1": "torch-zero1", "fsdp": "fsdp2"}.get(row["strategy"])
-    try:
-        require_plain(spec["size"], spec["course"], "dist train")
-    except SpecError:
-        runner = None
-    if runner is None or row["tp"] > 1 or spec["model"]:
-        model = f"--model {spec['model']} " if spec["model"] else ""
-        return (f"(lmperf dist train does not run {row['strategy']} on this model: torchtitan "
-                f"does; `lmperf bench {model}--size {spec['size'] or 'SIZE'} --batch "
-                f"{row['micro_batch']} --context {spec['context']}` times one rank's micro-batch)")
-    todo = ([f"x{row['grad_accum']} gradient accumulation"] if row["grad_accum"] > 1 else []) \
-        + ([f"checkpoint groups of {row['checkpoint']}"] if row["checkpoint"] else []) \
-        + (["bf16 autocast"] if row["precision"] == "bf16-mixed" else [])
-    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {runner} --size "
-            f"{spec['size']} --context {spec['context']} --batch {row['micro_batch']}"
-            + (" --compute-dtype bf16" if row["precision"] == "bf16-fsdp" else " --bucket-mb 25")
-            + (f"  (not flags of dist train yet: {', '.join(todo)})" if todo else ""))
 
 
 def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
@@ -98,36 +84,49 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     from lmperf.estimate.fit import Workload, rank_peak, timelines
     from lmperf.estimate.plan import shape_of
 
-    work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, "cpu",
-                    "foreach")
+    work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention,
+                    spec.device, "foreach" if spec.device == "cpu" else "fused")
     shape = shape_of(work)
+    budget = (spec.gib or 0) * 2**30 or rows[0]["budget_gib"] * 2**30
     cells = []
     for r in picks:
         per_replica = spec.global_batch // (spec.gpus // r["tp"])
         for b, timed in ((r["micro_batch"], True), (r["micro_batch"] + 1, False)):
-            live, _ = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
-                                r["strategy"], spec.gpus, r["tp"], b, r["grad_accum"], r["precision"],
-                                "cpu", spec.context, readable=True)
+            live, allowance = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
+                                        r["strategy"], spec.gpus, r["tp"], b, r["grad_accum"],
+                                        r["precision"], spec.device, spec.context, readable=True)
             cells.append({"cell": f"rank{r['rank']}-b{b}", **{c: r[c] for c in CANDIDATE},
                           "run_batch": b, "per_replica": per_replica, "timed": timed,
                           "plan_rank": r["rank"], "planned_peak_bytes": live,
-                          "budget_bytes": spec.gib * 2**30,
+                          "allowance_bytes": allowance, "budget_bytes": budget,
                           "planned_step_s": r["step_s"] if timed else None})
     return cells
 
 
-def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = None) -> list[dict]:
-    """Run --confirm's cells on `spec.gpus` gloo ranks here; their records and the summary."""
+def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = None,
+            search: str = "") -> list[dict]:
+    """Run --confirm's cells here: on `spec.gpus` gloo ranks (torchrun), or with one device
+    each cell as its own forked job on it (CPU or the GPU at hand); their records, then the
+    summary. `search`: the id of the search the cells confirm."""
+    from lmperf.core.command import sweep_options
+    from lmperf.core.sweep import run_sweep
     from lmperf.core.torchrun import run_job
     from lmperf.results.schema import make_record
     from lmperf.runtime.env import capture
 
-    job = ConfirmJob(world_size=spec.gpus, plan=json.dumps(spec.to_dict()),
+    plan = {**spec.to_dict(), "search": search}
+    job = ConfirmJob(world_size=spec.gpus, plan=json.dumps(plan), device=spec.device,
                      cells=json.dumps(confirm_cells(spec, rows, k)),
                      timeout_s=600.0 if timeout is None else timeout)
-    done = run_job(job)
+    if spec.gpus > 1:
+        done = run_job(job)
+    else:  # one job per cell: an out-of-memory cell leaves nothing behind for the next
+        alone = [ConfirmAlone(**job.with_items([item]).to_full_dict()) for item in job.items()]
+        done = run_sweep(alone, None, sweep_options(timeout=job.timeout_s))
+        for one, record in zip(alone, done):  # a crashed child's row: the cell's spec too
+            record["spec"] = one.item_spec(one.items()[0])
     summary = score([r for r in done if r["status"] == "ok"])
-    done.append(make_record("plan", {**spec.to_dict(), "confirm": True, "cell": "summary"},
+    done.append(make_record("plan", {**plan, "confirm": True, "cell": "summary"},
                             "ok", capture(torch.device("cpu")), metrics=summary))
     return done
 
@@ -135,15 +134,21 @@ def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = No
 def score(cells: list[dict]) -> dict:
     """boundary_correct (fraction of cells whose planned fit equals the measured one),
     peak_error (the worst |planned - measured| / measured peak), kendall_tau (planned vs
-    measured step times of the timed cells)."""
+    measured step times of the timed cells), winner_vs_best (the measured step of the plan
+    ranked first over the fastest measured step of the timed cells: 1 when it was the best)."""
     m = [c["metrics"] for c in cells]
     timed = [x for x in m if x["planned_step_s"] is not None and x["measured_step_s"]]
+    steps = [x["measured_step_s"] for x in timed]
+    winner = min(timed, key=lambda x: x["planned_step_s"], default=None)  # picks hold rank 1
     return {"cells": len(m),
             "boundary_correct": sum(x["planned_fits"] == x["measured_fits"] for x in m) / len(m)
             if m else None,
-            "peak_error": max((abs(x["peak_error"]) for x in m), default=None),
-            "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed],
-                                       [x["measured_step_s"] for x in timed])}
+            "peak_error": max((abs(x["peak_error"]) for x in m if x["peak_error"] is not None),
+                              default=None),
+            "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed], steps),
+            "winner_step_s": winner and winner["measured_step_s"],
+            "best_step_s": min(steps, default=None),
+            "winner_vs_best": winner and winner["measured_step_s"] / min(steps)}
 
 
 def kendall_tau(a: list[float], b: list[float]) -> float | None:

@@ -1,5 +1,6 @@
 """PlanSpec: one plan request (computed, not run: its records carry it and the candidate);
-ConfirmJob: the cells `--confirm` runs under `lmperf dist`'s torchrun launcher, one item each."""
+ConfirmJob: the cells `--confirm` runs on torchrun ranks, one item each; ConfirmAlone: one cell on
+one device, forked as any job."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ CPU_PRECISIONS = ("fp32", "bf16-mixed")
 # The CPU plan's default: the CPU time model predicts bf16-mixed steps 1.5-2x too fast against
 # fp32 ones (--confirm, docs/accuracy.md), so it ranks fp32 configurations unless asked
 CPU_DEFAULT = ("fp32",)
-RUNNABLE_ON_CPU = ("ddp", "zero1", "fsdp")  # what --confirm can run with gloo here
+RUNNABLE_ON_CPU = ("single", "ddp", "zero1", "fsdp")  # what --confirm can run here
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,20 @@ class ConfirmJob(RankJob, Ranks):
     def with_items(self, items: list[str]) -> "ConfirmJob":
         """Only the cells in `items`."""
         kept = [c for c in json.loads(self.cells) if c["cell"] in items]
-        return ConfirmJob(**{**self.to_full_dict(), "cells": json.dumps(kept)})
+        return type(self)(**{**self.to_full_dict(), "cells": json.dumps(kept)})
 
     def label(self) -> str:
         """Short name for progress lines."""
         return f"plan --confirm n={self.world_size} ({len(self.items())} cells)"
+
+
+@dataclass(frozen=True)
+class ConfirmAlone(ConfirmJob):
+    """One cell of `--confirm` on one device (`--gpus 1`): no process group, forked from the
+    warm server as any job, on this CPU or the GPU at hand."""
+
+    runner: ClassVar[str] = "lmperf.questions.plan.confirm:run_alone"
+
+    def label(self) -> str:
+        """Short name for progress lines."""
+        return f"plan --confirm {self.items()[0]}"

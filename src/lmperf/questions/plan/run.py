@@ -1,0 +1,114 @@
+"""What runs a plan: the lmperf command line of a candidate (one GPU: `lmperf bench`; N GPUs with
+DDP, ZeRO or FSDP: `lmperf dist train`), and its torchtitan job config (TOML, the keys of
+torchtitan's own schema, written by hand: no dependency) for the engine users scale on.
+
+A record's spec (the request and the candidate) and its metrics are all either needs."""
+
+from __future__ import annotations
+
+from lmperf.errors import SpecError
+from lmperf.model.presets import DEFAULT_COURSE, require_plain, resolve_preset
+
+# lmperf plan's strategy -> dist train's: torch's own engines, as the plan models them
+DIST = {"ddp": "torch-ddp", "zero1": "torch-zero1", "zero2": "torch-zero2", "fsdp": "fsdp2"}
+TORCHTITAN = ("torchtitan v0.2.2 (commit 73a0e69, 2026-02-20): torchtitan/config/job_config.py, "
+              "torchtitan/models/llama3/train_configs/llama3_8b.toml")
+FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B"}  # torchtitan's llama3_args of lmperf's presets
+
+
+def _sizes(spec: dict, row: dict) -> tuple[int, int, int]:
+    """(data-parallel degree d, sequences per replica and step, of which the last micro-batch)."""
+    d = spec["gpus"] // row["tp"]
+    per_replica = spec["global_batch"] // d
+    return d, per_replica, per_replica - row["micro_batch"] * (row["grad_accum"] - 1)
+
+
+def command(spec: dict, row: dict) -> str | None:
+    """The lmperf command line that runs candidate `row` of the plan whose record spec is
+    `spec`, with notes in parentheses after it; None where lmperf does not run it (FSDP x TP,
+    a --model or a preset dist train does not build: the torchtitan config is the way)."""
+    size, b, n = spec["size"] or "mini", row["micro_batch"], row["grad_accum"]
+    notes = []
+    if _sizes(spec, row)[2] != b:
+        notes.append(f"the plan's last micro-batch holds {_sizes(spec, row)[2]}: this runs "
+                     f"{n} x {b} sequences per rank and step")
+    what = (f" --size {size}" + (f" --course {spec['course']}" if spec["course"] != DEFAULT_COURSE
+                                 else "")
+            + f" --context {spec['context']} --batch {b}" + (f" --grad-accum {n}" if n > 1 else "")
+            + (f" --checkpoint {row['checkpoint']}" if row["checkpoint"] else "")
+            + f" --attention {spec['attention']}" + (" --device cpu" if spec["device"] == "cpu"
+                                                     else ""))
+    if spec["gpus"] == 1:
+        model = f" --model {spec['model']}" if spec["model"] else ""
+        return (f"lmperf bench --mode train-step{model}{what} --precision {row['precision']}"
+                + (f"  ({'; '.join(notes)})" if notes else ""))
+    try:
+        require_plain(size, spec["course"], "dist train")
+    except SpecError:
+        return None
+    if row["tp"] > 1 or spec["model"] or row["strategy"] not in DIST:
+        return None
+    if row["strategy"] == "zero2" and n > 1:
+        notes.append("torch-zero2 gathers the parameters once per micro-batch, the planned "
+                     "ZeRO-2 once per step")
+    flags = {"bf16-fsdp": " --compute-dtype bf16", "bf16-mixed": " --precision bf16-mixed"}
+    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {DIST[row['strategy']]}"
+            + what + flags.get(row["precision"], "")
+            + (" --bucket-mb 25" if row["strategy"] in ("ddp", "zero1") else "")
+            + " --no-reference" + (f"  ({'; '.join(notes)})" if notes else ""))
+
+
+def torchtitan_toml(spec: dict, row: dict) -> str:
+    """The torchtitan job config (TOML, torchtitan's keys; see TORCHTITAN) of candidate `row`
+    of the plan whose record spec is `spec`: the model, data-parallel shard (or replicate)
+    degree, tensor-parallel degree, activation checkpointing, local batch (the micro-batch),
+    global batch (with torchtitan's gradient accumulation), sequence length and mixed
+    precision; a comment wherever torchtitan has no exact equivalent."""
+    d, per_replica, last = _sizes(spec, row)
+    b, n, g, strategy = row["micro_batch"], row["grad_accum"], row["checkpoint"], row["strategy"]
+    size = spec["size"] or "mini"
+    head = [f"# torchtitan job config of an lmperf plan (search {spec.get('search', '?')}): "
+            f"{strategy}" + (f" x tp {row['tp']}" if row["tp"] > 1 else "")
+            + f", {row['precision']}, checkpoint groups {g or 'none'}, micro-batch {b} x {n}",
+            f"# PREDICTED by lmperf, not measured; keys of {TORCHTITAN}",
+            f"# run: torchrun --nproc_per_node={spec['gpus']} -m torchtitan.train "
+            "--job.config_file THIS_FILE", "", "[job]",
+            f'description = "lmperf plan: {spec["model"] or size} on {spec["gpus"]} GPUs, context '
+            f'{spec["context"]}, global batch {spec["global_batch"]}"', "", "[model]"]
+    if spec["model"]:
+        head += [f"# lmperf planned your model {spec['model']}: give torchtitan its own model "
+                 "(name, flavor) built the same way", 'name = "llama3"']
+    else:
+        head.append('name = "llama3"')
+    if size in FLAVORS:
+        head.append(f'flavor = "{FLAVORS[size]}"')
+    elif not spec["model"]:
+        p = resolve_preset(size, spec["course"])
+        head += [f"# torchtitan has no llama3 flavor for lmperf's {size}: add one to llama3_args "
+                 f"(torchtitan/models/llama3/__init__.py): dim={p.d_model}, "
+                 f"n_layers={p.num_layers}, n_heads={p.num_heads}, n_kv_heads="
+                 f"{p.num_kv_heads or p.num_heads}, vocab_size={p.vocab_size or 10000}, FFN "
+                 f"hidden {p.d_ff}", f'flavor = "{size}"']
+    train = ["", "[training]", f"local_batch_size = {b}",
+             f"global_batch_size = {b * d * n}" + (
+                 f"  # the plan's {spec['global_batch']}: torchtitan accumulates {n} micro-batches "
+                 f"of {b}, the plan's last holds {last}" if last != b else ""),
+             f"seq_len = {spec['context']}"]
+    param = "float32" if row["precision"] == "fp32" else "bfloat16"
+    if row["precision"] == "bf16-mixed" and strategy != "ddp":
+        train.append("# the plan's bf16-mixed is autocast over fp32 weights; under FSDP torchtitan "
+                     "computes in bf16 through its MixedPrecisionPolicy (nearest)")
+    train += [f'mixed_precision_param = "{param}"', 'mixed_precision_reduce = "float32"']
+    par = ["", "[parallelism]"]
+    if strategy in ("zero1", "zero2"):
+        par.append(f"# torchtitan has no {strategy}: FSDP (its data-parallel shard) is nearest, "
+                   "with parameters sharded too")
+    par += [f"data_parallel_replicate_degree = {d if strategy == 'ddp' else 1}",
+            f"data_parallel_shard_degree = {1 if strategy == 'ddp' else d}",
+            f"tensor_parallel_degree = {row['tp']}"]
+    ac = ["", "[activation_checkpoint]"]
+    if g > 1:
+        ac.append(f"# the plan checkpoints groups of {g} blocks; torchtitan one block at a time "
+                  "at most: 'full' is nearest (the same recompute, more block inputs kept)")
+    ac.append(f'mode = "{"full" if g else "none"}"')
+    return "\n".join(head + train + par + ac) + "\n"
