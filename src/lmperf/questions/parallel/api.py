@@ -22,7 +22,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
          timeout: float | None = None, max_memory_gib: float | None = None,
          resume: bool = False, progress: bool = False, precision: str | None = None,
-         checkpoint: int = 0, grad_accum: int = 1, **estimate_options: object) -> Report:
+         checkpoint: int = 0, grad_accum: int = 1, attention: str | None = None,
+         reference: bool = True, **estimate_options: object) -> Report:
     """Run `what`: 'comm' (collectives), 'train' (strategies), 'all' (both) or 'estimate'.
 
     comm: every collective x size (bytes or '1KiB'-style) at each world size, `iters` timed
@@ -30,7 +31,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     'single' at world size 1) on the reference LM preset `size` (`vocab_size` overrides its
     vocabulary), `grad_accum` micro-batches of `batch` sequences of `context` tokens per rank
     and step, `precision` 'fp32' (default) or 'bf16-mixed' (bf16 autocast), `checkpoint` blocks
-    per checkpointed group (0: none). Each (command, world size) is one torchrun launch; a rank that crashes,
+    per checkpointed group (0: none), `attention` (default naive); `reference` False skips the
+    check against one process on the global batch. Each (command, world size) is one torchrun launch; a rank that crashes,
     hangs past `timeout` seconds or runs out of memory is a row naming the rank. None takes the
     device's default (core.vocabulary.DEFAULTS["dist"]). `out`: a JSONL file appended to (None:
     records stay in memory); `plots`: a folder for the PNGs. 'estimate' runs nothing: see
@@ -53,7 +55,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                            batch=batch or 2, vocab_size=vocab_size, device=device,
                            course=course or "2026", timeout=timeout,
                            max_memory_gib=max_memory_gib, seed=seed,
-                           **({"precision": precision} if precision else {}), **estimate_options)
+                           **({"precision": precision} if precision else {}),
+                           **({"attention": attention} if attention else {}), **estimate_options)
     if estimate_options:
         raise SpecError(f"unknown keyword(s) for dist {what!r}: {', '.join(sorted(estimate_options))}")
     from lmperf.questions.parallel.plan import plan_dist
@@ -65,7 +68,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                      bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
                      seed=seed, device=device, threads=threads, timeout=timeout, course=course,
                      vocab_size=vocab_size, max_memory_gib=max_memory_gib, precision=precision,
-                     checkpoint=checkpoint, grad_accum=grad_accum)
+                     checkpoint=checkpoint, grad_accum=grad_accum, attention=attention,
+                     reference=reference)
     if plots is not None:
         _make_folder(Path(plots))
     out = Path(out) if out is not None else None

@@ -96,6 +96,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="activation checkpointing in groups of G blocks (0: none, the default)")
     g.add_argument("--grad-accum", type=int, default=1, metavar="N",
                    help="micro-batches of --batch per rank and optimizer step (default: 1)")
+    g.add_argument("--no-reference", action="store_true",
+                   help="skip the check against one process on the global batch (and gathering "
+                        "the full parameters): a model one device cannot hold")
     g = p.add_argument_group("--estimate")
     add_options(g, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), lists=("gpus",),
                 helps={"gpu": "default: H100-SXM", "gpus": "one row each (default: 8 64 512)"})
@@ -130,7 +133,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_kwargs(args: argparse.Namespace) -> dict:
     """The keywords of a dist comm / train run (API and plan) from its parsed flags."""
-    return {"precision": args.lb_precision or "fp32",  # --precision: train's or leaderboard's
+    return {"precision": args.lb_precision or "fp32",  # --precision, --attention: train's or
+            "attention": args.lb_attention or "naive",  # the leaderboard's (its defaults)
+            "reference": not args.no_reference,
             **{name: getattr(args, name) for name in SHARED + COMM + TRAIN}}
 
 

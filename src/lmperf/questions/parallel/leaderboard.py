@@ -340,8 +340,8 @@ def add_arguments(p: "argparse.ArgumentParser") -> None:
                    help="leaderboard: do_bench's timed budget; at least one timed step (default: 100)")
     g.add_argument("--no-checkpointing", action="store_true",
                    help="leaderboard: keep every activation (default: checkpoint every block)")
-    g.add_argument("--attention", dest="lb_attention", default="sdpa",
-                   help="leaderboard: the reference LM's attention (default: sdpa)")
+    g.add_argument("--attention", dest="lb_attention",
+                   help="the reference LM's attention (leaderboard default: sdpa; train: naive)")
 
 
 def cmd(args: "argparse.Namespace", default_out: Path) -> int:
@@ -357,7 +357,7 @@ def cmd(args: "argparse.Namespace", default_out: Path) -> int:
                    context=args.context or 32768, batch=args.batch or 2,
                    precision=args.lb_precision or "bf16-true",
                    checkpointing=not args.no_checkpointing,
-                   attention=args.lb_attention, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                   attention=args.lb_attention or "sdpa", warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
                    vocab_size=args.vocab_size, device=args.device, course=args.course or "2026",
                    timeout=args.timeout, max_memory_gib=args.max_memory_gib, seed=args.seed)
     args.out = out

@@ -82,7 +82,8 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               threads: int | None = None, timeout: float | None = None,
               course: str | None = None, vocab_size: int | None = None,
               max_memory_gib: float | None = None, precision: str | None = None,
-              checkpoint: int = 0, grad_accum: int = 1) -> DistPlan:
+              checkpoint: int = 0, grad_accum: int = 1, attention: str | None = None,
+              reference: bool = True) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
     'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
     from lmperf.core.rank import DEFAULT_TIMEOUT_S
@@ -113,7 +114,8 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
                                  profile_steps, lr, bucket_mb, compute_dtype, compress, seed,
                                  defaults, dev_.type, common, course, vocab_size,
                                  dict(precision=precision or "fp32", checkpoint=checkpoint,
-                                      grad_accum=grad_accum))
+                                      grad_accum=grad_accum, attention=attention or "naive",
+                                      reference=reference))
     return plan
 
 

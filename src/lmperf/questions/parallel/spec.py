@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from lmperf.core.rank import RankJob, Ranks
 from lmperf.errors import SpecError
+from lmperf.kernels import NAMES as ATTENTION
 from lmperf.model.shape import ModelShape
 from lmperf.validate import check_fields, choice, positive_int
 
@@ -126,6 +127,8 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
         precision: 'fp32', or 'bf16-mixed' (bf16 autocast over fp32 weights).
         checkpoint: activation checkpointing in groups of this many blocks (0: none).
         grad_accum: micro-batches per optimizer step, gradients synchronised once.
+        reference: check the trained parameters against one process on the global batch
+            (False: not checked, for a model one device cannot hold).
         bucket_mb, compute_dtype, compress: see `StrategyOptions`.
         backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
     """
@@ -150,12 +153,13 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     precision: str = "fp32"
     checkpoint: int = 0
     grad_accum: int = 1
+    reference: bool = True
 
     def __post_init__(self) -> None:
         self.check_shape()
         self.check_ranks()
         self.check_strategy_options()
-        check_fields(self, choices={"precision": PRECISIONS},
+        check_fields(self, choices={"precision": PRECISIONS, "attention": ATTENTION},
                      positive=("vocab_size", "context", "batch", "steps", "grad_accum"),
                      non_negative=("warmup", "profile_steps", "checkpoint"))
         if not self.strategies:
