@@ -8,6 +8,7 @@ import pytest
 
 from lmperf.errors import SpecError
 from lmperf.estimate import time_model
+from lmperf.estimate.target import FRACTIONS, HOST_OP_SOURCE
 from lmperf.questions.bench import predict as pr
 from lmperf.estimate.op_costs import OpCosts
 from lmperf.estimate.time_model import Target, queue_ends
@@ -24,7 +25,7 @@ def _costs(order: dict | None = None) -> OpCosts:
 
 
 def _gpu(host_s: float = 1e-3, flops: float = 1e12) -> Target:
-    return Target("gpu", {"fp32": flops, "tf32": 4 * flops}, flops, pr.FRACTIONS, host_s,
+    return Target("gpu", {"fp32": flops, "tf32": 4 * flops}, flops, FRACTIONS, host_s,
                   "test", False, "test")
 
 
@@ -96,7 +97,7 @@ def test_device_names_and_the_host_time_they_are_given():
     assert len(a100) > 1 and all(n.startswith("A100") for n in a100)
     b200 = pr.gpu_targets("B200")[0]
     assert b200.flops_per_s["bf16"] == pytest.approx(2250e12)
-    assert b200.host_op_s == pr.HOST_OP_S and b200.host_source == pr.HOST_OP_SOURCE
+    assert b200.host_op_s == pr.HOST_OP_S and b200.host_source == HOST_OP_SOURCE
     given = pr.gpu_targets("B200", 12e-6)[0]
     assert given.host_op_s == 12e-6 and "given" in given.host_source
     with pytest.raises(SpecError, match="unknown GPU"):
@@ -136,7 +137,7 @@ def test_host_us_is_checked_and_needs_predict():
         pr.predict([], ["H100"], host_us=True)
     with pytest.raises(SpecError, match="this CPU's is measured"):
         pr.predict([], ["cpu"], host_us=5)
-    assert "given" in pr.gpu_targets("H100", pr.HOST_OP_S, given=True)[0].host_source
+    assert "given" in pr.gpu_targets("H100", pr.HOST_OP_S, "given (--host-us)")[0].host_source
 
 
 @pytest.mark.slow

@@ -174,7 +174,7 @@ def test_bare_json_is_only_the_records(tmp_path, capsys):
     (["--mode", "inference"], "unknown mode 'inference'"),
     (["--batch", "0"], "--batch must be a positive integer, got 0"),
     (["--context", "0"], "--context must be a positive integer, got 0"),
-    (["--gib", "0"], "--gib must be positive, got 0"),
+    (["--gib", "0"], "--gib must be a positive number of GiB, got 0"),
     (["--top", "0"], "--top must be a positive integer"),
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--warmup", "-1"], "--warmup must be a non-negative integer"),

@@ -211,9 +211,44 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--force", "run a job even when its pre-flight (one step simulated, as memory "
                       "--estimate does) says it cannot fit in the memory available; without it "
                       "such a job is an oom row marked predicted, in seconds", type=None),
+    # the target of an estimate or a prediction (estimate.target.cluster builds it once)
+    Option("--gpu", "a GPU of the peak table (lmperf.runtime.peaks: B200, H200, H100-SXM, "
+                    "A100-80GB, RTX-4090, ...)", metavar="NAME"),
+    Option("--gpus", "GPUs in all (CPU ranks with --device cpu)", type=int, metavar="N"),
+    Option("--gpus-per-node", "GPUs per node; a group larger crosses the network (50 GB/s per "
+                              "GPU unless said)", type=int, metavar="G", default=8),
+    Option("--gib", "memory per device, GiB (default: the GPU's datasheet capacity)",
+           type=float, metavar="G"),
+    Option("--host-us", "the host's time to issue one op, microseconds (default: measured on the "
+                        "GPU at hand, else 5; docs/accuracy.md)", type=float, metavar="US"),
 ]}
 
 LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")
+TARGET = ("gpu", "gpus", "gpus_per_node", "gib", "host_us")
+
+
+def check_target(*, gpu: str | None = None, gpus: object = None, gpus_per_node: object = None,
+                 gib: object = None, host_us: object = None) -> None:
+    """THE checks of the target flags (the CLI's and the Python API's): a GPU of the peak
+    table, GPU counts and GPUs per node positive integers, a positive memory budget, a host
+    time >= 0 microseconds. Raises SpecError naming the flag."""
+    from lmperf.errors import SpecError
+
+    for name, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node)):
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    for name, value, ok, what in (("--gib", gib, lambda v: v > 0, "a positive number of GiB"),
+                                  ("--host-us", host_us, lambda v: 0 <= v < 1e6,
+                                   "a number of microseconds >= 0")):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value is not None and not (number and ok(value)):
+            raise SpecError(f"{name} must be {what}, got {value!r}")
+    if gpu is not None:
+        from lmperf.runtime.peaks import require_device
+
+        require_device(gpu)
+
 
 # command -> removed flag -> what became of it. Removed flags are not options: a command line
 # naming one is refused (exit 2) in one line that says so (`renamed`).
@@ -366,6 +401,7 @@ def check_args(command: str, args: argparse.Namespace) -> None:
             if v not in REGIME_NAMES:
                 raise SpecError(f"--precision: unknown regime {v!r}; accepted: "
                                 f"{', '.join(REGIME_NAMES)}{did_you_mean(v, REGIME_NAMES)}")
+    check_target(**{name: getattr(args, name) for name in TARGET if hasattr(args, name)})
     for v in values("attention"):
         if v not in ATTENTION_NAMES:
             raise SpecError(f"--attention: unknown implementation {v!r}; accepted: "

@@ -1,23 +1,10 @@
-"""Closed-form costs of parallel training, without torch: nccl-tests' bus factors, and the memory,
-FLOPs and bytes communicated per device of data, tensor (Megatron) and 2D (FSDP x TP) parallelism.
-
-Bandwidths as nccl-tests' doc/PERFORMANCE.md defines them: algbw = S / t with S the whole array
-of the collective, busbw = algbw x a factor that makes it comparable with a link's peak whatever
-the number of ranks. Training (P parameters, L blocks, C d_model, N devices, t the
-tensor-parallel degree, c bytes per communicated element): model states 16 bytes per parameter
-held (fp32 weights 4, gradients 4, AdamW's moments 8: the course's accounting); Megatron's TP
-splits every matmul weight by t and keeps the norm weights P_rep = 2 L C + C whole
-(P_t = (P - P_rep) / t + P_rep) and all-reduces 4 L + 2 activations of tokens x C x c per step;
-6 P FLOPs per token (attention's T^2 term left out, as in the course). Derivations and the
-course's accounting model worked through: docs/commands/dist.md, "--estimate".
-"""
+"""Closed forms of parallel training, without torch: nccl-tests' bus factors, a model's Shape,
+tensor parallelism's split of the parameters and the activations a rank saves. The formulas
+worked through: docs/commands/dist.md, "--estimate"."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-STATE_BYTES = 16  # fp32 master weights 4 + fp32 gradients 4 + AdamW exp_avg 4 + exp_avg_sq 4
-
 
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests' busbw / algbw for `collective` over `n` ranks.
@@ -43,7 +30,7 @@ def bandwidths(size_bytes: int, time_s: float, collective: str, n: int) -> tuple
 
 @dataclass(frozen=True)
 class Shape:
-    """What the estimates need of a model: parameters P and the widths (see the docstring);
+    """What the estimates need of a model: parameters P and the widths;
     `num_kv_heads` 0 is plain multi-head attention, else the K/V heads of grouped-query attention."""
 
     name: str
@@ -98,12 +85,6 @@ def tp_params(shape: Shape, t: int) -> float:
     return (shape.params - shape.replicated_params) / t + shape.replicated_params
 
 
-def tp_comm_bytes(shape: Shape, tokens: float, t: int, c: int) -> float:
-    """Bytes each device of a `t`-way tensor-parallel group sends per step when the group
-    processes `tokens` tokens: (4 L + 2) all-reduces of tokens x C x c bytes, 2 (t-1)/t each."""
-    return shape.tp_all_reduces * 2 * (t - 1) / t * tokens * shape.d_model * c
-
-
 def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
     """Bytes saved for backward on one device of a `t`-way tensor-parallel group whose micro-batch
     has `tokens` tokens, activations in an a-byte dtype (bf16 autocast: a = 2): the saved
@@ -142,8 +123,3 @@ def weight_copy_bytes(shape: Shape, t: int = 1, a: int = 2) -> float:
     kv = C * shape.num_kv_heads // shape.num_heads if shape.num_kv_heads else C  # Hkv D
     return a * (shape.num_layers * (2 * C * C + 2 * C * kv + 3 * C * F)
                 + C * shape.vocab_size) / t
-
-
-def step_flops(params: int, tokens: float) -> float:
-    """6 P per token: forward 2 P, backward 4 P (multiply-adds counted as two FLOPs)."""
-    return 6 * params * tokens

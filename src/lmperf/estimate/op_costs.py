@@ -34,6 +34,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -191,11 +192,12 @@ class OpCosts:
     order: dict[str, list[int]] = field(default_factory=dict)
 
 
-def count_op_costs(spec, precision: str | None = None) -> OpCosts:
+def count_op_costs(spec, precision: str | None = None, tp: int = 1) -> OpCosts:
     """FLOPs and bytes per (phase, aten op, dtype) of one step of `spec` (a RunSpec: its model,
     shape, context, batch, mode, optimizer, precision, or `precision` instead, and device: CUDA
-    counts under CUDA's autocast lists and op names), counted on fake CPU tensors after one
-    uncounted step (AdamW creates its state in the first step, which measured steps never do).
+    counts under CUDA's autocast lists and op names), counted on fake CPU tensors with AdamW's
+    state created first (as a first step leaves it; measured steps never create it).
+    `tp` > 1 counts one rank of a `tp`-way tensor-parallel step (`shard`): what it runs.
     Loss scaling is left out (its few elementwise ops would need the data to decide whether to
     skip the step). Raises what the model raises on fake tensors.
 
@@ -212,7 +214,7 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     layers = spec.num_layers
     if spec.model is None and layers > 2:
         (one, order1, params1), (two, order2, params2) = (
-            _count(replace(spec, num_layers=n), precision) for n in (1, 2))
+            _count(replace(spec, num_layers=n), precision, tp) for n in (1, 2))
         params = params1 + (layers - 1) * (params2 - params1)
         zero = [0] * len(VALUES)
         rows = {k: [a + (layers - 1) * (b - a) for a, b in zip(one.get(k, zero), two.get(k, zero))]
@@ -221,8 +223,10 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
                  if (seq := _repeat(order1.get(p, []), order2[p], layers)) is not None}
         method = f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to {layers}"
     else:
-        rows, order, params = _count(spec, precision)
+        rows, order, params = _count(spec, precision, tp)
         method = "counted on fake tensors"
+    if tp > 1:
+        method += f", one rank of {tp}-way tensor parallelism"
     cuda = getattr(spec, "device", "cpu") == "cuda"
     keys = [k for k in rows if k[0] != "after" and any(rows[k])]
     table = pd.DataFrame([{"phase": phase, "dtype": dtype,
@@ -232,6 +236,36 @@ def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     index = {k: i for i, k in enumerate(keys)}
     order = {p: [index[k] for k in seq if k in index] for p, seq in order.items() if p != "after"}
     return OpCosts(table, method, time.perf_counter() - start, params, order)
+
+
+def at_batch(one: OpCosts, two: OpCosts, batch: int) -> OpCosts | None:
+    """The costs of micro-batch `batch` read off those of micro-batches 1 and 2 (`one`, `two`):
+    the step runs the same ops in the same order at every batch and each call's FLOPs and bytes
+    are fixed or proportional to it, so call i costs c1_i + (batch - 1) (c2_i - c1_i). None when
+    the two orders do not line up call by call (count that batch instead)."""
+    t1, t2 = one.table, two.table
+    c1, c2 = (t[list(VALUES)].to_numpy(dtype=float) for t in (t1, t2))
+    p1, p2 = c1[:, 1:] / c1[:, :1], c2[:, 1:] / c2[:, :1]  # per call
+    ops1, ops2 = t1["op"].to_numpy(), t2["op"].to_numpy()
+    pairs: dict[tuple[int, int], int] = {}
+    order: dict[str, list[int]] = {}
+    for phase, seq in one.order.items():
+        other = two.order.get(phase, [])
+        if len(other) != len(seq) or len(seq) != int(c1[t1["phase"] == phase, 0].sum()):
+            return None
+        order[phase] = [pairs.setdefault((a, b), len(pairs)) for a, b in zip(seq, other)]
+    if len(order) != t1["phase"].nunique() or any(ops1[a] != ops2[b] for a, b in pairs):
+        return None
+    calls = np.bincount(np.concatenate([np.asarray(o) for o in order.values()]),
+                        minlength=len(pairs))
+    first, second = (np.array(x) for x in zip(*pairs)) if pairs else ([], [])
+    values = calls[:, None] * (p1[first] + (batch - 1) * (p2[second] - p1[first]))
+    table = t1.iloc[first][["phase", "op", "dtype", "op_class"]].reset_index(drop=True)
+    table["calls"] = calls
+    for i, name in enumerate(VALUES[1:]):
+        table[name] = np.rint(values[:, i]).astype(np.int64)
+    return OpCosts(table[COLUMNS], f"{one.method}; micro-batch {batch} read off 1 and 2", 0.0,
+                   one.param_tensors, order)
 
 
 def _repeat(one: list, two: list, layers: int) -> list | None:
@@ -272,7 +306,43 @@ def _foreach_on_fake():
         types.remove(FakeTensor)
 
 
-def _count(spec, precision: str | None) -> tuple[dict, dict, int]:
+# Megatron's plan (torchtitan's for Llama): weights split by output (column-parallel) or input
+# (row-parallel) features, the embedding and the head by vocabulary; module names of the
+# reference LM and of transformers' Llama-style models
+COLUMN = frozenset({"q_proj", "k_proj", "v_proj", "w1", "w3", "gate_proj", "up_proj", "lm_head",
+                    "token_embeddings", "embed_tokens"})
+ROW = frozenset({"output_proj", "w2", "o_proj", "down_proj"})
+
+
+def shard(model: torch.nn.Module, t: int) -> torch.nn.Module:
+    """`model` (on the meta device) as one rank of `t`-way tensor parallelism runs it: each
+    COLUMN / ROW weight (and a column-parallel bias) cut to its 1/t, so the rank's attention
+    has 1/t of the heads, its MLP 1/t of the hidden units, its head 1/t of the vocabulary, and
+    what TP does not split (norms, residual adds, the embedding's output) stays whole.
+    SpecError when a width does not split by t or the model has no such module."""
+    from lmperf.errors import SpecError
+
+    cut = 0
+    for name, module in model.named_modules():
+        dim = 0 if name.rsplit(".", 1)[-1] in COLUMN else 1 \
+            if name.rsplit(".", 1)[-1] in ROW else None
+        for key in ("weight", "bias") if dim is not None else ():
+            p = module._parameters.get(key)
+            if p is None or (key == "bias" and dim == 1):
+                continue
+            size = list(p.shape)
+            if size[dim] % t and "embed" not in name and "head" not in name:
+                raise SpecError(f"{name} ({size[dim]} features) does not split {t} ways")
+            size[dim] = -(-size[dim] // t)  # a vocabulary is padded to a multiple of t
+            module._parameters[key] = torch.nn.Parameter(
+                torch.empty(size, dtype=p.dtype, device=p.device), p.requires_grad)
+            cut += 1
+    if not cut:
+        raise SpecError(f"{type(model).__name__} has no module tensor parallelism splits")
+    return model
+
+
+def _count(spec, precision: str | None, tp: int = 1) -> tuple[dict, dict, int]:
     """(phase, op, dtype, bytes per call) -> VALUES of one step of `spec`, each phase's issue
     order of those keys, and the model's number of parameter tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -281,14 +351,15 @@ def _count(spec, precision: str | None) -> tuple[dict, dict, int]:
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
     from lmperf.runtime.precision import autocast, get_regime
     from lmperf.workload.build import OPTIMIZER_FLAGS
-    from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
+    from lmperf.workload.steps import PHASES, STEPS, StepState
 
     regime = get_regime(precision or spec.precision)
     cpu = torch.device("cpu")
     # CUDA's autocast runs more ops in fp32 than the CPU's: emulated for a CUDA spec
     lists = cuda_fp32_ops if getattr(spec, "device", "cpu") == "cuda" else contextlib.nullcontext
     with torch.device("meta"):  # shapes only; outside the fake mode (it keeps weak references)
-        model = build_model(spec.model_config(), spec.model).to(dtype=regime.param_dtype)
+        model = build_model(spec.model_config(), spec.model)
+        model = (shard(model, tp) if tp > 1 else model).to(dtype=regime.param_dtype)
     with FakeTensorMode(allow_non_fake_inputs=True), lists(), _foreach_on_fake():
         model = model.to_empty(device=cpu)
         tokens = torch.zeros((spec.batch, spec.context), dtype=torch.long,
@@ -301,7 +372,11 @@ def _count(spec, precision: str | None) -> tuple[dict, dict, int]:
                           torch.amp.GradScaler("cpu", enabled=False), optimizer,
                           clip=spec.clip_norm())
         step = STEPS[spec.mode]
-        step(state, NO_OBSERVER)  # AdamW creates its state here: not counted
+        if optimizer is not None:  # AdamW's state, as a first step leaves it: not counted
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         with FlopCounterMode(display=False, custom_mapping=_custom_flops()) as flops, \
                 _CostMode(flops) as mode:
             step(state, _PhaseObserver(mode, PHASES[spec.mode] + ("after",)))

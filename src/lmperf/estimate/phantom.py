@@ -87,8 +87,8 @@ def _unwrap(x: Any, outer: dict[int, Phantom]) -> Any:
     if isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             return x
-        if x.dim() == 0 and x.device.type == "cpu":  # a Python-scalar-like constant
-            return x.to(META)
+        if (x.dim() == 0 or x.numel() == 0) and x.device.type == "cpu":
+            return x.to(META)  # a Python-scalar-like constant, or an empty tensor: no bytes
         raise PhantomError(f"a real {tuple(x.shape)} tensor reached the simulation ({x.device}); "
                            "the model must create its tensors inside the simulated step")
     if isinstance(x, torch.device):

@@ -1,39 +1,21 @@
 """The fastest configuration that fits: a search over precision x checkpointing x sharding x
-micro-batch, each candidate's per-rank peak simulated (`estimate.fit`: two simulations per
-precision and checkpointing, every micro-batch and strategy read off them) and its step time
-predicted: per micro-batch, forward + backward (+ one forward more when checkpointing) from the
-op counts on the target (`estimate.time_model`, divided by the tensor-parallel degree t), the
-optimizer on the rank's share of the parameters, and the exposed part of each strategy's
-collectives (`estimate.comm`: latency + bandwidth, overlap as `comm.exposed_seconds` states).
-Which collectives each strategy issues, and when: docs/commands/plan.md.
-"""
+micro-batch, each candidate's per-rank peak simulated (`estimate.fit`) and its step predicted
+(`step_time`: the op counts of one rank on the target, the strategy table's collectives). How
+each number is made: docs/commands/plan.md."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Callable
 
-from lmperf.estimate.fit import PRECISIONS, Workload, rank_peak, timelines
-from lmperf.estimate.formulas import Shape, tp_params
+from lmperf.estimate.fit import PRECISIONS, Workload, fits, rank_peak, timelines
+from lmperf.estimate.formulas import Shape, bus_factor, tp_params
+from lmperf.estimate.strategies import BUCKET_BYTES, DATA_PARALLEL, collectives, strategy
+from lmperf.estimate.target import GIB, Cluster
 
-GIB = 2**30
-BUCKET_BYTES = 25 * 2**20  # DDP's default bucket: the last one is exposed
-DATA_PARALLEL = ("ddp", "zero1", "zero2", "fsdp")
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Where the plan runs: `gpus` devices, `per_node` per node, `budget` bytes each, a time
-    target (`time_model.Target`: MFU's peaks) and links (`comm.Link`, or per collective)."""
-
-    name: str
-    gpus: int
-    per_node: int
-    budget: float
-    target: object
-    link: object
-    device: str  # 'cuda' or 'cpu'
-    blocking: bool = False  # collectives block (lmperf's readable strategies, --confirm's)
+Progress = Callable[[int, int, str], None]  # (done, total, what is being done)
 
 
 @dataclass(frozen=True)
@@ -49,12 +31,22 @@ class Candidate:
 
 
 def strategies(cluster: Cluster, runnable: tuple[str, ...] | None = None) -> list[tuple[str, int]]:
-    """(strategy, t) pairs worth planning: the data-parallel ones, and fsdp+tp for t in 2, 4, 8
-    dividing the GPUs within a node (TP's all-reduces are in the critical path)."""
+    """(strategy, t) pairs worth planning: one device is 'single' (every data-parallel strategy
+    is the same step there); else the data-parallel ones, and fsdp+tp for t in 2, 4, 8 dividing
+    the GPUs within a node (TP's all-reduces are in the critical path)."""
+    if cluster.gpus == 1:
+        return [("single", 1)]
     pairs = [(s, 1) for s in DATA_PARALLEL]
     pairs += [("fsdp+tp", t) for t in (2, 4, 8)
               if t < cluster.gpus and cluster.gpus % t == 0 and t <= cluster.per_node]
     return [p for p in pairs if runnable is None or p[0] in runnable]
+
+
+def precisions_for(precisions: tuple[str, ...], gpus: int) -> tuple[str, ...]:
+    """The precisions worth searching on `gpus` devices: FSDP's mixed-precision policy
+    (bf16-fsdp) needs FSDP, and one device runs no FSDP: bf16-mixed is its bf16 plan there."""
+    kept = tuple(p for p in precisions if gpus > 1 or p != "bf16-fsdp")
+    return kept or (("bf16-mixed",) if precisions else ())
 
 
 def shape_of(work: Workload) -> Shape:
@@ -72,34 +64,45 @@ def shape_of(work: Workload) -> Shape:
                  config.num_layers, config.num_heads, config.vocab_size, numels=numels)
 
 
-_TIMES: dict[tuple, tuple[dict, int]] = {}
-
-
-def _phases(work: Workload, precision: str, batch: int, target: object, t: int = 1
-            ) -> tuple[dict, int]:
+@lru_cache(maxsize=256)
+def phases(work: Workload, precision: str, batch: int, target, t: int = 1) -> tuple[dict, int]:
     """(phase -> predicted seconds, forward + backward FLOPs) of one micro-batch of `batch` on
-    one device of `target` holding 1 / `t` of each op (tensor parallelism: the device's time
-    divided, the host's not: every rank issues every op); ops counted once per process."""
-    from lmperf.estimate.op_costs import count_op_costs
+    one device of `target` holding its 1 / `t` of a tensor-parallel step: the ops of that rank
+    counted as it runs them (`op_costs.count_op_costs(tp=t)`), whole where TP does not split
+    them. Cached by value: a Target is frozen and compares by its figures."""
     from lmperf.estimate.time_model import phase_times
 
-    key = (work, precision, batch, id(target))
-    if key not in _TIMES:
-        costs = count_op_costs(work.spec(batch, PRECISIONS[precision]))
-        table = costs.table
-        _TIMES[key] = (phase_times(costs, target),
-                       int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum()))
-    times, flops = _TIMES[key]
-    floor = 0.0 if target.synchronous else 1.0  # a GPU waits for its host; a CPU adds it
-    return {p: max(floor * x.host_s, x.typical_s - x.device_s * (1 - 1 / t))
-            for p, x in times.items()}, flops // t
+    costs = _counted(work, precision, batch, t)
+    table = costs.table
+    times = phase_times(costs, target)
+    return ({p: x.typical_s for p, x in times.items()},
+            int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum()))
+
+
+@lru_cache(maxsize=64)
+def _counted(work: Workload, precision: str, batch: int, t: int):
+    """One rank's op costs at micro-batch `batch`: counted at 1 and 2, read off them beyond."""
+    from lmperf.estimate.op_costs import at_batch, count_op_costs
+
+    if batch > 2:
+        costs = at_batch(_counted(work, precision, 1, t), _counted(work, precision, 2, t), batch)
+        if costs is not None:
+            return costs
+    try:
+        return count_op_costs(work.spec(batch, PRECISIONS[precision]), tp=t)
+    except Exception as exc:  # a width or a head count that t does not divide
+        if t == 1:
+            raise
+        from lmperf.errors import SpecError
+
+        raise SpecError(f"{t}-way tensor parallelism does not split this model: "
+                        f"{type(exc).__name__}") from None
 
 
 def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
               global_batch: int) -> dict:
-    """Predicted step of candidate `c` on one rank: its parts in seconds and its FLOPs."""
-    from lmperf.estimate import comm
-
+    """Predicted step of candidate `c` on one rank: its parts in seconds, its FLOPs, and the
+    elements each rank sends per step (`sent_elements`, see `communication`)."""
     n, t = cluster.gpus, c.tp
     d = n // t
     per_replica = global_batch // d
@@ -107,137 +110,161 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
     compute = recompute = flops = 0.0
     spans = []  # (forward s, backward s with its recompute) per micro-batch
     for b in sizes:
-        phases, f = _phases(work, c.precision, b, cluster.target, t)
-        fwd, bwd = phases.get("forward", 0.0), phases.get("backward", 0.0)
-        # checkpointing runs the blocks' forward again, not the head's (2 b T C V of ~f t / 3)
+        times, f = phases(work, c.precision, b, cluster.target, t)
+        fwd, bwd = times.get("forward", 0.0), times.get("backward", 0.0)
+        # checkpointing runs the blocks' forward again, not the head's (2 b T C V / t of ~f / 3)
         again = fwd * max(0.0, 1 - 6 * b * work.context * shape.d_model * shape.vocab_size
                           / (f * t)) if c.checkpoint and f else 0.0
         compute, recompute, flops = compute + fwd + bwd, recompute + again, flops + f
         spans.append((fwd, bwd + again))
-    last_bwd = spans[-1][1]
-    held = tp_params(shape, t) / shape.params if t > 1 else 1.0
-    share = held / (d if c.strategy in ("zero1", "zero2", "fsdp", "fsdp+tp") else 1)
-    phases, _ = _phases(work, c.precision, sizes[-1], cluster.target, t)
-    optimizer = phases.get("optimizer", 0.0) * share
-    s_fp32 = 4 * shape.params * held
-    # gathered in bf16 by FSDP's policy and by the readable FSDP; in fp32 under autocast
-    s_c = (2 if c.precision == "bf16-fsdp" or (cluster.blocking and c.precision != "fp32")
-           else 4) * shape.params * held
-    def run(coll: str, nbytes: float, messages: int = 1) -> float:
-        """`messages` collectives of `nbytes` / `messages` each over the data-parallel group,
-        which takes every t-th device (per_node / t of its members share a node)."""
-        link = cluster.link.get(coll, cluster.link["*"]) if isinstance(cluster.link, dict) \
-            else cluster.link
-        link = replace(link, per_node=max(1, link.per_node // t))
-        return messages * comm.collective_seconds(coll, nbytes / messages, d, link)
-
-    overlap = 0.0 if cluster.blocking else 1.0
-    bucket = min(BUCKET_BYTES, s_fp32)
-    total_comm = exposed = 0.0
-    if c.strategy in ("ddp", "zero1") and d > 1:
-        reduce = run("all_reduce", s_fp32)
-        exposed += comm.exposed_seconds(reduce, last_bwd, overlap, run("all_reduce", bucket))
-        total_comm += reduce
-        if c.strategy == "zero1":  # updated parameters back from their owners, a tensor each
-            after = run("broadcast", s_fp32, shape.param_tensors)
-            exposed, total_comm = exposed + after, total_comm + after
-    elif c.strategy == "zero2" and d > 1:
-        for _, bwd in spans:
-            reduce = run("reduce_scatter", s_fp32)
-            exposed += comm.exposed_seconds(reduce, bwd, overlap, run("reduce_scatter", bucket))
-            total_comm += reduce
-        after = run("all_gather", s_fp32)
-        exposed, total_comm = exposed + after, total_comm + after
-    elif c.strategy.startswith("fsdp"):
-        # FSDP2 gathers a block at a time (and the root); the readable FSDP each Linear and
-        # Embedding weight, and reduce-scatters in the compute dtype: one collective each
-        units = 7 * shape.num_layers + 2 if cluster.blocking else shape.num_layers + 1
-        c_bytes = 2 if c.precision != "fp32" else 4
-        s_reduce = s_c if cluster.blocking else s_fp32
-        for b, (fwd, bwd) in zip(sizes, spans):
-            gather, reduce = run("all_gather", s_c, units), run("reduce_scatter", s_reduce, units)
-            if d > 1:
-                exposed += comm.exposed_seconds(gather, fwd, overlap, gather / units)
-                exposed += comm.exposed_seconds(gather + reduce, bwd, overlap, reduce / units)
-                total_comm += 2 * gather + reduce
-            if t > 1:  # TP's activation all-reduces: in the critical path
-                link = cluster.link["*"] if isinstance(cluster.link, dict) else cluster.link
-                tp = shape.tp_all_reduces * comm.collective_seconds(
-                    "all_reduce", b * work.context * shape.d_model * c_bytes, t, link)
-                exposed, total_comm = exposed + tp, total_comm + tp
-    comm_exposed = exposed
-    total = compute + recompute + optimizer + comm_exposed
+    times, _ = phases(work, c.precision, sizes[-1], cluster.target, t)  # counted on P_t
+    optimizer = times.get("optimizer", 0.0) / (d if strategy(c.strategy).shards else 1)
+    total, exposed, sent = communication(c, shape, cluster, work.context, sizes, spans)
     return {"compute_s": compute, "recompute_s": recompute, "optimizer_s": optimizer,
-            "comm_s": total_comm, "exposed_comm_s": comm_exposed, "step_s": total,
-            "flops": flops}
+            "comm_s": total, "exposed_comm_s": exposed,
+            "step_s": compute + recompute + optimizer + exposed, "flops": flops,
+            "sent_elements": sent}
+
+
+def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
+                  sizes: list[int], spans: list[tuple[float, float]]
+                  ) -> tuple[float, float, float]:
+    """(seconds of communication, the part a step waits for, elements a rank sends: each
+    collective's S x its bus factor, the course's accounting) of candidate `c`, from the
+    strategy table: each collective's
+    time is `comm.collective_seconds`; what hides behind a micro-batch's forward or backward is
+    `comm.exposed_seconds` of that window (its last message exposed); the rest is waited for."""
+    from lmperf.estimate import comm
+
+    n, t = cluster.gpus, c.tp
+    d = n // t
+    held = tp_params(shape, t) / shape.params if t > 1 else 1.0
+    c_bytes = 4 if c.precision == "fp32" else 2
+    # gathered in bf16 by FSDP's policy and by the readable FSDP; in fp32 under autocast
+    weights = (2 if c.precision == "bf16-fsdp" or (cluster.blocking and c.precision != "fp32")
+               else 4) * shape.params * held
+    # the readable FSDP (blocking) reduce-scatters in the compute dtype, one collective per weight
+    units = 7 * shape.num_layers + 2 if cluster.blocking else shape.num_layers + 1
+    table = collectives(c.strategy, t)
+    fsdp_blocking = cluster.blocking and any(x.split == "units" for x in table)
+    overlap = 0.0 if cluster.blocking else 1.0
+    total = exposed = sent = 0.0
+    windows: dict[tuple[int, str], list[float]] = {}  # (micro-batch, hides) -> [comm, last]
+    for x in table:
+        tp = x.payload == "activations"
+        group = t if tp else d
+        if group <= 1:
+            continue
+        link = cluster.link if not isinstance(cluster.link, dict) else (
+            cluster.link["*"] if tp else cluster.link.get(x.op, cluster.link["*"]))
+        if not tp:  # the data-parallel group takes every t-th device: per_node / t share a node
+            link = replace(link, per_node=max(1, link.per_node // t))
+        messages = {"one": 1, "tensors": shape.param_tensors, "units": units,
+                    "layers": shape.tp_all_reduces}[x.split]
+        for i in (range(len(sizes)) if x.every == "micro" else [len(sizes) - 1]):
+            size = {"grads": weights if fsdp_blocking else 4 * shape.params * held,
+                    "weights": weights, "params": 4 * shape.params * held,
+                    # each of TP's all-reduces carries the micro-batch's (b T, C) activations
+                    "activations": messages * sizes[i] * context * shape.d_model * c_bytes,
+                    }[x.payload]
+            seconds = messages * comm.collective_seconds(x.op, size / messages, group, link)
+            total += seconds
+            elements = size / c_bytes if tp else shape.params * held
+            sent += bus_factor(x.op, group) * elements
+            if x.hides == "never" or not overlap:
+                exposed += seconds
+                continue
+            last = (messages * comm.collective_seconds(x.op, min(BUCKET_BYTES, size), group, link)
+                    if x.split == "one" else seconds / messages)
+            window = windows.setdefault((i, x.hides), [0.0, 0.0])
+            window[0], window[1] = window[0] + seconds, last
+    for (i, hides), (seconds, last) in windows.items():
+        behind = spans[i][0] if hides == "forward" else spans[i][1]
+        exposed += comm.exposed_seconds(seconds, behind, overlap, last)
+    return total, exposed, sent
 
 
 def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int,
                checkpoints: tuple[int, ...], precisions: tuple[str, ...],
-               runnable: tuple[str, ...] | None = None) -> list[dict]:
-    """Every candidate evaluated: for each precision, checkpoint group and (strategy, t), the
-    largest micro-batch that fits and every smaller power of two (each with the accumulation
-    that reaches the global batch), plus the smallest micro-batch when none fits (the row
-    that says why). One row per candidate (see `evaluate`)."""
+               runnable: tuple[str, ...] | None = None,
+               progress: Progress | None = None) -> list[dict]:
+    """Every distinct candidate evaluated, ranked (see `rank`): for each precision, checkpoint
+    group and (strategy, t), the largest micro-batch that fits and every smaller power of two
+    (each with the accumulation that reaches the global batch), plus the smallest micro-batch
+    when none fits (the row that says why). `progress(done, total, what)` is called before each
+    (precision, checkpoint) is simulated and after each strategy is evaluated."""
     from lmperf.errors import SpecError
 
-    rows = []
-    for precision in precisions:
-        for group in checkpoints:
+    precisions = precisions_for(precisions, cluster.gpus)
+    pairs = strategies(cluster, runnable)
+    todo = [(p, g) for p in precisions for g in dict.fromkeys(checkpoints)]
+    total, done, rows = len(todo) * len(pairs), 0, []
+    for precision, group in todo:
+        if progress:
+            progress(done, total, f"simulating {precision}, checkpoint {group}")
+        try:
+            lines = timelines(work, precision, group)
+        except SpecError:  # a user's model checkpoints every layer (transformers) or not at all
+            if not group:
+                raise
+            done += len(pairs)
+            continue
+        for strategy, t in pairs:
+            done += 1
+            d = cluster.gpus // t
+            if global_batch % d or (precision == "bf16-fsdp" and not strategy.startswith("fsdp")):
+                continue  # the policy belongs to FSDP
             try:
-                lines = timelines(work, precision, group)
-            except SpecError:  # a user's model checkpoints every layer (transformers) or not at all
-                if not group:
+                rows += _micro_batches(work, shape, cluster, global_batch, lines, precision,
+                                       group, strategy, t)
+            except SpecError:  # TP cannot split this model's heads or widths by t
+                if t == 1:
                     raise
-                continue
-            for strategy, t in strategies(cluster, runnable):
-                if precision == "bf16-fsdp" and not strategy.startswith("fsdp"):
-                    continue  # the policy belongs to FSDP
-                d = cluster.gpus // t
-                if global_batch % d:
-                    continue
-                per_replica = global_batch // d
-
-                def peak(b: int) -> tuple[float, float]:
-                    return rank_peak(lines, shape, strategy, cluster.gpus, t, b,
-                                     math.ceil(per_replica / b), precision, cluster.device,
-                                     work.context, cluster.blocking)
-
-                fitting = [b for b in range(1, per_replica + 1) if sum(peak(b)) <= cluster.budget]
-                largest = max(fitting, default=None)
-                tried = sorted({largest or 1, *(2**i for i in range(12) if 2**i < (largest or 1))})
-                for b in tried:
-                    c = Candidate(precision, group, strategy, t, b, math.ceil(per_replica / b))
-                    rows.append(evaluate(c, work, shape, cluster, global_batch, peak(b),
-                                         largest))
+            if progress:
+                progress(done, total, f"{precision}, checkpoint {group}, {strategy}"
+                         + (f" x {t}" if t > 1 else ""))
     return rank(rows)
+
+
+def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, strategy,
+                   t) -> list[dict]:
+    """The rows of one (precision, checkpoint, strategy, t): see `candidates`."""
+    per_replica = global_batch // (cluster.gpus // t)
+
+    def peak(b: int) -> tuple[float, float]:
+        return rank_peak(lines, shape, strategy, cluster.gpus, t, b, math.ceil(per_replica / b),
+                         precision, cluster.device, work.context, cluster.blocking)
+
+    fitting = [b for b in range(1, per_replica + 1) if fits(sum(peak(b)), cluster.budget)]
+    largest = max(fitting, default=None)
+    tried = sorted({largest or 1, *(2**i for i in range(12) if 2**i < (largest or 1))})
+    return [evaluate(Candidate(precision, group, strategy, t, b, math.ceil(per_replica / b)),
+                     work, shape, cluster, global_batch, peak(b), largest) for b in tried]
 
 
 def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, global_batch: int,
              peak: tuple[float, float], largest: int | None) -> dict:
-    """One candidate's row: the plan record's metrics."""
+    """One candidate's row: the plan record's metrics (`mfu` None where the device has no
+    published peak for the precision's math dtype: a CPU's ceilings are measured, not a peak)."""
     live, allowance = peak
     total = live + allowance
-    fits = total <= cluster.budget
+    ok = fits(total, cluster.budget)
     row = {**c.__dict__, "peak_gib": total / GIB, "live_gib": live / GIB,
            "allowance_gib": allowance / GIB, "budget_gib": cluster.budget / GIB,
-           "headroom_gib": (cluster.budget - total) / GIB, "fits": fits,
+           "headroom_gib": (cluster.budget - total) / GIB, "fits": ok,
            "largest_micro_batch": largest}
     times = step_time(c, work, shape, cluster, global_batch)
+    times.pop("sent_elements")
     step = times.pop("step_s")
+    rate = None if cluster.target.synchronous else cluster.target.flops_per_s.get(
+        "fp32" if c.precision == "fp32" else "bf16")
     row.update(times, step_s=step,
                tokens_per_s_per_gpu=global_batch * work.context / step / cluster.gpus,
-               mfu=times["flops"] / step / _peak(cluster, c.precision))
-    if not fits:
+               mfu=times["flops"] / step / rate if rate else None)
+    if not ok:
         row["why"] = (f"does not fit: {total / GIB:.2f} GiB per rank > {cluster.budget / GIB:.2f}"
                       + ("" if largest is None else f" (micro-batch {largest} fits)"))
     return row
-
-
-def _peak(cluster: Cluster, precision: str) -> float:
-    """FLOP/s that MFU is taken against: the dense peak of the precision's matmul dtype."""
-    rates = cluster.target.flops_per_s
-    return rates.get("fp32" if precision == "fp32" else "bf16") or max(rates.values())
 
 
 def rank(rows: list[dict]) -> list[dict]:

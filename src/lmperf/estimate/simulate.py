@@ -59,6 +59,15 @@ ALLOWANCE_NOTE = ("allowance (assumed, not measured: no GPU here): CUDA context 
                   "(multi-GPU) are not included")
 
 
+def allowance_bytes(peak: float, device: str) -> float:
+    """THE allowance: bytes a step whose tensors peak at `peak` bytes needs beyond them on
+    `device` ('cuda': the CUDA context, cuBLAS workspaces and a fragmentation share, see
+    ALLOWANCE_NOTE; 0 elsewhere)."""
+    if device != "cuda":
+        return 0.0
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + FRAGMENTATION * peak
+
+
 @dataclass
 class SimResult:
     """One simulated step. Bytes throughout (MiB = 2**20, GiB = 2**30 in tables).
@@ -141,10 +150,8 @@ class SimResult:
 
     @property
     def allowance_bytes(self) -> int:
-        """What the simulation cannot see, on 'cuda' (0 on the CPU; see ALLOWANCE_NOTE)."""
-        if self.device != "cuda":
-            return 0
-        return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + int(FRAGMENTATION * self.peak_bytes)
+        """What the simulation cannot see (`allowance_bytes`; 0 on the CPU)."""
+        return int(allowance_bytes(self.peak_bytes, self.device))
 
     @property
     def total_bytes(self) -> int:

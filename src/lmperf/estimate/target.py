@@ -1,18 +1,34 @@
-"""The device an estimate is for, named once (`--gpu NAME --gpus N --gpus-per-node G --gib G`),
-or the CPU at hand: a GPU's figures from the peak table (`runtime.peaks`), held to the attained
-fractions FRACTIONS, driven by a host taking `host_op_s` per op; the CPU's measured now."""
+"""The device an estimate is for, named once (`--gpu NAME --gpus N --gpus-per-node G --gib G
+--host-us US`, core.vocabulary.TARGET) and built here once: a GPU's figures from the peak table
+(`runtime.peaks`), held to the attained fractions FRACTIONS, driven by a host taking
+`host_op_s` per op (`estimate.host`); or the CPU at hand, its figures measured now."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lmperf.errors import SpecError
+from lmperf.estimate.host import GIVEN, HOST_OP_S, HOST_OP_SOURCE  # noqa: F401 (re-exported)
 from lmperf.estimate.time_model import Fraction, Target
 
-HOST_OP_S = 5e-6
-HOST_OP_SOURCE = (
-    "default 5 us per aten op call (--host-us): the low end of the 5-25 us that Python, the "
-    "dispatcher and a kernel launch usually cost per eager op, what a current server CPU "
-    "attains; CS336's host-bound runs imply 17 us (A100, 2025) and at most 5 us (B200, "
-    "2026): docs/accuracy.md")
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a plan runs: `gpus` devices, `per_node` per node, `budget` bytes each, a time
+    target (`time_model.Target`: its peaks are MFU's) and links (`comm.Link`, or one per
+    collective with '*' the default)."""
+
+    name: str
+    gpus: int
+    per_node: int
+    budget: float
+    target: Target
+    link: object
+    device: str  # 'cuda' or 'cpu'
+    blocking: bool = False  # collectives block (lmperf's readable strategies, --confirm's)
+
 
 # op class -> attained fractions of peak (compute, memory), each with its source in short; the
 # sources in full: matmul, NVIDIA Deep Learning Performance Guide, 'Matrix Multiplication
@@ -29,11 +45,13 @@ FRACTIONS: dict[str, Fraction] = {
     "elementwise/norm": Fraction(1.0, 0.5, "assumed: ~50% of DRAM peak (STREAM copies: 80-90%)"),
     "optimizer": Fraction(1.0, 0.6, "assumed: fused AdamW streams its state at ~60% of DRAM"),
 }
-def gpu_targets(name: str, host_op_s: float = HOST_OP_S, given: bool = False) -> list[Target]:
-    """The Targets a `--predict` GPU name means: one device of the peak table, or every device
-    of a family the name leaves ambiguous ('A100': its 40GB / 80GB, SXM / PCIe forms, whose
-    bandwidths differ), driven by a host that takes `host_op_s` per op (`given`: the user's
-    --host-us, else the default's source is recorded). Raises SpecError for an unknown name."""
+def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = None,
+                tflops: float | None = None) -> list[Target]:
+    """The Targets a GPU name means: one device of the peak table, or every device of a family
+    the name leaves ambiguous ('A100': its 40GB / 80GB, SXM / PCIe forms, whose bandwidths
+    differ), driven by a host that takes `host_op_s` per op, the figure's `source` recorded
+    (None: the default's, or 'given' for another figure); `tflops` replaces the dense bf16 and
+    fp16 peaks. Raises SpecError for an unknown name or a device without a published peak."""
     from lmperf.runtime import peaks
 
     found = peaks.device_spec(name)
@@ -41,12 +59,15 @@ def gpu_targets(name: str, host_op_s: float = HOST_OP_S, given: bool = False) ->
         d for d in peaks.DEVICES.values() if d.name.lower().startswith(name.lower())]
     if not specs:
         peaks.require_device(name)  # raises the one-line error naming the accepted GPUs
-    source = "given (--host-us)" if given or host_op_s != HOST_OP_S else HOST_OP_SOURCE
+    source = source or (HOST_OP_SOURCE if host_op_s == HOST_OP_S else GIVEN)
     out = []
     for spec in specs:
         flops = {d: spec.peak_tflops(d) * 1e12 for d in peaks.DTYPES if spec.peak_tflops(d)}
-        if not flops:
-            raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from")
+        if tflops is not None:
+            flops.update(bf16=tflops * 1e12, fp16=tflops * 1e12)
+        if not flops.get("bf16") and not flops.get("fp16"):
+            raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from"
+                            " (give --tflops)")
         out.append(Target(spec.name, flops, spec.memory_bandwidth, FRACTIONS, host_op_s, source,
                           False, spec.source))
     return out
@@ -84,12 +105,17 @@ CPU_LINKS: dict[str, tuple[float, float]] = {
 
 
 def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | None = None,
-            host_us: float | None = None, blocking: bool = False):
-    """The `estimate.plan.Cluster` of `gpus` devices of `gpu` (a name of the peak table), or of
-    this CPU's ranks (`gpu` None: one thread each, its ceilings measured now, gloo between
-    them); `gib` replaces the device's memory as the budget. SpecError for an unknown GPU."""
+            host_us: float | None = None, blocking: bool = False, probe=None,
+            bandwidth: float | None = None, node_bandwidth: float | None = None,
+            tflops: float | None = None) -> Cluster:
+    """THE Cluster of `gpus` devices of `gpu` (a name of the peak table), or of this CPU's ranks
+    (`gpu` None: one thread each, its ceilings measured now, gloo between them); `gib` replaces
+    the device's memory as the budget; the host's time per op as `estimate.host.host_cost`
+    gives it (`probe`: a RunSpec whose ops measure it when `gpu` is the GPU at hand).
+    `bandwidth` / `node_bandwidth` (GB/s per device and direction, within / between nodes) and
+    `tflops` (dense bf16) replace the datasheet's. SpecError for an unknown GPU."""
     from lmperf.estimate.comm import Link
-    from lmperf.estimate.plan import GIB, Cluster
+    from lmperf.estimate.host import host_cost
     from lmperf.runtime.peaks import require_device
 
     if gpu is None:
@@ -100,11 +126,10 @@ def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | 
         return Cluster(target.name, gpus, gpus_per_node, (gib or 0) * GIB, target, link, "cpu",
                        blocking=True)
     spec = require_device(gpu)
-    target = gpu_targets(spec.name, HOST_OP_S if host_us is None else host_us * 1e-6,
-                         given=host_us is not None)[0]
+    target = gpu_targets(spec.name, *host_cost(host_us, spec.name, probe), tflops=tflops)[0]
     # between nodes: 50 GB/s per GPU (one NDR 400 Gb/s NIC each; torch inductor's comm model
     # assumes the same), an assumption: the peak table has no network
-    link = Link(spec.link_bandwidth / 1e9, 50.0 if gpus > gpus_per_node else None,
-                per_node=gpus_per_node)
+    inter = node_bandwidth or (50.0 if gpus > gpus_per_node else None)
+    link = Link(bandwidth or spec.link_bandwidth / 1e9, inter, per_node=gpus_per_node)
     return Cluster(spec.name, gpus, gpus_per_node, (gib or spec.memory_gib) * GIB, target, link,
                    "cuda", blocking=blocking)

@@ -62,6 +62,10 @@ class Target:
     source: str
     caveats: dict[str, str] = field(default_factory=dict)
 
+    def __hash__(self) -> int:  # by value (its dicts are not hashable): caches key on it
+        return hash((self.name, self.bandwidth, self.host_op_s, self.synchronous,
+                     tuple(sorted(self.flops_per_s.items()))))
+
 
 class PhaseTime(NamedTuple):
     """One phase of one step on a target (seconds, except the counts): the roofline ideal, the

@@ -5,6 +5,7 @@ models return: its logits are taken from it (`_logits_of`)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from typing import Callable
@@ -54,8 +55,16 @@ def build_model(config: ModelConfig, custom: str | None = None) -> nn.Module:
             )
         # Hugging Face's models return an output object (or a tuple) holding the logits
         model.register_forward_hook(_logits_of)
+        if "use_cache" in inspect.signature(model.forward).parameters:
+            # a training step has no use for a KV cache (transformers' default keeps one)
+            model.register_forward_pre_hook(_no_cache, with_kwargs=True)
         return model
     return TransformerLM(**config.as_kwargs())
+
+
+def _no_cache(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A forward pre-hook: call the model with use_cache=False."""
+    return args, {**kwargs, "use_cache": False}
 
 
 def _logits_of(module: nn.Module, args: tuple, out: object) -> torch.Tensor | None:

@@ -57,10 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "peak table, e.g. H100 B200 A100, or cpu: this machine's measured "
                         "ceilings) from per-operator counts of the model; a range in seconds, "
                         "ideal roofline .. typical attained fractions")
-    p.add_argument("--host-us", type=float, default=None, metavar="US",
-                   help="with --predict GPU: the host's time to issue one op (Python, "
-                        "dispatcher, launch) on the machine that drives the GPU, in "
-                        "microseconds (default: 5; see docs/accuracy.md)")
+    add_options(p, ("host_us",), helps={"host_us": "with --predict GPU"})
     p.set_defaults(func=cmd_bench)
 
 

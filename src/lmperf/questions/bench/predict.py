@@ -8,12 +8,11 @@ issues each op in `host_op_s` and, on a GPU, runs ahead of the device. Each phas
 ideal (the roofline at datasheet peaks: no run beats it) .. typical (each op class at the
 fraction of peak such kernels attain, FRACTIONS, and the host's issue time where it shows).
 
-A GPU's figures come from the peak table (`runtime.peaks`), fp32 -> FP32 FMA (lmperf's fp32
-regime turns TF32 off), tf32 -> TF32, bf16/fp16 ops -> tensor-core figures. The host time per
-op belongs to the machine and software that drive the GPU: `host_us` (`--host-us`), default
-HOST_OP_S. `cpu` predicts for this machine from the ceilings it measures now (`runtime.ceilings`:
-square matmuls per dtype, a copy / triad bandwidth, one small op's host time), fractions 1, the
-host and the arithmetic on one thread (they add). Its measured error is in docs/accuracy.md.
+A GPU's figures come from the peak table (`estimate.target`). The host time per op belongs to
+the machine and software that drive the GPU: `host_us` (`--host-us`) when given, measured on the
+model's own ops when the GPU predicted for is the one at hand, else the default
+(`estimate.host`). `cpu` predicts for this machine from the ceilings it measures now. The
+measured errors: docs/accuracy.md.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from lmperf.errors import SpecError
-from lmperf.estimate.target import FRACTIONS, HOST_OP_S, HOST_OP_SOURCE, cpu_target, gpu_targets  # noqa: F401
+from lmperf.estimate.target import HOST_OP_S, cpu_target, gpu_targets
 from lmperf.estimate import time_model
 from lmperf.estimate.time_model import Target
 
@@ -75,40 +74,41 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
             host_us: float | None = None) -> list[dict]:
     """One prediction record per (spec, device): metrics {phase: {ideal_s, typical_s, device_s,
     host_s, flops, bytes, calls}} for each phase of the spec's mode and 'step'. `host_us`: the
-    GPU host's time per op in microseconds (None: HOST_OP_S). Raises SpecError for an unknown
+    GPU host's time per op in microseconds (None: measured when the GPU is the one at hand, per
+    precision, else HOST_OP_S; `estimate.host.host_cost`). Raises SpecError for an unknown
     device or a bad host time before counting, for a `--model` fake tensors cannot run before
     measuring the CPU."""
     from dataclasses import replace
 
+    from lmperf.core.vocabulary import check_target
+    from lmperf.estimate.fit import device_fit, fits
+    from lmperf.estimate.host import host_cost
+    from lmperf.runtime.peaks import device_spec
     from lmperf.runtime.precision import get_regime
 
     if not devices:
         raise SpecError("--predict needs at least one device (a GPU of the peak table, or cpu)")
     gpus = [name for name in devices if name.lower() != "cpu"]
-    if host_us is not None:
-        if isinstance(host_us, bool) or not (isinstance(host_us, (int, float))
-                                             and 0 <= host_us < 1e6):
-            raise SpecError(f"--host-us must be a number of microseconds >= 0, got {host_us!r}")
-        if not gpus:
-            raise SpecError("--host-us is the host time of a GPU: this CPU's is measured "
-                            "(--predict cpu)")
-    gpus = {name: gpu_targets(name, HOST_OP_S if host_us is None else host_us * 1e-6,
-                              given=host_us is not None) for name in gpus}
+    check_target(host_us=host_us)
+    if host_us is not None and not gpus:
+        raise SpecError("--host-us is the host time of a GPU: this CPU's is measured "
+                        "(--predict cpu)")
+    for name in gpus:
+        gpu_targets(name)  # an unknown name: one line, before anything is counted
     # each device counts as it runs: CUDA's autocast lists and op names for a GPU
     counted = {(spec, kind): _counted(replace(spec, device=kind)) for spec in specs
                for kind in dict.fromkeys("cpu" if d.lower() == "cpu" else "cuda"
                                          for d in devices)}
     cpu = [cpu_target(threads)] if len(gpus) < len(devices) else []
-    targets = [(t, "cpu" if name.lower() == "cpu" else "cuda")
-               for name in devices for t in (cpu if name.lower() == "cpu" else gpus[name])]
-    from lmperf.estimate.fit import device_fit
-    from lmperf.runtime.peaks import device_spec
-
-    fits = {spec: device_fit(replace(spec, device="cuda"), None) for spec in specs} \
-        if len(cpu) < len(targets) else {}
+    peaks = {spec: device_fit(replace(spec, device="cuda"), None) for spec in specs} \
+        if gpus else {}
     records = []
     for spec in specs:
         tf32 = get_regime(spec.precision).tf32
+        # the host's time per op of this spec's step: given, measured here, or the default
+        targets = [(t, "cpu") if name.lower() == "cpu" else (t, "cuda") for name in devices
+                   for t in (cpu if name.lower() == "cpu" else gpu_targets(
+                       name, *host_cost(host_us, name, replace(spec, device="cuda"))))]
         for target, kind in targets:
             costs = counted[(spec, kind)]
             table = costs.table
@@ -118,10 +118,10 @@ def predict(specs: Sequence, devices: Sequence[str], threads: int | None = None,
             metrics = {p: dict(zip(FIELDS, v)) for p, v in times.items()}
             metrics["step"] = {k: sum(m[k] for m in metrics.values()) for k in FIELDS}
             caveats = [c for d, c in sorted(target.caveats.items()) if d in dtypes]
-            if kind == "cuda" and fits.get(spec):  # the same answer to "fits" as plan's
+            if kind == "cuda" and peaks.get(spec):  # the same answer to "fits" as plan's
                 budget = device_spec(target.name).memory_gib
-                metrics["memory"] = {**fits[spec], "budget_gib": budget,
-                                     "fits": fits[spec]["peak_gib"] <= budget}
+                metrics["memory"] = {**peaks[spec], "budget_gib": budget,
+                                     "fits": fits(peaks[spec]["peak_gib"], budget)}
             records.append(_record(replace(spec, device=kind), target, metrics, costs, caveats))
     return records
 

@@ -46,10 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="simulate each step instead of running it (nothing is allocated; "
                         "--device cuda estimates for a GPU from any machine)")
-    p.add_argument("--gib", type=float, metavar="N", help="will it fit in N GiB? (implies --estimate)")
-    p.add_argument("--gpu", metavar="NAME",
-                   help="will it fit on this GPU (its memory from the peak table; implies "
-                        "--estimate --device cuda; e.g. H100-SXM, A100-40GB, RTX4090)")
+    add_options(p, ("gib", "gpu"), helps={"gib": "will it fit? (implies --estimate)",
+                                          "gpu": "will it fit on it? (implies --estimate "
+                                                 "--device cuda)"})
     p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
                    help="activation checkpointing trade-off over block-group sizes (0: none)")
     p.add_argument("--snapshot", type=Path, metavar="FILE",

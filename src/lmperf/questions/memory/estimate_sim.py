@@ -104,8 +104,10 @@ def metrics(res: SimResult, est: MemoryEstimate | None, gib: float | None) -> di
            "total_bytes": res.total_bytes, "ops": res.ops, "seconds": res.seconds,
            "recomputed_blocks": res.recomputed_blocks, "schedule": res.schedule,
            "notes": res.notes, "method": METHOD}
+    from lmperf.estimate.fit import fits
+
     out: dict = {"simulation": sim, "gib": gib,
-                 "fits": None if gib is None else res.total_bytes <= gib * GIB}
+                 "fits": fits(res.total_bytes, None if gib is None else gib * GIB)}
     if est is not None:
         out["estimate"] = {**est.__dict__, "total_bytes": est.total_bytes}
     return out

@@ -36,12 +36,14 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     hangs past `timeout` seconds or runs out of memory is a row naming the rank. None takes the
     device's default (core.vocabulary.DEFAULTS["dist"]). `out`: a JSONL file appended to (None:
     records stay in memory); `plots`: a folder for the PNGs. 'estimate' runs nothing: see
-    `lmperf.questions.parallel.api.estimate` for its keywords. Raises SpecError for bad input before anything
+    `lmperf.questions.parallel.estimate.estimate` for its keywords. Raises SpecError for bad input before anything
     runs, SweepInterrupted on Ctrl-C (finished rows are kept in `out`). 'leaderboard': the 2026
     leaderboard's timed step (`lmperf.questions.parallel.leaderboard`; its keywords precision,
     checkpointing, attention, warmup_ms, rep_ms pass through).
     """
     if what == "estimate":
+        from lmperf.questions.parallel.estimate import estimate
+
         return estimate(world_size=world_size, size=size, context=context, course=course,
                         batch=batch, **estimate_options)  # type: ignore[arg-type]
     if what == "leaderboard":  # its own keywords (precision, warmup_ms, rep_ms, ...) pass through
@@ -108,102 +110,6 @@ def _unsupported(rows: list[tuple[dict, str]], out: Path | None, resume: bool) -
             store.append_record(out, record)
         records.append(record)
     return records
-
-
-def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None = None,
-             context: int | None = None, course: str | None = None, batch: int | None = None,
-             d_model: int | None = None, d_ff: int | None = None, num_layers: int | None = None,
-             ffn_only: bool = False, tokens: int = 2**20, gpu: str | None = None,
-             bandwidth: float | None = None, gpu_gib: float | None = None,
-             tflops: float | None = None, comm_dtype: str = "bf16",
-             tp: Sequence[int] | int | None = None, node_bandwidth: float | None = None,
-             gpus_per_node: int = 8) -> Report:
-    """Analytic memory, FLOPs and communication per device for data-parallel strategies, tensor
-    parallelism and FSDP x TP (nothing runs).
-
-    The model is a preset `size` (of the `course` edition's table; default xl), or `d_model` x
-    `d_ff` x `num_layers` (with `ffn_only`: the course's accounting model, two Linear layers per
-    block and nothing else). `world_size`: the N to tabulate (default 8 64 512); `tp`: the
-    tensor-parallel degrees of the FSDP x TP rows (default 2 4 8; plain TP uses t = N);
-    `tokens`: tokens per step over all devices; `batch`: sequences of `context` tokens (default
-    1024) per data-parallel replica in one micro-batch (default 1), whose activations are in
-    every row's memory, simulated as `lmperf plan` and `memory --estimate` do; 0: model
-    states only (the FFN-only model always counts its G / d tokens). `gpu`: a device of
-    lmperf.runtime.peaks.DEVICES whose datasheet gives the defaults of `bandwidth` (W, GB/s =
-    1e9 B/s per direction), `gpu_gib` (memory per device) and `tflops` (C, its dense bf16
-    peak); without it 100 GB/s, 80 GiB and 400 TFLOP/s. `node_bandwidth`: GB/s per device and
-    direction between nodes of `gpus_per_node` devices, for the collectives whose group spans
-    more than one node (None: every device joined at `bandwidth`). `comm_dtype`: what
-    gradients, gathered parameters and TP activations travel in. Formulas:
-    lmperf.questions.parallel.estimate.
-    """
-    from lmperf.core.vocabulary import as_list
-    from lmperf.questions.parallel import estimate as est
-    from lmperf.validate import positive_int
-
-    sizes = as_list(world_size) or [8, 64, 512]
-    for n in sizes:
-        positive_int("world size", n)
-    degrees = as_list(tp) or [2, 4, 8]
-    for t in degrees:
-        positive_int("tensor-parallel degree", t)
-    positive_int("gpus per node", gpus_per_node)
-    for name, value in (("bandwidth", bandwidth), ("gpu_gib", gpu_gib), ("tflops", tflops),
-                        ("node_bandwidth", node_bandwidth)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not value > 0):
-            raise SpecError(f"{name} must be a positive number, got {value!r}")
-    positive_int("tokens", tokens)
-    batch = 1 if batch is None else batch
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
-        raise SpecError(f"batch must be a whole number of sequences >= 0, got {batch!r}")
-    c = {"fp32": 4, "bf16": 2, "fp16": 2}.get(comm_dtype)
-    if c is None:
-        raise SpecError(f"unknown comm dtype {comm_dtype!r}; accepted: fp32, bf16, fp16")
-    w, memory, flops, device = est.device_figures(gpu, bandwidth, gpu_gib, tflops)
-    shape = _shape(size, d_model, d_ff, num_layers, ffn_only, context, course)
-    micro = None if not batch or shape.ffn_only else batch * (context or 1024)
-    per_rank = allowance = None
-    if micro:  # every rank's memory from one simulated step
-        from lmperf.model.presets import DEFAULT_COURSE
-        from lmperf.estimate.fit import simulated_memory
-
-        per_rank, allowance, simulated = simulated_memory(
-            size or "xl", course or DEFAULT_COURSE, context or 1024, batch, shape)
-    links = est.Link(w, node_bandwidth, gpus_per_node)
-    if node_bandwidth is not None:
-        device += (f", {node_bandwidth:g} GB/s between nodes of {gpus_per_node} devices (a "
-                   f"collective spanning more than one node)")
-    rows = est.estimate_rows(shape, sizes, bandwidth_gbps=links, gpu_gib=memory, tflops=flops,
-                             global_tokens=tokens, comm_dtype_bytes=c,
-                             tp_degrees=tuple(degrees), micro_tokens=micro,
-                             rank_memory=per_rank, allowance=allowance)
-    if shape.ffn_only:
-        saved = "activations: bf16 block inputs and first-layer outputs of the FFN-only model"
-    elif micro:
-        saved = (f"activations: one micro-batch of {batch} x {context or 1024} tokens per "
-                 f"replica, bf16 autocast, fused attention; {simulated}")
-    else:
-        saved = "model states only (--batch 0; --batch B adds a micro-batch's activations)"
-    caption = (f"{shape.name}, P = {shape.params:,} parameters, {tokens:,} tokens/step, "
-               f"{device}, {comm_dtype} communication; {saved}")
-    return est.estimate_report(rows, caption)
-
-
-def _shape(size, d_model, d_ff, num_layers, ffn_only, context, course):
-    from lmperf.questions.parallel import estimate as est
-
-    explicit = (d_model, d_ff, num_layers)
-    if any(v is not None for v in explicit):
-        if None in explicit:
-            raise SpecError("give all of --d-model, --d-ff and --num-layers (or a --size preset)")
-        for name, v in zip(("d_model", "d_ff", "num_layers"), explicit):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise SpecError(f"{name} must be a positive integer, got {v!r}")
-        if ffn_only:
-            return est.ffn_only_shape(d_model, d_ff, num_layers)
-        raise SpecError("an explicit shape needs --ffn-only (or use a --size preset for the LM)")
-    return est.preset_shape(size, course, context)
 
 
 def _make_folder(path: Path) -> None:

@@ -25,8 +25,8 @@ What data parallelism costs and how much communication is hidden. `comm` times c
 on the same model and data (phase times, communication / overlap / exposed, bytes, memory, and
 equality with single-process training); no command runs both. Each (command, world size) is one
 torchrun launch (gloo on CPU, NCCL on GPUs); a rank that crashes, hangs past --timeout or runs
-out of memory is a row naming the rank. --estimate runs nothing: analytic memory and
-communication on clusters you do not have. Many nodes: run `torchrun --nnodes N --nproc-per-node
+out of memory is a row naming the rank. --estimate runs nothing: memory, time and
+communication on clusters you do not have, as `lmperf plan` predicts them. Many nodes: run `torchrun --nnodes N --nproc-per-node
 G --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m lmperf dist comm|train ...` on each node
 (rank 0 appends to --out).
 """.split())
@@ -42,10 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="comm, train, or both (default); leaderboard: the 2026 leaderboard's "
                         "timed step (FSDP2 + activation checkpointing, see --warmup-ms)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the analytic estimate for data-parallel strategies, tensor "
-                        "parallelism and FSDP x TP (memory, FLOPs and communication per device "
-                        "per step, fits on --gpu?, largest degree before communication-bound); "
-                        "runs nothing")
+                   help="estimate data-parallel strategies, tensor parallelism and FSDP x TP "
+                        "on --gpus N... of --gpu (memory, time and communication per device and "
+                        "step as `lmperf plan` predicts them, fits?, largest degree before "
+                        "communication-bound); runs nothing")
     add_options(p, SHARED + ("out", "format", "plots", "timeout", "max_memory_gib", "resume"),
                 defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT},
                 helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
@@ -110,20 +110,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tokens", type=int, default=2**20, metavar="T",
                    help="tokens per step over all ranks (default: 1048576)")
     g.add_argument("--bandwidth", type=float, metavar="GB/s",
-                   help="link bandwidth W per device and direction, 1e9 B/s (default: --gpu's, "
-                        "else 100)")
+                   help="link bandwidth per device and direction within a node, 1e9 B/s "
+                        "(default: --gpu's)")
     g.add_argument("--tflops", type=float, metavar="C",
-                   help="TFLOP/s per device (default: --gpu's dense bf16 peak, else 400 "
-                        "achieved)")
+                   help="dense bf16 TFLOP/s per device (default: --gpu's datasheet peak)")
     g.add_argument("--node-bandwidth", type=float, metavar="GB/s",
                    help="bandwidth per device and direction between nodes, for collectives "
-                        "whose group spans more than --gpus-per-node devices (default: none, "
-                        "every device joined at --bandwidth)")
+                        "whose group spans more than --gpus-per-node devices (default: 50)")
     g.add_argument("--tp", type=int, nargs="+", metavar="T",
                    help="tensor-parallel degrees of the FSDP x TP rows (default: 2 4 8)")
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
-                   help="the tensor dtype gradients, gathered parameters and TP activations "
-                        "travel in, not a precision regime (default: bf16)")
+                   help="the dtype of the course's accounting column comm_gb (every message "
+                        "in it); the times are the one model's (default: bf16)")
     from lmperf.questions.parallel import leaderboard
 
     leaderboard.add_arguments(p)

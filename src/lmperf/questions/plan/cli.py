@@ -25,13 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 defaults={"out": DEFAULT_OUT, "attention": "sdpa"},
                 helps={"size": "a preset (default: mini), e.g. llama3-8b",
                        "attention": "default: sdpa (a fused kernel)"})
-    p.add_argument("--gpu", metavar="NAME", help="the target GPU (peak table: H100-SXM, "
-                   "A100-80GB, ...; default: the one at hand)")
-    p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs (or CPU ranks) in all")
-    p.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
-                   help="GPUs per node (default: 8); groups beyond it cross the network")
-    p.add_argument("--gib", type=float, metavar="G",
-                   help="memory budget per GPU (default: --gpu's memory; required on the CPU)")
+    add_options(p, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), defaults={"gpus": 1},
+                helps={"gpu": "default: the one at hand", "gib": "required on the CPU"})
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="cpu: plan for this machine's ranks (gloo), as --confirm runs them")
     p.add_argument("--context", type=int, default=2048, metavar="T", help="tokens per sequence")
@@ -41,8 +36,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bf16-mixed, bf16-fsdp (GPU default: both); fp32 (CPU default), bf16-mixed")
     p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
                    help="activation checkpointing group sizes to try (0: none; default 0 1 2 4)")
-    p.add_argument("--host-us", type=float, metavar="US",
-                   help="the host's time to issue one op, microseconds (default: 5)")
     p.add_argument("--confirm", type=int, default=0, metavar="K",
                    help="run K plans here (CPU ranks, --gib per rank; or --gpus 1: this CPU or "
                         "the GPU at hand) at b and b + 1; score the plan")
