@@ -56,6 +56,7 @@ def _add_table(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", help="only records of this kind (default: every kind found)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="the records as JSON on stdout (or into FILE)")
+    p.add_argument("--details", action="store_true", help="text: every table in full")
     p.set_defaults(func=cmd_table)
 
 
@@ -107,7 +108,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         emit_json(Report(kind="mixed", records=records), args.json)
         if args.json == "-":
             return 0
-    sys.stdout.write(concat(reports, args.format))
+    sys.stdout.write(concat(reports, args.format, args.details))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -37,15 +38,19 @@ def test_a_tiny_sweep_end_to_end(tmp_path, capsys):
     assert all(r["spec"]["threads"] == 1 and r["spec"]["causal"] for r in records)
     assert all(r["env"]["torch_threads"] == 1 for r in records)
     captured = capsys.readouterr()
-    for title in ("forward latency", "backward latency", "fwd+bwd latency",
-                  "memory before backward", "P matrix (analytic)", "speedup of fwd+bwd over naive",
-                  "naive minus flash-torch"):
-        assert title in captured.out
+    first = captured.out.splitlines()[:2]  # the answer first: the fastest, then the memory
+    assert re.match(r"fastest fwd\+bwd at context 32: (naive|flash-torch) [\d.]+ ms", first[0])
+    assert first[1].startswith("memory before backward at context 32: flash-torch ")
+    assert "naive minus flash-torch" in captured.out and "P matrix (analytic)" not in captured.out
     assert "2 configuration(s): 2 ok" in captured.err
+    assert _run([*argv, "--resume", "--details"]) == 0  # every table, as Markdown has them
+    detail = capsys.readouterr().out
+    for title in ("forward latency", "backward latency", "fwd+bwd latency",
+                  "memory before backward", "P matrix (analytic)", "speedup of fwd+bwd over naive"):
+        assert title in detail
     assert sorted(p.name for p in plots.iterdir()) == [
         "latency_vs_seq.png", "memory_vs_seq.png", "speedup_vs_seq.png"]
     # resume: everything is ok already, nothing runs and nothing is appended
-    assert _run([*argv, "--resume"]) == 0
     assert len(_lines(out)) == 2
 
 

@@ -133,7 +133,8 @@ def test_the_api_returns_a_report():
     report = lmperf.doctor(checks="peak table entry")
     assert report.kind == "doctor" and list(report.frame["check"]) == ["peak table entry"]
     assert report.frame["status"].tolist() == ["ok"] and report.records[0]["status"] == "ok"
-    assert "1 ok, 0 failed, 0 skipped" in report.findings[0]
+    assert report.headline == ["1 ok, 0 failed, 0 skipped."]
+    assert report.render("text").startswith("1 ok, 0 failed, 0 skipped.\n")  # the first line
 
 
 class _nothing:

@@ -29,8 +29,14 @@ def test_default_run_prints_phases_and_saved_tensors(tmp_path, capsys):
                               str(tmp_path / "p")], tmp_path, capsys)
     assert (tmp_path / "p" / "memory_vs_context.png").stat().st_size > 0
     assert "peak memory per step (peak RSS MiB (CPU process))" in text
-    assert "saved for backward per group: fp32, context 32" in text
-    assert "largest saved activations" in text and "x the residual stream" in text
+    assert text.startswith("peak of a step: ") and "fits: every step ran" in text.split("\n")[0]
+    assert "saved for backward at context 32 (fp32): " in text.split("\n")[1]
+    assert "x the residual stream" in text  # the tables behind it: --details
+    assert "saved for backward per group: fp32, context 32" not in text
+    more = main(["table", str(tmp_path / "memory.jsonl"), "--details"])
+    detail = capsys.readouterr().out
+    assert more == 0 and "saved for backward per group: fp32, context 32" in detail
+    assert "largest saved activations" in detail
     assert {r["kind"] for r in records} == {"memory"}
     analyses = [r["spec"]["analysis"] for r in records]
     assert analyses.count("phases") == 4 and analyses.count("saved") == 2
@@ -55,8 +61,11 @@ def test_estimate_allocates_nothing_and_answers_fits(tmp_path, capsys, monkeypat
     totals = [r["metrics"]["simulation"]["total_bytes"] for r in records]
     assert totals[0] < 2 * 2**30 < totals[1]
     assert [r["metrics"]["fits"] for r in records] == [True, False]
-    assert f"forward, fp32, context 256, group none: {totals[0] / 2**30:.2f} GiB estimated -> " \
-           "fits in 2 GiB: yes" in text
+    assert text.startswith(f"estimated peak (simulated): {totals[1] / 2**30:.3g} GiB, fp32 "
+                           "train-step at context 256; fits in 2 GiB: 1 of 2\n")
+    table = text.split("\n\n")[1].splitlines()  # the fits column, in the default table
+    assert table[1].split()[-1] == "fits" and [x.split()[-1] for x in table[2:4]] == [
+        "True", "False"]
     flat = " ".join(text.split())  # findings are wrapped to 120 columns
     assert "not an upper bound" in flat and "total (upper bound)" not in flat
     latex, _, _ = run(["--size", "tiny", "--estimate", "--format", "latex"], tmp_path, capsys)
@@ -101,7 +110,7 @@ def test_gpu_name_is_the_budget(tmp_path, capsys):
     m = records[0]["metrics"]
     assert records[0]["spec"]["device"] == "cuda" and m["gpu"] == "T4"
     assert m["gib"] == require_device("T4").memory_gib and m["fits"] is True
-    assert f"fits on T4 ({m['gib']:g} GiB): yes" in text
+    assert f"fits on T4 ({m['gib']:g} GiB): 1 of 1" in text.splitlines()[0]
     code = main(["memory", *QUICK, "--gpu", "T4", "--gib", "8"])
     assert code == 2 and "give one" in capsys.readouterr().err
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from lmperf.core.lines import wrap
 from lmperf.errors import LmperfError
 
 if TYPE_CHECKING:  # pandas and the launcher load when a command runs, not for --help
@@ -16,8 +17,6 @@ if TYPE_CHECKING:  # pandas and the launcher load when a command runs, not for -
     from lmperf.core.sweep import SweepOptions
 
 STATUSES = ("ok", "oom", "error", "unsupported")
-
-
 def sweep_options(*, inline: bool = False, timeout: float | None = None,
                   max_memory_gib: float | None = None, resume: bool = False,
                   progress: bool = False) -> SweepOptions:
@@ -49,8 +48,29 @@ def launch_kwargs(args: argparse.Namespace) -> dict:
 
 
 def err(line: str) -> None:
-    """One line on stderr (notes, progress stages, the closing line)."""
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr (notes, progress stages, the closing line), wrapped to WIDTH."""
+    print(wrap(line, "", "  "), file=sys.stderr, flush=True)
+
+
+def check_out(path: Path) -> None:
+    """Refuse an --out that cannot take records, before anything runs and without creating
+    anything: an existing file must be lmperf JSON lines, a new one must have a writable
+    folder (or one that can be made). Raises ResultsFileError."""
+    import os
+
+    from lmperf.errors import ResultsFileError
+    from lmperf.results.store import ensure_writable
+
+    if path.exists():
+        ensure_writable(path)  # an existing file: read and opened, nothing created
+        return
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ResultsFileError(f"cannot write results to {path}: {folder} is a file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ResultsFileError(f"cannot write results to {path}: {folder} is not writable")
 
 
 def emit_json(report: Report, target: str) -> None:
@@ -68,13 +88,14 @@ def emit_json(report: Report, target: str) -> None:
 
 def emit(report: Report, args: argparse.Namespace) -> None:
     """Print the report as asked: `--json` (records on stdout and nothing else, or into a file)
-    and/or the tables in `--format`."""
+    and/or the tables in `--format` (text: the brief, or every table with `--details`)."""
     target = getattr(args, "json", None)
     if target:
         emit_json(report, target)
         if target == "-":
             return
-    sys.stdout.write(report.render(getattr(args, "format", "text")))
+    sys.stdout.write(report.render(getattr(args, "format", "text"),
+                                   getattr(args, "details", False)))
 
 
 def closing_line(report: Report, out: Path | None, noun: str = "run") -> str:

@@ -1,6 +1,9 @@
-"""Terminal progress of a sweep: a bar on stderr and one line per finished record."""
+"""Terminal progress of a sweep: a bar on stderr, one line per finished record, and the noise
+warnings of the whole sweep as one line at its end (each record keeps its own)."""
 
 from __future__ import annotations
+
+import re
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,7 +13,11 @@ from lmperf.catalog import BY_KIND
 from lmperf.core.jobs import resolve
 
 _STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magenta"}
-WIDTH = 120  # a progress line is cut to this many columns (the record keeps it whole)
+from lmperf.core.lines import WIDTH  # a progress line is cut to it (the record keeps it whole)
+
+NOISE = re.compile(r"^IQR/median ([^:]*):")  # measure.stats.spread_warning's noise warnings
+# kind -> what steadies a sweep's noisy runs (its command's flag)
+STEADY: dict[str, str] = {"bench": "`--rounds 3` interleaves them"}
 
 # kind -> "module:function" giving one line for a finished record of that kind
 SUMMARIES: dict[str, str] = {kind: q.summary for kind, q in BY_KIND.items() if q.summary}
@@ -47,6 +54,8 @@ class RichReporter:
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
                                  transient=True)
         self.task = None
+        self.noise: list[float] = []  # the largest IQR/median of each noisy record
+        self.seen: dict[str, int] = {}  # kind -> records finished
 
     def begin(self, total: int, skipped: int) -> None:
         if skipped:
@@ -67,10 +76,27 @@ class RichReporter:
             self.progress.console.print(f"[{style}]{record['status']:>11}[/] "
                                         f"{escape(label)}: {escape(line)}",
                                         markup=True, highlight=False, soft_wrap=True)
+            self.seen[record["kind"]] = self.seen.get(record["kind"], 0) + 1
             for w in record.get("warnings", []):
+                if (noisy := NOISE.match(w)):  # counted, told once at the end
+                    self.noise.append(max(float(x) for x in re.findall(r"(\d+)%", noisy[1])))
+                    continue
                 self.progress.console.print(f"{'':>11}   [dim]warning: {escape(_fit(w, 23))}[/]",
                                             highlight=False, soft_wrap=True)
         self.progress.advance(self.task)
 
     def end(self) -> None:
         self.progress.stop()
+        if self.noise:
+            self.console.print(escape(noise_line(self.noise, sum(self.seen.values()),
+                                                 next(iter(self.seen), ""))), highlight=False)
+
+
+def noise_line(worst: list[float], runs: int, kind: str = "") -> str:
+    """The one line of a sweep's noise warnings: '7 of 15 runs noisy, IQR/median up to 339%:
+    the machine was busy; `--rounds 3` interleaves them' (`worst`: each noisy run's largest
+    IQR/median, in percent)."""
+    busy = "busy" if max(worst) > 25 else "noisy"  # torch.utils.benchmark's 25%
+    return (f"warning: {len(worst)} of {runs} runs noisy, IQR/median up to {max(worst):.0f}%: "
+            f"the machine was {busy}; "
+            + STEADY.get(kind, "a quieter machine or more --steps steadies them"))

@@ -9,9 +9,11 @@ or JSON; a question may pass a `display` function that lays the main table out f
 Human formats (text, Markdown, LaTeX) follow one style: headers read as words with their unit
 (`cpu_range_ms` -> "cpu range (ms)"), shares as percent, bytes in KiB / MiB / GiB (columns named
 `bytes`, `*_bytes`, `*_mib`, `*_gib`), no scientific notation; text also fits WIDTH columns
-(the widest text cells cut with "…", one line per row), findings and notes wrapped as footnotes. A
-report's `brief` keeps text to a screen or two: per table the columns and rows shown there
-(None: that table only in the full formats). CSV and JSON keep the raw numbers.
+(the widest text cells cut with "…", one line per row), findings and notes wrapped as footnotes
+(a `code span`, a command to copy, never broken). Every human format opens with the report's
+`headline`: the answer in a few lines, with the numbers that matter. A report's `brief` keeps
+text to a screen: per table the columns and rows shown there (None: that table only with
+--details and in the full formats). CSV and JSON keep the raw numbers.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ from __future__ import annotations
 import json
 import math
 import re
-import textwrap
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import pandas as pd
 
+from lmperf.core.lines import WIDTH, wrap
+
 FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv", "json")
 DIGITS = 4  # significant digits of floats in rendered tables
-WIDTH = 120  # columns of a text rendering (a terminal, a screen)
-FULL = "--format markdown or csv, or `lmperf report`"  # where the detail of a brief text is
+FULL = "--format markdown or csv, or `lmperf report`"  # where a text table's cut cells are
+DETAILS = f"--details, {FULL}"  # where the tables and columns a brief text leaves out are
 
 # (report) -> (main table laid out for reading, caption, notes); text, Markdown and LaTeX only.
 Display = Callable[["Report"], tuple[pd.DataFrame, str, list[str]]]
@@ -47,7 +50,9 @@ class Report:
         title: a heading for rendered output.
         display: optional layout of `frame` for reading (see `Display`).
         brief: text only: table name -> (columns, rows) to show (None for either: all), or
-            None to leave the table to the full formats (Markdown, CSV, the write-up).
+            None to leave the table to --details and the full formats (Markdown, the write-up).
+        headline: the answer to the command's question in a few lines (at most 4), numbers
+            included: what every human format prints first (text: the first lines of stdout).
     """
 
     kind: str
@@ -58,6 +63,7 @@ class Report:
     title: str = ""
     display: Display | None = None
     brief: dict[str, tuple[Sequence[str] | None, int | None] | None] = field(default_factory=dict)
+    headline: list[str] = field(default_factory=list)
 
     def table(self, name: str) -> pd.DataFrame:
         """One of `tables` by name; KeyError lists the names there are."""
@@ -65,8 +71,13 @@ class Report:
             raise KeyError(f"no table {name!r}; tables: {', '.join(self.tables) or 'none'}")
         return self.tables[name]
 
-    def render(self, fmt: str = "text") -> str:
-        """The report as text, 'markdown', 'latex', 'csv' (the main table) or 'json' (records)."""
+    def main(self) -> tuple[pd.DataFrame, str, list[str]]:
+        """(the main table as read, its caption, its notes): `display`'s layout, else `frame`."""
+        return self.display(self) if self.display is not None else (self.frame, "", [])
+
+    def render(self, fmt: str = "text", details: bool = False) -> str:
+        """The report as text, 'markdown', 'latex', 'csv' (the main table) or 'json' (records).
+        Text keeps to `brief` unless `details` (every table in full, as Markdown has them)."""
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; accepted: {', '.join(FORMATS)}")
         if fmt == "json":
@@ -76,31 +87,28 @@ class Report:
             return frame.to_csv(index=False)
         sections: list[tuple[str, pd.DataFrame, str, list[str]]] = []
         if not self.frame.empty:
-            if self.display is not None:
-                shown, caption, notes = self.display(self)
-            else:
-                shown, caption, notes = self.frame, "", []
-            sections.append((self.title, shown, caption, notes))
+            sections.append((self.title, *self.main()))
+        brief = self.brief if fmt == "text" and not details else {}
         hidden = []
         for name, df in self.tables.items():
-            if fmt == "text" and name in self.brief:
-                if self.brief[name] is None:
-                    hidden.append(name)
-                    continue
-                columns, rows = self.brief[name]  # type: ignore[misc]
+            if name not in brief:
+                sections.append((name, df, "", []))
+            elif brief[name] is None:
+                hidden.append(re.split(r":| \(", name)[0])
+            else:
+                columns, rows = brief[name]  # type: ignore[misc]
                 more = [c for c in df.columns if columns is not None and c not in columns]
                 shown = df[[c for c in (columns or df.columns) if c in df.columns]]
+                names = f" ({', '.join(map(header, more))})" if len(str(more)) < 80 else ""
                 notes = ([f"{len(df) - rows} more rows"] if rows is not None and len(df) > rows
-                         else []) + ([f"{len(more)} more columns ({', '.join(map(header, more))})"]
-                                     if more else [])
+                         else []) + ([f"{len(more)} more columns{names}"] if more else [])
                 sections.append((name, shown.head(rows) if rows is not None else shown, "",
-                                 ["; ".join(notes) + f": {FULL}"] if notes else []))
-            else:
-                sections.append((name, df, "", []))
+                                 ["; ".join(notes) + f": {DETAILS}"] if notes else []))
         findings = list(self.findings)
         if hidden:
-            findings.append(f"{len(hidden)} more table(s) ({'; '.join(hidden)}): {FULL}.")
-        return _render_sections(sections, findings, fmt)
+            findings.append(f"{len(hidden)} more table(s) ({'; '.join(dict.fromkeys(hidden))}): "
+                            f"{DETAILS}")
+        return _render_sections(self.headline, sections, findings, fmt)
 
     def __str__(self) -> str:
         return self.render("text")
@@ -109,10 +117,13 @@ class Report:
         return self.render("markdown")
 
 
-def caption_axes(df: pd.DataFrame, axes: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], str]:
-    """Split (column, title) axes into those that vary across the rows (kept as columns) and a
-    caption naming the ones that hold one value ("batch 4, mode forward")."""
-    constant = [(col, title) for col, title in axes if df[col].nunique(dropna=False) == 1]
+def caption_axes(df: pd.DataFrame, axes: Sequence[tuple[str, str]], keep: Sequence[str] = ()
+                 ) -> tuple[list[tuple[str, str]], str]:
+    """Split (column, title) axes into those that vary across the rows (kept as columns, as are
+    the columns `keep` always) and a caption naming the ones that hold one value ("batch 4,
+    mode forward")."""
+    constant = [(col, title) for col, title in axes
+                if col not in keep and df[col].nunique(dropna=False) == 1]
     caption = ", ".join(f"{title} {df[col].iloc[0]}" for col, title in constant)
     return [a for a in axes if a not in constant], caption
 
@@ -129,6 +140,25 @@ def median_columns(out: pd.DataFrame, df: pd.DataFrame, phases: Sequence[str],
     if mean.notna().any():
         out[f"{spread} mean ± std"] = ["-" if m is None or m != m else f"{m:.2f} ± {s:.2f}"
                                       for m, s in zip(mean, std)]
+
+
+def against(keys: Sequence[tuple], base: Sequence[bool]) -> list[int | None]:
+    """The row each row is held against, by the one rule every ratio follows (the CLI's, `lmperf
+    table`'s and the write-up's alike): the latest base row of the same setting at or before it
+    (a results file appends sweeps in order: the same sweep's), else the first after it; None
+    where its setting has no base row. `keys`: each row's setting (every axis but the compared
+    one); `base`: whether a row is a reference (e.g. an ok run of the first precision)."""
+    keys = [tuple(map(str, k)) for k in keys]  # NaN and None compare as written
+    rows: dict[tuple, list[int]] = {}
+    for i, (k, b) in enumerate(zip(keys, base)):
+        if b:
+            rows.setdefault(k, []).append(i)
+    out: list[int | None] = []
+    for i, k in enumerate(keys):
+        found = rows.get(k, [])
+        before = [j for j in found if j <= i]
+        out.append(before[-1] if before else found[0] if found else None)
+    return out
 
 
 def numbered(labels: Sequence[str]) -> list[str]:
@@ -297,29 +327,32 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
                                zip(line, widths, right)).rstrip() for line in lines), notes
 
 
-def wrap(line: str, first: str = "", rest: str = "") -> str:
-    """A note or finding wrapped to WIDTH columns (prefixes for its first and further lines)."""
-    return "\n".join(textwrap.wrap(line, WIDTH, initial_indent=first, subsequent_indent=rest,
-                                    break_on_hyphens=False, break_long_words=False)) or first
-
-
-def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
+def _render_sections(headline: list[str], sections: list[tuple[str, pd.DataFrame, str, list[str]]],
                      findings: list[str], fmt: str) -> str:
+    """The headline, then each (title, table, caption, notes), then the findings; no line
+    twice (a finding that repeats the headline or another finding is left out)."""
     parts = []
+    findings = [f for f in dict.fromkeys(findings) if f not in headline]
     if fmt != "latex":
-        findings = [plain_numbers(f) for f in findings]
+        headline, findings = ([plain_numbers(h) for h in headline],
+                              [plain_numbers(f) for f in findings])
+    if headline:
+        parts.append({"latex": "".join(f"\\noindent {_latex_escape(h)}\\\\\n" for h in headline),
+                      "markdown": "".join(f"**{h}**  \n" for h in headline)}.get(
+            fmt, "".join(wrap(h, "", "  ") + "\n" for h in headline)))
     for title, df, caption, notes in sections:
         if df.empty:
             continue
         shown = readable(df, shares=title.split(": ")[-1].startswith("share "))
         shown.columns = [header(c) for c in shown.columns]
+        notes = list(dict.fromkeys(notes))
         if fmt != "latex":
             caption, notes = plain_numbers(caption), [plain_numbers(n) for n in notes]
         if fmt == "markdown":
-            body = shown.to_markdown(index=False)
             head = f"#### {title}\n\n" if title else ""
-            tail = "".join(f"\n{line}" for line in ([caption] if caption else []) + notes)
-            parts.append(f"{head}{body}\n{tail}")
+            lines = ([caption] if caption else []) + notes
+            tail = "\n" + "".join(f"{line}  \n" for line in lines) if lines else ""
+            parts.append(f"{head}{shown.to_markdown(index=False)}\n{tail}")
         elif fmt == "latex":
             latex = shown.to_latex(index=False, escape=True,
                                    caption=(f"{title}. {caption}" if caption else title) or None)
@@ -327,8 +360,8 @@ def _render_sections(sections: list[tuple[str, pd.DataFrame, str, list[str]]],
         else:
             head = f"{wrap(title)}\n" if title else ""
             body, more = _text_table(df, shown)
-            tail = "".join(f"{wrap(line, '', '  ')}\n"
-                           for line in ([caption] if caption else []) + notes + more)
+            tail = "".join(f"{wrap(line, '', '  ')}\n" for line in
+                           dict.fromkeys(([caption] if caption else []) + notes + more))
             parts.append(f"{head}{body}\n{tail}")
     if findings:
         if fmt == "latex":
@@ -348,7 +381,7 @@ def _latex_escape(text: str) -> str:
     return text.replace("±", r"$\pm$")
 
 
-def concat(reports: list[Report], fmt: str = "text") -> str:
+def concat(reports: list[Report], fmt: str = "text", details: bool = False) -> str:
     """Several reports rendered one after the other (JSON: one list of all their records)."""
     if fmt == "json":
         return json.dumps([r for rep in reports for r in rep.records], indent=1) + "\n"
@@ -358,5 +391,5 @@ def concat(reports: list[Report], fmt: str = "text") -> str:
     for rep in reports:
         head = {"markdown": f"### {rep.kind}\n\n", "latex": f"% {rep.kind}\n",
                 "csv": f"# {rep.kind}\n"}.get(fmt, f"== {rep.kind}\n")
-        out.append(head + rep.render(fmt))
+        out.append(head + rep.render(fmt, details))
     return "\n".join(out)

@@ -200,6 +200,8 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--out", "JSONL results file, appended to", type=Path, metavar="FILE"),
     Option("--format", "format of the printed tables", default="text",
            choices=lambda: ["text", "markdown", "latex", "csv"], strict=True),
+    Option("--details", "text: every table and note in full (default: the answer first, then the "
+                        "one or two tables behind it)", type=None),
     Option("--plots", "write the plots (PNG) into this folder", type=Path, metavar="DIR"),
     Option("--inline", "run in this process instead of one child process per job (debugging)",
            type=None),
@@ -336,8 +338,9 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
             default = list(default) if isinstance(default, (list, tuple)) else (
                 None if default is None else [default])
         parser.add_argument(opt.flag, default=default, **kwargs)
-    if "format" in names:
+    if "format" in names:  # a printed report: its records as --json, all of it with --details
         add_json(parser)
+        add_options(parser, ("details",))
 
 
 
@@ -369,7 +372,8 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 def check_args(command: str, args: argparse.Namespace) -> None:
     """Refuse a bad value of a shared option in one line that names its flag, before the command
-    imports torch (the specs check everything again, with the same words, for the Python API).
+    imports torch (the specs check everything again, with the same words, for the Python API);
+    an --out that cannot take records too (ResultsFileError), so no command starts a job first.
 
     `--precision` is a regime; `attention` has none (its `--dtype`, a tensor dtype, is checked
     by attention's plan). Raises SpecError.
@@ -406,3 +410,7 @@ def check_args(command: str, args: argparse.Namespace) -> None:
         if v not in ATTENTION_NAMES:
             raise SpecError(f"--attention: unknown implementation {v!r}; accepted: "
                             f"{', '.join(ATTENTION_NAMES)}{did_you_mean(v, ATTENTION_NAMES)}")
+    if isinstance(getattr(args, "out", None), Path):  # the results file, before anything runs
+        from lmperf.core.command import check_out
+
+        check_out(args.out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.core.report import Report, caption_axes, status_notes
+from lmperf.core.report import Report, against, caption_axes, status_notes
 
 KIND = "attention"
 AXES: tuple[str, ...] = ("attention", "context", "d", "batch", "heads", "dtype", "causal", "device")
@@ -52,27 +52,15 @@ def frame(records: list[dict]) -> pd.DataFrame:
 
 
 def _speedup(df: pd.DataFrame) -> list[float]:
-    """naive's fwd+bwd median / each row's, matched on every axis but the implementation.
-
-    A results file may hold one configuration several times (several sweeps appended); each row
-    is compared with the nearest ok naive row of its shape, preferring the latest one before it
-    (the same sweep), so that a row is never divided by another run's naive.
-    """
-    keys = [tuple(row) for row in df[[a for a in AXES if a != "attention"]].itertuples(index=False)]
-    naive_at: dict[tuple, list[int]] = {}
-    for i, (k, attention, st) in enumerate(zip(keys, df["attention"], df["status"])):
-        if attention == "naive" and st == "ok":
-            naive_at.setdefault(k, []).append(i)
+    """naive's fwd+bwd median / each row's, matched on every axis but the implementation: a
+    results file may hold one configuration several times (several sweeps appended), so each
+    row is held against naive by `core.report.against` (the latest ok naive row of its shape
+    at or before it: the same sweep's), as bench's ratios are."""
+    keys = list(df[[a for a in AXES if a != "attention"]].itertuples(index=False))
+    refs = against(keys, list((df["attention"] == "naive") & (df["status"] == "ok")))
     times = df["end_to_end_ms"].tolist()
-    out = []
-    for i, (k, st, t) in enumerate(zip(keys, df["status"], times)):
-        rows = naive_at.get(k, [])
-        if st != "ok" or not rows or not t > 0:
-            out.append(float("nan"))
-            continue
-        before = [j for j in rows if j <= i]
-        out.append(times[before[-1] if before else rows[0]] / t)
-    return out
+    return [times[j] / t if st == "ok" and j is not None and t > 0 else float("nan")
+            for j, st, t in zip(refs, df["status"], times)]
 
 
 def groups(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -118,8 +106,8 @@ def tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def findings(df: pd.DataFrame) -> list[str]:
-    """Sentences over measured values: the memory flash-torch saves over naive, and each
-    implementation's fwd+bwd speedup over naive at the longest sequence both ran."""
+    """Sentences over measured values: the memory flash-torch saves over naive at each context
+    (the speedups at the longest one are the headline's)."""
     notes: list[str] = []
     ok = df[df["status"] == "ok"]
     for caption, g in (groups(ok) if not ok.empty else []):
@@ -135,14 +123,34 @@ def findings(df: pd.DataFrame) -> list[str]:
                              f"({saved / naive.at[t, 'score_matrix_mib']:.2f} P)")
             notes.append(f"memory before backward, naive minus flash-torch{where}, in MiB and in "
                          "probability matrices P = batch*heads*context^2*bytes: " + "; ".join(parts))
-        fast = g[(g["attention"] != "naive") & g["speedup_vs_naive"].notna()]
-        if not fast.empty:
-            t = int(fast["context"].max())
-            at = fast[fast["context"] == t].drop_duplicates("attention", keep="last")
-            notes.append(f"fwd+bwd speedup over naive at context {t}{where} (median times): "
-                         + ", ".join(f"{i} {x:.2f}x" for i, x in
-                                     zip(at["attention"], at["speedup_vs_naive"])))
     return notes
+
+
+def headline(df: pd.DataFrame) -> list[str]:
+    """The answer per group of axes (two at most): the fastest implementation's fwd+bwd at the
+    longest context, its speedup over naive (and the others'), and the least memory left for
+    backward there against naive's, in probability matrices P."""
+    lines: list[str] = []
+    ok = df[df["status"] == "ok"]
+    for caption, g in (groups(ok) if not ok.empty else [])[:2]:
+        t = int(g["context"].max())
+        at = g[g["context"] == t].drop_duplicates("attention", keep="last").set_index("attention")
+        best, ms = at["end_to_end_ms"].idxmin(), at["end_to_end_ms"].min()
+        x = at["speedup_vs_naive"]
+        where = f" ({caption})" if caption else ""
+        line = f"fastest fwd+bwd at context {t}{where}: {best} {ms:.4g} ms"
+        if best != "naive" and x[best] == x[best]:
+            line += f", {x[best]:.2f}x naive ({at.at['naive', 'end_to_end_ms']:.4g} ms)" \
+                if "naive" in at.index else f", {x[best]:.2f}x naive"
+        others = [f"{i} {v:.2f}x" for i, v in x.items() if i not in (best, "naive") and v == v]
+        lines.append(line + ("; " + ", ".join(others) if others else ""))
+        mem = at["before_backward_mib"].dropna()
+        if "naive" in mem.index and len(mem) > 1:
+            least = mem.drop("naive").idxmin()
+            p = (mem["naive"] - mem[least]) / at.at["naive", "score_matrix_mib"]
+            lines.append(f"memory before backward at context {t}: {least} {mem[least]:.3g} MiB, "
+                         f"naive {mem['naive']:.3g} MiB ({p:.2f} score matrices P more)")
+    return lines
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
@@ -169,8 +177,10 @@ def build_report(records: list[dict]) -> Report:
     device = next((d for d in df["device_name"] if d), "") if not df.empty else ""
     title = "lmperf attention" + (f" on {device}" if device else "") + \
         ": median ms per pass, memory before backward (MiB, x P), speedup over naive"
-    return Report(kind=KIND, frame=df, tables=tables(df), findings=findings(df), records=records,
-                  title=title, display=_display)
+    pivots = tables(df)  # the main table's numbers against context: --details and the report
+    return Report(kind=KIND, frame=df, tables=pivots, findings=findings(df), records=records,
+                  title=title, display=_display, brief=dict.fromkeys(pivots),
+                  headline=headline(df))
 
 
 def summary_line(record: dict) -> str:

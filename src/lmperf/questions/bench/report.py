@@ -8,7 +8,7 @@ import pandas as pd
 
 from lmperf.questions.bench.rounds import latest_view
 from lmperf.questions.bench.table import PHASES, display_frame, records_frame
-from lmperf.core.report import Report
+from lmperf.core.report import WIDTH, Report, against
 
 COMPARED = ("precision", "attention", "compile")
 """Sweep axes whose values bench holds against the first one (the question a sweep asks)."""
@@ -36,7 +36,7 @@ def build_report(records: list[dict]) -> Report:
                         "in each record)")
         for axis in COMPARED:
             table, lines = ratios(frame, axis)
-            if not table.empty:
+            if not table.empty:  # its step column is the headline: the table with --details
                 tables[f"{axis}: median time against {table['against'].iloc[0]}"] = table
                 findings += lines
         pooled = [r for r in ok if r.get("rounds")]
@@ -46,29 +46,57 @@ def build_report(records: list[dict]) -> Report:
                             f"rounds (times over all rounds' samples); the step median moved "
                             f"{min(spreads):.1%} to {max(spreads):.1%} between rounds")
     device = (ok or records or [{}])[0].get("env", {}).get("device_name", "")
+    ratio_lines = [f for f in findings if " / " in f.split(":")[0]]
     return Report(kind="bench", frame=frame, tables=tables, findings=findings, records=records,
                   title=f"lmperf bench on {device}" if device else "lmperf bench",
-                  display=_display)
+                  display=_display, headline=headline(records) + ratio_lines[:3],
+                  brief=dict.fromkeys(tables))
+
+
+def headline(records: list[dict]) -> list[str]:
+    """The step times, each run by what tells it apart (size, precision...): one line, or the
+    fastest and the slowest where every run's would not fit on one; the runs that failed."""
+    shown, _, _ = display_frame(records)
+    if shown.empty or "step (ms)" not in shown:
+        return []
+    label = list(shown.columns[:list(shown.columns).index("status")])
+    ok = shown[shown["status"] == "ok"]
+    runs = [(" ".join(map(str, row[label])), row["step (ms)"]) for _, row in ok.iterrows()]
+    n = {r["metrics"]["step_ms"]["n"] for r in records if r["status"] == "ok"}
+    head = f"step time (median of {'/'.join(map(str, sorted(n)))} steps): "
+    by: dict[str, list[str]] = {}  # "tiny fp32 72.25, bf16-mixed 62.89 ms; mini ..."
+    for name, ms in runs:
+        first, _, rest = name.partition(" ")
+        by.setdefault(first, []).append(f"{rest} {ms:.4g}".lstrip())
+    line = head + "; ".join(f"{first} {', '.join(each)} ms" for first, each in by.items())
+    if len(line) > WIDTH:
+        (fast, f_ms), (slow, s_ms) = min(runs, key=lambda r: r[1]), max(runs, key=lambda r: r[1])
+        line = head + (f"{len(runs)} runs, {fast} fastest ({f_ms:.4g} ms), {slow} slowest "
+                       f"({s_ms:.4g} ms)")
+    failed = len(shown) - len(ok)
+    return ([line] if runs else []) + ([f"{failed} of {len(shown)} runs did not run: see status"]
+                                       if failed else [])
 
 
 def ratios(frame: pd.DataFrame, axis: str) -> tuple[pd.DataFrame, list[str]]:
     """Each value of `axis` against its first value in the sweep, run for run (same model,
-    context, batch... otherwise): (table, findings). Table: one row per value and setting
-    (size, context, `axis`, against, then `<phase> (x <first>)`: median / median); findings:
-    one line per value, e.g. "bf16-mixed / fp32: 0.49x the step time (median)". Empty where
-    the sweep has one value, or no ok run of the first value to hold against."""
-    ok = frame[frame["status"] == "ok"]
+    context, batch... otherwise; a run held against the latest such run at or before it: see
+    `core.report.against`): (table, findings). Table: one row per value and setting (size,
+    context, `axis`, against, then `<phase> (x <first>)`: median / median); findings: one line
+    per value, e.g. "bf16-mixed / fp32: 0.49x the step time (median)". Empty where the sweep
+    has one value, or no ok run of the first value to hold against."""
+    ok = frame[frame["status"] == "ok"].reset_index(drop=True)
     values = list(dict.fromkeys(ok[axis]))
     if len(values) < 2:
         return pd.DataFrame(), []
-    first, key = values[0], [k for k in KEY if k != axis]
-    base = ok[ok[axis] == first].set_index(key)
+    first = values[0]
+    refs = against(list(ok[[k for k in KEY if k != axis]].itertuples(index=False)),
+                   list(ok[axis] == first))
     rows = []
-    for _, run in ok[ok[axis] != first].iterrows():
-        at = tuple(run[k] for k in key)
-        if at not in base.index:
+    for (_, run), j in zip(ok.iterrows(), refs):
+        if run[axis] == first or j is None:
             continue
-        ref = base.loc[[at]].iloc[0]
+        ref = ok.iloc[j]
         row = {"size": run["model"], "context": run["context"], axis: run[axis], "against": first}
         for phase in PHASES:  # a phase the mode does not run has no median: NaN
             a, b = (pd.to_numeric(x[f"{phase}_ms_median"]) for x in (run, ref))

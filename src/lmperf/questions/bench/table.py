@@ -1,7 +1,8 @@
 """The benchmark table: a numeric DataFrame of bench records (CSV, analysis) and a display
 table (terminal, Markdown, LaTeX) laid out like the course's: size, context, precision, then the
-median per phase with the step's mean +- std beside it. Axes that hold one value across all rows
-(the model and its shape among them) move into the notes under the table.
+median per phase with the step's mean +- std beside it. Size and precision are columns always
+(the same columns on every machine); other axes that hold one value across all rows (the
+model's shape among them) move into the caption and notes under the table.
 """
 
 from __future__ import annotations
@@ -88,11 +89,12 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         return pd.DataFrame(), "no records", []
     # params from the records, not the frame: a None beside ints would turn the column to floats
     df["params"] = [_fmt(r.get("params"), ",") for r in records]
-    model, _ = caption_axes(df, [("model", "size"), ("shape", "shape")])
-    if not any(r["spec"].get("model") for r in records):
-        model = model[:1]  # a preset's name is its shape: the shape goes to the note
+    model = [("model", "size")]  # a preset's name is its shape: the shape goes to the note
+    if any(r["spec"].get("model") for r in records):
+        model += caption_axes(df, [("shape", "shape")])[0]
+    # precision stays a column where it holds one value (a CPU without native bf16 runs fp32)
     varying, caption = caption_axes(df, [("context", "context"), ("precision", "precision")]
-                                    + [(title, title) for _, title in AXES])
+                                    + [(title, title) for _, title in AXES], keep=("precision",))
     # each model named once, under the table: its shape and parameters
     named = df.drop_duplicates(["model", "shape"])
     notes = ["model" + ("s" if len(named) > 1 else "") + ": " + "; ".join(
@@ -121,6 +123,6 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         notes.append("peak RSS: of the CPU process (Python and torch included), not GPU memory")
     out[mem_title] = [human_bytes(v * 2**20) if v is not None else "-" for v in df["peak_memory_mib"]]
     if any((r.get("metrics") or {}).get("timer_sync") == "step" for r in records):
-        notes.append("step: one device sync per step (phases: its boundaries, no sync between); "
-                     "tokens/s, TFLOP/s and MFU from the step's median")
+        notes.append("tokens/s from the step's median; one device sync per step (none between "
+                     "its phases)")
     return out, caption, notes + failed

@@ -8,7 +8,7 @@ from collections import Counter
 import pandas as pd
 
 from lmperf.core.report import Report
-from lmperf.questions.doctor.records import KIND, latest_rows, rows_of
+from lmperf.questions.doctor.records import KIND, checks_of, latest_rows, rows_of
 
 COLUMNS = ("check", "device", "status", "result", "why", "seconds")
 
@@ -21,9 +21,13 @@ def counts(frame: pd.DataFrame) -> dict[str, int]:
 
 def build_report(records: list[dict]) -> Report:
     """The Report of doctor records: frame = one row per check, its latest (check, device,
-    status, result, why, seconds), findings = the counts, the failed checks, and the reason
-    when every CUDA check was skipped."""
-    records = [r for r in records if r.get("kind") == KIND]
+    status, result, why, seconds), headline = the counts and the failed checks."""
+    from lmperf.questions.doctor.registry import NAMES
+
+    order = {name: i for i, name in enumerate(NAMES)}  # the table's order, not the finishing one
+    records = sorted([r for r in records if r.get("kind") == KIND],
+                     key=lambda r: min((order.get(c, len(order)) for c in checks_of(r)),
+                                       default=len(order)))
     rows = latest_rows(records)
     frame = pd.DataFrame([{c: row.get(c) for c in COLUMNS} for row in rows], columns=list(COLUMNS))
     frame["seconds"] = pd.to_numeric(frame["seconds"], errors="coerce")
@@ -31,21 +35,20 @@ def build_report(records: list[dict]) -> Report:
     title = (f"lmperf doctor on {env.get('device_name', '?')} (torch {env.get('torch', '?')})"
              if records else "lmperf doctor")
     earlier = sum(len(rows_of(r)) for r in records) - len(rows)
-    return Report(kind=KIND, frame=frame, findings=_findings(rows, frame, earlier),
-                  records=records, title=title, display=_display)
+    findings = [f"{earlier} earlier row(s) of the same checks are in the records; each check "
+                "shows its latest."] if earlier else []
+    return Report(kind=KIND, frame=frame, findings=findings, records=records, title=title,
+                  display=_display, headline=headline(rows, frame))
 
 
-def _findings(rows: list[dict], frame: pd.DataFrame, earlier: int) -> list[str]:
+def headline(rows: list[dict], frame: pd.DataFrame) -> list[str]:
+    """The answer: 'N ok, N failed, N skipped', the failed checks by name."""
     n = counts(frame)
     text = f"{n['ok']} ok, {n['fail']} failed, {n['skip']} skipped"
     failed = [r["check"] for r in rows if r.get("status") == "fail"]
     if failed:
         text += f"; {len(failed)} check(s) failed: {', '.join(failed)}"
-    findings = [text + "."]
-    if earlier:
-        findings.append(f"{earlier} earlier row(s) of the same checks are in the records; each "
-                        "check shows its latest.")
-    return findings
+    return [text + "."]
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:

@@ -44,7 +44,8 @@ def memory(size: str | None = None, *, model: str | None = None,
     CUDA memory snapshot file (`snapshot`; no records). `gpu`: a GPU of the peak table whose
     memory is the budget (implies `estimate` on CUDA). `warmup`: train steps before measuring
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
-    `top`: rows of the largest saved activations; `plots`: a folder for the PNG.
+    `top`: rows of the largest saved activations; `plots`: a folder for the PNG. An estimate
+    without `gib` or `gpu` holds its peak against the memory this machine has left for it.
     Failed measurements (oom, error, unsupported) are rows of the Report; a job whose lower
     simulated step cannot fit is an 'oom' row in seconds, predicted (lmperf.estimate.preflight), unless
     `force`. Raises SpecError /
@@ -79,9 +80,11 @@ def memory(size: str | None = None, *, model: str | None = None,
     said = [model_shape_note(model, plan.base.shape(), plan.base.size)] if model else []
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
         results: dict = {}
-        records = estimate_records(plan, gib, results)
-        for record in records if gpu is not None else ():
-            record["metrics"]["gpu"] = card.name
+        room = None if gib is not None else local_room(plan.base.device)
+        records = estimate_records(plan, room[0] if room else gib, results)
+        for record in records if gpu is not None or room else ():
+            record["metrics"].update({"gpu": card.name} if gpu is not None
+                                     else {"budget": room[1]})
         report = build_report(_save(records, out))
         report.findings[:0] = said
         if plots is not None:
@@ -103,6 +106,22 @@ def memory(size: str | None = None, *, model: str | None = None,
             if progress:
                 err(f"plot: {path}")
     return report
+
+
+def local_room(device_type: str) -> tuple[float, str] | None:
+    """(GiB this process may still take on this machine's `device_type`, what limits it, e.g.
+    "available on this CPU"), for an estimate's default budget; None where it cannot be read
+    (a GPU that is not here)."""
+    import torch
+
+    from lmperf.estimate.preflight import available
+    from lmperf.runtime.device import cuda_available
+
+    if device_type == "cuda" and not cuda_available():
+        return None
+    room = available(torch.device(device_type))
+    where = "GPU" if device_type == "cuda" else "CPU"
+    return None if room is None else (room[0] / 2**30, f"{room[1].split(' (')[0]} on this {where}")
 
 
 def _save(records: list[dict], out: str | Path | None) -> list[dict]:

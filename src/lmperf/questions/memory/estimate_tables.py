@@ -55,6 +55,8 @@ def summary_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if (frame["group"] == "none").all():  # no checkpointing asked: no recompute column
         frame = frame.drop(columns="recomputed block forwards")
+    if frame["analytic sum GiB"].isna().all():  # a user's model has no analytic terms
+        frame = frame.drop(columns="analytic sum GiB")
     return frame
 
 
@@ -67,7 +69,9 @@ def estimate_sim_section(records: list[dict]) -> tuple[Tables, list[str]]:
     s0 = records[0]["spec"]
     tables: Tables = {f"estimate ({s0.get('device')}), simulated step: one row per mode, "
                       "precision, context and checkpoint group": summary_frame(records)}
-    explained = [r for r in records if _group(r["spec"]) == "none"][-MAX_EXPLAINED:]
+    # a user's model has no analytic terms: the composition at the peak is in the summary
+    explained = [r for r in records if _group(r["spec"]) == "none"
+                 and r["metrics"].get("estimate")][-MAX_EXPLAINED:]
     for r in explained:
         s = r["spec"]
         tables[f"where it goes: {s['mode']}, {s['precision']}, context {s['context']} "
@@ -83,14 +87,11 @@ def estimate_sim_section(records: list[dict]) -> tuple[Tables, list[str]]:
         notes.append("CPU: tensor bytes only; a process also holds Python, torch and its "
                      "thread pools (see the README's comparison with lmperf memory's RSS)")
     notes += sorted({n for r in records for n in r["metrics"]["simulation"]["notes"]})
-    for r in records:
-        m, s = r["metrics"], r["spec"]
-        if m.get("gib") is not None:
-            notes.append(f"{s['mode']}, {s['precision']}, context {s['context']}, group "
-                         f"{_group(s)}: {m['simulation']['total_bytes'] / GIB:.2f} GiB estimated "
-                         f"-> fits {'on ' + m['gpu'] + ' (' if m.get('gpu') else 'in '}"
-                         f"{m['gib']:g} GiB{')' if m.get('gpu') else ''}: "
-                         f"{'yes' if m['fits'] else 'no'}")
+    budget = next((r["metrics"] for r in records if r["metrics"].get("gib") is not None), None)
+    if budget:  # the verdict is the table's "fits" column, the budget said once
+        notes.append(f"fits: estimate <= {budget['gib']:.3g} GiB" + (
+            f" ({budget['gpu']}'s memory)" if budget.get("gpu") else
+            f" ({budget['budget']})" if budget.get("budget") else " (--gib)"))
     notes += _checkpoint_notes(records)
     return tables, notes
 

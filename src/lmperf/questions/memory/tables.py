@@ -103,7 +103,7 @@ def saved_section(reports: dict[tuple[str, int], SavedSummary]) -> tuple[Tables,
             b = r.block
             tables[f"one block ({b['name']}): largest saved activations, {p}, context {ctx}"] = (
                 pd.DataFrame(b["top"]))
-            if b.get("grad_bytes") is not None:
+            if b.get("grad_bytes") is not None and (p, ctx) == (precision, t):  # its table's
                 notes.append(f"block {b['name']} at context {ctx} ({p}): saves "
                              f"{b['activation_bytes'] / MIB:,.1f} MiB of activations; its "
                              f"{b['params']:,} parameters have {b['grad_bytes'] / MIB:,.1f} MiB of "

@@ -44,15 +44,23 @@ def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[dict],
 
 
 def build_sections(records: list[dict]) -> list[Section]:
-    """One `sections.Section` per kind of record (in order of first appearance), plots drawn."""
+    """One `sections.Section` per kind of record and basis (measured, estimated, predicted: a
+    kind's measured and predicted records never share a section), in order of first
+    appearance, plots drawn."""
     from lmperf.core.kinds import build_reports
     from lmperf.questions.writeup.plots import plots_for
+    from lmperf.questions.writeup.sections import basis
 
-    sections = []
-    for rep in build_reports(records):
-        section = build_section(rep)
-        section.plots = plots_for(rep)
-        sections.append(section)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["kind"], basis(r)), []).append(r)
+    sections: list[Section] = []
+    for (kind, how), mine in groups.items():
+        for rep in build_reports(mine):
+            section = build_section(rep, how)
+            section.plots = plots_for(rep)
+            section.anchor = kind if all(s.kind != kind for s in sections) else f"{kind}-{how}"
+            sections.append(section)
     return sections
 
 

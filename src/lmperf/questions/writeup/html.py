@@ -7,10 +7,12 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from lmperf.questions.writeup.sections import STATUSES, Plot, Section, Table
+from lmperf.questions.writeup.sections import BASES, STATUSES, Plot, Section, Table
 
 # No network and no script, whatever a record holds: images only as data: URIs, inline styles.
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+NUMBERS = ("Each section says what its numbers are: measured in the runs it names, estimated "
+           "(simulated, nothing ran) or predicted (modelled for a device, nothing ran).")
 FAILED = ("oom", "error", "unsupported")  # status words that mark a row as failed
 WIDE_PX = 800  # a figure wider than this takes a row of its own
 WRAP_CHARS = 16  # a text cell longer than this may wrap (a shape, a path); shorter ones never do
@@ -27,6 +29,9 @@ section { background: #fff; border: 1px solid #dde2ea; border-radius: 8px; paddi
           margin: 18px 0; }
 .meta, .counts, .caption, .note { color: #556070; }
 .caption { font-style: italic; margin: 4px 0; }
+.basis { font-weight: 600; margin: 2px 0 8px; color: #1f6b33; }
+.basis.estimated, .basis.predicted { color: #8a5a00; }
+main, section { min-width: 0; }
 .note { font-size: 13px; margin: 2px 0; }
 nav a { margin-right: 14px; }
 a { color: #1f5fbf; text-decoration: none; }
@@ -126,10 +131,12 @@ def badges(counts: dict[str, int]) -> str:
 
 
 def section_html(section: Section, question: str) -> str:
-    """One kind's section: main table, findings, plots, failed runs, warnings, further tables,
-    environment."""
-    out = [f'<section id="{anchor(section.kind)}">',
-           f"<h2>{_e(section.kind)}: {_e(question)}</h2>",
+    """One kind's section: what its numbers are (measured, estimated, predicted), main table,
+    findings, plots, failed runs, warnings, further tables, environment."""
+    kind = section.kind + (f" ({section.basis})" if section.anchor.endswith(section.basis) else "")
+    out = [f'<section id="{anchor(section.anchor or section.kind)}">',
+           f"<h2>{_e(kind)}: {_e(question)}</h2>",
+           f'<p class="basis {section.basis}">{_e(BASES[section.basis])}</p>',
            f'<p class="counts">{sum(section.counts.values())} record(s) '
            f"{badges(section.counts)}</p>"]
     out += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
@@ -160,14 +167,14 @@ def page_html(title: str, sections: list[Section], questions: dict[str, str],
     kind -> the question it answers (section headings)."""
     total = sum(sum(s.counts.values()) for s in sections)
     summary = "".join(
-        f'<tr><td><a href="#{anchor(s.kind)}">{_e(s.kind)}</a></td>'
-        f"<td>{_e(questions.get(s.kind, ''))}</td>"
+        f'<tr><td><a href="#{anchor(s.anchor or s.kind)}">{_e(s.kind)}</a></td>'
+        f"<td>{_e(questions.get(s.kind, ''))}</td><td>{_e(s.basis)}</td>"
         + "".join(f'<td class="num">{s.counts[st]}</td>' for st in STATUSES) + "</tr>"
         for s in sections)
     files = "".join(f"<li><code>{_e(name)}</code>: "
                     + ", ".join(f"{n} {_e(k)}" for k, n in kinds.items()) + "</li>"
                     for name, kinds in inputs)
-    nav = "".join(f'<a href="#{anchor(s.kind)}">{_e(s.kind)}</a>' for s in sections)
+    nav = "".join(f'<a href="#{anchor(s.anchor or s.kind)}">{_e(s.kind)}</a>' for s in sections)
     body = "\n".join(section_html(s, questions.get(s.kind, s.title)) for s in sections)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -182,9 +189,9 @@ def page_html(title: str, sections: list[Section], questions: dict[str, str],
 <header>
 <h1>{_e(title)}</h1>
 <p class="meta">{total} record(s) from {len(inputs)} results file(s); written {_e(generated)} by
-lmperf {_e(version)}. Every number on this page was measured in the runs it names.</p>
+lmperf {_e(version)}. {_e(NUMBERS)}</p>
 <nav>{nav}</nav>
-<div class="scroll"><table><thead><tr><th>kind</th><th>question</th>
+<div class="scroll"><table><thead><tr><th>kind</th><th>question</th><th>numbers</th>
 {"".join(f"<th>{st}</th>" for st in STATUSES)}</tr></thead><tbody>{summary}</tbody></table></div>
 <ul class="meta">{files}</ul>
 </header>

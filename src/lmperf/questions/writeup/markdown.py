@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmperf.questions.writeup.sections import STATUSES, Section, Table
+from lmperf.questions.writeup.html import NUMBERS
+from lmperf.questions.writeup.sections import BASES, STATUSES, Section, Table
 
 
 def md(text: object) -> str:
@@ -41,7 +42,8 @@ def table_md(table: Table) -> str:
 def section_md(section: Section, question: str, stem: str, folder: Path) -> str:
     """One kind's section; writes its plots as PNG files into `folder`."""
     counts = ", ".join(f"{n} {s}" for s, n in section.counts.items() if n)
-    out = [f"## {md(section.kind)}: {md(question)}",
+    kind = section.kind + (f" ({section.basis})" if section.anchor.endswith(section.basis) else "")
+    out = [f"## {md(kind)}: {md(question)}", f"**{md(BASES[section.basis])}**",
            f"{sum(section.counts.values())} record(s): {counts}"]
     out += [f"> {md(n)}" for n in section.notes]
     if section.tables:
@@ -72,10 +74,11 @@ def page_md(path: Path, title: str, sections: list[Section], questions: dict[str
     """Write the Markdown write-up to `path` and its PNGs beside it; returns `path`."""
     total = sum(sum(s.counts.values()) for s in sections)
     summary = pd.DataFrame([{"kind": s.kind, "question": questions.get(s.kind, ""),
-                             **{st: s.counts[st] for st in STATUSES}} for s in sections])
+                             "numbers": s.basis, **{st: s.counts[st] for st in STATUSES}}
+                            for s in sections])
     head = [f"# {md(title)}",
             f"{total} record(s) from {len(inputs)} results file(s); written {md(generated)} by "
-            f"lmperf {md(version)}. Every number below was measured in the runs it names.",
+            f"lmperf {md(version)}. {NUMBERS}",
             summary.to_markdown(index=False),
             "\n".join(f"- {_code(name)}: " + ", ".join(f"{n} {md(k)}" for k, n in kinds.items())
                       for name, kinds in inputs)]

@@ -14,6 +14,14 @@ import pandas as pd
 from lmperf.core.report import Report, numbered, readable
 
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
+# What a section's numbers are, said above its tables (never "measured" over a prediction).
+BASES: dict[str, str] = {
+    "measured": "MEASURED in the runs named below (a column or table named 'estimate' holds "
+                "the estimate beside the measurement).",
+    "estimated": "ESTIMATED: simulated on this machine, nothing ran (docs/accuracy.md: how close "
+                 "it has been).",
+    "predicted": "PREDICTED: modelled for the device named, nothing ran (docs/accuracy.md: how "
+                 "close it has been)."}
 NUMBER_LIKE = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?%?( ± [\d.,]+(e[-+]?\d+)?)?( / [\d.,]+)?|-")
 MAX_ROWS = 60  # rows of a secondary table shown on the page; the rest is in the records
 
@@ -69,6 +77,19 @@ class Section:
     environment: Table
     plots: list[Plot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # remarks on the section (load, plots)
+    basis: str = "measured"  # a key of BASES
+    anchor: str = ""  # the section's fragment id (the kind's, where it has one section)
+
+
+def basis(record: dict) -> str:
+    """'predicted', 'estimated' or 'measured': what a record's numbers are. Predictions (bench
+    --predict) and plans are predicted (a plan's --confirm cells ran: measured beside the
+    plan); memory --estimate's simulated steps are estimated; every other record ran."""
+    spec = record.get("spec") or {}
+    if record.get("kind") == "prediction" or (record.get("kind") == "plan"
+                                               and not spec.get("confirm")):
+        return "predicted"
+    return "estimated" if spec.get("analysis") == "estimate" else "measured"
 
 
 def run_labels(records: list[dict]) -> list[str]:
@@ -175,10 +196,7 @@ def main_tables(report: Report) -> list[Table]:
     bench: mean ± std per phase, failed rows numbered with their reason), then its other tables."""
     tables = []
     if not report.frame.empty:
-        if report.display is not None:
-            shown, caption, notes = report.display(report)
-        else:
-            shown, caption, notes = report.frame, "", []
+        shown, caption, notes = report.main()
         if not shown.empty:  # memory lays its runs out in `tables` only
             tables.append(readable_table(report.title or report.kind, shown, caption, notes))
     for name, df in report.tables.items():
@@ -187,13 +205,16 @@ def main_tables(report: Report) -> list[Table]:
     return tables
 
 
-def build_section(report: Report) -> Section:
-    """The Section of one kind's Report (plots are added by the caller)."""
+def build_section(report: Report, basis: str = "measured") -> Section:
+    """The Section of one kind's Report, whose numbers are `basis` (plots are added by the
+    caller); its findings open with the report's headline."""
     records = report.records
     labels = run_labels(records)
     counts = {s: sum(r["status"] == s for r in records) for s in STATUSES}
     env, remarks = environment_table(records)
     return Section(kind=report.kind, title=report.title or report.kind, counts=counts,
-                   tables=main_tables(report), findings=list(report.findings),
+                   tables=main_tables(report),
+                   findings=list(dict.fromkeys(report.headline + report.findings)),
                    failures=failures_table(records, labels),
-                   warnings=warnings_table(records, labels), environment=env, notes=remarks)
+                   warnings=warnings_table(records, labels), environment=env, notes=remarks,
+                   basis=basis)
