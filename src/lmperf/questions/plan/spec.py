@@ -46,12 +46,12 @@ class PlanSpec:
     host_us: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("context", "global_batch", "gpus", "gpus_per_node"):
+        from lmperf.core.vocabulary import check_target
+
+        for name in ("context", "global_batch"):
             positive_int(name, getattr(self, name))
-        if self.gib is not None and not self.gib > 0:
-            raise SpecError(f"--gib must be a positive number of GiB, got {self.gib!r}")
-        if self.host_us is not None and not 0 <= self.host_us < float("inf"):
-            raise SpecError(f"--host-us must be a time >= 0 in microseconds, got {self.host_us!r}")
+        check_target(gpus=self.gpus, gpus_per_node=self.gpus_per_node, gib=self.gib,
+                     host_us=self.host_us)
         if self.device == "cpu" and self.gib is None:
             raise SpecError("a plan for the CPU needs a memory budget per rank: --gib G")
         if self.device == "cuda" and self.gpu is None and self.gib is None:
