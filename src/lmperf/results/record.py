@@ -90,14 +90,15 @@ def migrate(records: list[dict]) -> list[dict]:
 
 def _plan_search(record: dict) -> dict:
     """A plan record from before searches had ids (issue 35) gets one from its request and the
-    time its search took (the same for every record of one search), so readers keep searches
-    apart; its confirmed cells, which carry no such time, make a search of their own."""
-    spec = record["spec"]
-    request = {k: v for k, v in spec.items() if k not in (
-        "precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum", "confirm",
-        "cell", "run_batch")}
+    time its search took (the same for all its records; its --confirm cells, without it, are
+    a search of their own)."""
+    request = {k: v for k, v in record["spec"].items() if k in _PLAN_REQUEST}
     took = (record.get("metrics") or {}).get("search_s")
-    return {**record, "spec": {**spec, "search": spec_id("plan", {**request, "took": took})}}
+    return {**record, "spec": {**record["spec"], "search": spec_id("plan", {**request, "t": took})}}
+
+
+_PLAN_REQUEST = ("size", "context", "global_batch", "gpus", "course", "model", "gpu", "device",
+                 "gpus_per_node", "gib", "precisions", "checkpoints", "attention", "host_us")
 
 
 # Spec fields renamed before schema 2, per kind: (old name, new name). Issue 17 gave every spec

@@ -21,9 +21,7 @@ CANDIDATE = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_a
 
 def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
     """(ranked candidate rows, env, what the target is) of `spec`; `progress(done, total,
-    what)` is told how far the search is, where the estimate's search reports it."""
-    import inspect
-
+    what)` is told how far the search is."""
     from lmperf.estimate.fit import PRECISIONS, Workload
     from lmperf.estimate.plan import candidates, shape_of
     from lmperf.estimate.target import cluster
@@ -35,10 +33,8 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
     # the host's time per op: --host-us, else measured on the model's ops where the GPU is here
     target = cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
                      host_us=spec.host_us, probe=work.spec(1, PRECISIONS[spec.precisions[0]]))
-    told = {"progress": progress} if "progress" in inspect.signature(candidates).parameters \
-        else {}
     rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
-                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, **told)
+                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, progress)
     if not rows:
         raise SpecError(f"nothing to plan: global batch {spec.global_batch} does not split over "
                         f"the data-parallel degrees of {spec.gpus} devices (or no --checkpoint "

@@ -12,11 +12,10 @@ COLUMNS = ("rank", "precision", "checkpoint", "strategy", "tp", "micro_batch", "
            "peak_gib", "headroom_gib", "fits", "step_s", "compute_s", "exposed_comm_s",
            "tokens_per_s_per_gpu", "mfu", "why")
 TOP = 10  # distinct plans shown per search (besides the best of each strategy)
-# what a person reads per search: laid out from the numeric frame (`_shown`)
-SHOWN = {"rank": "rank", "precision": "precision", "checkpoint": "ckpt", "strategy": "strategy",
-         "micro_batch": "b", "grad_accum": "accum", "peak_gib": "peak_gib", "fits": "fits",
-         "step_s": "step_s", "tokens_per_s_per_gpu": "tokens/s/GPU", "mfu": "mfu_share",
-         "why": "why"}
+SHOWN = ("rank", "precision", "checkpoint", "strategy", "micro_batch", "grad_accum", "peak_gib",
+         "fits", "step_s", "tokens_per_s_per_gpu", "mfu", "why")  # what a person reads
+SHORT = {"checkpoint": "ckpt", "micro_batch": "b", "grad_accum": "accum",
+         "tokens_per_s_per_gpu": "tokens/s/GPU", "mfu": "mfu_share"}  # 120 columns
 
 
 def build_report(records: list[dict], top: int = TOP) -> Report:
@@ -125,7 +124,7 @@ def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
                        why=[(f"= {same}; " if isinstance(same, str) else "")
                             + (why if isinstance(why, str) else "")
                             for same, why in zip(shown["same_as"], shown["why"])])
-    return out[list(SHOWN)].rename(columns=SHOWN)
+    return out[list(SHOWN)].rename(columns=SHORT)
 
 
 def _winner(spec: dict, plans: list[dict], best) -> list[str]:
@@ -133,7 +132,7 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
     from lmperf.questions.plan.run import command
 
     mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{best['mfu']:.0%}"
-    out = [f"winner: {best['strategy']}" + (f" x tp {best['tp']}" if best["tp"] > 1 else "")
+    out = ["winner: " + (f"fsdp x tp {best['tp']}" if best["tp"] > 1 else best["strategy"])
            + f", {best['precision']}, checkpoint groups {best['checkpoint'] or 'none'}, "
            f"micro-batch {best['micro_batch']} x {best['grad_accum']}: {best['step_s']:.3g} s "
            f"per step, {best['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {mfu}, "

@@ -1,10 +1,11 @@
 """What runs a plan: the lmperf command line of a candidate (one GPU: `lmperf bench`; N GPUs with
 DDP, ZeRO or FSDP: `lmperf dist train`), and its torchtitan job config (TOML, the keys of
-torchtitan's own schema, written by hand: no dependency) for the engine users scale on.
-
-A record's spec (the request and the candidate) and its metrics are all either needs."""
+torchtitan's own schema, written by hand: no dependency) for the engine users scale on; both
+from a plan record's spec (the request and the candidate)."""
 
 from __future__ import annotations
+
+import json
 
 from lmperf.errors import SpecError
 from lmperf.model.presets import DEFAULT_COURSE, require_plain, resolve_preset
@@ -64,51 +65,55 @@ def torchtitan_toml(spec: dict, row: dict) -> str:
     degree, tensor-parallel degree, activation checkpointing, local batch (the micro-batch),
     global batch (with torchtitan's gradient accumulation), sequence length and mixed
     precision; a comment wherever torchtitan has no exact equivalent."""
-    d, per_replica, last = _sizes(spec, row)
-    b, n, g, strategy = row["micro_batch"], row["grad_accum"], row["checkpoint"], row["strategy"]
-    size = spec["size"] or "mini"
-    head = [f"# torchtitan job config of an lmperf plan (search {spec.get('search', '?')}): "
-            f"{strategy}" + (f" x tp {row['tp']}" if row["tp"] > 1 else "")
-            + f", {row['precision']}, checkpoint groups {g or 'none'}, micro-batch {b} x {n}",
-            f"# PREDICTED by lmperf, not measured; keys of {TORCHTITAN}",
-            f"# run: torchrun --nproc_per_node={spec['gpus']} -m torchtitan.train "
-            "--job.config_file THIS_FILE", "", "[job]",
-            f'description = "lmperf plan: {spec["model"] or size} on {spec["gpus"]} GPUs, context '
-            f'{spec["context"]}, global batch {spec["global_batch"]}"', "", "[model]"]
-    if spec["model"]:
-        head += [f"# lmperf planned your model {spec['model']}: give torchtitan its own model "
-                 "(name, flavor) built the same way", 'name = "llama3"']
-    else:
-        head.append('name = "llama3"')
-    if size in FLAVORS:
-        head.append(f'flavor = "{FLAVORS[size]}"')
-    elif not spec["model"]:
+    d, _, last = _sizes(spec, row)
+    b, n, g, strategy, t = (row[k] for k in ("micro_batch", "grad_accum", "checkpoint",
+                                             "strategy", "tp"))
+    size, ddp = spec["size"] or "mini", strategy == "ddp"
+    doc = {"job": {"description": f"lmperf plan: {spec['model'] or size} on {spec['gpus']} GPUs, "
+                                  f"context {spec['context']}, global batch {spec['global_batch']}"},
+           "model": {"name": "llama3", "flavor": FLAVORS.get(size, size)},
+           "training": {"local_batch_size": b, "global_batch_size": b * d * n,
+                        "seq_len": spec["context"], "mixed_precision_param":
+                        "float32" if row["precision"] == "fp32" else "bfloat16",
+                        "mixed_precision_reduce": "float32"},
+           "parallelism": {"data_parallel_replicate_degree": d if ddp else 1,
+                           "data_parallel_shard_degree": 1 if ddp else d,
+                           "tensor_parallel_degree": t},
+           "activation_checkpoint": {"mode": "full" if g else "none"}}
+    notes = {("model", "name"): spec["model"] and f"lmperf planned your model {spec['model']}: "
+             "give torchtitan its own model (name, flavor) built the same way"}
+    if size not in FLAVORS and not spec["model"]:
         p = resolve_preset(size, spec["course"])
-        head += [f"# torchtitan has no llama3 flavor for lmperf's {size}: add one to llama3_args "
-                 f"(torchtitan/models/llama3/__init__.py): dim={p.d_model}, "
-                 f"n_layers={p.num_layers}, n_heads={p.num_heads}, n_kv_heads="
-                 f"{p.num_kv_heads or p.num_heads}, vocab_size={p.vocab_size or 10000}, FFN "
-                 f"hidden {p.d_ff}", f'flavor = "{size}"']
-    train = ["", "[training]", f"local_batch_size = {b}",
-             f"global_batch_size = {b * d * n}" + (
-                 f"  # the plan's {spec['global_batch']}: torchtitan accumulates {n} micro-batches "
-                 f"of {b}, the plan's last holds {last}" if last != b else ""),
-             f"seq_len = {spec['context']}"]
-    param = "float32" if row["precision"] == "fp32" else "bfloat16"
-    if row["precision"] == "bf16-mixed" and strategy != "ddp":
-        train.append("# the plan's bf16-mixed is autocast over fp32 weights; under FSDP torchtitan "
-                     "computes in bf16 through its MixedPrecisionPolicy (nearest)")
-    train += [f'mixed_precision_param = "{param}"', 'mixed_precision_reduce = "float32"']
-    par = ["", "[parallelism]"]
+        notes["model", "flavor"] = (
+            f"torchtitan has no llama3 flavor for lmperf's {size}: add one to llama3_args "
+            f"(torchtitan/models/llama3/__init__.py): dim={p.d_model}, n_layers={p.num_layers}, "
+            f"n_heads={p.num_heads}, n_kv_heads={p.num_kv_heads or p.num_heads}, vocab_size="
+            f"{p.vocab_size or 10000}, FFN hidden {p.d_ff}")
+    if last != b:
+        notes["training", "global_batch_size"] = (
+            f"the plan's {spec['global_batch']}: torchtitan accumulates {n} micro-batches of {b}, "
+            f"the plan's last holds {last}")
+    if row["precision"] == "bf16-mixed" and not ddp:
+        notes["training", "mixed_precision_param"] = (
+            "the plan's bf16-mixed is autocast over fp32 weights; under FSDP torchtitan computes "
+            "in bf16 through its MixedPrecisionPolicy (nearest)")
     if strategy in ("zero1", "zero2"):
-        par.append(f"# torchtitan has no {strategy}: FSDP (its data-parallel shard) is nearest, "
-                   "with parameters sharded too")
-    par += [f"data_parallel_replicate_degree = {d if strategy == 'ddp' else 1}",
-            f"data_parallel_shard_degree = {1 if strategy == 'ddp' else d}",
-            f"tensor_parallel_degree = {row['tp']}"]
-    ac = ["", "[activation_checkpoint]"]
+        notes["parallelism", "data_parallel_shard_degree"] = (
+            f"torchtitan has no {strategy}: FSDP is nearest, with the parameters sharded too")
     if g > 1:
-        ac.append(f"# the plan checkpoints groups of {g} blocks; torchtitan one block at a time "
-                  "at most: 'full' is nearest (the same recompute, more block inputs kept)")
-    ac.append(f'mode = "{"full" if g else "none"}"')
-    return "\n".join(head + train + par + ac) + "\n"
+        notes["activation_checkpoint", "mode"] = (
+            f"the plan checkpoints groups of {g} blocks; torchtitan one block at a time at most: "
+            "'full' is nearest (the same recompute, more block inputs kept)")
+    lines = [f"# torchtitan job config of an lmperf plan (search {spec.get('search', '?')}): "
+             + (f"fsdp x tp {t}" if t > 1 else strategy) + f", {row['precision']}, "
+             f"checkpoint groups {g or 'none'}, micro-batch {b} x {n}",
+             f"# PREDICTED by lmperf, not measured; keys of {TORCHTITAN}",
+             f"# run: torchrun --nproc_per_node={spec['gpus']} -m torchtitan.train "
+             "--job.config_file THIS_FILE"]
+    for section, keys in doc.items():
+        lines += ["", f"[{section}]"]
+        for key, value in keys.items():
+            if notes.get((section, key)):
+                lines.append(f"# {notes[section, key]}")
+            lines.append(f"{key} = {json.dumps(value)}")  # a JSON string or int is TOML's too
+    return "\n".join(lines) + "\n"
