@@ -93,18 +93,6 @@ def test_cuda_rounds_every_storage_to_512_bytes() -> None:
     assert cuda.allowance_bytes > 0 == cpu.allowance_bytes
 
 
-def test_shard_scales_its_categories_only() -> None:
-    res = simulate_step(_spec())
-    full = res.peak_bytes
-    zero1 = res.peak_with({"optimizer state": 0.5})
-    assert zero1 < full
-    assert res.peak_with({"optimizer state": 1.0}) == full
-    with pytest.raises(SpecError):
-        res.peak_with({"weights": 0.5})
-    with pytest.raises(SpecError):
-        simulate_step(_spec(), shard={"gradients": 2})
-
-
 def test_nothing_is_allocated_for_a_huge_context() -> None:
     spec = RunSpec.from_size("tiny", context=65536, batch=64, mode="forward")
     res = simulate_step(spec)

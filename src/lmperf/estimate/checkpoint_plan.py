@@ -1,19 +1,5 @@
-"""Checkpointing schedules for the simulator: uniform groups, the sqrt(N) rule, recursive bisection.
-
-Uniform groups of g blocks (`TransformerLM.set_checkpointing(g)`) keep ceil(N / g) group inputs
-(B, T, C) through forward, and rebuild one group's activations at a time in backward: memory
-~ (N / g) x input + g x block, smallest near g = sqrt(N x block / input) (the sqrt(N) rule: with
-a block's activations a few inputs' worth, g ~ sqrt(N)). Each block's forward runs twice: the
-recompute costs one more forward of the block stack per step.
-
-Recursive bisection (Chen et al. 2016, "Training deep nets with sublinear memory cost", sec. 4)
-checkpoints the first half of a span and recurses into the second, and does the same inside the
-first half when backward recomputes it: ceil(log2 N) inputs live at once plus one block's
-activations, O(log N) memory, for up to log2 N extra forwards of each block. The simulator runs
-it with the model's own blocks (`bisection` swaps the block loop for the recursion during a
-step) and counts the block forwards, so both costs are measured on the simulated step, not
-derived.
-"""
+"""Checkpointing schedules for the simulator: uniform groups, the sqrt(N) rule, recursive
+bisection (docs/commands/plan.md, "The simulated step")."""
 
 from __future__ import annotations
 

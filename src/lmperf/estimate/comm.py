@@ -1,13 +1,6 @@
 """Time of one collective, NCCL's latency + bandwidth model per algorithm, and what a training step
-leaves exposed.
-
-    t = latency + S x f / W      (S the whole array, f its bus factor, W the slowest link)
-ring: latency = base + hops x per-hop latency (2 (n-1) steps for all_reduce, n-1 for the rest,
-those crossing nodes at the network's); tree (all_reduce): log2 of the nodes in network hops,
-bandwidth 2 S / (0.92 W); auto: the faster. The formulas with a worked example, NCCL's constants
-(src/graph/tuning.cc) and what is not modelled: docs/commands/plan.md, "The collective model".
-`fit_from_records` replaces the constants by a machine's own measured alpha and bandwidth.
-"""
+leaves exposed. The formulas with a worked example, NCCL's constants and what is not modelled:
+docs/commands/plan.md, "The collective model"."""
 
 from __future__ import annotations
 
@@ -115,17 +108,9 @@ def _fit(pts: list[tuple[float, float]]) -> tuple[float, float]:
 def exposed_seconds(comm_s: float, compute_s: float, overlap: float,
                     last_s: float = 0.0) -> float:
     """Communication time a step waits for: max(last_s, comm_s - overlap x compute_s), at most
-    comm_s. `overlap` is the share of `compute_s` that runs while the collectives are in flight.
-
-    The assumption, stated: a collective issued asynchronously hides behind the compute that
-    follows it, at full speed on both sides (no slowdown from sharing SMs, memory bandwidth or, on
-    gloo, CPU cores), and what does not fit behind it is paid after. Data-parallel gradient
-    reduction (DDP, ZeRO-1/2 buckets) overlaps backward: overlap = BACKWARD_SHARE with compute_s
-    the step's compute, and the last bucket (`last_s`, issued when backward ends) is always
-    exposed. Blocking collectives (lmperf's flat and naive, its readable fsdp, TP's activation
-    all-reduces, ZeRO-1's parameter broadcast after the step): overlap = 0. FSDP with prefetch:
-    forward's gathers hide behind forward, backward's behind backward (overlap up to 1), the first
-    gather and the last reduce-scatter exposed (`last_s`)."""
+    comm_s: a collective issued asynchronously hides behind the `overlap` share of the compute
+    that follows it, at full speed on both sides, its last piece (`last_s`) always exposed
+    (the assumption, stated: docs/commands/plan.md, "How each number is made")."""
     if not 0 <= overlap <= 1:
         raise ValueError(f"overlap is a share of compute, 0..1: {overlap}")
     return min(comm_s, max(last_s, comm_s - overlap * compute_s))

@@ -1,31 +1,7 @@
 """What each operator of a step must do: FLOPs and bytes per aten op and phase, and the order the
-ops are issued in, counted on fake tensors (shapes and dtypes, no data: nothing is allocated and
-no arithmetic runs).
-
-The step is THE training step (`workload.steps`), driven by an observer that tells the counter
-which phase it is in, so forward, backward and optimizer ops are told apart exactly as the
-clocks and the profiler tell them apart. The model is built on the meta device and moved to
-`FakeTensorMode` CPU tensors (meta tensors have no autocast: fake CPU tensors do, so a
-bf16-mixed step counts its matmuls in bf16, as it runs them). For a CUDA spec the step runs
-under CUDA's autocast lists (`runtime.cuda_autocast`: CUDA runs exp, pow, rsqrt, sum, softmax
-... in fp32 where the CPU's lists keep bf16), and the fused attention is named as CUDA names it.
-
-Per op call (a `TorchDispatchMode`, so below autograd: the backward's ops are seen one by one,
-and composite ops such as `linear` arrive as the `mm` / `addmm` they decompose into):
-- FLOPs: `torch.utils.flop_counter.FlopCounterMode`'s formulas (matmuls, attention kernels,
-  convolutions; elementwise ops count 0), as the counter's total before and after the call.
-  A fused attention kernel counts what the naive kernel's two products (forward) and four
-  (backward) compute, the full T x T square: ONE convention whichever kernel runs (torch's own
-  formula credits CPU flash attention with nothing, and its backward with a recomputation).
-- bytes: every distinct input tensor read once, plus every output that is not an input, plus
-  every input the op's schema marks as written (`Tensor(a!)`: in-place and optimizer updates
-  read and write their operand). View ops (`t`, `view`, `transpose`, `detach`...) move nothing:
-  0 bytes. A broadcast input counts its storage, not its expanded size.
-These are the bytes an operator must move at the least (each operand once); a kernel that
-re-reads a tile from memory moves more, which the roofline ratio then shows.
-- order: each call's row, in the order the host issues them, per phase (`OpCosts.order`): what
-  a time model needs to tell how far the host runs ahead of the device.
-"""
+host issues the ops in, counted on fake tensors (nothing allocated, no arithmetic); as one rank
+of tensor parallelism runs them with `tp` > 1. The conventions: docs/commands/plan.md,
+"The op counts"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
 """Phantom tensors: a step runs its real code on tensors that allocate nothing, and every storage
-it creates and frees is logged.
-
-A `Phantom` is a wrapper tensor subclass that advertises a real device ('cpu'), so autograd and
-autocast treat it as a CPU tensor (autocast's CPU op lists apply, which the meta device has not),
-while its data is a meta tensor: shapes, strides, dtypes and storage sharing without bytes.
-`PhantomMode`, a TorchDispatchMode, runs every aten op on the meta tensors underneath (factory
-ops are sent to the meta device too) and logs each new storage with its size and, through a
-weak reference, the moment it is freed: the live bytes over time, as torch's MemTracker
-(`torch.distributed._tools.mem_tracker`) counts them on real tensors. FakeTensorMode would do the
-same job but costs ~6x more per op here (its cache keys and Python meta kernels); a CUDA fake
-tensor cannot be built by a CPU-only torch at all (autograd needs a CUDA device guard).
-
-What the log cannot see: memory a kernel allocates for itself without a tensor (oneDNN scratch,
-cuBLAS workspaces), and anything outside tensors (the CUDA context, the Python process).
-"""
+it creates and frees is logged (docs/commands/plan.md, "The simulated step")."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Pre-flight: a run that clearly cannot fit in the memory it may use is an 'oom' row in seconds.
 
-Runs in the job (the child) before the model is built (a 10B model on a 23 GiB machine used to
-allocate for minutes before failing). What one step needs is lmperf's one answer to "does it
-fit" (`estimate.fit.device_fit`, as `memory --estimate` and `plan` give it: the step simulated
-on phantom tensors, plus on CUDA the allowance), held against the smallest of what this process
-may still take: the device's free memory (CPU: MemAvailable; CUDA: the driver's), the cgroup's
-limit less its usage, and the launcher's cap (--max-memory-gib). MARGIN states how far over
-counts as clearly: free memory moves as neighbours allocate. A model the simulator cannot run
-goes ahead, and the cap (or the device) decides.
-"""
+In the job, before the model is built: the one answer to "does it fit" (`estimate.fit
+.device_fit`) against the least this process may still take (the device's free memory, the
+cgroup's limit, --max-memory-gib); MARGIN is how far over counts as clearly. A model the
+simulator cannot run goes ahead."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
-"""Simulate one step's memory: lmperf's own step, run on phantom tensors, its live bytes over time.
-
-`simulate_step(spec)` builds what `workload.build.prepare` builds (the model from the spec, or
-the user's factory; AdamW with the spec's implementation; autocast and the GradScaler of the
-precision regime) on `Phantom` tensors, creates AdamW's state as a first step would (the measured
-step of `lmperf memory` follows a warm-up step), then runs `workload.steps.STEPS[spec.mode]`,
-the one training step every lmperf command runs, under `PhantomMode`. Nothing is allocated: an
-xl step at context 32768 simulates like a tiny one, in the time its ~10^4 ops take to dispatch.
-
-Every storage is then put in one category (CATEGORIES), from what it was and when it lived:
-parameters; inputs & buffers; optimizer state (in `optimizer.state` after the step); gradients
-(a parameter's `.grad`, seen by a post-accumulate-grad hook); autocast copies (`_to_copy` of a
-parameter under autocast: its weight cache); activations (made in forward and still alive when
-backward starts, or remade by checkpointing's recompute); temporaries (everything else: made and
-freed within a phase). The peak and its composition are exact for what tensors hold, as
-MemTracker counts it on real tensors (tests/memory/test_simulate.py checks both agree).
-
-On 'cuda' each storage costs its size rounded up to 512 B (the caching allocator's block); the
-allocator's segments (2 MiB for small blocks, 20 MiB or 2 MiB multiples for large ones) and
-fragmentation are not modelled: they, the CUDA context and cuBLAS workspaces are the stated
-`allowance_bytes`. Under autocast the simulation applies the CPU's op lists (this torch has no
-CUDA backend); on CUDA, `CUDA_FP32_OPS` additionally run in fp32 (emulated in `cuda_autocast`).
-"""
+"""Simulate one step's memory: lmperf's own step run on phantom tensors, its live bytes per
+category over time, and THE allowance for what it cannot see (docs/commands/plan.md, "The
+simulated step")."""
 
 from __future__ import annotations
 
@@ -75,8 +55,8 @@ class SimResult:
     timeline: one row per allocation/free event from the step's start: 'event', 'phase', one
         column per category (live bytes of that category after the event) and 'total'.
     phase_peaks: phase -> peak live bytes within it ('start' is what the step starts with).
-    composition: category -> live bytes at the (shard-weighted) peak; sums to `peak_bytes`.
-    shard: category -> fraction this rank keeps (1 for categories not named).
+    composition: category -> live bytes at the peak; sums to `peak_bytes`. A rank's share of
+    them is `estimate.fit.rank_peak`'s.
     """
 
     mode: str
@@ -89,7 +69,6 @@ class SimResult:
     timeline: pd.DataFrame
     ops: int
     seconds: float
-    shard: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     schedule: str = "uniform"  # checkpointing schedule: 'uniform' groups or 'bisection'
     block_forwards: int | None = None  # forwards of the model's blocks in the step (recompute
@@ -103,24 +82,18 @@ class SimResult:
             return None
         return self.block_forwards / self.num_blocks - 1
 
-    def _weighted(self, shard: dict[str, float] | None) -> np.ndarray:
-        w = {**self.shard, **(shard or {})}
-        return sum(self.timeline[c].to_numpy(dtype=float) * w.get(c, 1.0) for c in CATEGORIES)
-
-    def peak_with(self, shard: dict[str, float] | None = None) -> int:
-        """Peak live bytes with each category scaled by `shard` (the fraction a rank keeps)."""
-        _check_shard(shard)
-        return int(round(self._weighted(shard).max()))
+    def _total(self) -> np.ndarray:
+        return self.timeline["total"].to_numpy(dtype=float)
 
     @property
     def peak_bytes(self) -> int:
         """Peak live bytes over the step (the tensors only; see `allowance_bytes`)."""
-        return self.peak_with()
+        return int(self._total().max())
 
     @property
     def peak_event(self) -> int:
         """Index (timeline row) of the peak; the first one when several are equal."""
-        return int(np.argmax(self._weighted(None)))
+        return int(np.argmax(self._total()))
 
     @property
     def peak_phase(self) -> str:
@@ -130,13 +103,13 @@ class SimResult:
     @property
     def start_bytes(self) -> int:
         """Live bytes when the step starts (parameters, AdamW state, inputs, buffers)."""
-        return int(round(self._weighted(None)[0]))
+        return int(self._total()[0])
 
     @property
     def phase_peaks(self) -> dict[str, int]:
         """Phase -> peak live bytes within it ('start' first)."""
-        total = self._weighted(None)
-        out = {"start": int(round(total[0]))}
+        total = self._total()
+        out = {"start": int(total[0])}
         for phase, idx in self.timeline.groupby("phase", sort=False).indices.items():
             if phase != "start":
                 out[str(phase)] = int(round(total[idx].max()))
@@ -144,9 +117,9 @@ class SimResult:
 
     @property
     def composition(self) -> dict[str, int]:
-        """Category -> live bytes at the peak (the shard's fractions applied)."""
+        """Category -> live bytes at the peak."""
         row = self.timeline.iloc[self.peak_event]
-        return {c: int(round(row[c] * self.shard.get(c, 1.0))) for c in CATEGORIES}
+        return {c: int(row[c]) for c in CATEGORIES}
 
     @property
     def allowance_bytes(self) -> int:
@@ -157,14 +130,6 @@ class SimResult:
     def total_bytes(self) -> int:
         """The estimate of the device memory the step needs: peak + allowance."""
         return self.peak_bytes + self.allowance_bytes
-
-
-def _check_shard(shard: dict[str, float] | None) -> None:
-    for name, frac in (shard or {}).items():
-        if name not in CATEGORIES:
-            raise SpecError(f"unknown memory category {name!r}; accepted: {', '.join(CATEGORIES)}")
-        if not 0 <= frac <= 1:
-            raise SpecError(f"shard fraction of {name} must be in [0, 1], got {frac!r}")
 
 
 class _PhaseObserver:
@@ -225,20 +190,16 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: i
     return model, inputs, targets, optimizer
 
 
-def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
-                  shard: dict[str, float] | None = None, schedule: str = "uniform") -> SimResult:
+def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uniform") -> SimResult:
     """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
     return its live bytes over time; nothing is allocated. `checkpoint_group`: activation
     checkpointing in groups of that many blocks (0: off); `schedule` 'bisection' checkpoints
-    recursively instead (checkpoint_plan.bisection; the group is ignored). `shard`: category ->
-    fraction this rank keeps (e.g. {"optimizer state": 1/8} for ZeRO-1 over 8 ranks), applied to
-    the peak and its composition. Raises SpecError when the model cannot run on phantom tensors.
-    """
+    recursively instead (checkpoint_plan.bisection; the group is ignored). Raises SpecError
+    when the model cannot run on phantom tensors."""
     from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
     from lmperf.workload.steps import STEPS, StepState
 
-    _check_shard(shard)
     if schedule not in SCHEDULES:
         raise SpecError(f"unknown checkpointing schedule {schedule!r}; accepted: "
                         f"{', '.join(SCHEDULES)}")
@@ -301,7 +262,7 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0,
     return SimResult(spec.mode, spec.precision, device.type, spec.batch,
                      spec.context, checkpoint_group,
                      spec.optimizer if spec.mode == "train-step" else None, timeline,
-                     mode.ops, time.perf_counter() - t0, dict(shard or {}), notes, schedule,
+                     mode.ops, time.perf_counter() - t0, notes, schedule,
                      calls[0] if blocks else None, len(blocks) or None)
 
 

@@ -31,14 +31,7 @@ class Cluster:
 
 
 # op class -> attained fractions of peak (compute, memory), each with its source in short; the
-# sources in full: matmul, NVIDIA Deep Learning Performance Guide, 'Matrix Multiplication
-# Background' (GEMMs of LM shapes at roughly 60-80% of dense peak) and Megatron-LM (Narayanan et
-# al., SC'21: 52% of peak for a whole training step); attention, FlashAttention-2 (Dao, 2023:
-# 50-73% of A100 peak forward, less backward); elementwise/norm, an assumption: unfused
-# elementwise and reduction kernels at about half of DRAM peak (STREAM-like copies reach 80-90%,
-# BabelStream, Deakin et al. 2018; broadcasts, strides and small tensors less); optimizer, an
-# assumption: fused AdamW streams parameters, gradients and both moments once, long contiguous
-# reads at ~60% of DRAM peak.
+# sources in full: docs/commands/plan.md, "The time model"
 FRACTIONS: dict[str, Fraction] = {
     "matmul": Fraction(0.7, 0.7, "GEMMs of LM shapes: 60-80% of peak (NVIDIA DL Perf. Guide)"),
     "attention": Fraction(0.5, 0.5, "FlashAttention-2 (Dao 2023): 50-73% of A100 peak forward"),

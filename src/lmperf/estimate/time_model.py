@@ -1,30 +1,6 @@
-"""How long a step's ops take on a device: one time model for every target, GPU or CPU.
-
-From the per-op FLOPs and bytes of the real step and their issue order (`estimate.op_costs`),
-for a `Target` (its FLOP/s per math dtype, its memory bandwidth, the attained fraction of each
-per op class, and the host time to issue one op):
-
-    ideal(op)  = max(FLOPs / peak FLOP/s in the op's dtype, bytes / peak bandwidth)
-    device(op) = max(FLOPs / (peak x f_compute[class]), bytes / (bandwidth x f_memory[class]))
-
-The ideal is the roofline: no run beats it. The device time holds each op class to the
-fraction of peak such kernels attain. The host issues the ops one by one, `host_op_s` each:
-
-- on a GPU the host runs ahead of the device (eager PyTorch queues kernels on one stream and
-  waits only at a synchronisation, which lmperf's bench makes once per step): op i starts when
-  the host has issued it and the device has finished op i-1,
-      start(i) = max(i x host_op_s, end(i-1)),  end(i) = start(i) + device(i),
-  over the whole step, and a phase takes from the previous phase's last end to its own. A
-  stretch of large kernels is device-bound (the host runs ahead), one of many small kernels
-  host-bound (the device waits between them), and a mix is charged where each part is bound,
-  not the larger of two totals.
-- on a CPU the same thread issues and computes (`synchronous`): the phase takes the sum of
-  host_op_s + device(op) over its ops.
-
-The host time per op is the host's and its software's (Python, the dispatcher, the launch), not
-the GPU's: a stated input (`host_op_s`), recorded with every prediction, with a sourced default
-in `questions.bench.predict`; what published runs imply is in docs/accuracy.md.
-"""
+"""How long a step's ops take on a device: one time model for every target, GPU or CPU (the
+roofline per op at attained fractions, a host issuing each op: docs/commands/plan.md, "The
+time model")."""
 
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """`lmperf bench --predict DEVICE...`: predicted per-phase times on a device you may not have.
 
-PREDICTIONS, NOT MEASUREMENTS: nothing runs on the target device. The per-operator FLOPs, bytes
-and issue order of the real model at the asked size, context, batch, precision, attention and
-mode are counted on fake tensors (`estimate.op_costs`, nothing allocated) and timed by the one
-time model (`estimate.time_model`): a roofline per op at the target's figures, and a host that
-issues each op in `host_op_s` and, on a GPU, runs ahead of the device. Each phase gets a range,
-ideal (the roofline at datasheet peaks: no run beats it) .. typical (each op class at the
-fraction of peak such kernels attain, FRACTIONS, and the host's issue time where it shows).
-
-A GPU's figures come from the peak table (`estimate.target`). The host time per op belongs to
-the machine and software that drive the GPU: `host_us` (`--host-us`) when given, measured on the
-model's own ops when the GPU predicted for is the one at hand, else the default
-(`estimate.host`). `cpu` predicts for this machine from the ceilings it measures now. The
-measured errors: docs/accuracy.md.
-"""
+PREDICTIONS, NOT MEASUREMENTS: the op counts of the real model (`estimate.op_costs`) timed by the
+one time model (`estimate.time_model`) on the target (`estimate.target`), as a range ideal ..
+typical, with the host's time per op given, measured on the GPU at hand, or the default
+(`estimate.host`). The models: docs/commands/plan.md; their errors: docs/accuracy.md."""
 
 from __future__ import annotations
 

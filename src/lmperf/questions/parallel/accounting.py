@@ -1,32 +1,6 @@
-"""Communication accounting of profiled steps: time, overlap, exposure and bytes, per step.
-
-Definitions (as Holistic Trace Analysis and the course define them), over one step's window:
-comm = length of the union of communication intervals, compute = length of the union of
-compute intervals, overlap = comm + compute - length of (comm union compute), exposed = comm -
-overlap (communication nothing else was hiding).
-
-Where the intervals come from (torch.profiler's Chrome trace, parsed once):
-- gloo: each collective runs on one of gloo's worker threads as a `gloo:<collective>` event
-  spanning its execution (waiting for the peers included); compute is the union of the
-  innermost CPU ops (`cpu_op` events holding no other op: the ones doing the arithmetic) on every
-  other thread, minus the `c10d::` ops that only issue collectives. Innermost, because an
-  enclosing event (an autograd node, a custom Function's backward) also spans the time its
-  thread sits blocked in a synchronous collective, which is not compute.
-- NCCL: communication is the NCCL kernels on the device, compute every other kernel. A kernel
-  belongs to the step whose host range holds its launch (the `cuda_runtime` / `cuda_driver`
-  call with the same correlation id, as `questions/profile/trace.py` places kernels), and counts
-  in full: with NCCL nothing blocks the host inside a step, so kernels still run after the host
-  closes the range, and clipping them to it read comm, compute, overlap and exposed low.
-- The step ranges and the `gloo:` / `nccl:` events are the host's (`user_annotation`): Kineto
-  copies each range onto the device stream (`gpu_user_annotation`), which would count twice.
-Both backends' collective time includes waiting for the peers: an NCCL kernel starts when it
-is launched and spins until the slowest rank arrives, a gloo collective blocks its thread the
-same way. Comm time is therefore not transfer time (`WAIT_NOTE`, in every result).
-Bytes come from the `gloo:` / `nccl:` events' input shapes and dtypes (record_shapes=True): S as
-nccl-tests defines it (all_gather: n x the input shard), and the bus bytes S x busbw factor that a
-ring moves through each rank. gloo runs reduce_scatter as an all-reduce of the whole input, and
-it is counted as what it is (`gloo:all_reduce`).
-"""
+"""Communication accounting of profiled steps: time, overlap, exposure and bytes, per step (HTA's
+definitions over one step's window; where each interval comes from on gloo and on NCCL, and why
+collective time is not transfer time: docs/commands/dist.md, "Communication accounting")."""
 
 from __future__ import annotations
 

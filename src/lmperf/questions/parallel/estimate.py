@@ -1,8 +1,6 @@
 """`lmperf dist --estimate`: memory, time and communication per device for DDP, ZeRO, FSDP, TP and
-FSDP x TP on clusters you do not have. Each row of a preset is what `lmperf plan` predicts for
-that configuration (`lmperf.estimate`: the same simulated peak, op counts, strategy table and
-collective model); the course's accounting model (--ffn-only) has no step to count or simulate:
-its rows are the analytic states, activations and communication. docs/commands/dist.md."""
+FSDP x TP on clusters you do not have; each row of a preset is `lmperf plan`'s prediction of that
+configuration, the course's accounting model's rows are analytic (docs/commands/dist.md)."""
 
 from __future__ import annotations
 
@@ -29,41 +27,32 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
              tflops: float | None = None, comm_dtype: str = "bf16",
              tp: Sequence[int] | int | None = None, node_bandwidth: float | None = None,
              gpus_per_node: int = 8, host_us: float | None = None) -> Report:
-    """Memory, time and communication per device for the data-parallel strategies, tensor
-    parallelism and FSDP x TP (nothing runs): one row per (strategy, N in `world_size`, default
-    8 64 512), a tp row at t = N and an fsdp+tp row per degree of `tp` (default 2 4 8).
-
-    The model is a preset `size` of `course` (default xl) at `context` (default 1024), or with
-    `ffn_only` the course's accounting model of `d_model` x `d_ff` x `num_layers`. `tokens` per
-    step over all devices, in micro-batches of `batch` sequences per replica (default 1; 0:
-    model states only in the memory columns). The target is built as `lmperf plan` builds it:
-    `gpu` (default H100-SXM), `gpus_per_node`, `gib`, `host_us`; `bandwidth`,
-    `node_bandwidth` (GB/s per device and direction) and `tflops` (dense bf16) replace the
-    datasheet's. `comm_dtype` prices the course's accounting column `comm_gb` (every message in
-    that dtype); the times are the one model's. Raises SpecError for bad input."""
+    """Memory, time and communication per device (nothing runs): one row per (data-parallel
+    strategy, N in `world_size`, default 8 64 512), a tp row at t = N and an fsdp+tp row per
+    degree of `tp` (default 2 4 8). The model: a preset `size` of `course` (default xl) at
+    `context` (default 1024), or with `ffn_only` the course's accounting model of `d_model` x
+    `d_ff` x `num_layers`; `tokens` per step in micro-batches of `batch` sequences per replica
+    (default 1; 0: model states only). The target as `lmperf plan` builds it (`gpu`, default
+    H100-SXM, `gpus_per_node`, `gib`, `host_us`); `bandwidth`, `node_bandwidth` (GB/s) and
+    `tflops` replace the datasheet's. `comm_dtype` prices the course's column `comm_gb`. Raises
+    SpecError for bad input."""
     from lmperf.core.vocabulary import as_list, check_target
     from lmperf.estimate.target import cluster
     from lmperf.model.presets import DEFAULT_COURSE
-    from lmperf.validate import positive_int
+    from lmperf.validate import choice, non_negative_int, positive_int
 
-    sizes = as_list(world_size) or [8, 64, 512]
-    degrees = as_list(tp) or [2, 4, 8]
-    for n in sizes:
-        check_target(gpus=n)
+    sizes, degrees = as_list(world_size) or [8, 64, 512], as_list(tp) or [2, 4, 8]
+    check_target(gpu=gpu, gpus=sizes, gpus_per_node=gpus_per_node, gib=gib, host_us=host_us)
     for t in degrees:
         positive_int("tensor-parallel degree", t)
-    check_target(gpu=gpu, gpus_per_node=gpus_per_node, gib=gib, host_us=host_us)
     for name, value in (("bandwidth", bandwidth), ("tflops", tflops),
                         ("node_bandwidth", node_bandwidth)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not value > 0):
             raise SpecError(f"{name} must be a positive number, got {value!r}")
     positive_int("tokens", tokens)
-    batch = 1 if batch is None else batch
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
-        raise SpecError(f"batch must be a whole number of sequences >= 0, got {batch!r}")
-    if comm_dtype not in COMM_BYTES:
-        raise SpecError(f"unknown comm dtype {comm_dtype!r}; accepted: fp32, bf16, fp16")
+    batch = non_negative_int("batch", 1 if batch is None else batch)
+    c_bytes = COMM_BYTES[choice("comm dtype", comm_dtype, COMM_BYTES)]
     context = context or 1024
 
     def target(n: int):
@@ -72,30 +61,32 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
                        tflops=tflops)
 
     explicit = (d_model, d_ff, num_layers)
-    if any(v is not None for v in explicit) or ffn_only:
+    if ffn_only or any(v is not None for v in explicit):
         if None in explicit or not ffn_only:
             raise SpecError("give all of --d-model, --d-ff and --num-layers with --ffn-only (or "
                             "a --size preset for the LM)")
         for name, v in zip(("d_model", "d_ff", "num_layers"), explicit):
             positive_int(name, v)
-        shape, rows = ffn_only_shape(d_model, d_ff, num_layers), []
-        for n in sizes:
-            rows += _ffn_rows(shape, target(n), [1] + [t for t in degrees if 1 < t < n],
-                              tokens, COMM_BYTES[comm_dtype])
+        shape = ffn_only_shape(d_model, d_ff, num_layers)
+        rows = [r for n in sizes for r in _ffn_rows(shape, target(n), degrees, tokens, c_bytes)]
         said = "activations: bf16 block inputs and first-layer outputs of the FFN-only model"
     else:
         rows, shape, said = _lm_rows(size or "xl", course or DEFAULT_COURSE, context, batch,
-                                     tokens, sizes, degrees, target, COMM_BYTES[comm_dtype])
+                                     tokens, sizes, degrees, target, c_bytes)
     card = target(sizes[0])
-    link = card.link
     caption = (f"{shape.name}, P = {shape.params:,} parameters, {tokens:,} tokens/step, "
-               f"{card.name}: {link.intra_gbps:g} GB/s per direction within {gpus_per_node}-GPU "
-               f"nodes" + (f", {link.inter_gbps:g} GB/s between them" if link.inter_gbps else "")
-               + f", {card.budget / GIB:g} GiB, dense bf16 {card.target.flops_per_s['bf16'] / 1e12:g}"
-               f" TFLOP/s (peak, not achieved), host {card.target.host_op_s * 1e6:g} us/op; "
-               f"comm_gb in {comm_dtype} (the course's accounting); {said}")
+               f"{card.name} (link {card.link.intra_gbps:g} GB/s within {gpus_per_node}-GPU "
+               f"nodes, {card.budget / GIB:g} GiB, dense bf16 "
+               f"{card.target.flops_per_s['bf16'] / 1e12:g} TFLOP/s, host "
+               f"{card.target.host_op_s * 1e6:g} us/op); comm_gb in {comm_dtype}; {said}")
     return Report(kind="dist", frame=pd.DataFrame(rows),
                   title=f"lmperf dist --estimate: {caption}", findings=_findings(rows))
+
+
+def _pairs(n: int, degrees: Sequence[int]) -> list[tuple[str, int]]:
+    """The (strategy, t) rows of N devices."""
+    return [(s, 1) for s in DATA_PARALLEL] + [("tp", n)] + [
+        ("fsdp+tp", t) for t in degrees if 1 < t < n and n % t == 0]
 
 
 def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_bytes):
@@ -104,11 +95,10 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
     from lmperf.estimate.plan import Candidate, shape_of, step_time
 
     work = Workload(size, course, None, context, "sdpa", "cuda")
-    shape = shape_of(work)
-    spec = work.spec(1, "fp32")
-    shape = Shape(f"{size} ({course}: {spec.shape()})", shape.params, shape.d_model,
-                  shape.d_ff, shape.num_layers, shape.num_heads, shape.vocab_size,
-                  num_kv_heads=spec.num_kv_heads or 0, numels=shape.numels)
+    spec, counted = work.spec(1, "fp32"), shape_of(work)
+    shape = Shape(f"{size} ({course}: {spec.shape()})", counted.params, counted.d_model,
+                  counted.d_ff, counted.num_layers, counted.num_heads, counted.vocab_size,
+                  num_kv_heads=spec.num_kv_heads or 0, numels=counted.numels)
     if tokens % context:
         raise SpecError(f"--tokens {tokens} is not a whole number of {context}-token sequences")
     sequences, b = tokens // context, max(batch, 1)
@@ -129,58 +119,51 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
             return None
         card, accum = target(n), math.ceil(sequences // d / b)
         try:
-            times = step_time(Candidate(PRECISION, 0, strategy, t, b, accum), work, shape, card,
-                              sequences)
+            x = step_time(Candidate(PRECISION, 0, strategy, t, b, accum), work, shape, card,
+                          sequences)
         except SpecError:  # TP cannot split this model's heads by t
             return None
         states, peak, allowance = memory(strategy, n, t)
+        compute = x["compute_s"] + x["optimizer_s"]
         return {"strategy": strategy, "world_size": n, "tp": t, "dp": d, "params": shape.params,
                 "memory_method": "simulated" if lines is not None else "states",
                 "states_gib": states / GIB, "activations_gib": (peak - states) / GIB,
                 "allowance_gib": allowance / GIB, "total_gib": (peak + allowance) / GIB,
                 "fits": fits(peak + allowance, card.budget), "micro_batch": b,
-                "grad_accum": accum, "tflop": times["flops"] / 1e12,
-                "comm_gb": times["sent_elements"] * c_bytes / 1e9,
-                "comm_ms": times["comm_s"] * 1e3, "exposed_comm_ms": times["exposed_comm_s"] * 1e3,
-                "compute_ms": (times["compute_s"] + times["optimizer_s"]) * 1e3,
-                "step_ms": times["step_s"] * 1e3,
-                "comm_bound": times["comm_s"] > times["compute_s"] + times["optimizer_s"]}
+                "grad_accum": accum, "tflop": x["flops"] / 1e12,
+                "comm_gb": x["sent_elements"] * c_bytes / 1e9, "comm_ms": x["comm_s"] * 1e3,
+                "exposed_comm_ms": x["exposed_comm_s"] * 1e3, "compute_ms": compute * 1e3,
+                "step_ms": x["step_s"] * 1e3, "comm_bound": x["comm_s"] > compute}
 
     def fewest(strategy: str, t: int) -> int | None:
         """The fewest devices (tp: the smallest t) whose rank fits."""
         if strategy == "tp":
-            k = _fewest(lambda k: bool(fits(sum(memory("tp", k, k)[1:]), target(k).budget)),
-                        shape.num_heads)
-            return k
-        budget = target(t).budget
-        k = _fewest(lambda k: bool(fits(sum(memory(strategy, k * t, t)[1:]), budget)),
+            return _fewest(lambda k: fits(sum(memory("tp", k, k)[1:]), target(k).budget),
+                           shape.num_heads)
+        k = _fewest(lambda k: fits(sum(memory(strategy, k * t, t)[1:]), target(t).budget),
                     sequences)
         return None if k is None else k * t
 
     def largest(strategy: str, t: int) -> int | None:
         """The largest power-of-two degree (tp: t) at which communication stays below compute."""
-        best = None
-        for k in (2**i for i in range(int(math.log2(sequences)) + 1)):
-            row = evaluate(strategy, k, k) if strategy == "tp" else evaluate(strategy, k * t, t)
-            if row is not None and not row["comm_bound"]:
-                best = k if strategy == "tp" else k * t
-        return best
+        degrees_ok = [k * (1 if strategy == "tp" else t) for k in (2**i for i in range(
+            int(math.log2(sequences)) + 1)) if (row := evaluate(
+                strategy, k if strategy == "tp" else k * t, k if strategy == "tp" else t))
+            and not row["comm_bound"]]
+        return max(degrees_ok, default=None)
 
     rows, found = [], {}
     for n in sizes:
-        for strategy, t in [(s, 1) for s in DATA_PARALLEL] + [("tp", n)] + [
-                ("fsdp+tp", t) for t in degrees if 1 < t < n and n % t == 0]:
+        for strategy, t in _pairs(n, degrees):
             row = evaluate(strategy, n, t)
-            if row is None:
-                continue
-            key = (strategy, 1 if strategy == "tp" else t)
-            if key not in found:
-                found[key] = fewest(strategy, t), largest(strategy, t)
-            rows.append({**row, "min_devices": found[key][0],
-                         "largest_n_compute_bound": found[key][1]})
+            if row is not None:
+                key = (strategy, 1 if strategy == "tp" else t)
+                found.setdefault(key, (fewest(strategy, t), largest(strategy, t)))
+                rows.append({**row, "min_devices": found[key][0],
+                             "largest_n_compute_bound": found[key][1]})
     return rows, shape, (f"micro-batches of {b} x {context} tokens per replica, bf16 autocast, "
-                         "fused attention; memory: the simulated step, each category at a rank's"
-                         " share, + the CUDA allowance (as `lmperf plan`)" if batch else
+                         "fused attention; memory: the simulated step at a rank's share + the "
+                         "CUDA allowance (as `lmperf plan`)" if batch else
                          "memory: model states only (--batch 0)")
 
 
@@ -188,25 +171,23 @@ def _states(shape: Shape, strategy: str, n: int, t: int) -> float:
     """Model-state bytes a rank holds: fp32 weights 4, gradients 4 and AdamW's moments 8 per
     parameter it keeps (P_t under t-way TP; 1/d of the categories the strategy shards)."""
     d, shards = n // t, strategy_of(strategy).shards
-    held = tp_params(shape, t)
-    return sum(held * per / (d if cat in shards else 1) for cat, per in
+    return sum(tp_params(shape, t) * per / (d if cat in shards else 1) for cat, per in
                (("parameters", 4), ("gradients", 4), ("optimizer state", 8)))
 
 
-def _ffn_rows(shape: Shape, card, degrees: list[int], tokens: int, c_bytes: int) -> list[dict]:
+def _ffn_rows(shape: Shape, card, degrees: Sequence[int], tokens: int, c_bytes: int) -> list[dict]:
     """The course's accounting model: states and activations analytic, communication from the
     strategy table at the collective model (no ops to count: no compute or step time)."""
     from lmperf.estimate.fit import fits
     from lmperf.estimate.plan import Candidate, communication
 
-    n, rows = card.gpus, []
-    for strategy, t in [(s, 1) for s in DATA_PARALLEL] + [("tp", n)] + [
-            ("fsdp+tp", t) for t in degrees if t > 1 and n % t == 0]:
-        d = n // t
-        states, saved = _states(shape, strategy, n, t), activation_bytes(shape, tokens // d, t)
+    rows = []
+    for strategy, t in _pairs(card.gpus, degrees):
+        d = card.gpus // t
+        states, saved = _states(shape, strategy, card.gpus, t), activation_bytes(shape, tokens // d, t)
         c = Candidate(PRECISION, 0, strategy, t, 1, 1)
-        total, exposed, sent = communication(c, shape, card, tokens // d, [1], [(0.0, 0.0)])
-        rows.append({"strategy": strategy, "world_size": n, "tp": t, "dp": d,
+        total, _, sent = communication(c, shape, card, tokens // d, [1], [(0.0, 0.0)])
+        rows.append({"strategy": strategy, "world_size": card.gpus, "tp": t, "dp": d,
                      "params": shape.params, "memory_method": "analytic",
                      "states_gib": states / GIB, "activations_gib": saved / GIB,
                      "allowance_gib": 0.0, "total_gib": (states + saved) / GIB,
@@ -217,44 +198,32 @@ def _ffn_rows(shape: Shape, card, degrees: list[int], tokens: int, c_bytes: int)
     return rows
 
 
-def _largest(ok: Callable[[int], bool], cap: int) -> int | None:
-    """The largest k in 1..cap with ok(k), for ok true up to some k and false after; None if
-    ok(1) is false."""
-    if cap < 1 or not ok(1):
-        return None
-    if ok(cap):
-        return cap
-    lo, hi = 1, cap
-    while hi - lo > 1:  # ok(lo) and not ok(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
-def _fewest(fits: Callable[[int], bool], cap: int) -> int | None:
+def _fewest(fits: Callable[[int], bool | None], cap: int) -> int | None:
     """The fewest k in 1..cap with fits(k), for fits false up to some k and true after (a
-    rank's memory only shrinks as k grows); None if not even `cap` fits."""
-    last = _largest(lambda k: not fits(k), cap)  # the most that still do not fit
-    return 1 if last is None else None if last == cap else last + 1
+    rank's memory only shrinks as k grows); None if not even `cap` fits. Bisection."""
+    if not fits(cap):
+        return None
+    lo, hi = 0, cap  # not fits(lo) (0: none), fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
 
 
 def _findings(rows: list[dict]) -> list[str]:
     """Per strategy (fsdp+tp per TP degree): the fewest devices and the largest degree."""
     out, seen = [], set()
     for row in rows:
-        key = (row["strategy"], row["tp"] if row["strategy"] == "fsdp+tp" else 0)
-        if key in seen:
+        strategy, t = row["strategy"], row["tp"] if row["strategy"] == "fsdp+tp" else 0
+        if (strategy, t) in seen:
             continue
-        seen.add(key)
-        strategy, t = key
-        name = f"fsdp+tp (t = {t})" if strategy == "fsdp+tp" else strategy
-        degree = "t" if strategy == "tp" else "N"
-        fewest = row.get("min_devices")
-        line = f"{name}: a rank fits with " + (f">= {fewest} device(s)" if fewest else
-                                                "no number of devices")
+        seen.add((strategy, t))
+        fewest, degree = row.get("min_devices"), "t" if strategy == "tp" else "N"
+        line = (f"{f'fsdp+tp (t = {t})' if t else strategy}: a rank fits with "
+                + (f">= {fewest} device(s)" if fewest else "no number of devices"))
         if "largest_n_compute_bound" in row:
             largest = row["largest_n_compute_bound"]
-            line += ("; communication stays below compute " +
-                     (f"up to {degree} = {largest}" if largest else "at no degree"))
+            line += "; communication stays below compute " + (
+                f"up to {degree} = {largest}" if largest else "at no degree")
         out.append(line)
     return out

@@ -1,14 +1,6 @@
-"""Predicted vs measured communication per training step, from what `dist comm` measured.
-
-For each strategy run with `dist comm` records at the same world size and backend, the messages
-the profiler counted in a training step (collective, calls, bytes) are costed by the one
-collective model, `lmperf.estimate.comm`, with latency and bandwidth fitted to this machine's
-`dist comm` curve of that collective (fp32), and set beside the communication measured in the
-profiled steps: the union of communication intervals on the rank with the LEAST of it (on the
-others a collective also holds the wait for the last rank to arrive, shown as
-`waiting_rank_comm_ms`). Collectives that overlap each other count once there, so a
-prediction that sums them can exceed it.
-"""
+"""Predicted vs measured communication per training step: the messages the profiler counted in a
+step, costed by `estimate.comm` at this machine's fitted `dist comm` curve, beside the
+communication measured on the rank with the least of it (docs/commands/dist.md)."""
 
 from __future__ import annotations
 
