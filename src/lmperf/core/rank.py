@@ -7,8 +7,8 @@ cleanly. For the launcher (`lmperf.core.torchrun`) it writes into the folder nam
 $LMPERF_DIST_DIR:
 
 - `rank_R.log`: the rank's stdout and stderr (and a Python traceback on a fatal signal);
-- `rank_R.state.json`: pid, item, stage and a counter of stage changes, rewritten at every
-  stage, so that the launcher can name the rank that stopped first when an item hangs;
+- `rank_R.state.json`: pid, item, stage, a counter of stage changes and whether the stage waits
+  in a collective, rewritten at every stage, so that the launcher can name the late rank;
 - `rank_R.fail.json`: the rank's failure (oom / error, message, traceback) when an item raised;
   the rank then exits at once with code 1 (its peers would otherwise wait in a collective);
 - `records.jsonl` (rank 0): one record per finished item, appended as it finishes;

@@ -2,22 +2,12 @@
 
 `run_job(job)` is the job's runner (the core's protocol: spec -> list of records, never raises
 for a failure of the run). It starts `python -m torch.distributed.run --standalone` (a free
-port chosen by torchrun's c10d rendezvous, never a fixed one) with one worker per rank
-(`lmperf.core.rank`), watches the ranks' state files, and turns every way a rank can fail
-into a row of the item it was running:
-
-- a rank that raises (an out-of-memory error included) writes its failure and exits: an
-  oom / error row "rank R: ...";
-- a rank that dies (a signal, the kernel's OOM killer): an error row naming the rank and its
-  exit status, from torchrun's "Root Cause" summary;
-- an item that runs past its timeout (a hung rank, a deadlock): the whole process tree is
-  killed and the row names the rank that stopped first (the fewest stage changes);
-- always with the tail of that rank's log.
-
-Items already finished keep their rows, and the items after the failed one are launched again,
-so a failure costs one row, not the sweep. It needs
-only a job with `world_size`, `timeout_s`, `threads`, `device`, `items()`, `item_spec(item)`,
-`with_items(items)` and the worker protocol of `lmperf.core.rank`.
+port from torchrun's c10d rendezvous) with `lmperf.core.rank` on every rank, watches the ranks'
+state files (a line on stderr says what each does), and makes every way a rank fails (it
+raises, dies, or hangs past the item's timeout: every process killed) a row of the item it ran,
+naming the rank and with its log's tail (docs/commands/dist.md, "Faults"); the items after it
+are launched again. A job has `world_size`, `timeout_s`, `threads`, `device`, `items()`,
+`item_spec(item)`, `with_items(items)` and a `worker` (`lmperf.core.rank`'s protocol).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The jobs of `lmperf dist`: one torchrun launch per (command, world size), several records each.
 
-A job (`CommJob`, `TrainJob`) is what the launcher starts: all collectives and sizes, or all
-strategies, at one world size share one torchrun launch (starting one costs ~3 s of interpreter
-and torch imports per rank on a 2-core machine). Each finished item (a collective at a size, or a
-strategy) is one record whose `spec` is the item's own (`item_spec`), so that tables, `lmperf
-table` and `--resume` see one row per (collective, size, world size) or (strategy, world size).
-
-A job names two functions by "module:function": `runner` (the core's job protocol: run in the
-sweep's process, it starts torchrun, see `lmperf.core.torchrun`) and `worker` (run on every rank
-for each item, see `lmperf.core.rank`).
+A job (`CommJob`, `TrainJob`) runs all collectives and sizes, or all strategies, at one world
+size in one launch (starting one costs ~3 s of imports per rank on a 2-core machine); each
+finished item is one record with the item's own `spec` (`item_spec`), so tables and `--resume`
+see one row per item. `runner` starts torchrun (`lmperf.core.torchrun`), `worker` runs an item
+on every rank (`lmperf.core.rank`'s protocol).
 """
 
 from __future__ import annotations

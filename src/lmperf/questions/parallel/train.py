@@ -1,19 +1,10 @@
-"""`lmperf dist train` on one rank: one strategy on the reference LM, measured four ways.
-
-One kind of measurement per pass, all on the same model, data and optimizer:
-1. `warmup` untimed then `steps` timed steps (PhaseClock: forward, backward, sync, optimizer);
-   a step's time is the slowest rank's;
-2. one untimed probe step counting exactly the bytes this rank holds (parameters, gradients
-   after sync, optimizer state after the step) and the peak memory;
-3. `profile_steps` steps under torch.profiler: communication intervals and bytes
-   (lmperf.questions.parallel.accounting);
-4. the full parameters are gathered and compared with single-process training on the global
-   batch for the same number of steps (lmperf.questions.parallel.reference): correctness is measured, not
-   assumed.
-The step is THE training step's order (forward + loss under autocast, backward, then the
-strategy's gradient synchronisation as its own phase, then optimizer step and zero_grad), over
-`grad_accum` micro-batches (each loss / grad_accum, a phase's time summed over them); no loss
-scaling and no clipping (a clip would need the global norm of sharded gradients).
+"""`lmperf dist train` on one rank: one strategy on the reference LM, one kind of measurement
+per pass (docs/commands/dist.md): timed steps (the slowest rank's), one step counting the bytes
+this rank holds, profiled steps (`accounting`: communication), and the gathered parameters
+against one process on the global batch (`reference`: correctness measured, not assumed).
+The step is THE training step's order (forward + loss under autocast, backward, the strategy's
+gradient synchronisation as its own phase, optimizer step and zero_grad) over `grad_accum`
+micro-batches; no loss scaling and no clipping (it would need the sharded gradients' norm).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""`lmperf plan --confirm K`, the side that runs: one planned configuration, run for real.
-
-A cell builds the model (one seed on every rank), checkpointing on, wraps it for its strategy
-(lmperf's readable ones: ddp a flat DDP, zero1 that and the ShardedOptimizer, fsdp the readable
-FSDP; 'single' nothing) and runs full steps of `grad_accum` micro-batches, gradients
-synchronised once per step. AdamW (foreach on the CPU, fused on CUDA, as planned) gets its
-state from a zero-gradient step first, as the simulator assumes; one step then runs under
-LiveBytes (the peak the plan predicts; RSS and CUDA's allocator beside it; out of memory: it
-does not fit), and a timed cell one warm-up and `steps` timed steps, untracked. On ranks under
-torchrun (`run_cell`), or alone on this machine's device as any forked job (`run_alone`).
+"""`lmperf plan --confirm K`, the side that runs: one planned configuration, run for real, on
+torchrun's ranks (`run_cell`: lmperf's readable strategies) or alone on this machine's device as
+any forked job (`run_alone`). `measure` runs full steps of `grad_accum` micro-batches after a
+zero-gradient step that gives AdamW its state (as the simulator assumes): one under LiveBytes
+(the peak the plan predicts; out of memory: it does not fit), then timed steps, untracked.
 """
 
 from __future__ import annotations
