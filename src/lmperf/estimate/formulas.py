@@ -93,17 +93,9 @@ def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> flo
 
 
 def saved_activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
-    """The activations one device saves (see activation_bytes), without weight copies.
-
-    FFN-only model: each block's input (C, whole on every device) and first layer's output
-    (F / t) per token. The LM (bf16 autocast, fused attention: lmperf memory --estimate's terms):
-    per block and token 16 C + 8 (the two RMSNorms' fp32 input, normalised input and rsqrt) and
-    5 a C (the casts q, k, v, w1, w3 each save of their whole input) on every device, and
-    (5 a C + 4 H + 5 a F) / t split with the heads and hidden units (q and k after RoPE; v, the
-    attention output and its copy; the fp32 logsumexp; SwiGLU's five F-wide tensors); after the
-    blocks 8 C + 4 + a C per token (final norm, lm_head's input) and 4 V / t (fp32
-    log-probabilities, split by vocabulary), and 4 bytes (the loss's total weight).
-    """
+    """The activations one device saves (see activation_bytes), without weight copies: per
+    token, the FFN-only model's block inputs (C) and first outputs (F / t); the LM's a(t), term by
+    term in docs/commands/dist.md ("--estimate"; `lmperf memory --estimate`'s terms at t = 1)."""
     C, F, L = shape.d_model, shape.d_ff, shape.num_layers
     if shape.ffn_only:
         return L * tokens * (C + F / t) * a

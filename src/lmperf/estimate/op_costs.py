@@ -177,12 +177,9 @@ def count_op_costs(spec, precision: str | None = None, tp: int = 1) -> OpCosts:
     Loss scaling is left out (its few elementwise ops would need the data to decide whether to
     skip the step). Raises what the model raises on fake tensors.
 
-    The reference LM's blocks are identical, so every count is exactly linear in the number of
-    layers L: it is counted at L = 1 and L = 2 and extrapolated (count(1) + (L - 1) x
-    (count(2) - count(1)); the issue order repeats the block the second layer added), which
-    takes seconds where counting `medium` whole would take a minute (fake tensors cost ~1 ms per
-    op). A user's model is counted whole. A phase whose order is not the 1-layer order with one
-    block inserted (checked exact for the reference LM's forward and backward) has no order.
+    The reference LM is counted at 1 and 2 layers and extrapolated (exact: identical blocks; the
+    issue order repeats the block the second layer added); a user's model is counted whole. A
+    phase whose order is not the 1-layer order with one block inserted has no order.
     """
     from dataclasses import replace
 

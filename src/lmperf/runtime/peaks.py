@@ -1,32 +1,9 @@
 """GPUs people rent: memory, bandwidths and dense peak FLOP/s per dtype, each with its source.
 
-Two lookups share one table. `lookup_peak(cuda_name, dtype)` is MFU's denominator for the device
-a run used; `device_spec(name)` / `require_device(name)` answer `--gpu NAME` (will it fit, how
-fast could it go) for a device you do not have.
-
-A device that is not in the table gets no peak (MFU is then null): an unknown device never
-borrows another device's peak. Nor does a MIG slice: CUDA names a MIG device after its GPU plus
-the slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", see NVIDIA's MIG user guide, "MIG Device
-Names"), and a slice has a fraction of the GPU's SMs, so it matches only an entry whose key names
-MIG itself. A key matches a CUDA device name as a whole word ("L4" is not in "NVIDIA L40S",
-"H200" is not in "NVIDIA GH200 480GB"), and variants whose figures differ from their family's
-(H100 NVL, RTX 4090 D, ...) are listed without figures before it, so they get none.
-
-Figures are dense (no 2:4 sparsity), in TFLOP/s, as the datasheets print them; where a datasheet
-prints only sparse tensor figures, dense is half of them (NVIDIA's footnote: "shown with
-sparsity; specifications are one-half lower without sparsity"). "tf32" is fp32 storage with TF32
-tensor-core matmuls, "fp32" plain fp32 FMA; "bf16"/"fp16" are tensor-core matmuls with fp32
-accumulation (what torch's matmuls use: GeForce cards run fp16 accumulation twice as fast, which
-torch does not use). A dtype a device lacks (bf16 and tf32 before Ampere) is absent: no peak.
-
-Memory is the datasheet capacity read as GiB: the "80 GB" of a datasheet counts DRAM, whose HBM
-stacks and GDDR chips have binary capacities (GiB), not 80e9 bytes. What CUDA reports as total
-memory is a little less (ECC and the driver's reserve), and the CUDA context takes more: a fit
-verdict must leave that margin (the memory estimate states its allowance). Bandwidths are bytes per second (GB/s =
-1e9 B/s). `link_bandwidth` is per direction (half the bidirectional figure datasheets print) on
-the link that joins every GPU of a node: NVLink through NVSwitch on SXM/OAM boards (Infinity
-Fabric on MI300X), PCIe for PCIe cards, whose NVLink bridges join pairs only.
-"""
+`lookup_peak(cuda_name, dtype)` is MFU's denominator for the device a run used (a device or MIG
+slice not in the table gets none); `device_spec(name)` / `require_device(name)` answer `--gpu
+NAME` for a device you do not have. The conventions (dense figures, GiB capacities, link
+bandwidth per direction, whole-word name matching): docs/commands/plan.md, "The target"."""
 
 from __future__ import annotations
 
