@@ -15,10 +15,10 @@ from lmperf.core.torchrun import _hang_message, _laggard
 def test_plan_flags_train_as_one_process_does_on_the_global_batch(capsys) -> None:
     report = dist(
         "train", world_size=2, size="tiny", vocab_size=256, context=16, batch=2, warmup=1,
-        steps=2, profile_steps=1, strategy=["torch-ddp", "torch-zero1", "fsdp2", "torch-zero2"],
+        steps=2, profile_steps=1,
+        strategy=["torch-ddp", "torch-zero1", "fsdp2", "torch-zero2", "flat", "overlap"],
         precision="bf16-mixed", checkpoint=1, grad_accum=2, progress=False)
-    assert {r["spec"]["strategy"] for r in report.records} == {"torch-ddp", "torch-zero1",
-                                                                "fsdp2", "torch-zero2"}
+    assert len(report.records) == 6
     for r in report.records:
         assert r["status"] == "ok", r["message"]
         assert (r["spec"]["precision"], r["spec"]["checkpoint"], r["spec"]["grad_accum"]) == (
@@ -26,7 +26,8 @@ def test_plan_flags_train_as_one_process_does_on_the_global_batch(capsys) -> Non
         check = r["metrics"]["correctness"]
         assert check["equal"] and "global batch 2 x 4" in check["reference"], check
         assert "bf16 autocast" in check["reference"]
-        # torch DDP all-reduces once per step (no_sync), FSDP2 per micro-batch
+        # torch DDP (no_sync) and flat (after backward) all-reduce once per step, FSDP2 and
+        # overlap's hooks per micro-batch
         b = r["metrics"]["bytes"]
         assert b["counted_bus_bytes"] == pytest.approx(b["analytic_backend_bus_bytes"], rel=1e-6)
     assert "rank 0,1 " in capsys.readouterr().err  # what the ranks were doing, while they ran

@@ -50,8 +50,9 @@ class Setup:
     autocast: Callable[[], ContextManager]
     close: Callable[[], None]
     compute_dtype: str = "fp32"
-    # the context a micro-batch that is not the step's last runs in (torch DDP's no_sync);
-    # None: the strategy synchronises after every micro-batch
+    # the context a micro-batch that is not the step's last runs in, `sync` called after the
+    # last only (torch DDP's no_sync; nothing for what syncs after backward); None: the
+    # strategy synchronises after every micro-batch (its hooks all-reduce during backward)
     no_sync: Callable[[], ContextManager] | None = None
 
 
@@ -73,7 +74,8 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
     adamw = lambda params: torch.optim.AdamW(params, lr=lr)  # noqa: E731
     plain = lambda w: Setup(w, adamw(w.parameters()), w.finish_gradient_synchronization,  # noqa: E731
                             _named(w.module), contextlib.nullcontext, w.close,
-                            no_sync=getattr(getattr(w, "ddp", None), "no_sync", None))
+                            no_sync=getattr(getattr(w, "ddp", None), "no_sync", None)
+                            or (contextlib.nullcontext if name in ("naive", "flat") else None))
     if name == "single":
         return Setup(model, adamw(model.parameters()), lambda: None, _named(model),
                      contextlib.nullcontext, lambda: None)
@@ -89,7 +91,7 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
                    else engines.FSDP2(model, dtype, reshard=name == "fsdp2"))
         return Setup(wrapped, adamw(wrapped.parameters()), wrapped.finish_gradient_synchronization,
                      wrapped.gather_full_params, _autocast(device, dtype), wrapped.close,
-                     compute_dtype)
+                     compute_dtype, contextlib.nullcontext if name == "fsdp" else None)
     if name == "zero1":
         wrapped = ddp.BucketedDDP(model, bucket_mb)
         opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, lr=lr)
@@ -146,10 +148,10 @@ def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str =
                       compress: str = "none", accum: int = 1) -> list[tuple[str, float]]:
     """(collective, S bytes) of every message strategy `name` sends per step of `accum`
     micro-batches (S as nccl-tests defines it: the whole array), from the model's trainable
-    elements `groups`. torch's DDP reduces once per step (no_sync); every other strategy
-    communicates per micro-batch, but for ZeRO-1's broadcast after the optimizer."""
-    once = name in ("torch-ddp", "torch-zero1")
-    return [(c, s * (1 if once or c == "broadcast" else accum))
+    elements `groups`: once per step an all-reduce after backward (or under torch DDP's
+    no_sync) and ZeRO-1's broadcast after the optimizer; per micro-batch the rest."""
+    once = name in ("torch-ddp", "torch-zero1", "naive", "flat", "fsdp")
+    return [(c, s * (1 if once and c == "all_reduce" or c == "broadcast" else accum))
             for c, s in _messages(name, groups, compute_dtype, compress)]
 
 

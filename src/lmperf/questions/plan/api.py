@@ -71,7 +71,7 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
 
     records = job.records(spec, _progress())
     winner = records[0]  # ranked: the first fits, or nothing does
-    if gpus > 1 and winner["metrics"]["fits"] and path is not None:
+    if gpus > 1 and spec.device == "cuda" and winner["metrics"]["fits"] and path is not None:
         from lmperf.questions.plan.run import torchtitan_toml
 
         toml = path.with_name(f"{path.stem}-{winner['spec']['search']}.torchtitan.toml")

@@ -100,16 +100,10 @@ def _distinct(frame: pd.DataFrame) -> pd.DataFrame:
     kept = []
     for _, group in frame.groupby(key, sort=False):
         first = group.iloc[0]
-        others = [_label(o) for _, o in group.iloc[1:].iterrows()]
+        others = [f"{o.strategy}{o.tp if o.tp > 1 else ''} {o.precision} ckpt {o.checkpoint} b "
+                  f"{o.micro_batch}" for o in group.iloc[1:].itertuples()]
         kept.append(first.to_dict() | {"same_as": ", ".join(others) or None})
     return pd.DataFrame(kept).sort_values("rank").reset_index(drop=True)
-
-
-def _label(row) -> str:
-    """'fsdp+tp2 bf16-fsdp ckpt 1 b 4': a candidate in a few words."""
-    tp = f"{row['tp']}" if row["tp"] > 1 else ""
-    return (f"{row['strategy']}{tp} {row['precision']} ckpt {row['checkpoint']} b "
-            f"{row['micro_batch']}")
 
 
 def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:

@@ -10,8 +10,10 @@ import json
 from lmperf.errors import SpecError
 from lmperf.model.presets import DEFAULT_COURSE, require_plain, resolve_preset
 
-# lmperf plan's strategy -> dist train's: torch's own engines, as the plan models them
+# lmperf plan's strategy -> dist train's: torch's own engines, as the plan models them on GPUs;
+# on CPU ranks the readable ones, whose blocking collectives the CPU plan models (--confirm's)
 DIST = {"ddp": "torch-ddp", "zero1": "torch-zero1", "zero2": "torch-zero2", "fsdp": "fsdp2"}
+READABLE = {"ddp": "flat", "zero1": "zero1", "fsdp": "fsdp"}
 TORCHTITAN = ("torchtitan v0.2.2 (commit 73a0e69, 2026-02-20): torchtitan/config/job_config.py, "
               "torchtitan/models/llama3/train_configs/llama3_8b.toml")
 FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B"}  # torchtitan's llama3_args of lmperf's presets
@@ -47,15 +49,16 @@ def command(spec: dict, row: dict) -> str | None:
         require_plain(size, spec["course"], "dist train")
     except SpecError:
         return None
-    if row["tp"] > 1 or spec["model"] or row["strategy"] not in DIST:
+    names = READABLE if spec["device"] == "cpu" else DIST
+    if row["tp"] > 1 or spec["model"] or row["strategy"] not in names:
         return None
     if row["strategy"] == "zero2" and n > 1:
         notes.append("torch-zero2 gathers the parameters once per micro-batch, the planned "
                      "ZeRO-2 once per step")
     flags = {"bf16-fsdp": " --compute-dtype bf16", "bf16-mixed": " --precision bf16-mixed"}
-    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {DIST[row['strategy']]}"
+    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {names[row['strategy']]}"
             + what + flags.get(row["precision"], "")
-            + (" --bucket-mb 25" if row["strategy"] in ("ddp", "zero1") else "")
+            + (" --bucket-mb 25" if names[row["strategy"]].startswith("torch-") else "")
             + " --no-reference" + (f"  ({'; '.join(notes)})" if notes else ""))
 
 
