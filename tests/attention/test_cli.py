@@ -41,7 +41,7 @@ def test_a_tiny_sweep_end_to_end(tmp_path, capsys):
     first = captured.out.splitlines()[:2]  # the answer first: the fastest, then the memory
     assert re.match(r"fastest fwd\+bwd at context 32: (naive|flash-torch) [\d.]+ ms", first[0])
     assert first[1].startswith("memory before backward at context 32: flash-torch ")
-    assert "naive minus flash-torch" in captured.out and "P matrix (analytic)" not in captured.out
+    assert "P matrix (analytic)" not in captured.out  # the tables against context: --details
     assert "2 configuration(s): 2 ok" in captured.err
     assert _run([*argv, "--resume", "--details"]) == 0  # every table, as Markdown has them
     detail = capsys.readouterr().out

@@ -99,7 +99,7 @@ def test_medians_are_the_headline_with_the_steps_mean_std_beside(fmt):
         "forward (ms)", "backward (ms)", "optimizer (ms)", "step (ms)", "step mean ± std"]
     assert table["step (ms)"].iloc[0] == 8.0 and table["forward (ms)"].iloc[0] == 2.0  # medians
     out = render([ok_record(step=[5.5, 8.0, 11.5])], fmt)
-    assert "8.33 ± 3.01" in out and "medians over 3 timed steps" in out
+    assert "8.33 ± 3.01" in out and "step time (median of 3 steps): tiny fp32 8 ms" in out
 
 
 def test_mean_std_rounded_to_two_decimals():

@@ -144,7 +144,7 @@ def test_every_kind_has_its_section_table_and_plot(page):
 def test_course_table_findings_and_environment(page):
     text = " ".join(" ".join(_parse(page).text).split())
     assert "forward (ms)" in text and "±" in text  # bench: medians, the step's mean ± std beside
-    assert "times are medians over 2 timed steps" in text  # a finding
+    assert "step time (median of 2 steps): " in text  # the headline, first among the findings
     assert "the accumulate experiment draws no plot" in text
     assert "load average (1 min)" in text and "torch" in text
     assert "lab <notes>" in text and "lab &lt;notes&gt;" in page  # the title, escaped

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from lmperf.core.lines import wrap
 from lmperf.errors import LmperfError
 
 if TYPE_CHECKING:  # pandas and the launcher load when a command runs, not for --help
@@ -49,28 +48,25 @@ def launch_kwargs(args: argparse.Namespace) -> dict:
 
 def err(line: str) -> None:
     """One line on stderr (notes, progress stages, the closing line), wrapped to WIDTH."""
+    from lmperf.core.report import wrap  # pandas: loaded by every command that gets here
+
     print(wrap(line, "", "  "), file=sys.stderr, flush=True)
 
 
 def check_out(path: Path) -> None:
-    """Refuse an --out that cannot take records, before anything runs and without creating
-    anything: an existing file must be lmperf JSON lines, a new one must have a writable
-    folder (or one that can be made). Raises ResultsFileError."""
+    """Refuse an --out that cannot take records, before anything runs, creating nothing: an
+    existing file must be lmperf JSON lines, a new one's first existing folder writable.
+    Raises ResultsFileError."""
     import os
 
     from lmperf.errors import ResultsFileError
     from lmperf.results.store import ensure_writable
 
-    if path.exists():
-        ensure_writable(path)  # an existing file: read and opened, nothing created
-        return
-    folder = path.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        raise ResultsFileError(f"cannot write results to {path}: {folder} is a file")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ResultsFileError(f"cannot write results to {path}: {folder} is not writable")
+    folder = next(p for p in (path, *path.parents) if p.exists())
+    if folder == path:
+        return ensure_writable(path)  # an existing file: read and opened, nothing created
+    if not (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)):
+        raise ResultsFileError(f"cannot write results to {path}: {folder} is not a writable folder")
 
 
 def emit_json(report: Report, target: str) -> None:

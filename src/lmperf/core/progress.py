@@ -13,11 +13,8 @@ from lmperf.catalog import BY_KIND
 from lmperf.core.jobs import resolve
 
 _STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magenta"}
-from lmperf.core.lines import WIDTH  # a progress line is cut to it (the record keeps it whole)
-
+WIDTH = 120  # a progress line is cut to this many columns (the record keeps it whole)
 NOISE = re.compile(r"^IQR/median ([^:]*):")  # measure.stats.spread_warning's noise warnings
-# kind -> what steadies a sweep's noisy runs (its command's flag)
-STEADY: dict[str, str] = {"bench": "`--rounds 3` interleaves them"}
 
 # kind -> "module:function" giving one line for a finished record of that kind
 SUMMARIES: dict[str, str] = {kind: q.summary for kind, q in BY_KIND.items() if q.summary}
@@ -54,8 +51,7 @@ class RichReporter:
                                  MofNCompleteColumn(), TimeElapsedColumn(), console=self.console,
                                  transient=True)
         self.task = None
-        self.noise: list[float] = []  # the largest IQR/median of each noisy record
-        self.seen: dict[str, int] = {}  # kind -> records finished
+        self.runs, self.kind, self.noise = 0, "", []  # each noisy run's largest IQR/median, %
 
     def begin(self, total: int, skipped: int) -> None:
         if skipped:
@@ -76,9 +72,9 @@ class RichReporter:
             self.progress.console.print(f"[{style}]{record['status']:>11}[/] "
                                         f"{escape(label)}: {escape(line)}",
                                         markup=True, highlight=False, soft_wrap=True)
-            self.seen[record["kind"]] = self.seen.get(record["kind"], 0) + 1
+            self.runs, self.kind = self.runs + 1, record["kind"]
             for w in record.get("warnings", []):
-                if (noisy := NOISE.match(w)):  # counted, told once at the end
+                if (noisy := NOISE.match(w)):  # told once, at the end (the record keeps it)
                     self.noise.append(max(float(x) for x in re.findall(r"(\d+)%", noisy[1])))
                     continue
                 self.progress.console.print(f"{'':>11}   [dim]warning: {escape(_fit(w, 23))}[/]",
@@ -86,17 +82,16 @@ class RichReporter:
         self.progress.advance(self.task)
 
     def end(self) -> None:
+        """Stop the bar; the sweep's noisy runs in one line: "7 of 15 runs noisy, IQR/median up
+        to 339%: the machine was busy; `--rounds 3` interleaves them"."""
         self.progress.stop()
-        if self.noise:
-            self.console.print(escape(noise_line(self.noise, sum(self.seen.values()),
-                                                 next(iter(self.seen), ""))), highlight=False)
+        if self.noise:  # busy: above torch.utils.benchmark's 25%
+            from lmperf.core.report import wrap
 
-
-def noise_line(worst: list[float], runs: int, kind: str = "") -> str:
-    """The one line of a sweep's noise warnings: '7 of 15 runs noisy, IQR/median up to 339%:
-    the machine was busy; `--rounds 3` interleaves them' (`worst`: each noisy run's largest
-    IQR/median, in percent)."""
-    busy = "busy" if max(worst) > 25 else "noisy"  # torch.utils.benchmark's 25%
-    return (f"warning: {len(worst)} of {runs} runs noisy, IQR/median up to {max(worst):.0f}%: "
-            f"the machine was {busy}; "
-            + STEADY.get(kind, "a quieter machine or more --steps steadies them"))
+            busy = "busy" if max(self.noise) > 25 else "noisy"
+            self.console.print(escape(wrap(
+                f"warning: {len(self.noise)} of {self.runs} runs noisy, IQR/median up to "
+                f"{max(self.noise):.0f}%: the machine was {busy}; " + (
+                    "`--rounds 3` interleaves them" if self.kind == "bench"
+                    else "a quiet machine and more --steps steady them"), "", "  ")),
+                highlight=False)

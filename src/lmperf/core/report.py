@@ -21,15 +21,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import pandas as pd
 
-from lmperf.core.lines import WIDTH, wrap
-
 FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv", "json")
 DIGITS = 4  # significant digits of floats in rendered tables
+WIDTH = 120  # columns of a text rendering and of a line on stderr (a terminal, a screen)
 FULL = "--format markdown or csv, or `lmperf report`"  # where a text table's cut cells are
 DETAILS = f"--details, {FULL}"  # where the tables and columns a brief text leaves out are
 
@@ -143,11 +143,9 @@ def median_columns(out: pd.DataFrame, df: pd.DataFrame, phases: Sequence[str],
 
 
 def against(keys: Sequence[tuple], base: Sequence[bool]) -> list[int | None]:
-    """The row each row is held against, by the one rule every ratio follows (the CLI's, `lmperf
-    table`'s and the write-up's alike): the latest base row of the same setting at or before it
-    (a results file appends sweeps in order: the same sweep's), else the first after it; None
-    where its setting has no base row. `keys`: each row's setting (every axis but the compared
-    one); `base`: whether a row is a reference (e.g. an ok run of the first precision)."""
+    """The row each row is held against, by every ratio's one rule (the CLI's, `lmperf table`'s,
+    the write-up's): the latest `base` row of the same setting (`keys`: every axis but the
+    compared one) at or before it, i.e. its own sweep's, else the first after; None: none."""
     keys = [tuple(map(str, k)) for k in keys]  # NaN and None compare as written
     rows: dict[tuple, list[int]] = {}
     for i, (k, b) in enumerate(zip(keys, base)):
@@ -325,6 +323,17 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
                        for row in zip(*cells)]
     return "\n".join("  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in
                                zip(line, widths, right)).rstrip() for line in lines), notes
+
+
+def wrap(line: str, first: str = "", rest: str = "") -> str:
+    """A line wrapped to WIDTH columns (prefixes for its first and further lines); a `code span`
+    (a command to copy) and a flag with its value (--precision bf16-mixed) are never broken,
+    even where that makes their line longer."""
+    glued = re.sub(r"`[^`]*`|--[\w-]+ [^\s`-][^\s,;:)`]*",
+                   lambda m: m.group().replace(" ", "\0"), line)
+    return "\n".join(textwrap.wrap(glued, WIDTH, initial_indent=first, subsequent_indent=rest,
+                                   break_on_hyphens=False, break_long_words=False)
+                     ).replace("\0", " ") or first
 
 
 def _render_sections(headline: list[str], sections: list[tuple[str, pd.DataFrame, str, list[str]]],

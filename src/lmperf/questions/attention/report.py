@@ -105,31 +105,10 @@ def tables(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return out
 
 
-def findings(df: pd.DataFrame) -> list[str]:
-    """Sentences over measured values: the memory flash-torch saves over naive at each context
-    (the speedups at the longest one are the headline's)."""
-    notes: list[str] = []
-    ok = df[df["status"] == "ok"]
-    for caption, g in (groups(ok) if not ok.empty else []):
-        where = f" ({caption})" if caption else ""
-        naive = g[g["attention"] == "naive"].drop_duplicates("context", keep="last").set_index("context")
-        flash = g[g["attention"] == "flash-torch"].drop_duplicates("context", keep="last").set_index("context")
-        both = sorted(set(naive.index) & set(flash.index))
-        if both:
-            parts = []
-            for t in both:
-                saved = naive.at[t, "before_backward_mib"] - flash.at[t, "before_backward_mib"]
-                parts.append(f"context {t}: {saved:+.2f} MiB "
-                             f"({saved / naive.at[t, 'score_matrix_mib']:.2f} P)")
-            notes.append(f"memory before backward, naive minus flash-torch{where}, in MiB and in "
-                         "probability matrices P = batch*heads*context^2*bytes: " + "; ".join(parts))
-    return notes
-
-
 def headline(df: pd.DataFrame) -> list[str]:
     """The answer per group of axes (two at most): the fastest implementation's fwd+bwd at the
     longest context, its speedup over naive (and the others'), and the least memory left for
-    backward there against naive's, in probability matrices P."""
+    backward there against naive's, in probability matrices P = batch*heads*context^2*bytes."""
     lines: list[str] = []
     ok = df[df["status"] == "ok"]
     for caption, g in (groups(ok) if not ok.empty else [])[:2]:
@@ -138,10 +117,8 @@ def headline(df: pd.DataFrame) -> list[str]:
         best, ms = at["end_to_end_ms"].idxmin(), at["end_to_end_ms"].min()
         x = at["speedup_vs_naive"]
         where = f" ({caption})" if caption else ""
-        line = f"fastest fwd+bwd at context {t}{where}: {best} {ms:.4g} ms"
-        if best != "naive" and x[best] == x[best]:
-            line += f", {x[best]:.2f}x naive ({at.at['naive', 'end_to_end_ms']:.4g} ms)" \
-                if "naive" in at.index else f", {x[best]:.2f}x naive"
+        line = f"fastest fwd+bwd at context {t}{where}: {best} {ms:.4g} ms" + (
+            f", {x[best]:.2f}x naive" if best != "naive" and x[best] == x[best] else "")
         others = [f"{i} {v:.2f}x" for i, v in x.items() if i not in (best, "naive") and v == v]
         lines.append(line + ("; " + ", ".join(others) if others else ""))
         mem = at["before_backward_mib"].dropna()
@@ -178,7 +155,7 @@ def build_report(records: list[dict]) -> Report:
     title = "lmperf attention" + (f" on {device}" if device else "") + \
         ": median ms per pass, memory before backward (MiB, x P), speedup over naive"
     pivots = tables(df)  # the main table's numbers against context: --details and the report
-    return Report(kind=KIND, frame=df, tables=pivots, findings=findings(df), records=records,
+    return Report(kind=KIND, frame=df, tables=pivots, records=records,
                   title=title, display=_display, brief=dict.fromkeys(pivots),
                   headline=headline(df))
 

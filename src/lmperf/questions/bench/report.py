@@ -8,7 +8,7 @@ import pandas as pd
 
 from lmperf.questions.bench.rounds import latest_view
 from lmperf.questions.bench.table import PHASES, display_frame, records_frame
-from lmperf.core.report import WIDTH, Report, against
+from lmperf.core.report import Report, against
 
 COMPARED = ("precision", "attention", "compile")
 """Sweep axes whose values bench holds against the first one (the question a sweep asks)."""
@@ -25,57 +25,49 @@ def build_report(records: list[dict]) -> Report:
     records); rendered as text, Markdown or LaTeX it is the course's table (mean ± std per phase,
     failed rows numbered with their reason)."""
     records = latest_view([r for r in records if r["kind"] == "bench"])
-    findings = []
     ok = [r for r in records if r["status"] == "ok"]
     frame = records_frame(records)
-    tables = {}
-    if ok:
-        steps = {r["metrics"]["step_ms"]["n"] for r in ok}
-        findings.append("times are medians over " + "/".join(map(str, sorted(steps)))
-                        + " timed steps per run, the step's mean ± std beside them (raw samples "
-                        "in each record)")
-        for axis in COMPARED:
-            table, lines = ratios(frame, axis)
-            if not table.empty:  # its step column is the headline: the table with --details
-                tables[f"{axis}: median time against {table['against'].iloc[0]}"] = table
-                findings += lines
-        pooled = [r for r in ok if r.get("rounds")]
-        if pooled:
-            spreads = [r["metrics"]["step_ms"]["round_spread"] for r in pooled]
-            findings.append(f"{len(pooled)} run(s) pooled over {pooled[0]['rounds']} interleaved "
-                            f"rounds (times over all rounds' samples); the step median moved "
-                            f"{min(spreads):.1%} to {max(spreads):.1%} between rounds")
+    tables, answers, findings = {}, headline(records), []
+    for axis in COMPARED if ok else ():  # each value against the first: the answer
+        table, lines = ratios(frame, axis)
+        if not table.empty:  # its step column is the headline's: the table with --details
+            tables[f"{axis}: median time against {table['against'].iloc[0]}"] = table
+            answers += lines
+    if (pooled := [r for r in ok if r.get("rounds")]):
+        spreads = [r["metrics"]["step_ms"]["round_spread"] for r in pooled]
+        findings.append(f"{len(pooled)} run(s) pooled over {pooled[0]['rounds']} interleaved "
+                        f"rounds (times over all rounds' samples); the step median moved "
+                        f"{min(spreads):.1%} to {max(spreads):.1%} between rounds")
     device = (ok or records or [{}])[0].get("env", {}).get("device_name", "")
-    ratio_lines = [f for f in findings if " / " in f.split(":")[0]]
     return Report(kind="bench", frame=frame, tables=tables, findings=findings, records=records,
                   title=f"lmperf bench on {device}" if device else "lmperf bench",
-                  display=_display, headline=headline(records) + ratio_lines[:3],
-                  brief=dict.fromkeys(tables))
+                  display=_display, headline=answers, brief=dict.fromkeys(tables))
 
 
 def headline(records: list[dict]) -> list[str]:
-    """The step times, each run by what tells it apart (size, precision...): one line, or the
-    fastest and the slowest where every run's would not fit on one; the runs that failed."""
+    """The median step of every run by what tells the runs apart, sizes grouped ("tiny fp32
+    72.25, bf16-mixed 62.89 ms; mini ..."; beyond 6 runs the fastest and the slowest), and how
+    many runs did not run."""
     shown, _, _ = display_frame(records)
-    if shown.empty or "step (ms)" not in shown:
+    if "step (ms)" not in shown:
         return []
-    label = list(shown.columns[:list(shown.columns).index("status")])
+    axes = [c for c in list(shown.columns)[:list(shown.columns).index("status")] if c != "shape"]
     ok = shown[shown["status"] == "ok"]
-    runs = [(" ".join(map(str, row[label])), row["step (ms)"]) for _, row in ok.iterrows()]
-    n = {r["metrics"]["step_ms"]["n"] for r in records if r["status"] == "ok"}
-    head = f"step time (median of {'/'.join(map(str, sorted(n)))} steps): "
-    by: dict[str, list[str]] = {}  # "tiny fp32 72.25, bf16-mixed 62.89 ms; mini ..."
-    for name, ms in runs:
-        first, _, rest = name.partition(" ")
-        by.setdefault(first, []).append(f"{rest} {ms:.4g}".lstrip())
-    line = head + "; ".join(f"{first} {', '.join(each)} ms" for first, each in by.items())
-    if len(line) > WIDTH:
-        (fast, f_ms), (slow, s_ms) = min(runs, key=lambda r: r[1]), max(runs, key=lambda r: r[1])
-        line = head + (f"{len(runs)} runs, {fast} fastest ({f_ms:.4g} ms), {slow} slowest "
-                       f"({s_ms:.4g} ms)")
+    runs = [(" ".join(str(v) if c in ("size", "precision") else f"{c} {v}" for c, v in row.items()),
+             step) for row, step in zip(ok[axes].to_dict("records"), ok["step (ms)"])]
+    by: dict[str, list[str]] = {}
+    for name, step in runs:
+        size, _, rest = name.partition(" ")
+        by.setdefault(size, []).append(f"{rest} {step:.4g}".lstrip())
+    (fast, f), (slow, s) = min(runs, key=lambda r: r[1], default=("", 0)), max(
+        runs, key=lambda r: r[1], default=("", 0))
+    n = sorted({r["metrics"]["step_ms"]["n"] for r in records if r["status"] == "ok"})
     failed = len(shown) - len(ok)
-    return ([line] if runs else []) + ([f"{failed} of {len(shown)} runs did not run: see status"]
-                                       if failed else [])
+    return ([f"step time (median of {'/'.join(map(str, n))} steps): " + (
+        "; ".join(f"{size} {', '.join(each)} ms" for size, each in by.items()) if len(runs) <= 6
+        else f"{len(runs)} runs, fastest {fast} {f:.4g} ms, slowest {slow} {s:.4g} ms")]
+        if runs else []) + ([f"{failed} of {len(shown)} runs did not run: see status"]
+                             if failed else [])
 
 
 def ratios(frame: pd.DataFrame, axis: str) -> tuple[pd.DataFrame, list[str]]:

@@ -53,6 +53,7 @@ def memory(size: str | None = None, *, model: str | None = None,
     """
     if snapshot is not None:
         return snapshot_report(snapshot, plots)
+
     if gpu is not None:  # "will it fit on NAME": its memory is the budget, CUDA the device
         from lmperf.errors import SpecError
         from lmperf.runtime.peaks import require_device
@@ -79,12 +80,20 @@ def memory(size: str | None = None, *, model: str | None = None,
     # the shape the factory was handed, first among the findings (tables show presets' names)
     said = [model_shape_note(model, plan.base.shape(), plan.base.size)] if model else []
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
+        import torch
+
+        from lmperf.estimate.preflight import available
+        from lmperf.runtime.device import cuda_available
+
         results: dict = {}
-        room = None if gib is not None else local_room(plan.base.device)
-        records = estimate_records(plan, room[0] if room else gib, results)
-        for record in records if gpu is not None or room else ():
-            record["metrics"].update({"gpu": card.name} if gpu is not None
-                                     else {"budget": room[1]})
+        room = None  # the default budget: what this machine has left (not a GPU it lacks)
+        if gib is None and (plan.base.device == "cpu" or cuda_available()):
+            room = available(torch.device(plan.base.device))
+        records = estimate_records(plan, room[0] / 2**30 if room else gib, results)
+        for record in records if gpu is not None or room else ():  # what the budget is
+            record["metrics"].update({"gpu": card.name} if gpu is not None else
+                                     {"budget": f"{room[1].split(' (')[0]} on this "
+                                                f"{plan.base.device.upper()}"})
         report = build_report(_save(records, out))
         report.findings[:0] = said
         if plots is not None:
@@ -106,22 +115,6 @@ def memory(size: str | None = None, *, model: str | None = None,
             if progress:
                 err(f"plot: {path}")
     return report
-
-
-def local_room(device_type: str) -> tuple[float, str] | None:
-    """(GiB this process may still take on this machine's `device_type`, what limits it, e.g.
-    "available on this CPU"), for an estimate's default budget; None where it cannot be read
-    (a GPU that is not here)."""
-    import torch
-
-    from lmperf.estimate.preflight import available
-    from lmperf.runtime.device import cuda_available
-
-    if device_type == "cuda" and not cuda_available():
-        return None
-    room = available(torch.device(device_type))
-    where = "GPU" if device_type == "cuda" else "CPU"
-    return None if room is None else (room[0] / 2**30, f"{room[1].split(' (')[0]} on this {where}")
 
 
 def _save(records: list[dict], out: str | Path | None) -> list[dict]:

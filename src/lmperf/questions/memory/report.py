@@ -9,7 +9,7 @@ import pandas as pd
 from lmperf.core.report import Report
 from lmperf.questions.memory import readback
 from lmperf.questions.memory.estimate import GIB, MIB
-from lmperf.questions.memory.estimate_tables import estimate_sim_section
+from lmperf.questions.memory.estimate_tables import estimate_sim_section, simulated
 from lmperf.questions.memory.tables import (
     checkpoint_section, phases_section, saved_section,
 )
@@ -161,58 +161,42 @@ def _sections(records: list[dict]) -> tuple[dict[str, pd.DataFrame], list[str]]:
 
 
 # Text keeps to the answer: the peaks per step, the saved tensors and the estimate (their main
-# columns); the tables behind them come with --details (and in Markdown and the write-up).
-HIDDEN = ("peak memory per phase", "what a step adds", "saved for backward per group",
-          "largest saved activations", "where it goes")
-BRIEF = {"saved for backward (": ["precision", "context", "activations MiB", "estimate MiB",
+# columns); every other table comes with --details (and in Markdown and the write-up).
+BRIEF = {"peak memory per step": None, "activation checkpointing": None,
+         "saved for backward (": ["precision", "context", "activations MiB", "estimate MiB",
                                   "error", "per block MiB", "block x residual"],
          "estimate (": ["mode", "precision", "context", "group", "estimate GiB", "peak GiB",
                         "peak phase", "recomputed block forwards", "fits"]}
 
 
-def _brief(name: str) -> tuple[list[str] | None, None] | None:
-    if any(h in name for h in HIDDEN):
-        return None
-    return next(((cols, None) for key, cols in BRIEF.items() if key in name), (None, None))
-
-
 def headline(records: list[dict]) -> list[str]:
     """The answer in a line or three: the largest peak of a step and whether every step fit,
     what autograd saves at the longest context, the simulated estimate against its budget."""
-    lines = []
-    rows = readback.phase_rows(records)
-    ok = [r for r in rows if r.status == "ok" and r.peak() is not None]
-    if ok:
+    lines, rows = [], readback.phase_rows(records)
+    failed = [f"{r.precision} {r.mode} at context {r.context}: {r.status}" for r in rows
+              if r.status != "ok"]
+    if (ok := [r for r in rows if r.status == "ok" and r.peak() is not None]):
         top = max(ok, key=lambda r: r.peak())
         what = "RSS of the process" if top.memory_kind == "cpu_process_peak_rss" else "allocated"
-        failed = [f"{r.precision} {r.mode} at context {r.context}: {r.status}" for r in rows
-                  if r.status != "ok"]
         lines.append(f"peak of a step: {top.peak():,.0f} MiB ({what}), {top.precision} {top.mode} "
-                     f"at context {top.context}; " + ("fits: every step ran" if not failed else
-                                                      "does not fit: " + ", ".join(failed[:2])))
-    saved = readback.saved(records)
-    if saved:
+                     f"at context {top.context}; " + ("does not fit: " + ", ".join(failed[:2])
+                                                      if failed else "fits: every step ran"))
+    if (saved := readback.saved(records)):
         (precision, t), rep = max(saved.items(), key=lambda kv: kv[0][1])
-        square = (f"; T x T tensors {rep.square_bytes / rep.activation_bytes:.0%} of it"
-                  if rep.square_bytes and rep.activation_bytes else "")
         lines.append(f"saved for backward at context {t} ({precision}): "
-                     f"{(rep.activation_bytes + rep.weight_copy_bytes) / MIB:,.1f} MiB{square}")
-    sims = [r for r in records if r["spec"].get("analysis") == "estimate" and r["status"] == "ok"
-            and "simulation" in (r.get("metrics") or {})]
-    if sims:
-        top = max(sims, key=lambda r: r["metrics"]["simulation"]["total_bytes"])
-        s, m = top["spec"], top["metrics"]
-        line = (f"estimated peak (simulated): {m['simulation']['total_bytes'] / GIB:.3g} GiB, "
-                f"{s['precision']} {s['mode']} at context {s['context']}")
-        budgets = [r["metrics"] for r in sims if r["metrics"].get("gib") is not None]
-        if budgets:
-            b = budgets[0]
-            where = (f"on {b['gpu']} ({b['gib']:.3g} GiB)" if b.get("gpu") else
-                     f"in {b['gib']:.3g} GiB" + (f" {b['budget']}" if b.get("budget") else ""))
-            line += f"; fits {where}: {sum(bool(b['fits']) for b in budgets)} of {len(budgets)}"
-        else:
-            line += "; no budget to hold it against: --gib N or --gpu NAME"
-        lines.append(line)
+                     f"{(rep.activation_bytes + rep.weight_copy_bytes) / MIB:,.1f} MiB" + (
+                         f"; T x T tensors (scores, probabilities, mask) "
+                         f"{rep.square_bytes / rep.activation_bytes:.0%} of it"
+                         if rep.square_bytes and rep.activation_bytes else ""))
+    if (sims := [r["metrics"] | r["spec"] for r in simulated(records)]):
+        m, fit = max(sims, key=lambda m: m["simulation"]["total_bytes"]), sims[0]
+        where = ("no budget to hold it against: --gib N or --gpu NAME" if fit.get("gib") is None else
+                 f"fits on {fit['gpu']} ({fit['gib']:.3g} GiB)" if fit.get("gpu") else
+                 f"fits in {fit['gib']:.3g} GiB {fit.get('budget', '')}".rstrip())
+        lines.append(f"estimated peak (simulated): {m['simulation']['total_bytes'] / GIB:.3g} GiB, "
+                     f"{m['precision']} {m['mode']} at context {m['context']}; {where}"
+                     + (f": {sum(bool(s['fits']) for s in sims)} of {len(sims)}"
+                        if fit.get("gib") is not None else ""))
     return lines
 
 
@@ -226,8 +210,10 @@ def build_report(records: list[dict]) -> Report:
                    if r.get("env", {}).get("device_name")), "")
     return Report(kind=KIND, frame=records_frame(records), tables=tables, findings=findings,
                   records=records, title=f"lmperf memory on {device}" if device else "lmperf memory",
-                  display=_display, brief={name: _brief(name) for name in tables},
-                  headline=headline(records))
+                  display=_display, headline=headline(records),
+                  brief={name: next(((cols, None) for key, cols in BRIEF.items()
+                                     if name.startswith(key) or f": {key}" in name), None)
+                         for name in tables})
 
 
 def summary_line(record: dict) -> str:

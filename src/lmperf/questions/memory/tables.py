@@ -86,10 +86,6 @@ def saved_section(reports: dict[tuple[str, int], SavedSummary]) -> tuple[Tables,
                      f"{rep.residual_bytes / MIB:,.2f} MiB); all {len(blocks)} blocks: "
                      f"{sum(blocks.values()) / max(rep.activation_bytes, 1):.0%} of the "
                      "activations")
-    if rep.square_bytes and rep.activation_bytes:
-        notes.append(f"T x T tensors (scores, probabilities, mask) are "
-                     f"{rep.square_bytes / rep.activation_bytes:.0%} of the activations at "
-                     f"context {t}")
     notes.append("bytes are storage bytes, each storage counted once; parameters, RoPE buffers "
                  "and token ids that autograd saves are listed but not counted")
     groups = (pd.DataFrame(rep.groups) if rep.groups else

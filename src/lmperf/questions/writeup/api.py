@@ -44,9 +44,8 @@ def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[dict],
 
 
 def build_sections(records: list[dict]) -> list[Section]:
-    """One `sections.Section` per kind of record and basis (measured, estimated, predicted: a
-    kind's measured and predicted records never share a section), in order of first
-    appearance, plots drawn."""
+    """One `sections.Section` per kind of record and basis (measured, estimated, predicted:
+    never one section for both), in order of first appearance, plots drawn."""
     from lmperf.core.kinds import build_reports
     from lmperf.questions.writeup.plots import plots_for
     from lmperf.questions.writeup.sections import basis

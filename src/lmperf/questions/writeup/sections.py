@@ -15,13 +15,11 @@ from lmperf.core.report import Report, numbered, readable
 
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 # What a section's numbers are, said above its tables (never "measured" over a prediction).
-BASES: dict[str, str] = {
-    "measured": "MEASURED in the runs named below (a column or table named 'estimate' holds "
-                "the estimate beside the measurement).",
-    "estimated": "ESTIMATED: simulated on this machine, nothing ran (docs/accuracy.md: how close "
-                 "it has been).",
-    "predicted": "PREDICTED: modelled for the device named, nothing ran (docs/accuracy.md: how "
-                 "close it has been)."}
+BASES: dict[str, str] = {"measured": "MEASURED in the runs named below ('estimate' columns: "
+                                     "the estimate beside the measurement).",
+                         "estimated": "ESTIMATED: simulated, nothing ran (docs/accuracy.md).",
+                         "predicted": "PREDICTED: modelled for the device named, nothing ran "
+                                      "(docs/accuracy.md)."}
 NUMBER_LIKE = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?%?( ± [\d.,]+(e[-+]?\d+)?)?( / [\d.,]+)?|-")
 MAX_ROWS = 60  # rows of a secondary table shown on the page; the rest is in the records
 
@@ -82,9 +80,8 @@ class Section:
 
 
 def basis(record: dict) -> str:
-    """'predicted', 'estimated' or 'measured': what a record's numbers are. Predictions (bench
-    --predict) and plans are predicted (a plan's --confirm cells ran: measured beside the
-    plan); memory --estimate's simulated steps are estimated; every other record ran."""
+    """What a record's numbers are: 'predicted' (bench --predict, a plan but its --confirm
+    cells), 'estimated' (memory --estimate's simulated steps) or 'measured' (the rest ran)."""
     spec = record.get("spec") or {}
     if record.get("kind") == "prediction" or (record.get("kind") == "plan"
                                                and not spec.get("confirm")):
