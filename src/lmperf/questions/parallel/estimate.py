@@ -104,12 +104,11 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
     sequences, b = tokens // context, max(batch, 1)
     lines = timelines(work, PRECISION, 0) if batch else None
 
-    def memory(strategy: str, n: int, t: int) -> tuple[float, float, float]:
+    def memory(strategy: str, n: int, t: int, accum: int) -> tuple[float, float, float]:
         """(model states, peak, allowance) of one rank, in bytes."""
         states = _states(shape, strategy, n, t)
         if lines is None:  # --batch 0: the model states, nothing else
             return states, states, 0.0
-        accum = math.ceil(math.ceil(sequences / (n // t)) / b)
         return (states, *rank_peak(lines, shape, strategy, n, t, b, accum, PRECISION, "cuda",
                                    context))
 
@@ -123,7 +122,7 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
                           sequences)
         except SpecError:  # TP cannot split this model's heads by t
             return None
-        states, peak, allowance = memory(strategy, n, t)
+        states, peak, allowance = memory(strategy, n, t, accum)
         compute = x["compute_s"] + x["optimizer_s"]
         return {"strategy": strategy, "world_size": n, "tp": t, "dp": d, "params": shape.params,
                 "memory_method": "simulated" if lines is not None else "states",
@@ -136,12 +135,14 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
                 "step_ms": x["step_s"] * 1e3, "comm_bound": x["comm_s"] > compute}
 
     def fewest(strategy: str, t: int) -> int | None:
-        """The fewest devices (tp: the smallest t) whose rank fits."""
+        """The fewest devices (tp: the smallest t) whose rank fits the step."""
+        def ok(n: int, t: int) -> bool:
+            accum = math.ceil(math.ceil(sequences / (n // t)) / b)
+            return bool(fits(sum(memory(strategy, n, t, accum)[1:]), target(n).budget))
+
         if strategy == "tp":
-            return _fewest(lambda k: fits(sum(memory("tp", k, k)[1:]), target(k).budget),
-                           shape.num_heads)
-        k = _fewest(lambda k: fits(sum(memory(strategy, k * t, t)[1:]), target(t).budget),
-                    sequences)
+            return _fewest(lambda k: ok(k, k), shape.num_heads, 2)
+        k = _fewest(lambda k: ok(k * t, t), sequences, 2 if t == 1 else 1)
         return None if k is None else k * t
 
     def largest(strategy: str, t: int) -> int | None:
@@ -193,17 +194,20 @@ def _ffn_rows(shape: Shape, card, degrees: Sequence[int], tokens: int, c_bytes: 
                      "allowance_gib": 0.0, "total_gib": (states + saved) / GIB,
                      "fits": fits(states + saved, card.budget),
                      "min_devices": _fewest(lambda k: _states(shape, strategy, k * t, t)
-                                            <= card.budget, 2**20) if t == 1 else None,
+                                            <= card.budget, 2**20, 2) if t == 1 else None,
                      "comm_gb": sent * c_bytes / 1e9, "comm_ms": total * 1e3})
     return rows
 
 
-def _fewest(fits: Callable[[int], bool | None], cap: int) -> int | None:
-    """The fewest k in 1..cap with fits(k), for fits false up to some k and true after (a
-    rank's memory only shrinks as k grows); None if not even `cap` fits. Bisection."""
-    if not fits(cap):
+def _fewest(fits: Callable[[int], bool | None], cap: int, start: int = 1) -> int | None:
+    """The fewest k in start..cap with fits(k), by bisection (a rank's memory only shrinks as k
+    grows); None if not even `cap` fits. Data-parallel strategies start at 2 devices (one
+    device is no strategy: no buckets, no shards)."""
+    if cap < start or not fits(cap):
         return None
-    lo, hi = 0, cap  # not fits(lo) (0: none), fits(hi)
+    if fits(start):
+        return start
+    lo, hi = start, cap  # not fits(lo), fits(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
