@@ -20,7 +20,9 @@ from lmperf.core.vocabulary import check_args, renamed
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu-validate.sh"
 TEXT = SCRIPT.read_text()
-STEPS = ["env", "doctor", "bench", "predict", "profile", "memory", "dist"]
+STEPS = ["env", "doctor", "attention", "bench", "predict", "profile", "memory", "dist"]
+INTO = dict(re.findall(r"\[(\w+)\]=(\w+)", re.search(r"declare -A INTO=\((.*)\)", TEXT).group(1)))
+"""A step whose records go into another step's file (attention -> bench)."""
 VARS = {"GPU": "H100-SXM", "WORK": "/tmp/work", "OUT": "/tmp/out"}
 
 
@@ -47,7 +49,8 @@ COMMANDS = [(step, argv) for step, body in _bodies().items() for argv in _comman
 def test_the_steps_their_functions_and_limits_fit_nine_minutes():
     assert re.search(r"^STEPS=\((.*)\)$", TEXT, flags=re.M).group(1).split() == STEPS
     assert list(_bodies()) == STEPS
-    limits = dict(re.findall(r"\[(\w+)\]=(\d+)", re.search(r"declare -A LIMIT=\((.*)\)", TEXT).group(1)))
+    limits = dict(re.findall(r"\[(\w+)\]=(\d+)",
+                             re.search(r"declare -A LIMIT=\((.*?)\)", TEXT, re.S).group(1)))
     assert list(limits) == STEPS and sum(map(int, limits.values())) <= 9 * 60
     assert 'timeout -k 10 "$limit" bash -c "step_$step"' in TEXT  # each step under its own limit
 
@@ -64,16 +67,19 @@ def test_every_lmperf_command_parses_with_lmperfs_own_parser(step, argv, capsys)
         pytest.fail(f"step {step}: lmperf {' '.join(argv)}: {capsys.readouterr().err.strip()}")
     check_args(args.command, args)
     assert args.device == "cuda", argv  # the script validates the GPU, never the CPU
-    assert str(args.out) == f"/tmp/work/{step}.jsonl", argv  # its records are copied into $OUT
+    # its records are copied into $OUT, in its own file or the one it shares
+    assert str(args.out) == f"/tmp/work/{INTO.get(step, step)}.jsonl", argv
 
 
 def test_every_step_runs_lmperf_and_the_outputs_fit_the_device_tool():
     recording = {step for step, argv in COMMANDS if argv != ["--version"]}
     assert recording == set(STEPS) - {"env"}  # env prints the versions into the log
-    files = {f"{step}.jsonl" for step in recording}
+    files = {f"{INTO.get(step, step)}.jsonl" for step in recording}
     files |= {m for m in re.findall(r'"\$OUT/([^"]+)"', TEXT) if "$" not in m}
     files.add(re.search(r'LOG="\$OUT/([^"]+)"', TEXT).group(1))
-    assert files == {"gpu-validate.log", "trace.json.gz", *(f"{s}.jsonl" for s in STEPS[1:])}
+    assert files == {"gpu-validate.log", "trace.json.gz",
+                     *(f"{s}.jsonl" for s in STEPS[1:] if s not in INTO)}
+    assert 'file=${INTO[$step]:-$step}.jsonl' in TEXT  # the loop copies the shared file
     assert len(files) <= 8 and all(len(Path(f).parts) <= 3 for f in files)
 
 
@@ -88,3 +94,12 @@ def test_without_a_cuda_device_it_stops_at_once_saying_so(tmp_path):
     bad = subprocess.run(["bash", str(SCRIPT), "benchmark"], capture_output=True, text=True,
                          env=env, timeout=60)
     assert bad.returncode == 2 and "unknown step 'benchmark'" in bad.stderr
+
+
+def test_the_attention_step_is_the_flash_suite_of_issue_37():
+    (argv,) = [a for step, a in COMMANDS if step == "attention"]
+    args = build_parser("attention").parse_args(argv)
+    assert (args.suite, args.dtype, args.steps) == ("flash", ["bf16"], 50)
+    assert args.attention == ["naive", "sdpa", "flash-triton"]
+    assert args.context == [1024, 4096, 16384] and args.d == [64, 128]
+    assert args.timeout and args.warmup >= 1  # flash-triton's launch search: a warm-up call

@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("triton")
 
 from lmperf.errors import SpecError
+from lmperf.kernels import flash_configs as fc
 from lmperf.kernels import flash_triton as ft
 from lmperf.kernels.reference import (
     assert_close_to_reference,
@@ -77,37 +78,60 @@ def test_other_tile_sizes(block_q, block_k):
     _check_against_reference(*_inputs((1, 100, 16)), True, block_q=block_q, block_k=block_k)
 
 
+def _with_tiles(monkeypatch, tiles_of):
+    """Run each kernel in the interpreter with the tiles `tiles_of(kernel, dtype, d)` gives;
+    returns the set of kernels that took them."""
+    launch, used = ft.launch_arguments, set()
+
+    def patched(kernel, dtype, head_dim, interpret, block_q=None, block_k=None, tiles=None):
+        if kernel not in fc.KERNELS:  # delta: no tiles
+            return launch(kernel, dtype, head_dim, interpret, block_q, block_k, tiles)
+        chosen = tiles_of(kernel, dtype, head_dim)
+        used.add(kernel)
+        return launch(kernel, dtype, head_dim, interpret, chosen.block_q, chosen.block_k)
+
+    monkeypatch.setattr(ft, "launch_arguments", patched)
+    return used
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
                          ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_the_gpu_tile_choices_match_float64(d, dtype, monkeypatch):
-    # On CUDA each kernel takes its own tiles from gpu_config (e.g. fp32 d = 128: dK/dV 16 x 32
-    # beside a 32 x 64 forward and dQ); run exactly those through the interpreter, on 100 queries
-    # over 100 and over 70 keys, so that every tile is ragged somewhere.
-    launch, used = ft._launch_config, set()
-
-    def with_gpu_tiles(q, kernel, block_q=None, block_k=None):
-        if kernel not in ft.KERNELS:  # delta: no tiles
-            return launch(q, kernel)
-        tiles = ft.gpu_config(kernel, q.dtype, q.shape[-1])
-        used.add(kernel)
-        return launch(q, kernel, tiles.block_q, tiles.block_k)
-
-    monkeypatch.setattr(ft, "_launch_config", with_gpu_tiles)
+def test_the_default_gpu_tiles_match_float64(d, dtype, monkeypatch):
+    # Without a search each kernel takes its own default tiles on CUDA (e.g. fp32 d = 128: dK/dV
+    # 16 x 32 beside a 32 x 64 forward and dQ); run exactly those through the interpreter, on 100
+    # queries over 100 and over 70 keys, so that every tile is ragged somewhere.
+    used = _with_tiles(monkeypatch, fc.default_config)
     for n_k, is_causal in ((100, True), (70, False)):
         _check_against_reference(*_inputs((1, 1, 100, d), n_k=n_k, dtype=dtype), is_causal)
     assert used == set(ft.KERNELS)
 
 
-def test_every_kernel_has_a_valid_gpu_config():
+@pytest.mark.parametrize("pair", range(5))
+def test_every_tile_pair_of_the_search_space_matches_float64(pair, monkeypatch):
+    # A search may launch any configuration of the 16-bit space. Warps and stages are compile
+    # options; the tiles are what the interpreter can check: pair `pair` (own tile x loop step)
+    # of each kernel's space, in bf16, causal over 200 queries (ragged against every tile) and
+    # not over 150 keys.
+    def tiles_of(kernel, dtype, head_dim):
+        own, step = sorted({s[:2] for s in fc.SPACE})[pair]
+        return fc.TileConfig(*((step, own) if kernel == "dkdv" else (own, step)), 4, 2)
+
+    used = _with_tiles(monkeypatch, tiles_of)
+    for n_k, is_causal in ((200, True), (150, False)):
+        _check_against_reference(*_inputs((1, 1, 200, 64), n_k=n_k, dtype=torch.bfloat16),
+                                 is_causal)
+    assert used == set(ft.KERNELS)
+
+
+def test_every_kernel_has_a_valid_default_config():
     for kernel in ft.KERNELS:
         for dtype in ft.SUPPORTED_DTYPES:
             for d in (1, 16, 64, 65, 128):
-                c = ft.gpu_config(kernel, dtype, d)
+                c = fc.default_config(kernel, dtype, d)
                 for block in (c.block_q, c.block_k):
                     assert block >= ft.MIN_BLOCK and block & (block - 1) == 0, (kernel, dtype, d)
                 assert c.num_warps in (1, 2, 4, 8, 16) and c.num_stages >= 1
-
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_head_dim_not_power_of_two_and_unequal_lengths(is_causal):
@@ -148,6 +172,50 @@ def test_saves_exactly_q_k_v_o_and_logsumexp(shape):
     torch.testing.assert_close(lse.double(), torch.logsumexp(scores, -1).detach(),
                                atol=1e-5, rtol=1e-5)
 
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_a_models_transposed_heads_are_read_in_place(is_causal):
+    # q, k, v as a model makes them, (B, T, H, d).transpose(1, 2): no copy is made (autograd
+    # saves the inputs themselves), the output and gradients keep their layout (so the model's
+    # transpose back is free), and all match float64. Before issue 37: copied, contiguous.
+    q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2)
+                   for t in _inputs((2, 3, 40, 16)))
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        o = ft.flash_attention_triton(*leaves, is_causal=is_causal)
+    o.backward(do)
+    assert [t.data_ptr() for t in saved[:3]] == [t.data_ptr() for t in leaves]
+    assert o.stride() == q.stride() and all(t.grad.stride() == t.stride() for t in leaves)
+    ref = reference_forward_backward(q, k, v, do, is_causal)
+    for got, want in zip((o, *(t.grad for t in leaves)), ref):
+        assert_close_to_reference(got, want, torch.float32)
+
+
+def test_a_forward_and_backward_launch_four_kernels(monkeypatch):
+    # forward, delta (D = rowsum(dO * O)), dQ, dK/dV and nothing else: no copy either
+    # (contiguous inputs and dO).
+    kernels, launched = ft._kernels(True), []
+
+    class Counting:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            launched.append(self.name)
+            return kernels[self.name][grid]
+
+    monkeypatch.setattr(ft, "_kernels", lambda interpret: {n: Counting(n) for n in kernels})
+    q, k, v, do = _inputs((1, 2, 50, 16))
+    q.requires_grad_(True)
+    ft.flash_attention_triton(q, k, v, is_causal=True).backward(do)
+    assert launched == ["fwd", "delta", "dq", "dkdv"]
+
+
+def test_the_interpreter_never_searches():
+    with fc.searching() as searches:
+        _check_against_reference(*_inputs((1, 40, 16)), True)
+    assert searches == [] and not fc.CHOSEN
 
 @pytest.mark.parametrize("n_q, n_k, block_q, block_k", [(100, 100, 32, 16), (100, 100, 16, 32),
                                                         (37, 70, 16, 16)])

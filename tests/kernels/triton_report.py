@@ -4,6 +4,7 @@
     .venv/bin/python -m tests.kernels.triton_report --baseline  # the tiles before issue 11
     .venv/bin/python -m tests.kernels.triton_report --compare   # before -> after, one table
     .venv/bin/python -m tests.kernels.triton_report --json      # one JSON object per kernel
+    .venv/bin/python -m tests.kernels.triton_report --search    # and every config a search keeps
 
 Triton compiles a kernel for a GPUTarget it is given (`triton.compile(ASTSource(...), target=...)`)
 with the ptxas that ships in its wheel (triton/backends/nvidia/bin; `ptxas-blackwell` for sm_90),
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from lmperf.kernels.flash_triton import TileConfig
+    from lmperf.kernels.flash_configs import TileConfig
 
 TARGETS = {"sm_80": 80, "sm_90": 90}
 SHARED_LIMIT_BYTES = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}
@@ -52,13 +53,21 @@ KERNEL_NAMES = {"fwd": "_fwd_kernel", "dkdv": "_bwd_dkdv_kernel", "dq": "_bwd_dq
 
 @dataclass(frozen=True)
 class Case:
-    """One compilation: a kernel for a target, input dtype, head dim and causality."""
+    """One compilation: a kernel for a target, input dtype, head dim and causality, with the
+    launch's default configuration or one its search may try (`tiles`)."""
 
     kernel: str  # a key of KERNEL_NAMES
     target: str  # a key of TARGETS
     dtype: str  # a key of DTYPES
     head_dim: int
     causal: bool  # the delta kernel has no mask: always False
+    tiles: TileConfig | None = None  # None: flash_configs.default_config
+
+    def config(self) -> TileConfig:
+        """The configuration this case compiles."""
+        from lmperf.kernels.flash_configs import default_config
+
+        return self.tiles or default_config(self.kernel, DTYPES[self.dtype], self.head_dim)
 
 
 CONTROL = (Case("dq", "sm_80", "bf16", 64, True), 32)
@@ -108,8 +117,12 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def cases() -> list[Case]:
-    """The matrix: fwd, dkdv, dq x target x dtype x d x causal; delta x target x dtype x d."""
+def cases(search: bool = False) -> list[Case]:
+    """The defaults' matrix: fwd, dkdv, dq x target x dtype x d x causal; delta x target x dtype
+    x d. With `search`, also every configuration the search keeps on each target (its shared
+    memory) for the shapes of issue 37: bf16, d 64 and 128, causal."""
+    from lmperf.kernels.flash_configs import KERNELS, candidates
+
     out = []
     for kernel in KERNEL_NAMES:
         for target in TARGETS:
@@ -117,13 +130,20 @@ def cases() -> list[Case]:
                 for d in HEAD_DIMS:
                     for causal in ((False,) if kernel == "delta" else (False, True)):
                         out.append(Case(kernel, target, dtype, d, causal))
+    defaults = {(c.kernel, c.target, c.dtype, c.head_dim, c.causal, c.config()) for c in out}
+    for kernel in KERNELS if search else ():
+        for target in TARGETS:
+            for d in HEAD_DIMS:
+                for cfg in candidates(kernel, torch.bfloat16, d, SHARED_LIMIT_BYTES[target]):
+                    if (kernel, target, "bf16", d, True, cfg) not in defaults:
+                        out.append(Case(kernel, target, "bf16", d, True, cfg))
     return out
 
 
 def baseline_config(kernel: str, dtype: torch.dtype, head_dim: int) -> TileConfig:
     """The launch choice before issue 11: 64 x 64 tiles for every kernel and dtype, 8 warps for
     d > 64 and 4 otherwise, 2 stages (the delta kernel took the same warps and stages)."""
-    from lmperf.kernels.flash_triton import TileConfig
+    from lmperf.kernels.flash_configs import TileConfig
 
     warps = 8 if head_dim > 64 else 4
     return TileConfig(64, 64, warps, 2) if kernel != "delta" else TileConfig(64, 0, warps, 2)
@@ -148,7 +168,7 @@ def _signature(kernel: str, dtype: str) -> tuple[object, dict[str, str]]:
             sig[p.name] = f"*{dtype}"
         elif p.name in ("qk_scale_log2", "sm_scale"):
             sig[p.name] = "fp32"
-        else:  # n_q, n_k, head_dim, n_rows
+        else:  # n_q, n_k and the (batch, head, row) strides
             sig[p.name] = "i32"
     return fn, sig
 
@@ -186,16 +206,16 @@ def _spills(ptx: str, cc: int) -> tuple[int, int]:
 
 
 def compile_case(case: Case, cfg: TileConfig | None = None, maxnreg: int | None = None) -> Row:
-    """Compile `case` with TileConfig `cfg` (default: the launcher's, `gpu_config`) and measure
+    """Compile `case` with TileConfig `cfg` (default: the case's, `Case.config`) and measure
     what it uses; `maxnreg` caps the registers per thread (a control that must spill)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from lmperf.kernels.flash_triton import gpu_config, launch_arguments
+    from lmperf.kernels.flash_triton import launch_arguments
 
     dtype = DTYPES[case.dtype]
-    cfg = cfg or gpu_config(case.kernel, dtype, case.head_dim)
+    cfg = cfg or case.config()
     # Exactly what the launcher passes on CUDA, split into constexprs and compile options.
     args = launch_arguments(case.kernel, dtype, case.head_dim, interpret=False, tiles=cfg)
     options = {"num_warps": args.pop("num_warps"), "num_stages": args.pop("num_stages"),
@@ -221,9 +241,10 @@ def compile_case(case: Case, cfg: TileConfig | None = None, maxnreg: int | None 
                kernel.metadata.shared, SHARED_LIMIT_BYTES[case.target], round(seconds, 2))
 
 
-def compile_all(baseline: bool = False, workers: int | None = None) -> list[Row]:
-    """Every case of `cases()`, compiled over `workers` processes (default: the CPU count)."""
-    todo = cases()
+def compile_all(baseline: bool = False, workers: int | None = None,
+                search: bool = False) -> list[Row]:
+    """Every case of `cases(search)`, compiled over `workers` processes (default: the CPUs)."""
+    todo = cases(search and not baseline)
     configs = [baseline_config(c.kernel, DTYPES[c.dtype], c.head_dim) if baseline else None
                for c in todo]
     workers = workers or os.cpu_count() or 1
@@ -279,13 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control", action="store_true",
                     help=f"also {CONTROL[0]} capped at {CONTROL[1]} registers, which must spill")
     ap.add_argument("--workers", type=int, default=None, help="compile processes (default: CPUs)")
+    ap.add_argument("--search", action="store_true",
+                    help="also every configuration the search keeps (bf16, d 64 and 128, causal)")
     args = ap.parse_args(argv)
     reason = unavailable_reason()
     if reason:
         print(json.dumps({"skip": reason}) if args.json else f"cannot compile: {reason}")
         return 3
     start = time.perf_counter()
-    rows = compile_all(args.baseline and not args.compare, args.workers)
+    rows = compile_all(args.baseline and not args.compare, args.workers, args.search)
     if args.compare:
         print(render_compare(compile_all(True, args.workers), rows))
     elif args.json:

@@ -1,40 +1,13 @@
-"""FlashAttention-2 as Triton kernels: tiled forward and backward behind an autograd Function.
-
-Algorithm (Dao, 2023), per (batch, head) slice with queries Q (Nq, d) and keys/values K, V (Nk, d):
-
-- Forward: one program per (query tile, batch*head). It keeps its Q tile and three fp32 accumulators
-  (o_acc (BLOCK_Q, d), row max m, row sum l) and walks the key tiles in a single loop with the
-  online softmax: m' = max(m, rowmax(S)), l = l * exp(m - m') + rowsum(exp(S - m')),
-  o_acc = o_acc * exp(m - m') + exp(S - m') V. It writes O = o_acc / l and the row logsumexp
-  L = m + log(l) (fp32); the (Nq, Nk) score matrix never exists in memory. Exponentials are taken
-  in base 2 (scores pre-multiplied by log2(e)); L is stored in natural-log units.
-- Causal (top-left aligned, as `F.scaled_dot_product_attention(is_causal=True)`: query i sees keys
-  0..i): key tiles entirely above the diagonal are never visited, since the loop bound is
-  min(Nk, (query_tile + 1) * BLOCK_Q); only tiles that cross the diagonal apply the causal mask.
-- Backward: D = rowsum(dO * O) (fp32, a small kernel), then two kernels that recompute
-  P = exp(Q K^T * scale - L) tile by tile, so nothing of size (Nq, Nk) is stored either:
-  one program per key tile accumulates dV = P^T dO and dK = scale * dS^T Q with
-  dS = P * (dO V^T - D), and one program per query tile accumulates dQ = scale * dS K.
-  Two kernels instead of one with atomics: every gradient tile has exactly one writer.
-
-Ragged sequence lengths (not multiples of the tiles) and head dims that are not a power of two are
-handled by masked loads and stores: the head dim is padded to BLOCK_D = next power of two >= 16
-inside the kernel (zeros contribute nothing to Q K^T or P V); d above 128 is refused: the CUDA
-launch table below (GPU_CONFIGS: tiles, warps and pipeline stages per kernel, dtype and d) was
-checked for shared memory and register spills up to d = 128 only.
-
-Where it runs: on CUDA, compiled by Triton; on the CPU only through Triton's interpreter
-(TRITON_INTERPRET=1 in the environment), which executes the same kernel source with numpy and is
-what the CPU tests use. One interpreter-only detail: Triton 3.9's interpreter multiplies bf16
-`tl.dot` operands as their raw uint16 bit patterns, so there (and only there) bf16 operands are
-widened to fp32 just before each dot. bf16 x bf16 products are exact in fp32, so this gives what
-the GPU's bf16 tensor cores with fp32 accumulation give, up to summation order.
-
-fp32 inputs use IEEE fp32 dots (`input_precision="ieee"`), not TF32: fp32 here means fp32.
-
-Triton is imported lazily (this module imports without it), and the kernels are `triton.jit`-ed on
-first use, with the device functions they call, so that TRITON_INTERPRET is read when a kernel is
-first launched, not at import time.
+"""FlashAttention-2 (Dao, 2023) as Triton kernels behind an autograd Function: the forward (online
+softmax over key tiles; writes O and the row logsumexp L), then D = rowsum(dO * O), dQ (a program
+per query tile) and dK/dV (per key tile), recomputing P from L; one writer per output tile.
+Causal (top-left, as SDPA's): off-diagonal tiles run unmasked, diagonal ones masked, tiles above
+it never; heaviest programs first. Tensors are read through their strides; outputs are allocated
+like their inputs. Tiles: `flash_configs`. Ragged lengths and d <= 128 are masked loads (d padded
+to BLOCK_D). CUDA compiles; the CPU runs Triton's interpreter (TRITON_INTERPRET=1, one small
+config), where bf16 dot operands are widened to fp32 (Triton 3.9's interpreter multiplies bf16 as
+raw bits; bf16 products are exact in fp32). fp32 uses IEEE dots, not TF32. Kernels are jitted on
+first use (TRITON_INTERPRET read then). Derivations: docs/commands/attention.md.
 """
 
 from __future__ import annotations
@@ -42,12 +15,15 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass
-from typing import Any
+import statistics
+from typing import Any, Callable
 
 import torch
 
 from lmperf.errors import SpecError
+from lmperf.kernels import flash_configs as fc
+from lmperf.kernels.flash_configs import KERNELS, TileConfig  # noqa: F401 (re-exported)
+from lmperf.runtime import device as dev
 
 try:  # Triton is optional: the registry reports its absence as a clean error.
     import triton
@@ -59,9 +35,7 @@ except ImportError:  # pragma: no cover - exercised only where triton is not ins
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
 MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
-INTERPRETER_BLOCKS = (32, 16)
-"""(BLOCK_Q, BLOCK_K) in the interpreter: small tiles keep it fast and, being unequal, exercise the
-causal loop bound with a query tile spanning several key tiles."""
+INTERPRETER_BLOCKS = (32, 16)  # (BLOCK_Q, BLOCK_K) there: small, and unequal for the causal bounds
 WHERE_MSG = ("flash-triton runs on CUDA, or on the CPU through Triton's interpreter "
              "(TRITON_INTERPRET=1)")
 
@@ -85,14 +59,13 @@ def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     if device.type == "cuda" or (device.type == "cpu" and interpreter_enabled()):
         return None
     return f"{WHERE_MSG}; got a {device.type} tensor" + (
-        " and TRITON_INTERPRET is not set" if device.type == "cpu" else ""
-    )
+        " and TRITON_INTERPRET is not set" if device.type == "cpu" else "")
 
 
 # --- kernels (plain functions, jitted on first use) ----------------------------------------------
-# Every tensor is contiguous (batch*heads, seq, d), so a row is `head_dim` elements apart and a
-# (batch*head) slice `seq * head_dim` apart. Row / column vectors are written `[:, None]` /
-# `[None, :]`; shapes are given as (rows, cols) in tiles.
+# Grid (tiles, heads, batch). Slice (b, h) of X starts at X + b * s_b + h * s_h, rows s_t apart
+# (`s*` arguments: q's, shared by O and dQ; k's by dK; v's by dV; dO's); L and D are contiguous
+# (B, H, Nq). Row / column vectors are `[:, None]` / `[None, :]`.
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -102,270 +75,215 @@ if tl is not None:
     _LOG2E = tl.constexpr(LOG2E)
     _LN2 = tl.constexpr(LN2)
 
-    def _fwd_kernel(Q, K, V, O, L, ITERS, n_q, n_k, head_dim, qk_scale_log2,
-                    IS_CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-                    BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
-                    RECORD_ITERS: tl.constexpr):
-        pid_q = tl.program_id(0)
-        bh = tl.program_id(1).to(tl.int64)
-        offs_q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
-        offs_d = tl.arange(0, BLOCK_D)
-        q_ok = offs_q < n_q
-        d_ok = offs_d < head_dim
-        q_base = Q + bh * n_q * head_dim
-        k_base = K + bh * n_k * head_dim
-        v_base = V + bh * n_k * head_dim
-
-        q = tl.load(q_base + offs_q[:, None] * head_dim + offs_d[None, :],
-                    mask=q_ok[:, None] & d_ok[None, :], other=0.0)  # (BQ, BD)
-        if UPCAST_DOT:
-            q = q.to(tl.float32)
-        m_i = tl.full([BLOCK_Q], float("-inf"), tl.float32)  # running row max, log2 units
-        l_i = tl.zeros([BLOCK_Q], tl.float32)  # running row sum of exp2(s - m_i)
-        acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)  # unnormalised output
-
-        # Causal: the last key this tile's last query sees is (pid_q + 1) * BLOCK_Q - 1, so key
-        # tiles from there on are all above the diagonal and are skipped by the bound itself.
-        if IS_CAUSAL:
-            hi = tl.minimum(n_k, (pid_q + 1) * BLOCK_Q)
-        else:
-            hi = n_k
-        n_iters = 0
-        for start_k in range(0, hi, BLOCK_K):
-            offs_k = start_k + tl.arange(0, BLOCK_K)
-            k_ok = offs_k < n_k
-            kv_mask = k_ok[:, None] & d_ok[None, :]
-            kv_offs = offs_k[:, None] * head_dim + offs_d[None, :]
-            k = tl.load(k_base + kv_offs, mask=kv_mask, other=0.0)  # (BK, BD)
-            v = tl.load(v_base + kv_offs, mask=kv_mask, other=0.0)
-            if UPCAST_DOT:
-                k = k.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale_log2  # (BQ, BK)
-            s = tl.where(k_ok[None, :], s, float("-inf"))  # ragged last key tile
-            if IS_CAUSAL:
-                if start_k + BLOCK_K - 1 > pid_q * BLOCK_Q:  # the tile crosses the diagonal
-                    s = tl.where(offs_k[None, :] <= offs_q[:, None], s, float("-inf"))
-            # Every row sees key 0 in the first tile, so m_new is finite from then on and a
-            # fully masked row within a later tile only adds exp2(-inf) = 0.
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
-            p = tl.exp2(s - m_new[:, None])  # (BQ, BK)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            p = p.to(V.dtype.element_ty)  # P V in the input precision, fp32 accumulation
-            if UPCAST_DOT:
-                p = p.to(tl.float32)
-                v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
-            m_i = m_new
-            n_iters += 1
-
-        acc = acc / l_i[:, None]
-        o_base = O + bh * n_q * head_dim
-        tl.store(o_base + offs_q[:, None] * head_dim + offs_d[None, :],
-                 acc.to(O.dtype.element_ty), mask=q_ok[:, None] & d_ok[None, :])
-        tl.store(L + bh * n_q + offs_q, (m_i + tl.log2(l_i)) * _LN2, mask=q_ok)
-        if RECORD_ITERS:  # test hook: how many key tiles this program visited
-            tl.store(ITERS + bh * tl.num_programs(0) + pid_q, n_iters)
-
-    def _bwd_delta_kernel(O, DO, DELTA, n_rows, head_dim,
-                          BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-        # D = rowsum(dO * O) over rows of the flattened (batch*heads*n_q, d) tensors.
-        offs_r = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-        offs_d = tl.arange(0, BLOCK_D)
-        mask = (offs_r < n_rows)[:, None] & (offs_d < head_dim)[None, :]
-        ptrs = offs_r[:, None] * head_dim + offs_d[None, :]
-        o = tl.load(O + ptrs, mask=mask, other=0.0).to(tl.float32)
-        do = tl.load(DO + ptrs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DELTA + offs_r, tl.sum(o * do, 1), mask=offs_r < n_rows)
-
-    # --- device functions of the backward kernels (jitted with them by `_kernels`; Triton inlines
-    # them, so the compiled kernels are as if written out in place) --------------------------------
-
-    def _row_tile(start, n_rows, base, head_dim, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
-        """Rows start..start+BLOCK-1 of a row-major (n_rows, head_dim) slice that begins `base`
-        elements into its tensor, padded to BLOCK_D columns: the row offsets (BLOCK,), the rows
-        in range (BLOCK,), the element offsets (BLOCK, BLOCK_D) and the elements in range."""
-        offs = start + tl.arange(0, BLOCK)
-        offs_d = tl.arange(0, BLOCK_D)
+    def _row_tile(start, n_rows, stride, stride2, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+                  BLOCK_D: tl.constexpr):
+        # Rows start.. of two (n_rows, HEAD_DIM) slices, rows `stride` / `stride2` apart: offsets,
+        # rows in range, each slice's element offsets, the mask (BLOCK, BLOCK_D) (d padded).
+        offs, offs_d = start + tl.arange(0, BLOCK), tl.arange(0, BLOCK_D)
         ok = offs < n_rows
-        mask = ok[:, None] & (offs_d < head_dim)[None, :]
-        ptrs = base + offs[:, None] * head_dim + offs_d[None, :]
-        return offs, ok, ptrs, mask
+        mask = ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+        return (offs, ok, offs[:, None] * stride + offs_d[None, :],
+                offs[:, None] * stride2 + offs_d[None, :], mask)
 
-    def _load_pair(X, Y, ptrs, mask, UPCAST_DOT: tl.constexpr):
-        """The same tile of two tensors laid out alike (K and V, or Q and dO), zero out of range;
-        widened to fp32 where the interpreter needs it for tl.dot (module docstring)."""
-        x = tl.load(X + ptrs, mask=mask, other=0.0)
-        y = tl.load(Y + ptrs, mask=mask, other=0.0)
-        if UPCAST_DOT:
-            x = x.to(tl.float32)
-            y = y.to(tl.float32)
-        return x, y
-
-    def _dot_operand(x, DTYPE: tl.constexpr, UPCAST_DOT: tl.constexpr):
-        """x (fp32) rounded to the inputs' dtype DTYPE for a dot in the input precision (fp32
-        accumulation), widened back to fp32 only in the interpreter."""
+    def _operand(x, DTYPE: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        # x as a dot operand in DTYPE (fp32 accumulation), widened to fp32 in the interpreter.
         x = x.to(DTYPE)
         if UPCAST_DOT:
             x = x.to(tl.float32)
         return x
 
-    def _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL: tl.constexpr,
-                     DOT_PRECISION: tl.constexpr):
-        """P = exp(Q K^T * scale - L) (BQ, BK) fp32 for a query tile q (BQ, BD) with its row
-        logsumexp lse (BQ,) and a key tile k (BK, BD): the forward's softmax probabilities,
-        zero for keys or queries out of range and, if causal, keys after the query."""
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BQ, BK)
-        p = tl.exp2((s * sm_scale - lse[:, None]) * _LOG2E)
-        keep = q_ok[:, None] & k_ok[None, :]
-        if IS_CAUSAL:
-            keep = keep & (offs_k[None, :] <= offs_q[:, None])
-        return tl.where(keep, p, 0.0)
+    def _load(ptrs, mask, UPCAST_DOT: tl.constexpr):
+        # A tile as a dot operand, zero out of range.
+        return _operand(tl.load(ptrs, mask=mask, other=0.0), ptrs.dtype.element_ty, UPCAST_DOT)
 
-    def _score_grad(p, do, v, delta, DOT_PRECISION: tl.constexpr):
-        """dS = P * (dO V^T - D) (BQ, BK) fp32 from P (BQ, BK), the dO tile (BQ, BD), the V tile
-        (BK, BD) and D = rowsum(dO * O) (BQ,)."""
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BQ, BK)
-        return p * (dp - delta[:, None])
+    def _fwd_steps(acc, m_i, l_i, n_iters, q, k_base, v_base, skt, svt, offs_q, lo, hi, n_k,
+                   qk_scale_log2, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        # The online softmax over key tiles lo..hi; MASKED: keys past n_k, or after the query.
+        for start_k in range(lo, hi, BLOCK_K):
+            offs_k, k_ok, k_offs, v_offs, kv_mask = _row_tile(start_k, n_k, skt, svt, HEAD_DIM,
+                                                              BLOCK_K, BLOCK_D)
+            k = _load(k_base + k_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale_log2  # (BQ, BK)
+            if MASKED:
+                keep = k_ok[None, :]
+                if IS_CAUSAL:
+                    keep = keep & (offs_k[None, :] <= offs_q[:, None])
+                s = tl.where(keep, s, float("-inf"))
+            # Every row sees key 0 in its first tile, so m_new is finite from then on and a fully
+            # masked row within a later tile only adds exp2(-inf) = 0.
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
+            p = tl.exp2(s - m_new[:, None])  # (BQ, BK)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = _load(v_base + v_offs, kv_mask, UPCAST_DOT)
+            acc = tl.dot(_operand(p, v_base.dtype.element_ty, UPCAST_DOT), v, acc * alpha[:, None],
+                         input_precision=DOT_PRECISION)
+            m_i = m_new
+            n_iters += 1
+        return acc, m_i, l_i, n_iters
 
-    def _bwd_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, n_q, n_k, head_dim, sm_scale,
-                         IS_CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-                         BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                         UPCAST_DOT: tl.constexpr):
-        pid_k = tl.program_id(0)
-        bh = tl.program_id(1).to(tl.int64)
-        offs_k, k_ok, kv_offs, kv_mask = _row_tile(pid_k * BLOCK_K, n_k, bh * n_k * head_dim,
-                                                   head_dim, BLOCK_K, BLOCK_D)
-        k, v = _load_pair(K, V, kv_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
+    def _fwd_kernel(Q, K, V, O, L, ITERS, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, n_q, n_k,
+                    qk_scale_log2, IS_CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+                    RECORD_ITERS: tl.constexpr):
+        h, b = tl.program_id(1), tl.program_id(2).to(tl.int64)
+        # Causal: the last query tiles see the most keys; they take the first program ids.
+        pid_q = tl.num_programs(0) - 1 - tl.program_id(0) if IS_CAUSAL else tl.program_id(0)
+        q0 = pid_q * BLOCK_Q
+        offs_q, q_ok, q_offs, _, q_mask = _row_tile(q0, n_q, sqt, 0, HEAD_DIM, BLOCK_Q, BLOCK_D)
+        q = _load(Q + b * sqb + h * sqh + q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
+        m_i = tl.full([BLOCK_Q], float("-inf"), tl.float32)  # running row max, log2 units
+        l_i = tl.zeros([BLOCK_Q], tl.float32)  # running row sum of exp2(s - m_i)
+        acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)  # unnormalised output
+        # Unmasked: the full key tiles before the one reaching the tile's first query; masked:
+        # from there to the last key its last query sees (causal), or the ragged tail.
+        hi = tl.minimum(n_k, q0 + BLOCK_Q) if IS_CAUSAL else n_k
+        mid = (tl.minimum(q0, n_k) if IS_CAUSAL else n_k) // BLOCK_K * BLOCK_K
+        k_base, v_base = K + b * skb + h * skh, V + b * svb + h * svh
+        acc, m_i, l_i, n_iters = _fwd_steps(
+            acc, m_i, l_i, tl.full([], 0, tl.int32), q, k_base, v_base, skt, svt, offs_q, 0, mid,
+            n_k, qk_scale_log2, False, IS_CAUSAL, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION,
+            UPCAST_DOT)
+        acc, m_i, l_i, n_iters = _fwd_steps(
+            acc, m_i, l_i, n_iters, q, k_base, v_base, skt, svt, offs_q, mid, hi, n_k,
+            qk_scale_log2, True, IS_CAUSAL, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+        tl.store(O + b * sqb + h * sqh + q_offs, (acc / l_i[:, None]).to(O.dtype.element_ty),
+                 mask=q_mask)
+        bh = b * tl.num_programs(1) + h
+        tl.store(L + bh * n_q + offs_q, (m_i + tl.log2(l_i)) * _LN2, mask=q_ok)
+        if RECORD_ITERS:  # test hook: how many key tiles this program visited
+            tl.store(ITERS + bh * tl.num_programs(0) + pid_q, n_iters)
+
+    def _bwd_delta_kernel(O, DO, DELTA, sqb, sqh, sqt, sdb, sdh, sdt, n_q,
+                          HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr):
+        # D = rowsum(dO * O) (fp32), BLOCK_Q rows of one (b, h); inside dQ, fp32 dQ would spill.
+        h, b = tl.program_id(1), tl.program_id(2).to(tl.int64)
+        start = tl.program_id(0) * BLOCK_Q
+        offs, ok, o_offs, do_offs, mask = _row_tile(start, n_q, sqt, sdt, HEAD_DIM, BLOCK_Q,
+                                                    BLOCK_D)
+        o = tl.load(O + b * sqb + h * sqh + o_offs, mask=mask, other=0.0).to(tl.float32)
+        do = tl.load(DO + b * sdb + h * sdh + do_offs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(DELTA + (b * tl.num_programs(1) + h) * n_q + offs, tl.sum(o * do, 1), mask=ok)
+
+    # The backward masks no row out of range: such rows of Q, dO, K, V load as zeros, so P stays
+    # finite there and each term they add to a stored gradient is a product with a zero row.
+
+    def _dq_steps(dq, q, do, lse2, delta, k_base, v_base, skt, svt, offs_q, lo, hi, n_k,
+                  qk_scale_log2, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                  UPCAST_DOT: tl.constexpr):
+        # dQ += dS K over the key tiles lo..hi (unscaled), dS = P * (dO V^T - D); MASKED: causal.
+        for start_k in range(lo, hi, BLOCK_K):
+            offs_k, _, k_offs, v_offs, kv_mask = _row_tile(start_k, n_k, skt, svt, HEAD_DIM,
+                                                           BLOCK_K, BLOCK_D)
+            k = _load(k_base + k_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
+            v = _load(v_base + v_offs, kv_mask, UPCAST_DOT)
+            p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale_log2
+                        - lse2[:, None])  # (BQ, BK): the forward's probabilities
+            if MASKED:
+                p = tl.where(offs_k[None, :] <= offs_q[:, None], p, 0.0)
+            ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION) - delta[:, None])
+            dq = tl.dot(_operand(ds, k_base.dtype.element_ty, UPCAST_DOT), k, dq,
+                        input_precision=DOT_PRECISION)  # (BQ, BD)
+        return dq
+
+    def _bwd_dq_kernel(Q, K, V, DO, L, DELTA, DQ, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+                       sdb, sdh, sdt, n_q, n_k, qk_scale_log2, sm_scale,
+                       IS_CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr,
+                       BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                       DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        h, b = tl.program_id(1), tl.program_id(2).to(tl.int64)
+        pid_q = tl.num_programs(0) - 1 - tl.program_id(0) if IS_CAUSAL else tl.program_id(0)
+        q0 = pid_q * BLOCK_Q  # heaviest first, as in the forward
+        offs_q, q_ok, q_offs, do_offs, q_mask = _row_tile(q0, n_q, sqt, sdt, HEAD_DIM, BLOCK_Q,
+                                                          BLOCK_D)
+        q_at = b * sqb + h * sqh  # where Q's and dQ's slices start
+        q = _load(Q + q_at + q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
+        do = _load(DO + b * sdb + h * sdh + do_offs, q_mask, UPCAST_DOT)
+        row = (b * tl.num_programs(1) + h) * n_q + offs_q
+        lse2 = tl.load(L + row, mask=q_ok, other=0.0) * _LOG2E  # (BQ,) log2 units
+        delta = tl.load(DELTA + row, mask=q_ok, other=0.0)
+        dq = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+        hi = tl.minimum(n_k, q0 + BLOCK_Q) if IS_CAUSAL else n_k  # the forward's, without its
+        mid = tl.minimum(q0 // BLOCK_K * BLOCK_K, hi) if IS_CAUSAL else n_k  # ragged-key mask
+        k_base, v_base = K + b * skb + h * skh, V + b * svb + h * svh
+        dq = _dq_steps(dq, q, do, lse2, delta, k_base, v_base, skt, svt, offs_q, 0, mid, n_k,
+                       qk_scale_log2, False, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+        dq = _dq_steps(dq, q, do, lse2, delta, k_base, v_base, skt, svt, offs_q, mid, hi, n_k,
+                       qk_scale_log2, True, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+        tl.store(DQ + q_at + q_offs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+
+    def _dkdv_steps(dk, dv, k, v, q_base, do_base, l_base, d_base, sqt, sdt, offs_k, lo, hi, n_q,
+                    qk_scale_log2, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    BLOCK_Q: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    UPCAST_DOT: tl.constexpr):
+        # dV += P^T dO, dK += dS^T Q over the query tiles lo..hi (dK unscaled); P^T and dS^T are
+        # (BK, BQ) tiles, so only the loaded Q and dO tiles are transposed. MASKED: causal.
+        for start_q in range(lo, hi, BLOCK_Q):
+            offs_q, q_ok, q_offs, do_offs, q_mask = _row_tile(start_q, n_q, sqt, sdt, HEAD_DIM,
+                                                              BLOCK_Q, BLOCK_D)
+            q = _load(q_base + q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
+            do = _load(do_base + do_offs, q_mask, UPCAST_DOT)
+            lse2 = tl.load(l_base + offs_q, mask=q_ok, other=0.0) * _LOG2E  # (BQ,) log2 units
+            delta = tl.load(d_base + offs_q, mask=q_ok, other=0.0)
+            p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=DOT_PRECISION) * qk_scale_log2
+                          - lse2[None, :])  # P^T (BK, BQ)
+            if MASKED:
+                p_t = tl.where(offs_q[None, :] >= offs_k[:, None], p_t, 0.0)
+            dv = tl.dot(_operand(p_t, do_base.dtype.element_ty, UPCAST_DOT), do, dv,
+                        input_precision=DOT_PRECISION)  # (BK, BD)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (dO V^T)^T
+            ds_t = _operand(p_t * (dp_t - delta[None, :]), q_base.dtype.element_ty, UPCAST_DOT)
+            dk = tl.dot(ds_t, q, dk, input_precision=DOT_PRECISION)
+        return dk, dv
+
+    def _bwd_dkdv_kernel(Q, K, V, DO, L, DELTA, DK, DV, sqb, sqh, sqt, skb, skh, skt, svb, svh,
+                         svt, sdb, sdh, sdt, n_q, n_k, qk_scale_log2, sm_scale,
+                         IS_CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr,
+                         BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                         DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        h, b = tl.program_id(1), tl.program_id(2).to(tl.int64)
+        k0 = tl.program_id(0) * BLOCK_K  # the first programs see the most queries: heavy first
+        offs_k, k_ok, k_offs, v_offs, kv_mask = _row_tile(k0, n_k, skt, svt, HEAD_DIM, BLOCK_K,
+                                                          BLOCK_D)
+        k_at, v_at = b * skb + h * skh, b * svb + h * svh  # where the slices start
+        k = _load(K + k_at + k_offs, kv_mask, UPCAST_DOT)
+        v = _load(V + v_at + v_offs, kv_mask, UPCAST_DOT)
         dk = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_K, BLOCK_D], tl.float32)
-        q_base = Q + bh * n_q * head_dim
-        do_base = DO + bh * n_q * head_dim
+        # Causal: queries before k0 see none of these keys; masked from the query tile holding k0
+        # up to the first tile whose first query sees the tile's last key, then unmasked.
+        lo = k0 // BLOCK_Q * BLOCK_Q if IS_CAUSAL else 0
+        mid = tl.minimum(tl.cdiv(k0 + BLOCK_K - 1, BLOCK_Q) * BLOCK_Q, n_q) if IS_CAUSAL else 0
+        row = (b * tl.num_programs(1) + h) * n_q
+        q_base, do_base = Q + b * sqb + h * sqh, DO + b * sdb + h * sdh
+        dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, L + row, DELTA + row, sqt, sdt,
+                             offs_k, lo, mid, n_q, qk_scale_log2, True, HEAD_DIM, BLOCK_Q,
+                             BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+        dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, L + row, DELTA + row, sqt, sdt,
+                             offs_k, mid, n_q, n_q, qk_scale_log2, False, HEAD_DIM, BLOCK_Q,
+                             BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+        tl.store(DK + k_at + k_offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
+        tl.store(DV + v_at + v_offs, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
-        # Causal: queries before this tile's first key see none of its keys, so the query loop
-        # starts at query pid_k * BLOCK_K (its tiles need not align with the forward's).
-        if IS_CAUSAL:
-            lo = pid_k * BLOCK_K
-        else:
-            lo = 0
-        for start_q in range(lo, n_q, BLOCK_Q):
-            offs_q, q_ok, q_offs, q_mask = _row_tile(start_q, n_q, 0, head_dim, BLOCK_Q, BLOCK_D)
-            q, do = _load_pair(q_base, do_base, q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
-            lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)  # (BQ,)
-            delta = tl.load(DELTA + bh * n_q + offs_q, mask=q_ok, other=0.0)
-            p = _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL,
-                             DOT_PRECISION)  # (BQ, BK)
-            p_lo = _dot_operand(p, DO.dtype.element_ty, UPCAST_DOT)
-            dv += tl.dot(tl.trans(p_lo), do, input_precision=DOT_PRECISION)  # (BK, BD)
-            ds = _dot_operand(_score_grad(p, do, v, delta, DOT_PRECISION), Q.dtype.element_ty,
-                              UPCAST_DOT)
-            dk += tl.dot(tl.trans(ds), q, input_precision=DOT_PRECISION)  # (BK, BD)
-
-        tl.store(DK + kv_offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
-        tl.store(DV + kv_offs, dv.to(DV.dtype.element_ty), mask=kv_mask)
-
-    def _bwd_dq_kernel(Q, K, V, DO, L, DELTA, DQ, n_q, n_k, head_dim, sm_scale,
-                       IS_CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-                       BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                       UPCAST_DOT: tl.constexpr):
-        pid_q = tl.program_id(0)
-        bh = tl.program_id(1).to(tl.int64)
-        offs_q, q_ok, q_offs, q_mask = _row_tile(pid_q * BLOCK_Q, n_q, bh * n_q * head_dim,
-                                                 head_dim, BLOCK_Q, BLOCK_D)
-        q, do = _load_pair(Q, DO, q_offs, q_mask, UPCAST_DOT)  # (BQ, BD)
-        lse = tl.load(L + bh * n_q + offs_q, mask=q_ok, other=0.0)  # (BQ,)
-        delta = tl.load(DELTA + bh * n_q + offs_q, mask=q_ok, other=0.0)
-        dq = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
-        k_base = K + bh * n_k * head_dim
-        v_base = V + bh * n_k * head_dim
-
-        if IS_CAUSAL:  # same bound as the forward
-            hi = tl.minimum(n_k, (pid_q + 1) * BLOCK_Q)
-        else:
-            hi = n_k
-        for start_k in range(0, hi, BLOCK_K):
-            offs_k, k_ok, kv_offs, kv_mask = _row_tile(start_k, n_k, 0, head_dim, BLOCK_K, BLOCK_D)
-            k, v = _load_pair(k_base, v_base, kv_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
-            p = _recompute_p(q, k, lse, offs_q, q_ok, offs_k, k_ok, sm_scale, IS_CAUSAL,
-                             DOT_PRECISION)  # (BQ, BK)
-            ds = _dot_operand(_score_grad(p, do, v, delta, DOT_PRECISION), K.dtype.element_ty,
-                              UPCAST_DOT)
-            dq += tl.dot(ds, k, input_precision=DOT_PRECISION)  # (BQ, BD)
-
-        tl.store(DQ + q_offs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
-
-    _DEVICE_FUNCTIONS = (_row_tile, _load_pair, _dot_operand, _recompute_p, _score_grad)
+    _DEVICE_FUNCTIONS = (_row_tile, _operand, _load, _fwd_steps, _dq_steps, _dkdv_steps)
 
 
 @functools.cache
 def _kernels(interpret: bool) -> dict[str, Any]:
-    """The kernels, jitted for the compiler or for the interpreter (Triton decides at jit time),
-    after their device functions (bound under their own names)."""
+    """The kernels, jitted for the compiler or the interpreter (Triton decides at jit time), after
+    their device functions, which Triton finds by global name: jitted in the kernels' mode."""
     del interpret  # only the cache key: triton.jit reads TRITON_INTERPRET itself
-    # The kernels call their device functions by global name, and Triton looks those names up in
-    # this module when it compiles or interprets a kernel: the names must hold the functions
-    # jitted in the kernels' own mode (a kernel cannot call a plain Python function).
     for fn in _DEVICE_FUNCTIONS:
         globals()[fn.__name__] = triton.jit(fn)
-    return {
-        "fwd": triton.jit(_fwd_kernel),
-        "delta": triton.jit(_bwd_delta_kernel),
-        "dkdv": triton.jit(_bwd_dkdv_kernel),
-        "dq": triton.jit(_bwd_dq_kernel),
-    }
+    return {"fwd": triton.jit(_fwd_kernel), "delta": triton.jit(_bwd_delta_kernel),
+            "dq": triton.jit(_bwd_dq_kernel), "dkdv": triton.jit(_bwd_dkdv_kernel)}
 
 
-# --- launch configuration -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TileConfig:
-    """One kernel's launch choice on CUDA: its tiles and Triton's compile options."""
-
-    block_q: int  # queries per tile (BLOCK_Q)
-    block_k: int  # keys per tile (BLOCK_K)
-    num_warps: int
-    num_stages: int  # software-pipelining depth of the loop's loads
-
-
-KERNELS = ("fwd", "dkdv", "dq")
-"""The kernels whose tiles are chosen per (dtype, d); `delta` has no loop and one fixed shape."""
-DELTA_CONFIG = TileConfig(block_q=64, block_k=0, num_warps=4, num_stages=1)
-"""The delta kernel: 64 rows per program (block_q), no key tiles, nothing to pipeline."""
-
-# Chosen by compiling for sm_80 and sm_90 without a GPU (`python -m tests.kernels.triton_report`,
-# checked by tests/kernels/test_triton_compile.py): the largest tiles that compile with no
-# local-memory stack frame (no register spill) on both targets, causal or not, keeping the earlier
-# 64 x 64 tiles wherever they already did. Not timed on a GPU: speed may favour other tiles.
-# - fp32 (IEEE dots, no tensor cores: Triton lowers them to FMAs with the operand tiles in
-#   registers): with 2 pipeline stages every tile size tried spilled (dkdv, d = 64, sm_80: from
-#   64 x 64 down to 16 x 16), so fp32 runs 1 stage, 8 warps, and tiles shrink as d grows; dK/dV
-#   holds two (BLOCK_K, d) fp32 accumulators plus K and V, hence the smallest tiles.
-# - bf16 / fp16 (tensor cores): the 64 x 64 tiles fit, except dK/dV on sm_80, which spilled
-#   (d = 64: 8 warps instead of 4 fix it; d = 128, already at 8 warps: 32 query rows per step
-#   instead of 64), and the d = 128 forward on sm_80, which spilled at 2 stages (3 fix it).
-_F32, _B16, _F16 = torch.float32, torch.bfloat16, torch.float16
-_CHOICES = {  # (kernel, head dim bucket) -> (fp32 config, 16-bit config)
-    ("fwd", 64): (TileConfig(64, 32, 8, 1), TileConfig(64, 64, 4, 2)),
-    ("fwd", 128): (TileConfig(32, 64, 8, 1), TileConfig(64, 64, 8, 3)),
-    ("dkdv", 64): (TileConfig(32, 32, 8, 1), TileConfig(64, 64, 8, 2)),
-    ("dkdv", 128): (TileConfig(16, 32, 8, 1), TileConfig(32, 64, 8, 2)),
-    ("dq", 64): (TileConfig(64, 32, 8, 1), TileConfig(64, 64, 4, 2)),
-    ("dq", 128): (TileConfig(32, 64, 8, 1), TileConfig(64, 64, 8, 2)),
-}
-GPU_CONFIGS: dict[tuple[str, torch.dtype, int], TileConfig] = {
-    (kernel, dtype, d): pair[0] if dtype == _F32 else pair[1]
-    for (kernel, d), pair in _CHOICES.items() for dtype in (_F32, _B16, _F16)
-}
-"""(kernel, dtype, d bucket: 64 for d <= 64, else 128) -> the kernel's launch on CUDA."""
-
-
-def gpu_config(kernel: str, dtype: torch.dtype, head_dim: int) -> TileConfig:
-    """The launch configuration of `kernel` ("fwd", "dkdv", "dq" or "delta") on CUDA for inputs
-    of `dtype` and head dim `head_dim` (<= 128): the GPU_CONFIGS entry for d <= 64 or d <= 128."""
-    if kernel == "delta":
-        return DELTA_CONFIG
-    return GPU_CONFIGS[kernel, dtype, 64 if head_dim <= 64 else 128]
-
+# --- launching ------------------------------------------------------------------------------------
 
 def _interpreting(q: torch.Tensor) -> bool:
     """Whether q's kernels run in Triton's interpreter (any non-CUDA tensor, or the variable)."""
@@ -375,60 +293,75 @@ def _interpreting(q: torch.Tensor) -> bool:
 def launch_arguments(kernel: str, dtype: torch.dtype, head_dim: int, interpret: bool,
                      block_q: int | None = None, block_k: int | None = None,
                      tiles: TileConfig | None = None) -> dict[str, Any]:
-    """`kernel`'s constexpr arguments and, unless `interpret`, its compile options (num_warps,
-    num_stages), for inputs of `dtype` and head dim `head_dim`.
-
-    The tiles are `block_q` / `block_k` where given, else `tiles`' (default: `gpu_config`'s on
-    CUDA, INTERPRETER_BLOCKS in the interpreter). The launchers and the compile-only check
-    (tests/kernels/triton_report.py) both build a launch here. Raises SpecError for a tile that
-    is not a power of two >= 16.
-    """
-    tiles = tiles or (None if interpret else gpu_config(kernel, dtype, head_dim))
-    # The interpreter takes no compile options.
+    """`kernel`'s constexpr arguments and, unless `interpret`, compile options for `dtype` and
+    `head_dim`: tiles `block_q` / `block_k`, else `tiles`' (default: the default config on CUDA,
+    INTERPRETER_BLOCKS in the interpreter). SpecError for a tile not a power of two >= 16."""
+    tiles = tiles or (None if interpret else fc.default_config(kernel, dtype, head_dim))
     opts = {} if interpret else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}
-    block_d = max(MIN_BLOCK, 1 << (head_dim - 1).bit_length())  # next power of two >= 16
-    if kernel == "delta":  # no loop, no tiles to choose: rows per program only
-        return {"BLOCK_ROWS": DELTA_CONFIG.block_q, "BLOCK_D": block_d, **opts}
+    shape = {"HEAD_DIM": head_dim, "BLOCK_D": max(MIN_BLOCK, 1 << (head_dim - 1).bit_length())}
+    if kernel == "delta":  # no loop: DELTA_ROWS rows a program, nothing to choose
+        return {"BLOCK_Q": fc.DELTA_ROWS, **shape, **opts}
     bq = block_q or (tiles.block_q if tiles else INTERPRETER_BLOCKS[0])
     bk = block_k or (tiles.block_k if tiles else INTERPRETER_BLOCKS[1])
     for name, b in (("block_q", bq), ("block_k", bk)):
         if b < MIN_BLOCK or b & (b - 1):
             raise SpecError(f"flash-triton {name} must be a power of two >= {MIN_BLOCK}, got {b}")
-    return {
-        "BLOCK_Q": bq,
-        "BLOCK_K": bk,
-        "BLOCK_D": block_d,
-        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",  # ignored for 16-bit
-        "UPCAST_DOT": interpret and dtype == torch.bfloat16,  # see the module docstring
-        **opts,
-    }
+    return {"BLOCK_Q": bq, "BLOCK_K": bk, **shape,  # BLOCK_D: d padded to a power of two >= 16
+            "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",  # ignored for 16-bit
+            "UPCAST_DOT": interpret and dtype == torch.bfloat16, **opts}
 
 
-def _launch_config(q: torch.Tensor, kernel: str, block_q: int | None = None,
-                   block_k: int | None = None) -> dict[str, Any]:
-    """`launch_arguments` for q's device, dtype and head dim."""
-    return launch_arguments(kernel, q.dtype, q.shape[-1], _interpreting(q), block_q, block_k)
+def _launch(kernel: str, grid: Callable[[dict], tuple], args: tuple, q: torch.Tensor,
+            n_k: int, is_causal: bool, blocks: tuple, **constexprs: Any) -> None:
+    """Launch `kernel` on `args` (q: (B, H, Nq, d)): in the interpreter with its one small
+    config; on CUDA with explicit `blocks`, or as flash_configs chooses (fp32, delta: defaults)."""
+    interpret, d = _interpreting(q), q.shape[-1]
+    fn = _kernels(interpret)[kernel]
+
+    def run(tiles: TileConfig | None) -> None:
+        cfg = launch_arguments(kernel, q.dtype, d, interpret, *blocks, tiles=tiles)
+        fn[grid(cfg)](*args, **constexprs, **cfg)
+
+    def trial(tiles: TileConfig) -> float:  # median ms; inf: more shared memory than the device's
+        try:
+            return statistics.median(  # 2 warm-up launches (the first compiles), 10 timed
+                dev.time_cuda_calls(lambda: run(tiles), q.device, 2, 10))
+        except triton.runtime.OutOfResources:
+            return math.inf
+
+    def shortlist() -> list[TileConfig]:  # against what Triton checks at launch
+        props = triton.runtime.driver.active.utils.get_device_properties(dev.cuda_index(q.device))
+        return fc.candidates(kernel, q.dtype, launch_arguments(kernel, q.dtype, d, True)["BLOCK_D"],
+                             props["max_shared_mem"])
+
+    if interpret or kernel == "delta" or any(blocks) or q.dtype == torch.float32:
+        return run(None)
+    key = fc.search_key(kernel, q.shape[0] * q.shape[1], q.shape[2], n_k, d, q.dtype, is_causal)
+    run(fc.choose(key, fc.default_config(kernel, q.dtype, d), trial, shortlist))
+
+
+def _bhtd(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dim() == 4 else t.unsqueeze(1)  # (B, T, d) -> (B, 1, T, d), a view
 
 
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                   block_q: int | None = None, block_k: int | None = None,
                   record_iters: bool = False,
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Forward on contiguous (BH, Nq, d) q and (BH, Nk, d) k, v.
-
-    Returns (o (BH, Nq, d) in q's dtype, L (BH, Nq) fp32 row logsumexp in natural-log units,
-    iters (BH, n_query_tiles) int32 key tiles visited per program, or None unless `record_iters`).
-    """
-    cfg = _launch_config(q, "fwd", block_q, block_k)
-    bh, n_q, d = q.shape
-    n_k = k.shape[1]
-    o = torch.empty_like(q)
-    lse = torch.empty(bh, n_q, device=q.device, dtype=torch.float32)
-    n_tiles = triton.cdiv(n_q, cfg["BLOCK_Q"])
-    iters = torch.zeros(bh, n_tiles, device=q.device, dtype=torch.int32) if record_iters else lse
-    _kernels(_interpreting(q))["fwd"][(n_tiles, bh)](
-        q, k, v, o, lse, iters, n_q, n_k, d, LOG2E / math.sqrt(d),
-        IS_CAUSAL=is_causal, RECORD_ITERS=record_iters, **cfg)
+    """Forward on q (B[, H], Nq, d) and k, v (B[, H], Nk, d), laid out as `addressable` leaves
+    them. Returns (o like q, L (B[, H], Nq) fp32 row logsumexp in natural-log units, iters
+    (B * H, query tiles) int32 key tiles visited per program, or None unless `record_iters`)."""
+    o = torch.empty_like(q)  # q's strides: q is dense
+    q4, k4, v4, o4 = (_bhtd(t) for t in (q, k, v, o))
+    (b, h, n_q, d), n_k = q4.shape, k4.shape[2]
+    lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
+    blocks = (block_q, block_k)
+    tiles = math.ceil(n_q / launch_arguments("fwd", q.dtype, d, True, *blocks)["BLOCK_Q"])
+    iters = torch.zeros(b * h, tiles, device=q.device, dtype=torch.int32) if record_iters else lse
+    strides = (*q4.stride()[:3], *k4.stride()[:3], *v4.stride()[:3])  # (batch, head, row) each
+    _launch("fwd", lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), h, b),
+            (q4, k4, v4, o4, lse, iters, *strides, n_q, n_k, LOG2E / math.sqrt(d)), q4, n_k,
+            is_causal, blocks, IS_CAUSAL=is_causal, RECORD_ITERS=record_iters)
     return o, lse, (iters if record_iters else None)
 
 
@@ -436,25 +369,22 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
                    lse: torch.Tensor, do: torch.Tensor, is_causal: bool,
                    block_q: int | None = None, block_k: int | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward on contiguous (BH, N, d) tensors and L (BH, Nq) fp32: returns (dq, dk, dv),
-    each in its input's dtype and shape, recomputing P from L tile by tile."""
-    bh, n_q, d = q.shape
-    n_k = k.shape[1]
-    kernels = _kernels(_interpreting(q))
-    scale = 1.0 / math.sqrt(d)
-
-    delta = torch.empty(bh, n_q, device=q.device, dtype=torch.float32)  # D = rowsum(dO * O)
-    cfg = _launch_config(q, "delta")
-    kernels["delta"][(triton.cdiv(bh * n_q, cfg["BLOCK_ROWS"]),)](
-        o, do, delta, bh * n_q, d, **cfg)
-
+    """Backward from the forward's q, k, v, o (like q) and L and the upstream gradient `do` (any
+    strides, d of unit stride): returns (dq, dk, dv), each like its input."""
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    cfg = _launch_config(q, "dkdv", block_q, block_k)  # one program per key tile
-    kernels["dkdv"][(triton.cdiv(n_k, cfg["BLOCK_K"]), bh)](
-        q, k, v, do, lse, delta, dk, dv, n_q, n_k, d, scale, IS_CAUSAL=is_causal, **cfg)
-    cfg = _launch_config(q, "dq", block_q, block_k)  # one program per query tile
-    kernels["dq"][(triton.cdiv(n_q, cfg["BLOCK_Q"]), bh)](
-        q, k, v, do, lse, delta, dq, n_q, n_k, d, scale, IS_CAUSAL=is_causal, **cfg)
+    q4, k4, v4, o4, do4, dq4, dk4, dv4 = (_bhtd(t) for t in (q, k, v, o, do, dq, dk, dv))
+    (b, h, n_q, d), n_k = q4.shape, k4.shape[2]
+    delta, blocks = torch.empty_like(lse), (block_q, block_k)  # D = rowsum(dO * O), fp32
+    rest = (*q4.stride()[:3], *k4.stride()[:3], *v4.stride()[:3], *do4.stride()[:3], n_q, n_k,
+            LOG2E / math.sqrt(d), 1.0 / math.sqrt(d))
+    _launch("delta", lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), h, b),
+            (o4, do4, delta, *q4.stride()[:3], *do4.stride()[:3], n_q), q4, n_k, is_causal, blocks)
+    _launch("dq", lambda cfg: (triton.cdiv(n_q, cfg["BLOCK_Q"]), h, b),
+            (q4, k4, v4, do4, lse, delta, dq4, *rest), q4, n_k, is_causal, blocks,
+            IS_CAUSAL=is_causal)
+    _launch("dkdv", lambda cfg: (triton.cdiv(n_k, cfg["BLOCK_K"]), h, b),
+            (q4, k4, v4, do4, lse, delta, dk4, dv4, *rest), q4, n_k, is_causal, blocks,
+            IS_CAUSAL=is_causal)
     return dq, dk, dv
 
 
@@ -487,37 +417,34 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise SpecError(reason)
 
 
+def addressable(t: torch.Tensor, dense: bool = True) -> torch.Tensor:
+    """`t` itself where the kernels read it in place (d of unit stride and, if `dense`, laid out
+    as (B, H, T, d) or its (B, T, H, d) transpose, so that empty_like keeps its strides), else a
+    contiguous copy."""
+    dense = not dense or t.is_contiguous() or t.transpose(-3, -2).is_contiguous()
+    return t if t.stride(-1) == 1 and dense else t.contiguous()
+
+
 class FlashAttentionTriton(torch.autograd.Function):
     """FlashAttention-2 with Triton kernels; saves exactly q, k, v, o and L (batch[, heads], Nq).
-
-    `FlashAttentionTriton.apply(q, k, v, is_causal)` is the course's call (`is_causal` may be
-    left out: False); the tiles default per device, kernel, dtype and d. Inputs are checked here
-    (SpecError).
-    """
+    `.apply(q, k, v, is_causal=False)` is the course's call; inputs are checked (SpecError)."""
 
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
                 block_q: int | None = None, block_k: int | None = None) -> torch.Tensor:
         check_inputs(q, k, v)
-        is_causal = bool(is_causal)
-        # Flatten (B[, H]) into one grid axis; .contiguous() is free for contiguous inputs.
-        lead, n_q, d = q.shape[:-2], q.shape[-2], q.shape[-1]
-        q, k, v = (t.contiguous() for t in (q, k, v))
-        o, lse, _ = flash_forward(q.view(-1, n_q, d), k.view(-1, k.shape[-2], d),
-                                  v.view(-1, v.shape[-2], d), is_causal, block_q, block_k)
-        o, lse = o.view(q.shape), lse.view(*lead, n_q)
+        q, k, v = addressable(q), addressable(k), addressable(v)
+        o, lse, _ = flash_forward(q, k, v, bool(is_causal), block_q, block_k)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.is_causal, ctx.blocks = is_causal, (block_q, block_k)
+        ctx.is_causal, ctx.blocks = bool(is_causal), (block_q, block_k)
         return o
 
     @staticmethod
     def backward(ctx, do: torch.Tensor):
         q, k, v, o, lse = ctx.saved_tensors
-        n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
-        dq, dk, dv = flash_backward(
-            q.view(-1, n_q, d), k.view(-1, n_k, d), v.view(-1, n_k, d), o.view(-1, n_q, d),
-            lse.view(-1, n_q), do.contiguous().view(-1, n_q, d), ctx.is_causal, *ctx.blocks)
-        return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None, None
+        dq, dk, dv = flash_backward(q, k, v, o, lse, addressable(do, dense=False), ctx.is_causal,
+                                    *ctx.blocks)
+        return dq, dk, dv, None, None, None
 
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

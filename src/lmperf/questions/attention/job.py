@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from lmperf import kernels
+from lmperf.kernels import flash_configs
 from lmperf.questions.attention.spec import MIB, AttnSpec
 from lmperf.core.envelope import Run, measured
 from lmperf.core.outcome import Stage
@@ -76,6 +77,12 @@ def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[
     def end_to_end() -> None:
         forward().backward(do)
 
+    searches = None  # flash-triton: one more untimed call, first, for its launch search (CUDA)
+    if spec.attention == "flash-triton" and spec.warmup:
+        stage.now = "searching flash-triton's launch configurations (one untimed fwd + bwd)"
+        with flash_configs.searching() as searches:
+            end_to_end()
+        q.grad = k.grad = v.grad = None
     samples: dict[str, list[float]] = {}
     stage.now = f"timing the forward ({spec.warmup} warm-up + {spec.steps} calls)"
     samples["forward"] = time_calls(forward, device, spec.warmup, spec.steps, leaves)
@@ -98,6 +105,8 @@ def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[
     if (w := spread_warning({n: metrics[f"{n}_ms"] for n in PASSES})):
         warnings.append(w)
     metrics["memory"] = memory
+    if searches is not None:  # [] where nothing was searched (the interpreter, a cached key)
+        metrics["autotune"] = searches
     if spec.attention == "sdpa":
         stage.now = "asking torch which SDPA backend runs (one untimed forward)"
         metrics["sdpa_backend"] = kernels.sdpa_backend(q, k, v, spec.causal)
