@@ -39,13 +39,28 @@ def test_shares_are_percent_in_every_table_of_profile():
     out = text("profile")
     category = out.split("share of each phase by category\n", 1)[1].split("\n\n", 1)[0]
     assert "44.6%" in category and "0.4464" not in category
-    assert "compute-bound" in out and "memory-bound" in out  # the roofline's bound labels stay
-    for kept in ("phase times", "top operators (self time): step", "roofline per phase"):
+    for kept in ("top operators (self time): step", "roofline per phase"):
         assert kept in out
+    details = "".join(r.render("text", details=True)
+                      for r in build_reports(read_records(DATA / "profile.jsonl")))
+    assert "compute-bound" in details and "memory-bound" in details  # the roofline's bounds
+    assert "phase times" in details and "top operators (self time): forward" in details
+
+
+def test_profile_opens_with_what_bounds_the_step_and_the_top_share_in_50_lines():
+    """Issue 36: the answer in the first lines (the step against its roofline on a CPU, the top
+    entry's share), the whole default text within 50 lines."""
+    lines = text("profile").splitlines()
+    assert len(lines) <= 50
+    head = "\n".join(lines[:5])
+    assert re.search(r"^step [\d.]+ ms \(median of \d+; the host's: no GPU\), [\d.]+x its roofline", head)
+    assert re.search(r"\ntop of the step: aten::\w+ [\d.]+% ", head)
 
 
 def test_profile_headers_are_words_with_units():
     out = text("profile")
+    out = "".join(r.render("text", details=True)
+                  for r in build_reports(read_records(DATA / "profile.jsonl")))
     assert "benchmarked (ms, mean)" in out and "benchmarked_ms_mean" not in out
     assert "time_per_flop_share" not in out
 

@@ -30,15 +30,22 @@ def test_cli_prints_per_step_gpu_time_and_top_kernels_per_phase(cli_real):
     assert cli_real["code"] == 0, cli_real["stderr"]
     out = cli_real["stdout"]
     assert "Traceback" not in out + cli_real["stderr"]
-    assert out.startswith("lmperf profile --from-trace v100_ddp_sgd_5steps.json.gz "
-                          "(recorded on Tesla V100-SXM2-32GB)")
-    assert "gpu busy (ms)" in out.splitlines()[1] and "gpu span (ms)" in out.splitlines()[1]
-    for phase in ("forward", "backward", "optimizer", "step"):
-        assert f"top kernels: {phase}\n" in out and f"top operators (self time): {phase}\n" in out
+    # the answer first (where the step waits, the top of the step), then the tables
+    assert out.startswith("device-bound: the GPU was busy 98% of the step (94.49 of 96.01 ms")
+    assert "\ntop of the step: " in out
+    lines = out.splitlines()
+    title = lines.index("lmperf profile --from-trace v100_ddp_sgd_5steps.json.gz "
+                        "(recorded on Tesla V100-SXM2-32GB)")
+    assert "gpu busy (ms)" in lines[title + 1] and "gpu span (ms)" in lines[title + 1]
+    assert "top kernels: step\n" in out and "top operators (self time): step\n" in out
+    assert "top kernels: backward\n" not in out  # each phase's top: --details
     assert PHASE_TABLE in out and "share of each phase by category" in out
-    assert "Volta, fp32 SIMT" in out  # GEMM names decoded
     assert "Phases from: forward: '## forward ##'" in out
-    assert "\n* device-bound: the GPU was busy 98% of the step (94.49 of 96.01 ms" in out
+    details = _run(["profile", "--from-trace", str(REAL_CUDA), "--details"])[1]
+    for phase in ("forward", "backward", "optimizer", "step"):
+        assert f"top kernels: {phase}\n" in details
+        assert f"top operators (self time): {phase}\n" in details
+    assert "Volta, fp32 SIMT" in details  # GEMM names decoded
     assert "lmperf: error" not in cli_real["stderr"]
     csvs = sorted(p.name for p in cli_real["csv"].iterdir())
     assert "time_per_step_ms.csv" in csvs and "top_kernels_backward.csv" in csvs

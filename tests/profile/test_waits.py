@@ -103,10 +103,10 @@ def test_the_h200_step_is_host_bound_at_11_8_ms_of_kernels_a_step():
     assert (per_step["bound"] == "host-bound").all()
     assert (per_step["gpu_host_wait_share"] > 0.85).all() and (per_step["gpu_idle_share"] > 0.87).all()
     report = lmperf.profile(from_trace=H200)
-    assert report.findings[0].startswith(
+    assert report.headline[0].startswith(
         "host-bound: the GPU was busy 12% of the step (11.95 of 97.31 ms of device span, mean of 3 "
         "step(s); 100% of its idle time waiting for the host's launches); levers: a larger batch")
-    assert "CUDA graphs or torch.compile" in report.findings[0]
+    assert "CUDA graphs or torch.compile" in report.headline[0]
     phases = report.tables[PHASE_TABLE].set_index("phase")
     assert phases.loc[["forward", "backward", "step"], "bound"].eq("host-bound").all()
     assert phases.loc["step", "gpu_busy_ms"] == pytest.approx(per_step["gpu_busy_ms"].mean())
@@ -116,7 +116,7 @@ def test_the_h200_step_is_host_bound_at_11_8_ms_of_kernels_a_step():
 
 def test_the_v100_ddp_step_is_device_bound():
     report = lmperf.profile(from_trace=V100)
-    assert report.findings[0].startswith("device-bound: the GPU was busy 98% of the step (94.49 of "
+    assert report.headline[0].startswith("device-bound: the GPU was busy 98% of the step (94.49 of "
                                          "96.01 ms of device span, mean of 5 step(s)")
     assert (report.frame["bound"] == "device-bound").all()
 

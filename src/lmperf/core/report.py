@@ -49,10 +49,13 @@ class Report:
         records: the JSON records behind it (as written to the results file).
         title: a heading for rendered output.
         display: optional layout of `frame` for reading (see `Display`).
-        brief: text only: table name -> (columns, rows) to show (None for either: all), or
-            None to leave the table to --details and the full formats (Markdown, the write-up).
+        brief: text only: table name -> (columns, rows) to show (None for either: all; rows 0:
+            the table only with --details, in these columns), or None to leave the table to
+            --details and the full formats (Markdown, the write-up).
         headline: the answer to the command's question in a few lines (at most 4), numbers
             included: what every human format prints first (text: the first lines of stdout).
+        more: findings for --details and the full formats only (methods, costs, answers the
+            headline and tables already give in short).
     """
 
     kind: str
@@ -64,6 +67,7 @@ class Report:
     display: Display | None = None
     brief: dict[str, tuple[Sequence[str] | None, int | None] | None] = field(default_factory=dict)
     headline: list[str] = field(default_factory=list)
+    more: list[str] = field(default_factory=list)
 
     def table(self, name: str) -> pd.DataFrame:
         """One of `tables` by name; KeyError lists the names there are."""
@@ -77,7 +81,7 @@ class Report:
 
     def render(self, fmt: str = "text", details: bool = False) -> str:
         """The report as text, 'markdown', 'latex', 'csv' (the main table) or 'json' (records).
-        Text keeps to `brief` unless `details` (every table in full, as Markdown has them)."""
+        Text keeps to `brief` unless `details` (every table, every row)."""
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; accepted: {', '.join(FORMATS)}")
         if fmt == "json":
@@ -88,26 +92,32 @@ class Report:
         sections: list[tuple[str, pd.DataFrame, str, list[str]]] = []
         if not self.frame.empty:
             sections.append((self.title, *self.main()))
-        brief = self.brief if fmt == "text" and not details else {}
+        # text: the brief tables (with --details every table and row, in the brief's columns)
+        brief_text = fmt == "text" and not details
+        brief = self.brief if fmt == "text" else {}
         hidden = []
         for name, df in self.tables.items():
-            if name not in brief:
+            if name not in brief or brief[name] is None and details:
                 sections.append((name, df, "", []))
-            elif brief[name] is None:
+            elif brief[name] is None or brief[name][1] == 0 and not details:
                 hidden.append(re.split(r":| \(", name)[0])
             else:
                 columns, rows = brief[name]  # type: ignore[misc]
+                rows = None if details else rows
                 more = [c for c in df.columns if columns is not None and c not in columns]
                 shown = df[[c for c in (columns or df.columns) if c in df.columns]]
                 names = f" ({', '.join(map(header, more))})" if len(str(more)) < 80 else ""
                 notes = ([f"{len(df) - rows} more rows"] if rows is not None and len(df) > rows
                          else []) + ([f"{len(more)} more columns{names}"] if more else [])
                 sections.append((name, shown.head(rows) if rows is not None else shown, "",
-                                 ["; ".join(notes) + f": {DETAILS}"] if notes else []))
-        findings = list(self.findings)
-        if hidden:
-            findings.append(f"{len(hidden)} more table(s) ({'; '.join(dict.fromkeys(hidden))}): "
-                            f"{DETAILS}")
+                                 ["; ".join(notes) + f": {FULL if details else DETAILS}"]
+                                 if notes else []))
+        findings = list(self.findings) + ([] if brief_text else self.more)
+        left = ([f"{len(hidden)} more table(s) ({'; '.join(dict.fromkeys(hidden))})"] if hidden
+                else []) + ([f"{len(self.more)} more finding(s)"] if brief_text and self.more
+                            else [])
+        if left:
+            findings.append(f"{' and '.join(left)}: {DETAILS}")
         return _render_sections(self.headline, sections, findings, fmt)
 
     def __str__(self) -> str:

@@ -28,7 +28,7 @@ from lmperf.questions.profile import overlap, views
 from lmperf.questions.profile.range_names import STEP
 from lmperf.questions.profile.classify import classify, short_name
 from lmperf.questions.profile.gemm import describe_gemm
-from lmperf.questions.profile.report import KIND
+from lmperf.questions.profile.report import KIND, top_line
 from lmperf.questions.profile.trace import PHASE_LABELS, UNATTRIBUTED, Trace, load_trace
 
 STEP_TABLE = "time per step (ms)"
@@ -79,17 +79,18 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
         tables[f"top operators (self time): {phase}"] = views.phase_table(
             trace, phase, top=top, classify=classify, kind="ops")
     tables[CATEGORY_TABLE] = category_table(trace, phases + [STEP])
-    findings = [line for line in [waits_headline(per_step)] if line] + notes + _findings(
-        trace, per_step, tables, phases, gpu)
+    headline = [line for line in [waits_headline(per_step), top_line(tables)] if line]
+    findings = notes + _findings(trace, per_step, tables, phases, gpu)
     findings.append(f"Parsed {path.name} in {parse_s:.2f} s ({len(trace.ops)} operators, "
                     f"{len(trace.kernels)} device activities); no record written (a trace "
                     "analysis is rerun from its file).")
     device = ", ".join(dict.fromkeys(trace.device_names))
     title = f"lmperf profile --from-trace {path.name}" + (f" (recorded on {device})" if device else "")
-    brief = {name: (("name", "category", "calls_per_step", "ms_per_step", "share", "gemm"), None)
-             for name in tables if name.startswith("top ")}  # the screen's columns
+    # the screen: the step's top entries, the phases and categories; the rest with --details
+    brief = {name: (("name", "category", "calls_per_step", "ms_per_step", "share", "gemm"), 5)
+             if name.endswith(f": {STEP}") else None for name in tables if name.startswith("top ")}
     return Report(kind=KIND, frame=per_step, tables=tables, findings=findings, records=[],
-                  title=title, brief=brief)
+                  title=title, brief=brief, headline=headline)
 
 
 def kernel_table(trace: Trace, phase: str, top: int | None = 10) -> pd.DataFrame:

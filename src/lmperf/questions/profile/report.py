@@ -28,22 +28,28 @@ CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("device", "device"))
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
 BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
-    # (title starts with, columns shown in text (None: all), rows): a screen or two by default
-    (PHASE_TIMES, ("phase", "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean",
-                   "trace_range_ms_mean", "overhead_pct"), None),
-    ("top operators", ("name", "category", "calls_per_step", "ms_per_step", "avg_us", "share"), 5),
-    ("attention:", ("range", "calls_per_step", "ms_per_step", "share", "flops_per_step_analytic",
-                    "flop_analytic_share"), None),
+    # (title starts with, columns shown in text (None: all), rows): one screen by default
+    ("top operators (self time): step", ("name", "category", "calls_per_step", "ms_per_step",
+                                         "avg_us", "share"), 5),
+    ("top kernels: step", ("name", "category", "calls_per_step", "ms_per_step", "avg_us",
+                           "share"), 5),
     (WAITS_PHASE, ("phase", "gpu_span_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_host_wait_ms",
                    "bound", "cpu_range_ms"), None),
     ("roofline per phase", ("phase", "measured_ms", "ideal_ms", "compute_ms", "memory_ms",
                             "measured_over_ideal", "overhead_bound_ms"), None),
+    ("share of each phase by category", None, 5),
+    # with --details only (rows 0), in these columns
+    (PHASE_TIMES, ("phase", "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean",
+                   "trace_range_ms_mean", "overhead_pct"), 0),
+    ("top ", ("name", "category", "calls_per_step", "ms_per_step", "avg_us", "share"), 0),
+    ("attention:", ("range", "calls_per_step", "ms_per_step", "share", "flops_per_step_analytic",
+                    "flop_analytic_share"), 0),
     ("roofline per operator", ("phase", "op", "calls", "measured_ms", "ideal_ms",
-                               "measured_over_ideal", "bound"), 10),
+                               "measured_over_ideal", "bound"), 0),
 )
-"""What `lmperf profile` prints of each table by default (text); SIDE_BY_SIDE only in the full
-formats. The roofline's operators are ordered by measured time, so its first rows are the ops
-that matter, each with its bound (compute-, memory- or overhead-bound)."""
+"""What `lmperf profile` prints of each table by default (text); every other table (the phase
+times against the benchmark, each phase's top entries, attention, the ceilings, the roofline's
+operators) with --details and in the full formats."""
 
 
 def record_fields(result) -> dict:
@@ -89,15 +95,69 @@ def build_report(records: list[dict]) -> Report:
     brief: dict = {}
     for name in tables:
         title = name.split(": ", 1)[1] if several and ": " in name else name
-        if title == SIDE_BY_SIDE:
-            brief[name] = None
-        for start, columns, rows in BRIEF:
-            if title.startswith(start):
-                brief[name] = (columns, rows)
+        brief[name] = next(((columns, rows) for start, columns, rows in BRIEF
+                            if title.startswith(start)), None)
+    headline = (_headline(frame.iloc[0], tables, findings) if len(ok) == 1 and len(records) == 1
+                else [f"{label}: " + ((r.get("metrics") or {}).get("notes") or
+                                      [f"{r['status']}: {r.get('message', '')}"])[0]
+                      for r, label in zip(records, _labels(records))][:4])
+    more = [f for f in findings if f.startswith(MORE) or f.split(": ", 1)[-1].startswith(MORE)]
     return Report(kind=KIND, frame=frame, tables=tables,
-                  findings=findings, records=records,
+                  findings=[f for f in findings if f not in more and f not in headline],
+                  records=records, more=more,
                   title=f"lmperf profile on {device}" if device else "lmperf profile",
-                  display=_display, brief=brief)
+                  display=_display, brief=brief, headline=headline)
+
+
+MORE = ("Profiling cost", "Roofline method", "Profiler overhead within", "Roofline: the ",
+        "No GPU in this run")
+"""Findings for --details (and the full formats): the method, the cost, what the headline says."""
+
+
+def top_line(tables: Mapping[str, pd.DataFrame]) -> str | None:
+    """'top of the step: NAME 59.7% (87 calls per step); by category: matmul 64.3%, ...': the
+    step's largest entry (kernel on a GPU, operator on a CPU) and its three largest categories."""
+    top = tables.get("top kernels: step", tables.get("top operators (self time): step"))
+    if top is None or top.empty:
+        return None
+    first = top.iloc[0]
+    line = (f"top of the step: {first['name']} {first['share']:.1%} "
+            f"({first['calls_per_step']:.4g} calls per step)")
+    cats = tables.get("share of each phase by category")
+    if cats is not None and "step" in cats:
+        big = cats.sort_values("step", ascending=False).head(3)
+        line += "; by category: " + ", ".join(f"{c} {v:.1%}" for c, v in zip(big["category"],
+                                                                             big["step"]))
+    return line
+
+
+def _headline(row: pd.Series, tables: Mapping[str, pd.DataFrame], notes: list[str]) -> list[str]:
+    """What bounds the step and its top share, in up to four lines: the device's waits (a GPU
+    run's first note) or the step against its roofline ideal (a CPU run: the host's), the top
+    entry and categories, the op furthest above its roofline, the profiler's overhead."""
+    out = [n for n in notes[:1] if n.split(":")[0] in ("host-bound", "device-bound",
+                                                         "GPU idle with its work queued")]
+    roof = next((df for name, df in tables.items() if name.startswith("roofline per phase")),
+                None)
+    step = roof[roof["phase"] == "step"] if roof is not None else pd.DataFrame()
+    if not out:
+        host = "; the host's: no GPU" if row.get("device") == "cpu" else ""
+        line = f"step {row['step_ms_median']:.4g} ms (median of {row['steps']}{host})"
+        if not step.empty:
+            s = step.iloc[0]
+            line += (f", {s['measured_ms'] / s['ideal_ms']:.1f}x its roofline ideal of "
+                     f"{s['ideal_ms']:.4g} ms (compute {s['compute_ms']:.4g}, memory "
+                     f"{s['memory_ms']:.4g})")
+        out.append(line)
+    out += [x for x in [top_line(tables)] if x]
+    out += [re.sub(r"^Roofline: the op furthest above its ideal is (.*) ms vs (.*)\.$",
+                   r"furthest above its roofline: \1 vs \2", n)
+            for n in notes if n.startswith("Roofline: the op")][:1]
+    b, p = row["step_ms_mean"], row["step_profiled_ms_mean"]
+    if not (math.isnan(b) or math.isnan(p)):
+        noise = " (within noise)" if row["step_overhead_noise"] == True else ""  # noqa: E712
+        out.append(f"profiler overhead on the step: {p / b - 1:+.1%}{noise}")
+    return out[:4]
 
 
 def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:

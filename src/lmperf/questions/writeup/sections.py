@@ -211,7 +211,7 @@ def build_section(report: Report, basis: str = "measured") -> Section:
     env, remarks = environment_table(records)
     return Section(kind=report.kind, title=report.title or report.kind, counts=counts,
                    tables=main_tables(report),
-                   findings=list(dict.fromkeys(report.headline + report.findings)),
+                   findings=list(dict.fromkeys(report.headline + report.findings + report.more)),
                    failures=failures_table(records, labels),
                    warnings=warnings_table(records, labels), environment=env, notes=remarks,
                    basis=basis)
