@@ -22,6 +22,7 @@ PHASE_TIMES = "phase times: benchmarked vs profiled (ms per step, mean ± std)"
 SIDE_BY_SIDE = "forward vs whole step (top entries side by side)"
 WAITS_STEP = "where the step waits: per profiled step (ms; idle and host wait: shares of the span)"
 WAITS_PHASE = "where the step waits: per phase (ms per profiled step, mean)"
+CATEGORIES = "share of each phase by category"
 # Spec fields shown in the caption when every row has the same value.
 CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("warmup", "warmup"), ("steps", "steps"), ("optimizer", "optimizer"), ("threads", "threads"),
@@ -37,7 +38,7 @@ BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
                    "bound", "cpu_range_ms"), None),
     ("roofline per phase", ("phase", "measured_ms", "ideal_ms", "compute_ms", "memory_ms",
                             "measured_over_ideal", "overhead_bound_ms"), None),
-    ("share of each phase by category", None, 5),
+    (CATEGORIES, None, 5),
     # with --details only (rows 0), in these columns
     (PHASE_TIMES, ("phase", "benchmarked_ms_mean", "benchmarked_ms_std", "profiled_ms_mean",
                    "trace_range_ms_mean", "overhead_pct"), 0),
@@ -97,6 +98,8 @@ def build_report(records: list[dict]) -> Report:
         title = name.split(": ", 1)[1] if several and ": " in name else name
         brief[name] = next(((columns, rows) for start, columns, rows in BRIEF
                             if title.startswith(start)), None)
+    if any(name.endswith(WAITS_PHASE) for name in tables):  # a GPU run: its waits take the room
+        brief.update({name: (None, 0) for name in tables if name.endswith(CATEGORIES)})
     headline = (_headline(frame.iloc[0], tables, findings) if len(ok) == 1 and len(records) == 1
                 else [f"{label}: " + ((r.get("metrics") or {}).get("notes") or
                                       [f"{r['status']}: {r.get('message', '')}"])[0]
