@@ -125,7 +125,7 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
     """The winner's line, the command that runs it, and its torchtitan job config."""
     from lmperf.questions.plan.run import command
 
-    mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{best['mfu']:.0%}"
+    mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{100 * best['mfu']:.2g}%"
     out = ["winner: " + (f"fsdp x tp {best['tp']}" if best["tp"] > 1 else best["strategy"])
            + f", {best['precision']}, checkpoint groups {best['checkpoint'] or 'none'}, "
            f"micro-batch {best['micro_batch']} x {best['grad_accum']}: {best['step_s']:.3g} s "
