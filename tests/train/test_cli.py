@@ -66,7 +66,9 @@ def test_cli_prints_table_appends_records_and_draws(cli_run):
     assert records[0]["corpus"]["source"] == "builtin" and records[0]["spec"]["threads"] == 1
     for regime in ("fp32", "fp16-mixed", "fp16-true"):
         assert regime in out
-    assert "non_finite_loss @ step 2" in out and "peak RSS MiB" in out
+    # the status cell may be cut to fit 120 columns, depending on the other cells' widths (the
+    # step times of this machine); the finding names the step
+    assert "non_finite_loss" in out and "nan at step 2" in out and "peak RSS MiB" in out
     assert "step ms: median (mean)" in " ".join(out.split())  # the median first (issue 28)
     assert "warning: fp16-mixed on the CPU" in err  # fp16 is opt-in on the CPU, with a warning
     assert "step     3/6" in err and "fp16-true: non_finite_loss @ step 2" in err
