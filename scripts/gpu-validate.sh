@@ -107,7 +107,7 @@ step_predict() {  # CPU only: the same specs, predicted for this GPU (default ho
 
 step_profile() {
     lm profile --device cuda --size small --context 512 --batch 4 --precision bf16-mixed \
-        --attention sdpa --warmup 2 --steps 3 --timeout 50 --trace "$WORK/trace.json" \
+        --attention sdpa --warmup 2 --steps 3 --timeout 30 --trace "$WORK/trace.json" \
         --out "$WORK/profile.jsonl" && gzip -c "$WORK/trace.json" > "$OUT/trace.json.gz"
 }
 
@@ -125,6 +125,16 @@ step_dist() {  # the leaderboard's step (FSDP2 + checkpointing) and one dist tra
         --steps 3 --profile-steps 1 --no-plots --timeout 40 --out "$WORK/dist.jsonl"
 }
 
+rows_failed() {  # FILE SKIP: "N of M rows error/oom/fail" over the records after line SKIP, or ""
+    [[ -f "$1" ]] || return 0
+    tail -n +"$(($2 + 1))" "$1" | "$PY" -c 'import json, sys
+rows = [json.loads(line) for line in sys.stdin if line.strip()]
+bad = [r for r in rows if r.get("status") in ("error", "oom")
+       or (r.get("metrics") or {}).get("status") == "fail"]
+print(f"{len(bad)} of {len(rows)} rows error, oom or fail" if bad else "")'
+}
+
+declare -A before=()
 export -f lm "${STEPS[@]/#/step_}"
 echo "gpu-validate: $(date -u '+%F %T') UTC, $GPU, steps: ${STEPS[*]}, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" | tee -a "$LOG"
 failed=0
@@ -136,11 +146,16 @@ for step in "${STEPS[@]}"; do
     code=${PIPESTATUS[0]}
     file=${INTO[$step]:-$step}.jsonl
     [[ -f "$WORK/$file" ]] && cp "$WORK/$file" "$OUT/$file"
+    # Failures are rows (the command exits 0): a step with an error, oom or failed-check row
+    # since it started fails too (the first run's bench said "ok" over 6 error rows).
+    bad=$(rows_failed "$WORK/$file" "${before[$file]:-0}")
     case $code in
         0) verdict=ok ;;
         124|137) verdict="TIMED OUT" ;;
         *) verdict="exit $code" ;;
     esac
+    [[ "$code" == 0 && -n "$bad" ]] && { verdict="FAILED ROWS: $bad"; code=1; }
+    before[$file]=$(wc -l < "$WORK/$file" 2>/dev/null || echo 0)
     ((code)) && failed=$((failed + 1))
     echo "== $step: $verdict after $((SECONDS - start)) s" | tee -a "$LOG"
 done

@@ -103,3 +103,22 @@ def test_the_attention_step_is_the_flash_suite_of_issue_37():
     assert args.attention == ["naive", "sdpa", "flash-triton"]
     assert args.context == [1024, 4096, 16384] and args.d == [64, 128]
     assert args.timeout and args.warmup >= 1  # flash-triton's launch search: a warm-up call
+
+
+def _rows_failed(path: Path, skip: int = 0) -> str:
+    """The script's own `rows_failed` (its step verdict over the records), run on `path`."""
+    function = re.search(r"^rows_failed\(\) \{.*?^\}", TEXT, re.S | re.M).group()
+    got = subprocess.run(["bash", "-c", f'{function}\nrows_failed "$1" "$2"', "-", str(path),
+                          str(skip)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PY": sys.executable})
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip()
+
+
+def test_a_step_whose_rows_failed_fails():
+    """The first H200 run's bench step exited 0 over 6 error rows and was reported "ok"."""
+    data = Path(__file__).parent / "data" / "h200"
+    assert _rows_failed(data / "first-run-bench.jsonl") == "6 of 6 rows error, oom or fail"
+    assert _rows_failed(data / "first-run-bench.jsonl", skip=6) == ""  # rows of earlier steps
+    assert _rows_failed(data / "memory.jsonl") == ""
+    assert "FAILED ROWS" in TEXT and 'bad=$(rows_failed "$WORK/$file"' in TEXT
