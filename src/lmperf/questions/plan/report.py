@@ -40,8 +40,8 @@ def build_report(records: list[dict], top: int = TOP) -> Report:
             tables[f"{heading}: confirmed, planned vs measured"] = pd.DataFrame([{
                 "cell": c["spec"]["cell"], "status": c["status"],
                 **{k: (c.get("metrics") or {}).get(k) for k in (
-                    "planned_peak_bytes", "measured_peak_bytes", "peak_error", "planned_fits",
-                    "measured_fits", "planned_step_s", "measured_step_s")}} for c in cells])
+                    "planned_peak_bytes", "measured_peak_bytes", "peak_error", "planned_step_s",
+                    "measured_step_s", "planned_fits", "measured_fits")}} for c in cells])
         if len(searches) == 1:
             headline, findings = won, said
         else:
