@@ -251,7 +251,6 @@ def check_target(*, gpu: str | None = None, gpus: object = None, gpus_per_node: 
 
         require_device(gpu)
 
-
 # command -> removed flag -> what became of it. Removed flags are not options: a command line
 # naming one is refused (exit 2) in one line that says so (`renamed`).
 RENAMED: dict[str, dict[str, str]] = {
@@ -262,6 +261,7 @@ RENAMED: dict[str, dict[str, str]] = {
     "train": {"--regime": "renamed --precision", "--warmup-steps": "renamed --lr-warmup",
               "--log-every": "removed: each job logs its first step and every --eval-interval"},
     "memory": {"--plot": "renamed --plots (a folder)"},
+    "dist": {"--gpu-gib": "renamed --gib (one target flag for every command)"},
     "amp": {"--plot": "renamed --plots (a folder)"},
     "report": {"--output": "renamed --out (-o stays)"},
     "profile": {"--backend": "removed: torch.profiler is the one backend; for Nsight Systems run "
