@@ -251,6 +251,7 @@ def check_target(*, gpu: str | None = None, gpus: object = None, gpus_per_node: 
 
         require_device(gpu)
 
+
 # command -> removed flag -> what became of it. Removed flags are not options: a command line
 # naming one is refused (exit 2) in one line that says so (`renamed`).
 RENAMED: dict[str, dict[str, str]] = {
