@@ -7,9 +7,6 @@ from lmperf.catalog import REPORTS
 from lmperf.core.jobs import resolve
 from lmperf.core.report import Report
 
-# kind -> "module:function"(records) -> Report, from the one table of questions
-REPORT_BUILDERS: dict[str, str] = REPORTS
-
 
 def build_reports(records: list[dict]) -> list[Report]:
     """One Report per record kind found in `records`, in order of first appearance; records of
@@ -25,8 +22,8 @@ def build_reports(records: list[dict]) -> list[Report]:
     reports = []
     for kind in kinds:
         mine = [r for r in records if r["kind"] == kind]
-        if kind in REPORT_BUILDERS:
-            reports.append(resolve(REPORT_BUILDERS[kind])(mine))
+        if kind in REPORTS:
+            reports.append(resolve(REPORTS[kind])(mine))
         else:
             frame = pd.DataFrame([{"status": r["status"], "message": r.get("message", "")}
                                   for r in mine])

@@ -114,17 +114,26 @@ class ChildProcess:
                                              stdin=subprocess.DEVNULL, start_new_session=True,
                                              env=env)
                 try:
-                    code = self.proc.wait(timeout=self.timeout_s)
+                    code: int | str | None = self.proc.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired:
                     self.kill()
-                    return [self._failed(f"timed out after {self.timeout_s:g} s; the child was "
-                                         "killed", log_path)]
+                    code = "timeout"
                 except BaseException:  # Ctrl-C or anything else: never leave a child behind
                     self.kill()
                     raise
-            if result_path.exists():
-                return json.loads(result_path.read_text(encoding="utf-8"))
-            return [self._failed(describe_exit(code), log_path)]
+            return self._records(code, result_path, log_path)
+
+    def _records(self, code: int | str | None, result_path: Path, log_path: Path) -> list[dict]:
+        """The child's records, or one 'error' record for exit `code` ("timeout": killed;
+        None: the fork server died)."""
+        if code == "timeout":
+            return [self._failed(f"timed out after {self.timeout_s:g} s; the child was killed",
+                                 log_path)]
+        if result_path.exists():
+            return json.loads(result_path.read_text(encoding="utf-8"))
+        if code is None:
+            return [self._failed("the fork server died before the child ended", log_path)]
+        return [self._failed(describe_exit(code), log_path)]  # type: ignore[arg-type]
 
     def kill(self) -> None:
         """Kill the child, everything it started, and reap it."""
@@ -133,7 +142,7 @@ class ChildProcess:
             self.proc.wait()
 
     def _failed(self, why: str, log_path: Path) -> dict:
-        tail = _tail(log_path)
+        tail = log_tail(log_path)
         last = next((ln for ln in reversed(tail) if ln.strip()), "")
         progress = heartbeat.read(self.progress_path)
         message = why + heartbeat.describe(progress) + (f"; last output: {last.strip()}"
@@ -161,12 +170,12 @@ def describe_exit(code: int) -> str:
     return f"the child process exited with code {code} before writing a result"
 
 
-def _tail(path: Path) -> list[str]:
+def log_tail(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `n` lines of a log ([] when it cannot be read)."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
     except OSError:
         return []
-    return lines[-LOG_TAIL_LINES:]
 
 
 def parent_env(spec: JobSpec) -> dict:
@@ -254,14 +263,7 @@ class WarmChild(ChildProcess):
                 raise
             finally:
                 server.done(rid)
-            if code == "timeout":
-                return [self._failed(f"timed out after {self.timeout_s:g} s; the child was "
-                                     "killed", log_path)]
-            if result_path.exists():
-                return json.loads(result_path.read_text(encoding="utf-8"))
-            if code is None:
-                return [self._failed("the fork server died before the child ended", log_path)]
-            return [self._failed(describe_exit(code), log_path)]
+            return self._records(code, result_path, log_path)
 
     def _wait(self, box: queue.Queue) -> int | str | None:
         """The child's exit code, "timeout" (it was killed), or None if the server died.

@@ -31,16 +31,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def is_oom(exc: BaseException) -> bool:
-    """Whether `exc` is an out-of-memory error (on any device); the device layer decides."""
-    from lmperf.runtime.device import is_oom as device_is_oom
-
-    return device_is_oom(exc)
-
-
 def failure(exc: BaseException, stage: Stage | str) -> dict:
     """Fields of a failed run's record: status 'oom' or 'error', the message, and for an
     unexpected exception (not an LmperfError) a short traceback."""
+    from lmperf.runtime.device import is_oom  # the device layer decides what is out of memory
+
     where = stage.now if isinstance(stage, Stage) else stage
     if is_oom(exc):
         return {"status": "oom", "message": f"out of memory while {where}: {first_line(exc)}"}

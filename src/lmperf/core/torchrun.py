@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmperf.core.jobs import class_path
-from lmperf.core.launch import alive, descendants
+from lmperf.core.launch import alive, descendants, log_tail
 from lmperf.core.rank import ENV_DIR
 
 POLL_S = 0.1
-LOG_TAIL_LINES = 20
 KILL_WAIT_S = 5.0
 PROGRESS_S = 2.0  # at most one line on stderr this often, saying what each rank is doing
 
@@ -148,13 +147,6 @@ def kill_tree(proc: subprocess.Popen, folder: Path) -> None:
         time.sleep(POLL_S)
 
 
-def _tail(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
-    except OSError:
-        return []
-
-
 def _collect(job: object, items: list[str], folder: Path, code: int,
              timed_out: dict | None) -> Attempt:
     """The attempt's records, and a row for the item that did not finish."""
@@ -164,7 +156,7 @@ def _collect(job: object, items: list[str], folder: Path, code: int,
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
                    if line.strip()]
     done = len(records)
-    logs = {r: _tail(folder / f"rank_{r}.log") for r in range(job.world_size)}  # type: ignore[attr-defined]
+    logs = {r: log_tail(folder / f"rank_{r}.log") for r in range(job.world_size)}  # type: ignore[attr-defined]
     if done == len(items):
         _exit_warnings(records, code, logs, folder, job)
         return Attempt(records)
@@ -201,7 +193,7 @@ def _diagnose(job: object, item: str, folder: Path, code: int, timed_out: dict |
         return info["status"], f"rank {info['rank']}: {info['message']}", info["rank"]
     if timed_out is not None:
         return "error", _hang_message(job, item, states), _laggard(states)
-    exits = _exit_codes(_tail(folder / "agent.log", 400))
+    exits = _exit_codes(log_tail(folder / "agent.log", 400))
     died = sorted(r for r, c in exits.items() if r not in fails and c != -signal.SIGTERM)
     if not died and fails and states:  # every failure was a consequence: blame who stopped first
         lag = _laggard(states)
@@ -268,7 +260,7 @@ def _failed_record(job: object, item: str, status: str, message: str, rank: int 
     from lmperf.core.launch import parent_env
     from lmperf.results.schema import make_record
 
-    tail = logs.get(rank, []) if rank is not None else _tail(folder / "agent.log")
+    tail = logs.get(rank, []) if rank is not None else log_tail(folder / "agent.log")
     return make_record(job.kind, job.item_spec(item), status, parent_env(job),  # type: ignore[attr-defined]
                        message=message, failed_rank=rank, log_tail=tail)
 

@@ -1,37 +1,12 @@
 """Is NEW faster than BASE? The ratio of medians of raw timing samples, its bootstrap confidence
 interval, and a verdict that needs both significance and a minimum effect.
 
-Method (chosen after reading pyperf `compare_to`, asv `compare` and torch.utils.benchmark):
-- The estimate is median(NEW) / median(BASE): medians, because a neighbour's burst of load
-  gives timing samples a long right tail that moves a mean but hardly a median; a ratio, so
-  that phases of 5 ms and 500 ms read on one scale.
-- Its confidence interval is a percentile bootstrap: both sample sets are resampled with
-  replacement, independently, `resamples` times, and the interval is the central `level`
-  quantile range of the resampled ratios. It assumes nothing about the shape of the
-  distribution (pyperf's Student t-test assumes normal samples; timing samples are skewed),
-  and it gives an interval, which a rank test (asv's Mann-Whitney U) does not. The generator is
-  seeded, so the same samples always give the same interval.
-- Several runs of one spec on a side (a sweep appended twice, rounds) are resampled run by run
-  (a two-level bootstrap: runs, then samples inside each drawn run), so that the variation
-  between runs, which one run's samples cannot show, is inside the interval.
-- A change is reported only when the interval excludes 1 AND the ratio is beyond a minimum
-  effect, 15% by default, as asv requires both a significant difference and a factor (and
-  pyperf `--min-speed`). The interval of a single run per side cannot see run-to-run variation
-  (memory placement, frequency, the neighbours), which on the 2-core development machine
-  reached 10-15% in a phase between two quiet runs of the same spec, with tight intervals. Over
-  512 phases of 16 pairs of quiet same-spec sweeps there (docs/benchmarks.md), no minimum
-  flagged 33% of them, 5% flagged 24%, 10% 9%, 15% 3.5% and 20% 1.6%, while a model doing twice
-  the work (measured 1.3x to 3.7x slower per phase) was flagged in 639 of 640 phases at every
-  one of those minimums. With `--rounds 2` on each side (two rounds per spec, resampled round by
-  round) none of 32 same-spec phases was flagged and all 64 of the 2x model's were: pool rounds
-  before lowering `min_effect`.
-The rule is symmetric in log space: 'slower' needs ratio > 1 + e, 'faster' ratio < 1 / (1 + e).
-A loaded machine is judged by the caller (lmperf.questions.compare.rows: these same functions
-on the CPU time of the measuring thread, or 'inconclusive' without it), not here: these
-functions see samples only. Under load, though, a single run per side moves between runs by more
-than 15% even in CPU time (a thread that runs part of the time finds its caches cold), and its
-interval cannot see that; so for one run per side on a loaded machine the caller asks
-`loaded_min_effect` for a wider minimum effect, and a change between the two is 'inconclusive'.
+The method (ratio of medians, a seeded percentile bootstrap resampled run by run when a side
+has several runs, a verdict that needs the interval to exclude 1 AND a minimum effect, symmetric
+in log space) and its false-alarm and detection rates: docs/commands/compare.md and
+docs/accuracy.md. A loaded machine is judged by the caller (lmperf.questions.compare.rows), which
+asks `loaded_min_effect` for a wider minimum effect for one run per side; these functions see
+samples only.
 """
 
 from __future__ import annotations
@@ -44,18 +19,12 @@ from typing import Sequence
 import numpy as np
 
 LEVEL = 0.95          # two-sided confidence level of the interval
-MIN_EFFECT = 0.15     # smallest change reported, as a fraction (15%; see the module docstring)
+MIN_EFFECT = 0.15     # smallest change reported, as a fraction (docs/commands/compare.md)
 RESAMPLES = 2000      # bootstrap resamples per comparison
 MIN_SAMPLES = 3       # fewer samples on a side: no interval, no verdict
-# The minimum effect for one run per side on a loaded machine (see `loaded_min_effect`): at
-# least LOADED_MIN_EFFECT, the run-to-run change of a phase between separate same-spec runs under
-# load, and at least SPREAD_FACTOR x the larger IQR/median of the two runs' samples (a run
-# disturbed more moves more). 2-core EPYC VM, two busy processes, tiny fp32 (docs/accuracy.md):
-# in 8 calibration runs (load 3-7) thread CPU time moved up to 1.31x in backward and step between
-# runs and the 2x model read 1.63-2.35x there: hence 45%, between the two. In the 40 runs of the
-# acceptance test (load 2.4-8.9), forward (IQR/median 30-66%) moved up to 2.1x and the optimizer
-# (3 ms) 2.6x between any two runs: a factor of 1 on the spread left 8.1% of their 780 pairs
-# with a phase past 25%, 2 left 2.7% (chosen there, in-sample), and 399 of 400 2x pairs failed.
+# The minimum effect for one run per side on a loaded machine (`loaded_min_effect`): the
+# run-to-run change of a phase under load, and a factor on the runs' IQR/median; calibrated in
+# docs/accuracy.md ("compare: false alarms and detection").
 LOADED_MIN_EFFECT = 0.45
 SPREAD_FACTOR = 2.0
 

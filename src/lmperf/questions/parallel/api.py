@@ -8,7 +8,8 @@ from typing import Sequence
 from lmperf.core.command import err, sweep_options
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
-from lmperf.errors import ResultsFileError, SpecError
+from lmperf.errors import SpecError
+from lmperf.results import store
 
 
 def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
@@ -73,15 +74,14 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                      checkpoint=checkpoint, grad_accum=grad_accum, attention=attention,
                      reference=reference)
     if plots is not None:
-        _make_folder(Path(plots))
+        store.ensure_folder(Path(plots))  # before anything runs
     out = Path(out) if out is not None else None
-    jobs = plan.jobs  # with resume, the sweep runs only the items without an ok row
     # The runner starts torchrun, which isolates the ranks: no extra child process around it.
     options = sweep_options(inline=True, resume=resume, progress=progress)
     if progress:
         for note in plan.notes:
             err(f"note: {note}")
-    records = _unsupported(plan.unsupported, out, resume) + run_sweep(jobs, out, options)
+    records = _unsupported(plan.unsupported, out) + run_sweep(plan.jobs, out, options)
     report = build_report(records)
     if plots is not None and report.records:
         from lmperf.questions.parallel.plots import plot_records
@@ -92,29 +92,17 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     return report
 
 
-def _unsupported(rows: list[tuple[dict, str]], out: Path | None, resume: bool) -> list[dict]:
+def _unsupported(rows: list[tuple[dict, str]], out: Path | None) -> list[dict]:
     """Rows made without launching anything (a compression hook the backend lacks)."""
-    from lmperf.results import store
+    import torch
+
     from lmperf.results.schema import make_record
+    from lmperf.runtime import env
 
-    records = []
-    for spec, why in rows:
-        import torch
-
-        from lmperf.runtime import env
-
-        record = make_record("dist", spec, "unsupported", env.capture(torch.device(spec["device"])),
-                             message=why)
-        if out is not None:
-            store.ensure_writable(out)
+    records = [make_record("dist", spec, "unsupported", env.capture(torch.device(spec["device"])),
+                           message=why) for spec, why in rows]
+    if out is not None and records:
+        store.ensure_writable(out)
+        for record in records:
             store.append_record(out, record)
-        records.append(record)
     return records
-
-
-def _make_folder(path: Path) -> None:
-    """Create the plot folder before anything runs; ResultsFileError if it cannot be."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultsFileError(f"cannot create the plot folder {path}: {exc.strerror or exc}") from None

@@ -15,23 +15,9 @@ autograd sums. A weight with `requires_grad=False` is not sharded. With `compute
 run the forward under autocast too: the reference LM mixes dtypes inside attention.
 
 `exact=True` (what the course adapter `get_fsdp` uses in fp32) makes every sharded weight's
-gradient bitwise equal to single-process training on the global batch, at the cost of
-all-gathering activations. Why the default is not: a weight's gradient is one GEMM over the
-batch's tokens, g^T x (out, tokens) @ (tokens, in), and a fp32 GEMM sums its K (token)
-dimension in one fixed order (MKL on the CPU: a sequential FMA fold, measured bitwise equal to
-one); two ranks each fold half the tokens and the reduce-scatter adds the halves, a different
-order, hence 1-ulp differences (1.5e-8 in the course's test after one step). The 1/n of the
-average is not it: the local mean's 1/b and the global 1/(n b) differ by exactly n, a power of
-two, which scaling undoes without rounding. So in exact mode a weight's OWNER computes it: the
-Linear's input rows x and output-gradient rows g (the Embedding's ids and output gradient) are
-all-gathered in rank order, i.e. in the global batch's order, and each rank runs the same op on
-them as one process would on the global batch, divided by n, keeping its chunk. Exact when: the
-world size is a power of two, every rank has the same batch size, the single process's loss is
-a mean over the batch, and the GEMM is the same call for the same shapes (cuBLAS may pick
-another algorithm for other shapes; on GPUs exactness is measured by `lmperf doctor`, not
-assumed). Replicated parameters (norm weights) are still all-reduced: their gradients are
-reductions inside the wrapped module that this wrapper never sees, so they match only up to
-the order of that sum (the course's SGD test: bitwise; with AdamW ~6e-8, measured).
+gradient bitwise equal to single-process training on the global batch: its owner computes it
+from the Linear's input and output-gradient rows (the Embedding's ids), all-gathered in batch
+order (why, and when it holds: docs/commands/dist.md, "FSDP bit for bit").
 """
 
 from __future__ import annotations

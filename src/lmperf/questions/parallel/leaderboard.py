@@ -1,25 +1,8 @@
 """`lmperf dist leaderboard`: the 2026 course leaderboard's measurement, on `lmperf dist train`'s
-machinery: one full training step (forward + loss, backward, gradient sync, AdamW step) of the
-`leaderboard` preset (8.1 B parameters) at context 32,768, global batch 2 in bf16 on two GPUs,
-with torch's fully_shard (FSDP2) and activation checkpointing of every block, timed as
-`triton.testing.do_bench` times a call: one untimed call, a few calls to estimate its time,
-then as many warm-up calls as fit in `warmup_ms` and timed calls as fit in `rep_ms` (at least
-one each), every call's wall time read from the host clock after a device synchronisation.
-
-Ranks run in lock-step (every step all-gathers and reduce-scatters), so a repetition's time is
-the slowest rank's. `batch` is the GLOBAL batch: each of the n ranks trains on batch / n
-sequences (the leaderboard's batch 2 on two GPUs is one sequence of 32,768 tokens per GPU).
-The cold start (process start to the end of the first step: imports, NCCL, building and
-sharding the model, the first step's cuBLAS and allocator warm-up; the slowest rank's) is
-recorded too: the leaderboard allows
-10 minutes. On the CPU the same path runs with gloo on a scaled-down model (the tests).
-
-Precision: 'bf16-true' (the default: parameters, gradients and AdamW state themselves in bf16,
-8 bytes per parameter: 30 GiB of states per GPU on two) or 'bf16-mixed' (fp32 master weights,
-gradients reduced in fp32, bf16 compute: FSDP2's MixedPrecisionPolicy, as `dist train
---compute-dtype bf16`; 16 bytes per parameter: 60.5 GiB of states per GPU on two, by `lmperf
-dist --estimate --size leaderboard --gpus 2`, before 32,768 tokens of activations and a
-(32768, 151936) logits tensor, which is why it is not the default on 80 GB GPUs).
+machinery: one full training step of the `leaderboard` preset at context 32,768, global batch 2
+on two GPUs, under FSDP2 with every block checkpointed, timed as `triton.testing.do_bench` times
+a call, the slowest rank's per repetition, and the cold start (docs/commands/dist.md). On the
+CPU the same path runs with gloo on a scaled-down model (the tests).
 """
 
 from __future__ import annotations
@@ -34,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 from lmperf.errors import SpecError
 from lmperf.model.shape import ModelShape
 from lmperf.core.rank import Ranks
+from lmperf.validate import check_fields
 
 if TYPE_CHECKING:
     import argparse
@@ -50,12 +34,10 @@ COLD_START_BUDGET_S = 600.0
 class LeaderboardJob(ModelShape, Ranks):
     """One leaderboard measurement (one item) at one world size.
 
-    Attributes: size/course and the shape fields: the reference LM; context: tokens per
-    sequence; batch: the GLOBAL batch (sequences per step over all ranks); precision: see
-    the module docstring; checkpointing: activation checkpointing of every block; attention:
-    the reference LM's attention implementation; warmup_ms, rep_ms: do_bench's budgets (ms);
-    lr, seed: AdamW and the weights / data; backend, device, threads, timeout_s,
-    max_memory_gib: see `Ranks` (as `lmperf dist train`'s jobs).
+    batch is the GLOBAL batch (sequences per step over all ranks; each of n ranks trains on
+    batch / n); precision: 'bf16-true' (states in bf16) or 'bf16-mixed' (fp32 master weights,
+    bf16 compute); warmup_ms, rep_ms: do_bench's budgets (ms); the rest as `lmperf dist train`'s
+    jobs (`Ranks`, `ModelShape`).
     """
 
     kind: ClassVar[str] = "dist"
@@ -84,10 +66,7 @@ class LeaderboardJob(ModelShape, Ranks):
         self.check_shape()
         if self.precision not in PRECISIONS:
             raise SpecError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        for name in ("world_size", "context", "batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise SpecError(f"{name} must be a positive integer, got {value!r}")
+        check_fields(self, positive=("context", "batch"))
         if self.batch % self.world_size:
             raise SpecError(f"the global batch ({self.batch}) must split evenly over "
                             f"{self.world_size} ranks")

@@ -118,7 +118,6 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
     (None: out of memory), the process's peak RSS, CUDA's allocator peak, the timed steps (s)."""
     import resource
 
-    from lmperf.core.outcome import is_oom
     from lmperf.runtime import device as dev
 
     cell, plan = job.cell(item), json.loads(job.plan)
@@ -147,7 +146,7 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
             _step(module, opt, sync, dtype, sizes, tokens)
         peak = tracker.peak
     except Exception as exc:  # on a GPU the boundary cell may not fit: that is its answer
-        if not is_oom(exc) or cell["timed"]:
+        if not dev.is_oom(exc) or cell["timed"]:
             raise
         peak = None
     times = []
