@@ -192,8 +192,7 @@ def check(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int
 def run(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int = 10000,
         long_addend: float = 0.001) -> ExperimentResult:
     """Accumulation table for (n, addend) and (long_n, long_addend) over CASES, plus the fixes."""
-    _check(n, addend, "--n", "--addend")
-    _check(long_n, long_addend, "--long-n", "--long-addend")
+    check(device, n, addend, long_n, long_addend)
     addend, long_addend = float(addend), float(long_addend)
     rows = [case_row(c, n, addend, device) for c in CASES]
     rows += [case_row(c, long_n, long_addend, device) for c in CASES]

@@ -56,13 +56,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from lmperf.questions.amp import get_experiment
     from lmperf.questions.amp.api import amp
     from lmperf.questions.amp.job import option_names
-    from lmperf.core.command import err, run_command
+    from lmperf.core.command import err, launch_kwargs, run_command
 
     options = {k: getattr(args, k) for k in option_names(get_experiment(args.experiment))
                if hasattr(args, k)}
     plots = getattr(args, "plots", None)
     code = run_command(args, lambda: amp(args.experiment, device=args.device, out=args.out,
-                                         plots=plots, **_launch(args), **options),
+                                         plots=plots, threads=args.threads,
+                                         **launch_kwargs(args), **options),
                        noun="experiment")
     png = Path(plots) / f"{args.experiment}.png" if plots is not None else None
     if png is not None and png.exists():
@@ -70,21 +71,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def _launch(args: argparse.Namespace) -> dict:
-    """The launcher's keywords of the API from the shared flags."""
-    return {"threads": args.threads, "inline": args.inline, "timeout": args.timeout,
-            "max_memory_gib": args.max_memory_gib, "resume": args.resume}
-
-
 def cmd_all(args: argparse.Namespace) -> int:
     """`lmperf amp all`: every experiment as its own job, one Markdown report; exit 1 when one
     of them failed (its row says why; the others ran)."""
-    from lmperf.core.command import emit_json
+    from lmperf.core.command import emit_json, launch_kwargs
     from lmperf.questions.amp.api import amp
     from lmperf.questions.amp.report import write_markdown
 
     report = amp("all", device=args.device, out=args.out, plots=args.report, progress=True,
-                 **_launch(args))
+                 threads=args.threads, **launch_kwargs(args))
     path = write_markdown(report.records, args.report)
     if args.json:
         emit_json(report, args.json)

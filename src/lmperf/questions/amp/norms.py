@@ -26,9 +26,11 @@ import torch
 import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.questions.amp.formats import spacing
 from lmperf.model.transformer import RMSNorm
 from lmperf.runtime import device as dev
 from lmperf.errors import SpecError
+from lmperf.validate import positive_int
 
 NAME = "norms"
 SUMMARY = "LayerNorm / RMSNorm in fp16 and bf16: x^2 overflow, 1/rms underflow, eps, small variance"
@@ -138,12 +140,6 @@ def trace_flags(trace: NormTrace) -> dict[str, bool]:
     }
 
 
-def spacing(value: float, dtype: torch.dtype) -> float:
-    """The gap from `value` (rounded to dtype) to the next larger value of dtype."""
-    t = torch.tensor(value, dtype=dtype)
-    return (torch.nextafter(t, torch.tensor(math.inf, dtype=dtype)) - t).item()
-
-
 def _rows(dim: int, rows: int, gen: torch.Generator) -> torch.Tensor:
     """(rows, dim) N(0,1) draws in fp64, each row divided by its max |value| (so max |x| = 1)."""
     z = torch.randn(rows, dim, generator=gen, dtype=torch.float64)
@@ -238,7 +234,7 @@ def small_variance_table(device: torch.device, dim: int, rows: int, offset: floa
         for dtype in DTYPES:
             x = x64.to(dtype)
             common = {"offset": offset, "noise_std": std, "dtype": dtype_name(dtype),
-                      "spacing_at_offset": spacing(offset, dtype),
+                      "spacing_at_offset": spacing(offset, dtype, device),
                       "input_rounding_rel_error": max_rel_error(layer_norm_fp64(x), ref)}
             for method, one_pass in (("two-pass", False), ("one-pass", True)):
                 trace = layer_norm_explicit(x, one_pass=one_pass)
@@ -284,8 +280,7 @@ def check(device: torch.device, dim: int = 64, rows: int = 16, scales: list[floa
     """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
         raise SpecError(f"--dim must be an integer >= 2, got {dim!r}")
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise SpecError(f"--rows must be a positive integer, got {rows!r}")
+    positive_int("--rows", rows)
     if not isinstance(offset, (int, float)) or not math.isfinite(offset):
         raise SpecError(f"--offset must be a finite number, got {offset!r}")
     _check_positive_floats("scales", DEFAULT_SCALES if scales is None else scales)

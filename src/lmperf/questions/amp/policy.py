@@ -198,7 +198,8 @@ def probe_policy(devices: Sequence[torch.device], dtypes: Sequence[str],
     return pd.DataFrame(rows)
 
 
-def _parse_dtypes(dtypes: Iterable[str]) -> list[str]:
+def parse_dtypes(dtypes: Iterable[str]) -> list[str]:
+    """The autocast dtype names, repeats dropped; SpecError for an unknown one or none."""
     names = list(dict.fromkeys(dtypes))
     bad = [n for n in names if n not in LOW_DTYPES]
     if bad or not names:
@@ -269,22 +270,16 @@ def _notes(df: pd.DataFrame, devices: Sequence[torch.device], dtypes: Sequence[s
 def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
           ops: Sequence[str] | None = None) -> None:
     """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    _parse_dtypes(dtypes)
+    parse_dtypes(dtypes)
     _parse_ops(ops)
 
 
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
         ops: Sequence[str] | None = None) -> ExperimentResult:
-    """Probe the autocast policy on the CPU (and on CUDA too when torch sees a GPU).
-
-    Args:
-        device: the device the lab runs on; the CPU is always probed, CUDA when available.
-        dtypes: autocast dtypes by short name ("fp16", "bf16").
-        ops: op names from OPS (None: all of them).
-    Returns an ExperimentResult with one table, "autocast policy", and computed notes.
-    Raises ValueError for an unknown dtype or op name.
-    """
-    dtype_names = _parse_dtypes(dtypes)
+    """Probe the autocast policy for `dtypes` ("fp16", "bf16") and `ops` (names from OPS; None:
+    all) on the CPU, and on CUDA too when torch sees a GPU, whatever `device` is. Returns an
+    ExperimentResult with one table, "autocast policy"; SpecError for an unknown name."""
+    dtype_names = parse_dtypes(dtypes)
     op_names = _parse_ops(ops)
     devices = [torch.device("cpu")]
     if dev.cuda_available():

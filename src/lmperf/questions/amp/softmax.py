@@ -19,8 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.questions.amp.formats import bits_of, from_bits
 from lmperf.runtime import device as dev
 from lmperf.errors import SpecError
+from lmperf.validate import positive_int
 
 NAME = "softmax"
 SUMMARY = "naive vs max-subtracted softmax and naive vs stable softplus; exp overflow; attention logits"
@@ -29,11 +31,6 @@ DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16, torch.float16)
 DEFAULT_MAGNITUDES: tuple[float, ...] = (1.0, 10.0, 50.0, 100.0, 500.0, 1e4)
 DEFAULT_DIMS: tuple[int, ...] = (16, 64, 128, 256)
 ROW = 8  # logits per row in the magnitude sweep
-
-# Positive floats ordered by value have increasing bit patterns, so bisection over the integers of
-# the same width finds the exact largest representable x with a finite exp.
-_BITS: dict[torch.dtype, torch.dtype] = {torch.float16: torch.int16, torch.bfloat16: torch.int16,
-                                         torch.float32: torch.int32, torch.float64: torch.int64}
 
 
 def naive_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -58,26 +55,24 @@ def stable_softplus(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
 
 
-def _from_bits(bits: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.tensor([bits], dtype=_BITS[dtype], device=device).view(dtype)
-
-
 def exp_overflow_threshold(dtype: torch.dtype, device: torch.device) -> tuple[float, float, int]:
     """The largest x of `dtype` whose exp (computed by torch on `device`) is finite.
 
     Returns (largest x with finite exp, the next representable x (exp is inf), probes used).
+    Positive floats ordered by value have increasing bit patterns, so bisection over the
+    patterns finds the exact largest x.
     """
     lo = 0  # bits of +0.0: exp(0) = 1 is finite
-    hi = torch.tensor([math.inf], dtype=dtype).view(_BITS[dtype]).item()  # bits of +inf
+    hi = bits_of(torch.tensor(math.inf, dtype=dtype))
     probes = 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
         probes += 1
-        if torch.isfinite(torch.exp(_from_bits(mid, dtype, device))).item():
+        if torch.isfinite(torch.exp(from_bits(mid, dtype, device))).item():
             lo = mid
         else:
             hi = mid
-    return _from_bits(lo, dtype, device).item(), _from_bits(hi, dtype, device).item(), probes
+    return from_bits(lo, dtype, device).item(), from_bits(hi, dtype, device).item(), probes
 
 
 def exp_overflow_table(device: torch.device) -> pd.DataFrame:
@@ -205,8 +200,7 @@ def check(device: torch.device, magnitudes: list[float] | None = None,
     dims = list(DEFAULT_DIMS if dims is None else dims)
     if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
         raise SpecError(f"--dims must be one or more positive integers, got {dims}")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise SpecError(f"--tokens must be a positive integer, got {tokens!r}")
+    positive_int("--tokens", tokens)
 
 
 def run(device: torch.device, magnitudes: list[float] | None = None, dims: list[int] | None = None,

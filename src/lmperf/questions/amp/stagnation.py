@@ -117,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=1000, help="number of updates (default: 1000)")
 
 
-def _check(w0: float, delta: float, steps: int) -> None:
+def check(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> None:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
     fp16_max = torch.finfo(torch.float16).max
     if not isinstance(w0, (int, float)) or not math.isfinite(w0) or abs(w0) > fp16_max:
         raise SpecError(f"--w0 must be finite and within fp16's range (|w0| <= {fp16_max:g}), got {w0!r}")
@@ -127,14 +128,9 @@ def _check(w0: float, delta: float, steps: int) -> None:
         raise SpecError(f"--steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}")
 
 
-def check(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    _check(w0, delta, steps)
-
-
 def run(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> ExperimentResult:
     """The stagnation table over REGIMES, and the delta sweep for bf16 and fp16."""
-    _check(w0, delta, steps)
+    check(device, w0, delta, steps)
     w0, delta = float(w0), float(delta)
     rows = [regime_row(r, w0, delta, steps, device) for r in REGIMES]
     table = pd.DataFrame(rows)

@@ -19,10 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
-from lmperf.questions.amp.policy import CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES
+from lmperf.questions.amp.policy import (CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES,
+                                          parse_dtypes)
 from lmperf.runtime import device as dev
 from lmperf.validate import positive_int
-from lmperf.errors import SpecError
 
 NAME = "toy"
 SUMMARY = "the course's ToyModel under fp16/bf16 autocast: dtypes of params, outputs, loss, grads"
@@ -171,17 +171,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seed of weights and batch (default: 0)")
 
 
-def _check(dtypes: Sequence[str], in_features: int, out_features: int, batch: int) -> list[str]:
-    names = list(dict.fromkeys(dtypes))
-    bad = [n for n in names if n not in LOW_DTYPES]
-    if bad or not names:
-        raise SpecError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
-    for label, value in (("in_features", in_features), ("out_features", out_features),
-                         ("batch", batch)):
-        positive_int(label, value)
-    return names
-
-
 def _notes(df: pd.DataFrame, names: list[str], cuda_measured: bool,
            sens: pd.DataFrame) -> list[str]:
     notes = []
@@ -243,7 +232,10 @@ def _notes(df: pd.DataFrame, names: list[str], cuda_measured: bool,
 def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_features: int = 16,
           out_features: int = 4, batch: int = 8, seed: int = 0) -> None:
     """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    _check(dtypes, in_features, out_features, batch)
+    parse_dtypes(dtypes)
+    for label, value in (("in_features", in_features), ("out_features", out_features),
+                         ("batch", batch)):
+        positive_int(label, value)
 
 
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_features: int = 16,
@@ -252,9 +244,10 @@ def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_feat
 
     Returns an ExperimentResult with tables "ToyModel dtypes" (question, cpu_<dtype>...,
     cuda_<dtype> or cuda_<dtype>_documented..., differs_from_cuda) and "LayerNorm sensitivity"
-    (quantity, dtype, low_value, fp32_value). Raises ValueError for a bad option.
+    (quantity, dtype, low_value, fp32_value). Raises SpecError for a bad option.
     """
-    names = _check(dtypes, in_features, out_features, batch)
+    check(device, dtypes, in_features, out_features, batch, seed)
+    names = parse_dtypes(dtypes)
     cuda_measured = dev.cuda_available()
     table: dict[str, object] = {"question": list(QUESTIONS)}
     for n in names:

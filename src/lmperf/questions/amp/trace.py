@@ -24,7 +24,7 @@ from lmperf.model import ATTENTION, VOCAB_SIZE, ModelConfig, TransformerLM
 from lmperf.model.presets import PRESETS, resolve_preset
 from lmperf.runtime.precision import (REGIMES, autocast, get_regime, grad_scaler,
                                       slowness_warning, unsupported_reason)
-from lmperf.validate import positive_int
+from lmperf.validate import choice, positive_int
 from lmperf.errors import SpecError
 
 NAME = "trace"
@@ -267,16 +267,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "dtypes match layer 0's")
 
 
-def _check(model: str, size: str, context: int, batch: int, attention: str) -> None:
-    if model not in MODELS:
-        raise SpecError(f"unknown model {model!r}; accepted: {', '.join(MODELS)}")
-    resolve_preset(size)  # ValueError naming the presets
-    if attention not in ATTENTION:
-        raise SpecError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
-    positive_int("context", context)
-    positive_int("batch", batch)
-
-
 def _set(df: pd.DataFrame, col: str, module: str) -> list[str]:
     return sorted(set(df[df.module == module][col]))
 
@@ -318,7 +308,11 @@ def check(device: torch.device, model: str = "lm", size: str = "tiny",
         regime = get_regime(precision)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    _check(model, size, context, batch, attention)
+    choice("model", model, MODELS)
+    resolve_preset(size)  # ValueError naming the presets
+    choice("attention", attention, ATTENTION)
+    positive_int("context", context)
+    positive_int("batch", batch)
     reason = unsupported_reason(regime, device)
     if reason:
         raise SpecError(f"--precision {precision} cannot run here: {reason}")
@@ -331,7 +325,7 @@ def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: 
 
     Returns an ExperimentResult with tables "module dtypes" (path, module, calls, input_dtypes,
     output_dtype, param_dtypes, buffer_dtypes, note; then the loss rows) and "gradient dtypes"
-    (param_dtype, grad_dtype, tensors, elements, examples). Raises ValueError for a bad option
+    (param_dtype, grad_dtype, tensors, elements, examples). Raises SpecError for a bad option
     or a regime this device cannot run.
     """
     check(device, model, size, precision, context, batch, attention, seed, full)

@@ -250,17 +250,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of population, weights, data (default: 0)")
 
 
-def _positive_int(name: str, value: object) -> int:
-    return positive_int(f"--{name}", value)
-
-
 def check(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
           loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
           init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> None:
     """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    count, steps = _positive_int("count", count), _positive_int("steps", steps)
-    growth_interval = _positive_int("growth-interval", growth_interval)
-    inf_step = _positive_int("inf-step", inf_step)
+    for flag, value in (("--count", count), ("--steps", steps),
+                        ("--growth-interval", growth_interval), ("--inf-step", inf_step)):
+        positive_int(flag, value)
     if inf_step > steps:
         raise SpecError(f"--inf-step must be at most --steps ({steps}), got {inf_step}")
     scales = sorted(float(s) for s in (DEFAULT_SCALES if scales is None else scales))
@@ -277,8 +273,6 @@ def run(device: torch.device, count: int = 100_000, scales: list[float] | None =
         init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> ExperimentResult:
     """Run the underflow experiment on `device`; raises SpecError for a bad option."""
     check(device, count, scales, loss_factor, steps, inf_step, growth_interval, init_scale, seed)
-    count, steps, growth_interval = int(count), int(steps), int(growth_interval)
-    inf_step = int(inf_step)
     scales = sorted(float(s) for s in (DEFAULT_SCALES if scales is None else scales))
     seed = int(seed)
 

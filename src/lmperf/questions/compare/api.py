@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.questions.compare.match import check_fields, match, select, two_values
-from lmperf.questions.compare.records import MAX_LOAD, latest
+from lmperf.questions.bench.rounds import latest_view
+from lmperf.questions.compare.records import MAX_LOAD
 from lmperf.questions.compare.report import build_report
 from lmperf.core.report import Report
 from lmperf.errors import SpecError
@@ -17,18 +18,20 @@ Source = str | Path | Sequence[dict]
 
 
 def _load(source: Source) -> tuple[list[dict], str]:
-    """(records, name) of a results file or of a list of records already in memory."""
+    """(records, name) of a results file or of a list of records already in memory. A `--rounds`
+    sweep's round records are left out where their pooled record is present (their samples are
+    in it, still grouped by round)."""
     if isinstance(source, (str, Path)):
         from lmperf.results.store import read_records
 
-        return latest(read_records(Path(source))), str(source)
+        return latest_view(read_records(Path(source))), str(source)
     records = list(source)
     if not all(isinstance(r, dict) and isinstance(r.get("spec"), dict) and "kind" in r
                and "status" in r for r in records):
         raise SpecError("records must be lmperf records (dicts with kind, status and spec)")
     from lmperf.results.record import migrate
 
-    return latest(migrate(records)), "the records given"
+    return latest_view(migrate(records)), "the records given"
 
 
 def _check(level: float, min_effect: float, resamples: int, max_load: float | None) -> None:

@@ -111,15 +111,6 @@ def timed_phases(record: dict) -> dict[str, list[float]]:
     return {phase: [x for g in groups for x in g] for phase, groups in timed_groups(record).items()}
 
 
-def latest(records: list[dict]) -> list[dict]:
-    """The records to compare: a `--rounds` sweep writes each round's record and then one pooled
-    record per spec; where the pooled one is present, its rounds are left out (their samples
-    are in it, still grouped by round)."""
-    from lmperf.questions.bench.rounds import latest_view
-
-    return latest_view(records)
-
-
 def tokens_per_s(record: dict) -> float | None:
     """The record's throughput (tokens/s), None when its kind has none."""
     metrics = record.get("metrics") or {}

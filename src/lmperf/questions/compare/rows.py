@@ -5,7 +5,7 @@ that could not be compared, with the reason."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 from lmperf.questions.compare import records as rec
 from lmperf.questions.compare.match import Match, Unmatched
@@ -33,14 +33,21 @@ def _identity(m: Match) -> dict:
     return {"record_kind": m.kind, **{k: cell(v) for k, v in m.spec.items()}}
 
 
-def _max_load(records: list[dict]) -> float:
-    values = [x for r in records if (x := rec.load_per_cpu(r)) is not None]
+def _max(records: list[dict], of: Callable[[dict], float | None]) -> float:
+    """The largest `of(record)` of the records that have one; NaN when none has."""
+    values = [x for r in records if (x := of(r)) is not None]
     return max(values) if values else math.nan
 
 
-def _max_off_cpu(records: list[dict]) -> float:
-    values = [x for r in records if (x := rec.off_cpu(r)) is not None]
-    return max(values) if values else math.nan
+def _groups(records: list[dict], groups_of: Callable[[dict], dict] = rec.timed_groups
+            ) -> dict[str, list[list[float]]]:
+    """Phase -> one group of samples per record, or per round of a record pooled over rounds
+    (the groups are resampled one by one: see lmperf.measure.compare)."""
+    out: dict[str, list[list[float]]] = {}
+    for r in records:
+        for phase, groups in groups_of(r).items():
+            out.setdefault(phase, []).extend(groups)
+    return out
 
 
 def _cpu_groups(records: list[dict]) -> dict[str, list[list[float]]]:
@@ -48,21 +55,7 @@ def _cpu_groups(records: list[dict]) -> dict[str, list[list[float]]]:
     thread's clock (the one a loaded comparison may be judged on); else {}."""
     if not records or any(rec.cpu_clock(r) != rec.JUDGED_CPU_CLOCK for r in records):
         return {}
-    out: dict[str, list[list[float]]] = {}
-    for r in records:
-        for phase, groups in rec.cpu_groups(r).items():
-            out.setdefault(phase, []).extend(groups)
-    return out
-
-
-def _groups(records: list[dict]) -> dict[str, list[list[float]]]:
-    """Phase -> one group of samples per record, or per round of a record pooled over rounds
-    (the groups are resampled one by one: see lmperf.measure.compare)."""
-    out: dict[str, list[list[float]]] = {}
-    for r in records:
-        for phase, groups in rec.timed_groups(r).items():
-            out.setdefault(phase, []).extend(groups)
-    return out
+    return _groups(records, rec.cpu_groups)
 
 
 def _stat_row(phase: str, est: RatioEstimate) -> dict:
@@ -108,8 +101,8 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
     """
     rows, skipped = [], []
     for m in matches:
-        loads = _max_load(m.base), _max_load(m.new)
-        off = _max_off_cpu(m.base), _max_off_cpu(m.new)
+        loads = _max(m.base, rec.load_per_cpu), _max(m.new, rec.load_per_cpu)
+        off = _max(m.base, rec.off_cpu), _max(m.new, rec.off_cpu)
         loaded = is_loaded(loads, off, max_load)
         base, new = _groups(m.base), _groups(m.new)
         cpu_base, cpu_new = _cpu_groups(m.base), _cpu_groups(m.new)

@@ -27,7 +27,6 @@ from lmperf.questions.train.state import LossFault, build_state, evaluate, no_fa
 from lmperf.workload.steps import StepState, train_step
 from lmperf.measure.throughput import tokens_per_s
 
-OUTCOMES: tuple[str, ...] = ("completed", "non_finite_loss", "diverged")
 TIMING_SKIP = 5  # the first steps pay one-time costs (allocation, first calls); kept out of the mean
 FINAL_LOSS_STEPS = 10  # "final train loss" is the mean over this many last steps (one is noisy)
 

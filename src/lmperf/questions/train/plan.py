@@ -52,8 +52,6 @@ def plan_train(*, size: str | None, precision: Sequence[str] | str | None, conte
                        if precision is not None else default_regimes(d["precision"], dev_))
     if not names:
         raise SpecError("give at least one --precision")
-    if data is not None and tokens is not None:
-        raise SpecError("give either --data (a text file) or --tokens (a token file), not both")
     vocab = vocab_size if vocab_size is not None else (
         VOCAB_SIZE if tokens is not None else BYTE_VOCAB)
     shared = dict(vocab_size=vocab, context=pick(context, "context"), batch=pick(batch, "batch"),

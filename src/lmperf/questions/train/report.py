@@ -22,22 +22,13 @@ MEMORY_TITLES = {"cuda_allocator": "peak GPU MiB", "cpu_process_peak_rss": "peak
 
 def num(value: object) -> float:
     """A logged number as a float: None -> nan, 'nan' / 'inf' / '-inf' strings -> floats."""
-    if value is None:
-        return math.nan
-    if isinstance(value, str):
-        return float(value)  # float('nan'), float('inf') read the strings to_jsonable wrote
-    return float(value)
+    return math.nan if value is None else float(value)  # float('inf') reads to_jsonable's 'inf'
 
 
 def precision_of(record: dict) -> str:
     """The precision regime of a train record, "(compiled)" after it when it was compiled."""
     spec = record["spec"]
     return f"{spec['precision']} (compiled)" if spec.get("compile") else spec["precision"]
-
-
-def corpus_of(record: dict) -> dict:
-    """The facts of the data a record trained on (source, name, split sizes), or {}."""
-    return record.get("corpus") or {}
 
 
 def steps_frame(record: dict) -> pd.DataFrame:
@@ -94,8 +85,8 @@ def summary_table(records: list[dict]) -> pd.DataFrame:
 def caption(records: list[dict], notes: bool = True) -> str:
     """What every row shares: model, data, batch shape, steps, optimiser, device (and, with
     `notes`, how the loss columns are computed)."""
-    first = next((r for r in records if corpus_of(r)), records[0])  # a failed job may lack it
-    spec, data, env = first["spec"], corpus_of(first), first.get("env") or {}
+    first = next((r for r in records if r.get("corpus")), records[0])  # a failed job may lack it
+    spec, data, env = first["spec"], first.get("corpus") or {}, first.get("env") or {}
     if data:
         source = (f"{data.get('source', '?')} data ({data.get('train_tokens', 0):,} train / "
                   f"{data.get('val_tokens', 0):,} val tokens)")
