@@ -73,10 +73,9 @@ def memory(size: str | None = None, *, model: str | None = None,
                             resume=resume, progress=progress)
     options.force = force
     if plots is not None:  # a bad folder is one line now, not a traceback at the end
-        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_path
         from lmperf.results.store import ensure_folder
 
-        ensure_folder(plot_path(plots, CONTEXTS_PNG).parent)
+        ensure_folder(Path(plots))
     # the shape the factory was handed, first among the findings (tables show presets' names)
     said = [model_shape_note(model, plan.base.shape(), plan.base.size)] if model else []
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
@@ -107,9 +106,9 @@ def memory(size: str | None = None, *, model: str | None = None,
     report = build_report(run_sweep(plan.jobs, out, options))
     report.findings[:0] = said
     if plots is not None:
-        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts, plot_path
+        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts
 
-        path = plot_contexts(report.records, plot_path(plots, CONTEXTS_PNG))
+        path = plot_contexts(report.records, Path(plots) / CONTEXTS_PNG)
         if path is not None:
             report.findings.append(f"plot: {path}")
             if progress:
@@ -131,11 +130,10 @@ def _save(records: list[dict], out: str | Path | None) -> list[dict]:
 def snapshot_report(path: str | Path, plots: str | Path | None = None) -> Report:
     """The summary of a CUDA memory snapshot pickle as a Report (no records: nothing ran);
     with `plots`, active memory over the recorded events drawn there."""
-    from lmperf.questions.memory.plots import plot_path
     from lmperf.questions.memory import snapshot_read as snapshot
 
     path = Path(path)
-    png = plot_path(plots, f"{path.stem}_active_memory.png") if plots is not None else None
+    png = Path(plots) / f"{path.stem}_active_memory.png" if plots is not None else None
     summary = snapshot.summarize_snapshot(path, png)
     tables = dict(summary.tables)
     title, frame = next(iter(tables.items()))

@@ -1,18 +1,9 @@
 """Activation checkpointing's trade-off: saved bytes, peak memory and step time per group size.
 
-With groups of g blocks (`TransformerLM.set_checkpointing(g)`, torch.utils.checkpoint with
-use_reentrant=False), the forward keeps only each group's input, ceil(L / g) tensors of
-(B, T, C), instead of every block's activations (the head and loss save as before). Backward
-recomputes one group at a time, so g blocks' activations exist again while that group's
-gradients are computed. Peak activation memory is therefore about
-    ceil(L / g) x BTC + g x (one block's activations)          (bytes by dtype, see estimate.py)
-smallest near g = sqrt(L x block / BTC); g = L saves the least but recomputes everything at once,
-so its peak is close to no checkpointing. The price is a second forward of every block: about
-one more forward per step (~ +1/3 of a step's FLOPs).
-
-The sweep builds one model (workload.build.prepare), and for each group size: the saved bytes of
-one forward (saved.py; on the meta device when that gives the same bytes), `steps` timed train
-steps after `warmup`, then one untimed step under the shared per-phase memory probe.
+For each group size g (`set_checkpointing(g)`, non-reentrant torch.utils.checkpoint): the saved
+bytes of one forward, timed train steps, then one step under the per-phase probe. The expected
+peak, ~ceil(L / g) x BTC + g x one block's activations, and its price, one more forward per
+step: docs/commands/memory.md, "Checkpointing's trade-off, measured".
 """
 
 from __future__ import annotations
@@ -25,8 +16,9 @@ import torch
 from lmperf.core.outcome import Stage, failure
 from lmperf.errors import SpecError
 from lmperf.measure.stats import summarize
-from lmperf.questions.memory.estimate import estimate
+from lmperf.questions.memory.estimate import MIB, estimate
 from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.questions.memory.phases import MEMORY_LABELS
 from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import get_regime, matmul_precision, unsupported_reason
@@ -34,8 +26,6 @@ from lmperf.workload.build import prepare
 from lmperf.workload.probe import PhaseProbe, release_freed_memory
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, STEPS, StepState
-
-MIB = 2**20
 
 
 @dataclass
@@ -163,8 +153,7 @@ def tradeoff_frame(rows: list[CheckpointRow]) -> pd.DataFrame:
             "expected MiB": mib(r.expected_saved_bytes),
             "saved x": ratio(r.saved_bytes, base.saved_bytes),
             "recompute MiB (est.)": mib(r.recompute_bytes),
-            ("peak RSS MiB (CPU process)" if r.memory_kind == "cpu_process_peak_rss"
-             else "peak allocated MiB (GPU)"): r.peak_mib,
+            MEMORY_LABELS[r.memory_kind]: r.peak_mib,
             "above start MiB": (r.peak_mib - r.start_mib
                                 if r.peak_mib is not None and r.start_mib is not None else None),
             "peak x": ratio(r.peak_mib, base.peak_mib),

@@ -1,12 +1,9 @@
 """`lmperf memory --estimate`: one simulated step per (mode, precision, context, checkpointing),
 as records, with the analytic terms beside it as the explanation.
 
-The figure reported is the simulation's (simulate.py): the peak of the live bytes of lmperf's own
-step run on phantom tensors, plus, for CUDA, the stated allowance for what tensors do not show.
-The analytic terms (estimate.py) say where memory goes; they are put in the same categories and
-shown next to what is alive at the simulated peak, so the two never give two totals: the sum of
-the terms is what would be held if everything lived at once, which it does not (gradients
-appear while activations are freed; temporaries come and go).
+The figure reported is the simulation's (simulate.py), plus for CUDA the stated allowance; the
+analytic terms (estimate.py) are put in the simulator's categories beside what is alive at the
+simulated peak, so the two never give two totals (docs/commands/memory.md).
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Peak memory per phase across context lengths: forward-only and full train step, per precision.
 
-The course's "two numbers per context length": the peak of an inference forward and the peak of
-a training step, at each context length, with the precision regime as a column choice.
-
-How it runs, and why not as one `lmperf bench` run per cell: a bench run spends an untimed FLOP
-count, warm-up and timed steps before its one memory step; for `small` at context 512 on a CPU
-that is a minute per run. Here one model per precision is built (`workload.build.prepare`, with
-the model context set to the longest context) and every context reuses it with a batch cut to T:
-1. forward-only steps, all contexts, before any optimizer state exists (inference memory);
-2. `warmup` train steps at the shortest context: AdamW's state (2 tensors per parameter) is
-   created by the first optimizer step, and a steady-state step starts with it allocated
-   (`warmup` 0: the measured step creates it, and its peak includes that);
-3. one train step per context, observed by the shared per-phase probe (`workload.probe`).
-Per phase this records the peak (the probe's window, reset at each phase boundary) and what is
-still held when the phase ends (a reset followed by a read). On CUDA those are the caching
-allocator's allocated and reserved bytes; on the CPU the process's peak resident set, which
-includes Python and torch (hundreds of MiB) and is never GPU memory: tables label it so.
-An out-of-memory error in one (context, mode) becomes an 'oom' row; the sweep goes on.
+The course's "two numbers per context length". One model per precision serves every context
+(the batch cut to T): forward-only steps first, then the warm-up train steps (AdamW's state),
+then one train step per context under the per-phase probe; an out-of-memory context is an 'oom'
+row and the sweep goes on. Why and how: docs/commands/memory.md, "How the peaks are measured".
 """
 
 from __future__ import annotations

@@ -95,26 +95,22 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
     for value in modes:
         base.with_(mode=value)
     plan = MemoryPlan(base, contexts, precisions, modes)
-    if estimate:
-        if model:
-            check_user_models([base])
-        if checkpoint is not None:
-            from lmperf.questions.memory.checkpointing import check_groups
-
-            from lmperf.estimate.checkpoint_plan import sqrt_rule
-
-            # The sqrt(N) rule's group joins the sweep: the course asks what it costs.
-            groups = check_groups(as_list(checkpoint), base.num_layers)
-            plan.groups = [0, *sorted({*groups[1:], sqrt_rule(base.num_layers)})]
-        return plan
     if model:
         check_user_models([base])
     if checkpoint is not None:
         from lmperf.questions.memory.checkpointing import check_groups
 
-        groups = tuple(check_groups(as_list(checkpoint), base.num_layers))
+        groups = check_groups(as_list(checkpoint), base.num_layers)
+    if estimate:
+        if checkpoint is not None:
+            from lmperf.estimate.checkpoint_plan import sqrt_rule
+
+            # The sqrt(N) rule's group joins the sweep: the course asks what it costs.
+            plan.groups = [0, *sorted({*groups[1:], sqrt_rule(base.num_layers)})]
+        return plan
+    if checkpoint is not None:
         plan.jobs = [MemorySpec(base.with_(precision=p, context=t), "checkpoint", (t,),
-                                groups=groups, top=top)
+                                groups=tuple(groups), top=top)
                      for p in precisions for t in contexts]
         return plan
     plan.jobs = [MemorySpec(base.with_(precision=p), analysis, tuple(contexts),

@@ -11,11 +11,6 @@ from lmperf.questions.memory.phases import two_numbers
 CONTEXTS_PNG = "memory_vs_context.png"
 
 
-def plot_path(plots: str | Path, name: str) -> Path:
-    """Where a plot goes: `plots/name`."""
-    return Path(plots) / name
-
-
 def plot_contexts(records: list[dict], path: str | Path) -> Path | None:
     """PNG: step peaks vs context (measured solid, estimate dashed, both above the runtime's
     baseline) and saved bytes vs context. Returns the path, or None with nothing to draw."""

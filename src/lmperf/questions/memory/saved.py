@@ -1,30 +1,10 @@
 """Saved-for-backward accounting: what autograd keeps per block, measured with saved_tensors_hooks.
 
-One forward + loss runs under `torch.autograd.graph.saved_tensors_hooks`; the pack hook sees every
-tensor autograd saves for backward. Nothing is unpacked and no backward runs.
-
-Counting rules (each is a choice; the tables say what they count):
-- bytes are those of the *storage* the saved tensor keeps alive (a strided view keeps its whole
-  base), and each storage is counted once, at its first save: the RMSNorm input saved by `pow`
-  and by `mul`, or the normed input saved by the q, k and v projections, count once.
-- kind: `parameter` (the storage is a parameter's: a linear saves `weight.t()`, a view of it),
-  `buffer` (RoPE tables) and `input` (token ids, targets) exist whether or not autograd saves
-  them, so they are listed but never counted as activations ("parameters not double counted");
-  `weight copy` is autocast's low-precision copy of a parameter, saved by the matmul: it lives
-  until backward but scales with the parameters, not with B x T; everything else is an
-  `activation`.
-- op: the autograd node that holds it and the argument's name (`Mm.mat2`), found by walking the
-  graph from the loss through `_raw_saved_*` (the packed handle, never unpacked, so a
-  checkpointed group is not recomputed). A save held outside the loss's graph (non-reentrant
-  checkpointing keeps a group's inputs in a side node) shows as `outside the loss graph`.
-- group: the block (`layers.3`) or top-level module (`ln_final`, `lm_head`) whose forward was
-  running, from forward pre/post hooks; `loss` after the model returned; `model` in the model's
-  own forward (e.g. the inputs of checkpointed groups).
-
-On the meta device the hooks see the same shapes and dtypes with no memory behind them, so large
-presets can be measured here; the bytes equal the CPU's for naive attention without autocast
-(autocast has no meta device, and SDPA on meta takes the math path, which saves the T x T
-probabilities that the fused CPU and CUDA kernels do not).
+One forward + loss runs under `torch.autograd.graph.saved_tensors_hooks`; the pack hook sees
+every tensor autograd saves for backward (nothing is unpacked, no backward runs). Each storage
+counts once, by `kind`; parameters, buffers and inputs are listed but never counted as
+activations. The rules (bytes, kind, op, group, the meta device): docs/commands/memory.md,
+"What autograd saves: the counting rules".
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Reading CUDA memory snapshots on any machine (no torch needed): load safely, parse once into
 tables, summarise, plot. Recording them is `snapshot_record`.
 
-A snapshot is the pickle `torch.cuda.memory._dump_snapshot` writes (pytorch.org/memory_viz reads
-it): a dict with
-- `segments`: the allocator's cudaMalloc'd segments at the dump, each with `device`, `address`,
-  `total_size` (reserved), `allocated_size`, `blocks` ({address, size, requested_size, state in
-  active_allocated / active_pending_free / inactive, frames});
-- `device_traces`: one list per device of history entries {action, addr, size, stream, time_us,
-  frames}, oldest first, action in alloc / free_requested / free_completed / segment_alloc /
-  segment_free / segment_map / segment_unmap / oom (device_free instead of addr) / snapshot;
-- frames: {filename, line, name}, innermost call first.
-(torch/cuda/memory.py `_snapshot`, torch/csrc/cuda/Module.cpp `THCPModule_memorySnapshot`.)
-
-Active memory follows memory_viz's Active Memory Timeline (torch/utils/viz/MemoryViz.js,
-`process_alloc_data`): a tensor counts from its `alloc` to its `free_completed`; tensors
-allocated before recording started count from the start, namely the active_allocated blocks at
-the dump that no `alloc` in the trace explains, and those freed in the trace without an `alloc`.
-Sizes are requested bytes, as in the trace. MiB = 2**20 bytes.
+A snapshot is the pickle `torch.cuda.memory._dump_snapshot` writes (`segments`, and
+`device_traces` of alloc/free history). Active memory follows memory_viz's Active Memory
+Timeline: a tensor counts from its `alloc` to its `free_completed`, those allocated before
+recording from the start. The format and the rules: docs/commands/memory.md, "Reading a CUDA
+memory snapshot".
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER
 
 
-# --- recording (CUDA) -------------------------------------------------------------------------------
-
 @dataclass
 class SnapshotRecording:
     """What `record_snapshot` wrote.
@@ -118,5 +116,3 @@ def _dump_after_oom(exc: BaseException, device: torch.device, oom_path: Path) ->
     """After an OOM, dump now unless the OOM observer already did (a torch without the hook)."""
     if dev.is_oom(exc) and not oom_path.exists():
         dev.dump_memory_snapshot(device, oom_path)
-
-

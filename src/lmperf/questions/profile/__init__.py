@@ -1,5 +1,2 @@
-"""`lmperf profile`: where the time goes: annotated ranges, torch.profiler and Nsight Systems
-backends, per-phase tables.
-
-`lmperf.profile(...)` is `lmperf.questions.profile.api.profile`.
-"""
+"""`lmperf profile`: where the time goes: annotated ranges under torch.profiler, per-phase tables.
+`lmperf.profile(...)` is `lmperf.questions.profile.api.profile`."""

@@ -18,8 +18,7 @@ from lmperf.runtime import device as dev
 
 # Range names (re-exported), shared with the trace analysis.
 from lmperf.questions.profile.range_names import (  # noqa: F401
-    ATTENTION_RANGES, BACKWARD, FINAL_MATMUL, FORWARD, LOSS, OPTIMIZER, PHASE_RANGES, SCORES,
-    SOFTMAX, STEP, WARMUP)
+    ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX, WARMUP)
 
 
 @contextlib.contextmanager

@@ -1,19 +1,10 @@
 """Kernel and operator classifier: one category per CUDA kernel name or aten/CPU operator name.
 
-`classify(name)` returns one of `CATEGORIES`. It is table-driven: `RULES` is an ordered list of
-(category, regex); the first regex that matches (`re.search`) wins, and a name no rule matches is
-"other". Names are matched as the profilers print them (torch.profiler's and Nsight's demangled
-kernel names, cuBLAS / CUTLASS names, aten operator names). Before matching,
-`autograd::engine::evaluate_function: ` is dropped and an autograd node `XxxBackwardN` is read
-as the op it differentiates (`MmBackward0` -> `aten::mm`). Order matters: communication before
-reductions (`ncclDevKernel_ReduceScatter`), optimizer before elementwise (a foreach add), fused
-attention before matmul (fmha kernels are CUTLASS templates) and filed apart from it, loss
-(log-softmax, NLL) before softmax, convolutions and Inductor kernels before matmul, split-K's
-reduce under matmul, copies before elementwise. Every rule, with the names it matches and why it
-comes where it does: docs/commands/profile.md, "How operators and kernels are classified".
-Names are classified by what they are, not where they run (a single-tensor AdamW's `aten::mul_`
-is elementwise; the optimizer phase is where optimizer time is read); do not classify range
-names ("computing softmax" contains "softmax").
+`RULES` is an ordered list of (category, regex): the first that matches (`re.search`) wins, and
+a name no rule matches is "other". Before matching, `autograd::engine::evaluate_function: ` is
+dropped and an autograd node `XxxBackwardN` is read as the op it differentiates (`MmBackward0`
+-> `aten::mm`). Every rule, the names it matches and why it comes where it does:
+docs/commands/profile.md, "How operators and kernels are classified".
 """
 
 from __future__ import annotations
@@ -114,7 +105,6 @@ def classify(name: str) -> str:
         if pattern.search(key):
             return category
     return "other"
-
 
 
 _LAMBDA = re.compile(r"::\{lambda\([^()]*\)#\d+\}|::operator\(\)\(\) const|\{lambda\([^()]*\)#\d+\}")

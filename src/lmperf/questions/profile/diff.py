@@ -1,15 +1,9 @@
 """`lmperf profile --diff A B`: two traces compared operator by operator and kernel by kernel.
 
-As HTA's `TraceDiff.compare_traces`: per name, the number of calls and their total duration on
-each side, and what changed. Two differences, both because two traces rarely hold the same
-number of steps: every count and time is per measured step (the mean over each trace's steps,
-all of them rather than HTA's first one), and a change is read from the per-step values.
-Operators are `cpu_op` events with their inclusive duration (as HTA; an operator's self time
-is in `lmperf profile --from-trace`); kernels are every device activity (kernels, memcpys,
-memsets), placed in a step by their launch.
-
-status per name: "new" (only in B), "vanished" (only in A), "more" / "fewer" (calls per step
-changed), "=" (same calls per step). Rows are sorted by the absolute change of time per step.
+As HTA's `TraceDiff.compare_traces` (calls and total duration per name on each side, and what
+changed), except that every count and time is per measured step (the mean over all of each
+trace's steps, not HTA's first one), as two traces rarely hold the same number of steps.
+Operators are cpu_ops with their inclusive duration (as HTA); kernels every device activity.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """`lmperf profile --from-trace FILE`: the tables of a profile for a trace the user already has.
 
-Any `torch.profiler` Chrome trace export (.json or .json.gz; CPU-only or with CUDA activities) is
-parsed once (`trace.load_trace`): steps are its `ProfilerStep#N` ranges (or lmperf's `step`
-ranges), phases come from its annotations (`phase_names`: lmperf's range names in any decoration,
-autograd's backward nodes and threads, `Optimizer.step#...`, a module's forward), and device
-activities are placed by their launch. The Report holds the same tables as a profile run: time
-per step and per phase on the CPU and the GPU, top kernels and operators per phase (GEMM names
-decoded), and the share of each phase by category.
-
-No record is appended: a record's spec is the identity of a run lmperf made (the RunSpec
-that `--resume` and `lmperf table` key on) and its environment the machine that ran it;
-a foreign trace has neither, and everything here is a pure function of the file, rerun at will.
+Any torch.profiler Chrome trace (.json or .json.gz, CPU-only or CUDA) is parsed once
+(`trace.load_trace`); the Report holds a profile run's tables. No record is appended: a record's
+spec is the identity of a run lmperf made (what `--resume` and `lmperf table` key on) and a
+foreign trace has none; everything here is a pure function of the file, rerun at will.
 """
 
 from __future__ import annotations

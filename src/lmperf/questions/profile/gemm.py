@@ -2,10 +2,6 @@
 in which dtype), tile and layout - the part of a cuBLAS / CUTLASS name a reader of a profile
 needs to tell whether a matmul used the tensor cores.
 
-`decode_gemm(name)` returns a dict with the keys of `FIELDS` (None where the name says nothing)
-or None for a name that is not a GEMM kernel name; `describe_gemm(name)` a short text such as
-"Ampere, fp32 SIMT, tile 128x64, layout tn".
-
 Families read (NVIDIA documents no cuBLAS kernel naming; the readings follow CUTLASS's
 `procedural_name`, which cuBLAS's embedded CUTLASS kernels use, and are checked on real names):
 - CUTLASS 2.x `cutlass_<arch>_<simt|tensorop>_<C type>_<acc><mma>gemm_<A type>_<M>x<N>_..._<nt>`

@@ -2,38 +2,12 @@
 (HTA's temporal breakdown, idle time and comm/comp overlap), and the kernels that run slower
 while a collective runs beside them.
 
-Each device activity of a measured step (kernels, memcpys, memsets, placed in the step by their
-launch, see `trace`) is one of three kinds, by HTA's rules (`hta/utils/utils.py`):
-- communication: NCCL kernels of every name generation, `ncclKernel_*` (NCCL < 2.19) and
-  `ncclDevKernel_*` (NCCL >= 2.19; HTA #208 counted these as zero communication), i.e. a name
-  `nccl...Kernel...`, with or without a leading `void `;
-- memory: memcpys and memsets (HTA: names starting Memcpy / Memset / dma);
-- computation: every other kernel.
-
-Per step (and per phase of a step: `breakdown(..., phases=True)`, activities placed by their
-launch), with each kind's intervals merged first (concurrent streams count once): span (first
-start to last end, HTA's "kernel_time"), busy (union of all activities), kernel (their summed
-durations), idle = span - busy, compute = |union of computation|, comm = |union of
-communication|, overlap = |comm ∩ compute|, exposed_comm = comm - overlap (communication
-nothing hides), non_compute = span - compute - idle (HTA: communication and memory not under
-computation), and host_wait: the idle gaps whose next activity's launch call had not returned
-when the device ran out of work, so the device waited for the host to issue it. That is HTA's
-idle time breakdown "host wait", read on the device's merged timeline rather than per stream,
-and with the launch call's end where HTA takes its start: a launch that began a fraction of a
-microsecond before the device went idle still left it waiting several (in the V100 trace's
-first step, 147 of the 1,218 gaps, 5-8 us each, follow a launch that began within 1 us of the
-device going idle, either side).
-HTA computes the same over the whole trace window; `breakdown(..., whole=True)` does too.
-
-A step whose device is idle most of its time, mostly waiting for the host, is host-bound
-(`bound`): the host issues work slower than the device runs it (`headline` names the levers).
-
-NCCL kernel time includes the time a rank waits for its peers inside the collective: a rank that
-finishes its computation early shows long communication. Which rank held the others up is read
-across ranks (`ranks`), from computation, not from communication.
-
-Shares are fractions (0..1) of the span, as every table of lmperf keeps them; the renderer writes
-them as percent.
+Each device activity of a measured step (placed by its launch) is communication (an NCCL kernel
+of any generation), memory (a memcpy or memset) or computation (every other kernel), by HTA's
+rules; each kind's intervals are merged before they are measured (concurrent streams count
+once). The columns (span, busy, idle, host wait, compute, comm, overlap, exposed comm,
+non-compute) and the `bound` rule: docs/commands/profile.md, "Where the step waits" and "Many
+ranks". Shares are fractions (0..1) of the span; the renderer writes them as percent.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Which events of a trace mark a phase (forward, loss, backward, optimizer), for lmperf's own
 traces and for any torch.profiler export.
 
-Two kinds of markers, so that a trace with lmperf's ranges is read exactly as before and a
-foreign trace still gets phases:
-- explicit: a `record_function` range (cat `user_annotation`) whose name IS the phase, lmperf's
-  own "forward", "loss", "backward", "optimizer", in any case and decoration ("## forward ##",
-  "Backward"). The innermost explicit range holding an event names its phase, as nested
-  `loss` inside `forward` needs.
-- implicit: what PyTorch itself records, used only where no explicit range holds the event:
-  autograd's backward nodes (cpu_op "autograd::engine::evaluate_function: MmBackward0", on the
-  thread that runs backward) and every op on autograd's device threads (named "pt_autograd_<N>"
-  by torch/csrc/autograd/engine.cpp, as Kineto's thread_name metadata shows: DDP's gradient
-  bucket copies run there outside any node), the optimizer's ranges ("Optimizer.step#SGD.step",
-  "Optimizer.zero_grad#SGD.zero_grad", user_annotation), and a module's forward (python_function
-  "nn.Module: Linear_0" with `with_modules`/`with_stack`, or user_annotation
-  "DistributedDataParallel.forward"). Priority, not nesting, decides between implicit markers:
-  backward > optimizer > forward, so a module re-run inside backward (activation
-  checkpointing) counts as backward.
+Explicit markers: a `user_annotation` range whose name IS the phase, in any case and decoration
+("## forward ##"); the innermost one holding an event names its phase. Implicit markers, used
+only where no explicit range holds the event: autograd's backward nodes and every op on its
+threads, the optimizer's ranges, a module's forward; priority (backward > optimizer > forward)
+decides between them, not nesting. The names each looks for: docs/commands/profile.md, "How a
+trace is read".
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """`lmperf profile --from-trace DIR`: one torch.profiler trace per rank, read side by side.
 
-The files of DIR (`*.json`, `*.json.gz`: torch.profiler's per-rank exports, or `lmperf dist`'s
-traces) are read one at a time (only each rank's tables stay in memory, so the ranks of a job of
-multi-GB traces are read in the memory of one). A file's rank is its `distributedInfo.rank`
-(Kineto writes it for every distributed run), else a `rank<N>` / `rank-<N>` / `rank_<N>` in its
-name; two files of one rank are refused.
-
-Steps are matched across ranks by their index among each rank's measured steps (the same
-`ProfilerStep#N` in a torch.profiler schedule). Tables:
-- per rank and step: the host step time, the device span, and the device breakdown of
-  `overlap.breakdown` (computation, communication, their overlap, exposed communication, idle);
-- per rank and phase: `from_trace.phase_times` (host range, operator and device times);
-- per step: the slowest rank by step time, and the straggler: the rank with the most
-  computation. With NCCL the ranks wait for each other inside the collectives, so every rank's
-  step lasts about as long as the slowest one's and the fastest ranks show the longest
-  communication (it includes their wait); the rank that computes longest is the one the others
-  waited for;
-- per rank: means over the steps, and HTA's whole-window temporal breakdown and comm/comp
-  overlap (`overlap.breakdown(whole=True)`).
+The files are read one at a time (only each rank's tables stay in memory); a file's rank is its
+`distributedInfo.rank`, else a `rank<N>` in its name. Steps are matched across ranks by their
+index among each rank's measured steps. The tables (per rank and step, per rank and phase, the
+slowest rank and the straggler per step, HTA's whole-window breakdown per rank):
+docs/commands/profile.md, "Many ranks".
 """
 
 from __future__ import annotations
@@ -47,7 +34,6 @@ class RankTables:
     steps: pd.DataFrame  # step, profiler_step, cpu_ms, then overlap.BREAKDOWN_COLUMNS
     whole: pd.DataFrame  # one row: overlap.breakdown(whole=True)
     n_steps: int
-    unattributed: int
     world_size: int | None
     slowed: pd.DataFrame | None = None  # overlap.slowed_by_comm, top rows
     phases: pd.DataFrame | None = None  # from_trace.phase_times: ms per step per phase
@@ -85,8 +71,8 @@ def rank_tables(trace: Trace, rank: int, path: Path) -> RankTables:
     steps = host.merge(dev, on="step", how="left") if not dev.empty else host
     world = trace.distributed.get("world_size")
     return RankTables(rank=rank, path=path, steps=steps, whole=overlap.breakdown(trace, whole=True),
-                      n_steps=trace.n_steps, unattributed=trace.unattributed_kernels,
-                      world_size=world if isinstance(world, int) else None, phases=phases)
+                      n_steps=trace.n_steps, world_size=world if isinstance(world, int) else None,
+                      phases=phases)
 
 
 def read_ranks(directory: str | Path, top: int = 10) -> list[RankTables]:

@@ -1,25 +1,11 @@
 """Ideal vs actual: a roofline per operator and per phase of a profiled step.
 
-For each aten op of a phase (costs from `estimate.op_costs`, counted on fake tensors; times from
-the parsed trace):
-    compute_ms = FLOPs / attained matmul FLOP/s in the op's dtype     (`runtime.ceilings`)
-    memory_ms  = bytes / attained memory bandwidth
-    ideal_ms   = max(compute_ms, memory_ms)            the roofline time: no op can beat it
-    ratio      = measured_ms / ideal_ms
-and a label read off those numbers: `compute-bound` when compute_ms >= memory_ms, else
-`memory-bound`; `overhead-bound` when the ratio exceeds OVERHEAD_RATIO (the op spends most of
-its time in neither: dispatch, Python, launches, synchronisation, or work the counter cannot
-see) or when the op has no FLOPs and no bytes at all (views, autograd bookkeeping).
-
-Measured time per op, attributed without counting anything twice:
-- CPU trace: each cpu_op's SELF time goes to its outermost ancestor-or-self whose name the
-  counter saw (the counter's dispatch mode sees `_to_copy`, not the `copy_` inside it, so
-  `copy_`'s time belongs to `_to_copy`); an op with no counted ancestor keeps its own name
-  (`aten::linear`'s own time, `MmBackward0`: dispatch and autograd bookkeeping, ideal 0).
-- CUDA trace: each kernel's duration goes to the op that launched it (innermost cpu_op on the
-  launching thread at launch time), then to that op's outermost counted ancestor-or-self.
-Ceilings are the device's measured ones (what it attains, not its datasheet peak), so a ratio
-near 1 means "as fast as this device ran a large matmul / a large copy".
+Per aten op of a phase (FLOPs and bytes from `estimate.op_costs`, counted on fake tensors; times
+from the trace): compute_ms = FLOPs / the attained matmul FLOP/s of its dtype, memory_ms = bytes
+/ the attained bandwidth (`runtime.ceilings`), ideal_ms = the larger, and a `label` read off
+them. Measured time per op counts nothing twice: a CPU op's self time, or on CUDA the kernels it
+launched, goes to its outermost ancestor-or-self that the counter saw (`copy_` inside
+`_to_copy` is `_to_copy`'s). The method in full: docs/commands/profile.md, "Roofline".
 """
 
 from __future__ import annotations
@@ -86,7 +72,8 @@ def measured_per_op(trace, counted: set[str]) -> pd.DataFrame:
     calls per step of ops under that name: columns phase, op, measured_ms, calls."""
     ops = trace.ops.sort_values(["pid", "tid", "start_us", "end_us"],
                                 ascending=[True, True, True, False])
-    kernels = trace.kernels if trace.device_type == "cuda" else trace.kernels.iloc[0:0]
+    cuda = trace.device_type == "cuda"
+    kernels = trace.kernels if cuda else trace.kernels.iloc[0:0]
     parts = []
     for (pid, tid), group in ops.groupby(["pid", "tid"], sort=False):
         mine = kernels[kernels["launch_tid"] == tid].sort_values("launch_us") if len(kernels) \
@@ -94,20 +81,15 @@ def measured_per_op(trace, counted: set[str]) -> pd.DataFrame:
         owners, kernel_owners = _owners(group["name"].to_numpy(), group["start_us"].to_numpy(),
                                         group["end_us"].to_numpy(), counted,
                                         mine["launch_us"].to_numpy() if len(mine) else None)
-        if trace.device_type == "cuda":
-            if len(mine):
-                parts.append(pd.DataFrame({"phase": mine["phase"].to_numpy(), "op": kernel_owners,
-                                           "us": mine["dur_us"].to_numpy(), "call": 0,
-                                           "in_step": mine["in_step"].to_numpy(dtype=bool)}))
-            parts.append(pd.DataFrame({"phase": group["phase"].to_numpy(), "op": owners,
-                                       "us": 0.0, "call": (group["name"].to_numpy() == np.asarray(owners)).astype(int),
-                                       "in_step": group["in_step"].to_numpy(dtype=bool)}))
-        else:
-            parts.append(pd.DataFrame({"phase": group["phase"].to_numpy(), "op": owners,
-                                       "us": group["self_us"].to_numpy(),
-                                       "call": (group["name"].to_numpy() == np.asarray(owners))
-                                       .astype(int),
-                                       "in_step": group["in_step"].to_numpy(dtype=bool)}))
+        if len(mine):  # CUDA: the time is the kernels'; the ops only count calls
+            parts.append(pd.DataFrame({"phase": mine["phase"].to_numpy(), "op": kernel_owners,
+                                       "us": mine["dur_us"].to_numpy(), "call": 0,
+                                       "in_step": mine["in_step"].to_numpy(dtype=bool)}))
+        parts.append(pd.DataFrame({"phase": group["phase"].to_numpy(), "op": owners,
+                                   "us": 0.0 if cuda else group["self_us"].to_numpy(),
+                                   "call": (group["name"].to_numpy() == np.asarray(owners))
+                                   .astype(int),
+                                   "in_step": group["in_step"].to_numpy(dtype=bool)}))
     if not parts:
         return pd.DataFrame(columns=["phase", "op", "measured_ms", "calls"])
     df = pd.concat(parts, ignore_index=True)
@@ -268,11 +250,10 @@ def analyse(trace, spec, phase_ms: dict[str, float], top: int = 10,
 
     from lmperf.runtime.ceilings import datasheet_peaks, measure_ceilings
     from lmperf.estimate.op_costs import count_op_costs
-    from lmperf.runtime.precision import get_regime, matmul_precision
+    from lmperf.runtime.precision import LOW_NAMES, compute_dtype, get_regime, matmul_precision
 
     regime = get_regime(spec.precision)
-    dtypes = tuple(dict.fromkeys(("fp32", {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-        regime.autocast_dtype or regime.param_dtype, "bf16"))))
+    dtypes = tuple(dict.fromkeys(("fp32", LOW_NAMES.get(compute_dtype(regime), "bf16"))))
     if stage is not None:
         stage.now = "measuring the device's ceilings (roofline)"
     with matmul_precision(regime):

@@ -1,42 +1,11 @@
 """Parse a torch.profiler (Kineto) Chrome trace once into tables of ranges, CPU ops and kernels.
 
-What the parser relies on in each event (the Chrome trace format Kineto writes, see
-`libkineto/src/output_json.cpp` and `CuptiActivity.cpp`):
-
-- every timed event is `"ph": "X"` with `ts` and `dur` in microseconds, `pid`, `tid` and `cat`;
-- `cat` picks the table: `user_annotation` (record_function ranges on a CPU thread),
-  `gpu_user_annotation` (the same ranges projected on a device stream), `cpu_op` (aten ops),
-  `cuda_runtime` / `cuda_driver` (API calls such as cudaLaunchKernel / cuLaunchKernel),
-  `kernel`, `gpu_memcpy`, `gpu_memset` (device activities);
-- runtime calls and device activities carry `args.correlation`; a kernel's launch is the runtime
-  call with the same correlation id. Device activities carry `args.device` and `args.stream`.
-
-Everything else (metadata `"ph": "M"`, instant events such as "Record Window End" whose pid and
-tid are empty strings, the "Trace" span, flow events `s`/`f`, python_function events) is skipped.
-
-Attribution is by time on ANY thread: the backward pass runs its ops (and, on CUDA, launches
-its kernels) on autograd engine threads while the main thread sits inside the `backward` range.
-The phase ranges follow each other on the main thread and do not overlap in time, so the
-innermost range whose [start, end) holds an event's start is the phase the event belongs to
-(which names mark a phase, in lmperf's traces and in any other torch.profiler export:
-`phase_names`). A kernel is placed by its launch (the CPU-side runtime call), never by the
-time it ran on the device, which lags the CPU by up to a whole phase.
-
-`gpu_user_annotation` ranges are kept for display only. Kineto attaches a device activity to
-the user range whose id was on top of the launching thread's CUPTI external-correlation stack
-(kind CUSTOM1: PyTorch pushes it for `USER_SCOPE` record functions only; CUPTI keeps one stack
-per thread) and stretches that range from the first to the last such activity per stream
-(libkineto `CuptiActivityProfiler::handleGpuActivity`, `GpuUserEventMap::insertOrExtendEvent`).
-So device ranges do not nest like host ones: a kernel counts only for its innermost range, a
-`forward` holding attention sub-ranges gets the kernels launched between them only, no kernel's
-innermost range is `step`, and kernels launched from autograd's thread (no range open there)
-are in no device range at all. Device time per step and phase is built from the kernels
-themselves (`views.device_phase_times`); a device range gets the step and phase of the host
-range it copies (same "External id").
-
-Lookups are sorted arrays + searchsorted (`intervals`); self times are one sorted sweep: parsing
-is linear in the events, not events x ranges. Timestamps are float64 microseconds: traces that
-write absolute epoch times (~1.7e15 us) keep starts to 0.25 us, durations exactly.
+Events are placed by time on ANY thread (backward runs on autograd's threads while the main
+thread sits in the `backward` range): an op by its start, a device activity by its launch (the
+runtime call with its correlation id), never by when it ran on the device. Which names mark a
+phase: `phase_names`. What the parser relies on in each event, why Kineto's
+`gpu_user_annotation` ranges are for display only, and the time units: docs/commands/profile.md,
+"How a trace is read".
 """
 
 from __future__ import annotations
@@ -111,11 +80,6 @@ class Trace:
     distributed: dict = field(default_factory=dict)
 
     @property
-    def device(self) -> str:
-        """Alias of `device_type` ("cuda" or "cpu")."""
-        return self.device_type
-
-    @property
     def unattributed_kernels(self) -> int:
         """How many device activities have no launch in the trace."""
         return int((self.kernels["phase"] == UNATTRIBUTED).sum()) if len(self.kernels) else 0
@@ -123,14 +87,8 @@ class Trace:
 
 @dataclass(frozen=True)
 class _Steps:
-    """The measured steps of one timeline (host ranges, or their device copies).
-
-    A measured step is a `step` range outside any `warmup` range (nested `step` ranges count
-    once). Its index window is the step widened to the `ProfilerStep#N` range around it, when that
-    range holds this step only, so that the profiler's own per-step work is in the step's index
-    too (but not `in_step`). Without `step` ranges (a model run without annotations), the
-    `ProfilerStep#N` ranges are the steps.
-    """
+    """The measured steps of the host ranges: `step` ranges outside `warmup`, each indexed over
+    the `ProfilerStep#N` around it; else the `ProfilerStep#N` (docs/commands/profile.md)."""
 
     starts: np.ndarray  # sorted, disjoint
     ends: np.ndarray
@@ -257,16 +215,10 @@ def _compact_labels(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
 
 
 def _kernels(raw: RawTrace, attr: _Attribution) -> pd.DataFrame:
-    """Device activities placed by their launch. The launch is the runtime or driver call with
-    the same correlation id, whatever its name: cudaLaunchKernel, cudaLaunchKernelExC, and the
-    driver's cuLaunchKernel / cuLaunchKernelEx that Triton and torch.compile kernels go
-    through (HTA matched launches by name and missed cuLaunchKernelEx, HTA #271). Kineto versions
-    that recorded no driver calls, or only cuLaunchKernel (kineto #752), leave such kernels with
-    no launch; they are then placed by their "External id": CUPTI stamps every activity with
-    the id of the operator open on the launching thread (external correlation kind CUSTOM0,
-    pushed by PyTorch per op), so the cpu_op with that id stands in for the launch (its start
-    is at most the op's length before the real launch). launch_via says which: "correlation",
-    "external id", or None (unattributed)."""
+    """Device activities placed by their launch: the runtime or driver call with the same
+    correlation id, whatever its name; where the trace lacks it, the cpu_op with the activity's
+    "External id" stands in (docs/commands/profile.md, "How a trace is read"). launch_via says
+    which: "correlation", "external id", or None (unattributed)."""
     k = raw.device
     # The launch: one per correlation id (keep the first should a runtime call and a driver
     # call ever share one).

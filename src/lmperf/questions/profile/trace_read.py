@@ -1,25 +1,10 @@
 """Stream a Chrome trace file into compact columns: traces of any size in bounded memory.
 
-A torch.profiler trace of a few steps of a large model is gigabytes of JSON (1.8 GB for 10 steps
-in xprof #720, 4 GB for 5 steps of a 7B model in fsdp_qlora #67). `json.load` holds the whole
-document as Python objects, 5-10x the file's size. Here the events are read one at a time by
-`ijson` (its C backend, yajl2_c, when installed: on the real traces of tests/profile it is faster
-than `json.load`, as it never holds the document), and only the fields the analysis uses are
-appended to typed columns. ijson is optional: without it the document is read whole by `json`
-(with a one-line warning on stderr for a file over 64 MB, as that takes 5-10x its size in memory).
-
-- names, pids, tids, devices and streams are interned (one Python object per distinct value; a
-  column is an int32 array of codes, rebuilt as an object column of shared references);
-- ts and dur are float64 arrays (8 bytes an event); correlation and External id int64 arrays.
-
-So memory grows with the kept events at ~40-60 bytes each, not with the file, and the events
-nothing reads (flow events `s`/`f`, which are a third of a GPU trace, python_function events
-other than module forwards, the "Trace" span) cost nothing.
-
-The document's other top-level fields (`deviceProperties`, `distributedInfo`) are read from the
-bytes before `"traceEvents"`, where Kineto writes them (libkineto `ChromeTraceLogger` writes the
-header, then the events, then only `traceName` and the like); a field written after the events is
-not read. A file that is a bare JSON array of events is read too.
+Events are read one at a time (`ijson` when installed, else the whole document by `json`) and
+only the fields the analysis uses are appended to typed columns (names, pids, tids, devices and
+streams interned; ts and dur float64): ~40-60 bytes per kept event, whatever the file's size.
+The top-level fields (`deviceProperties`, `distributedInfo`) are read from the bytes before
+`"traceEvents"`, where Kineto writes them. Details: docs/commands/profile.md, "How a trace is read".
 """
 
 from __future__ import annotations

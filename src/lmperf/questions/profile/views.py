@@ -1,22 +1,9 @@
 """Views over a parsed Trace: small functions, each answering one question with a DataFrame.
 
-Time unit conventions: columns ending in `_ms` are milliseconds, `_us` microseconds. "Per step"
-divides by the number of measured steps in the trace.
-
-What "time" means in a phase (the phase total that shares are fractions of):
-- CPU ops (`kind="ops"`, the default on a CPU trace): the sum of the SELF times of the cpu_ops
-  attributed to the phase, on every thread. Self times partition the time covered by top-level
-  ops, so the shares of all operators sum to 1 and no time is counted twice; Python time between
-  ops is not in it, so the total is below the phase's wall time (see `phase_wall_times`).
-- Device activities (`kind="kernels"`, the default on a CUDA trace): the sum of the durations of
-  the kernels, memcpys and memsets whose LAUNCH lies in the phase. Concurrent kernels on several
-  streams are each counted in full, so the total can exceed the device's busy time.
-
-The device's own timeline of a step or phase (`overlap.breakdown(trace, phases=True)`) is built
-from the same activities, attributed by launch: from the first one's start to the last one's
-end (span), and the length of the union of their intervals (busy: concurrent activities
-counted once). Kineto's `gpu_user_annotation` ranges are not used for it: they hold only the
-kernels whose innermost range on their launching thread is that range (see `trace`).
+Columns ending in `_ms` are milliseconds, `_us` microseconds; "per step" divides by the number
+of measured steps. A phase's total (what shares are fractions of) is the self time of its CPU
+ops (`kind="ops"`) or the summed duration of the device activities launched in it
+(`kind="kernels"`): docs/commands/profile.md, "How a trace is read".
 """
 
 from __future__ import annotations
@@ -114,12 +101,6 @@ def category_rollup(trace: Trace, phase: str, classify: Classifier, kind: str = 
     out = out.reset_index(drop=True)
     out.attrs.update(table.attrs)
     return out
-
-
-def matmul_share(trace: Trace, classify: Classifier, phase: str, kind: str = "auto") -> float:
-    """Fraction (0..1) of the phase total spent in names that `classify` calls 'matmul'."""
-    rollup = category_rollup(trace, phase, classify, kind)
-    return float(rollup.loc[rollup["category"] == "matmul", "share"].sum())
 
 
 def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:

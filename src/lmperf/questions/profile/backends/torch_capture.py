@@ -1,9 +1,7 @@
 """Capturing a profile with torch.profiler: the same step as the benchmark, with ranges on.
 
-Order of a capture: `warmup` untimed steps (inside a `warmup` range), `steps` timed steps
-without the profiler (the baseline the overhead is measured against), then the profiler with a
-schedule of one discarded profiler warm-up step and `steps` active steps, so the trace holds
-the measured steps only. The Chrome trace is written to `trace_path` (it opens in Perfetto).
+`warmup` untimed steps, `steps` timed steps without the profiler (the baseline), then `steps`
+profiled steps after one discarded profiler warm-up step, so the trace holds the measured steps.
 """
 
 from __future__ import annotations
@@ -17,12 +15,12 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from lmperf.core.outcome import Stage
 from lmperf.model.checks import check_output
-from lmperf.workload.build import Prepared, prepare
+from lmperf.workload.build import prepare
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
 from lmperf.questions.profile.annotate import WARMUP, annotate, annotate_attention
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import Regime, get_regime, matmul_precision
+from lmperf.runtime.precision import get_regime, matmul_precision
 
 
 @dataclass
@@ -34,7 +32,6 @@ class Capture:
         params: parameter count of the model.
         unprofiled_ms, profiled_ms: phase -> per-step milliseconds ('step' included), without
             and with the profiler running, from the same PhaseClock.
-        annotated_layers: attention modules that got the annotated naive attention.
         capture_s: wall time of the profiled steps (profiler start to trace export excluded).
     """
 
@@ -42,21 +39,9 @@ class Capture:
     params: int
     unprofiled_ms: dict[str, list[float]] = field(default_factory=dict)
     profiled_ms: dict[str, list[float]] = field(default_factory=dict)
-    annotated_layers: int = 0
     capture_s: float = 0.0
     export_s: float = 0.0
     compile_s: float | None = None  # --compile: the compiling first step
-
-
-def prepare_annotated(spec: RunSpec, device: torch.device, regime: Regime) -> tuple[Prepared, int]:
-    """`prepare` the run with profiling ranges on: phase ranges through `state.annotate` and
-    the annotated naive attention injected; returns it and the number of attention modules."""
-    prepared = prepare(spec, device, regime)
-    check_output(prepared.state.model, prepared.state.inputs, prepared.state.autocast,
-                 spec.vocab_size, spec.model)
-    layers = annotate_attention(prepared.state.model)
-    prepared.state.annotate = annotate
-    return prepared, layers
 
 
 def capture(spec: RunSpec, trace_path: Path, stage: Stage | None = None) -> Capture:
@@ -69,9 +54,12 @@ def capture(spec: RunSpec, trace_path: Path, stage: Stage | None = None) -> Capt
     regime = get_regime(spec.precision)
     with matmul_precision(regime):
         stage.now = "building the model"
-        prepared, layers = prepare_annotated(spec, device, regime)
+        prepared = prepare(spec, device, regime)
         state, step = prepared.state, prepared.step
-        result = Capture(trace_path, prepared.params, annotated_layers=layers)
+        check_output(state.model, state.inputs, state.autocast, spec.vocab_size, spec.model)
+        annotate_attention(state.model)  # ranges around the naive attention's three steps
+        state.annotate = annotate  # and around every phase
+        result = Capture(trace_path, prepared.params)
         clock = dev.PhaseClock(device)
         if spec.compile:  # the first call compiles: one step, timed apart, before the warm-up
             stage.now = f"compiling the model (torch.compile, mode {spec.compile_mode})"

@@ -1,10 +1,5 @@
-"""`lmperf profile` with the torch backend: capture, parse the trace once, answer with tables.
-
-The views answer the course's nsys_profile questions directly: (a) forward time as profiled vs
-as benchmarked; (b) the top operators/kernels of the forward pass with calls per step; (c) the
-non-matmul entries that matter (the category rollup); (d) the matmul share of the forward pass
-vs the whole step, and whether the top entry changes; (e) softmax vs the attention matmuls,
-runtime against FLOPs.
+"""`lmperf profile` with the torch backend: capture, parse the trace once, answer the course's
+nsys_profile questions (a)-(e) with tables (docs/commands/profile.md).
 """
 
 from __future__ import annotations
@@ -116,9 +111,10 @@ def _noise_words(is_noise: bool | None) -> str:
 
 def _phase_times(result: ProfileResult, cap: Capture, trace) -> None:
     """(a) each phase as benchmarked (no profiler), under the profiler, and in the trace."""
-    # On CUDA a host range closes when its work is queued; the device copy of the range spans
-    # the work itself, which is what "forward time" means there.
-    walls = views.phase_wall_times(trace, timeline="device" if trace.device == "cuda" else "host")
+    # On CUDA a host range closes when its work is queued; the device span of its activities
+    # is the work itself, which is what "forward time" means there.
+    cuda = trace.device_type == "cuda"
+    walls = views.phase_wall_times(trace, timeline="device" if cuda else "host")
     rows = []
     noise: dict[str, bool | None] = {}
     for phase in PHASES[result.spec.mode] + ("step",):
@@ -151,7 +147,7 @@ def _waits(result: ProfileResult, cap: Capture, trace) -> None:
     """Where the step waits (`overlap`): per profiled step and per phase, the device's busy,
     idle and host-wait time, and first among the notes the headline, against the benchmarked
     step (the profiler slows the host, so the trace's own idle time overstates it)."""
-    if trace.device != "cuda":
+    if trace.device_type != "cuda":
         result.notes.insert(0, "No GPU in this run: the whole step is the host's (the operator "
                                "tables say where its time goes).")
         return
@@ -166,11 +162,12 @@ def _waits(result: ProfileResult, cap: Capture, trace) -> None:
 
 def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
     """(b)-(d) top entries per phase, categories, matmul share, forward vs step."""
-    unit = "kernels" if trace.device == "cuda" else "operators (self time)"
+    cuda = trace.device_type == "cuda"
+    unit = "kernels" if cuda else "operators (self time)"
     phases = PHASES[spec.mode] + ("step",)
     tables = {}
     for phase in phases:
-        df = (kernel_table(trace, phase, top) if trace.device == "cuda" else
+        df = (kernel_table(trace, phase, top) if cuda else
               views.phase_table(trace, phase, top=top, classify=classify))
         tables[phase] = df
         result.tables.append((f"top {unit}: {phase}", df))
