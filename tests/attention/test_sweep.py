@@ -7,8 +7,8 @@ from pathlib import Path
 
 from lmperf.questions.attention.report import build_report
 from lmperf.questions.attention.spec import AttnSpec
-from lmperf.questions.attention.sweep import SweepOptions, run_sweep
-from lmperf.core.sweep import pending_specs
+from lmperf.questions.attention.api import run_sweep
+from lmperf.core.sweep import SweepOptions, pending_specs
 
 QUICK = dict(d=16, warmup=0, steps=2, threads=1)
 

@@ -15,7 +15,7 @@ import torch
 from lmperf.results.schema import is_record
 from lmperf.questions.train.job import run_train
 from lmperf.questions.train.spec import TrainSpec
-from lmperf.questions.train.state import nan_loss_at
+from tests.train.faults import nan_loss_at
 from tests.train.golden import compute_curves
 
 CPU = torch.device("cpu")

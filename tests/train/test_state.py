@@ -11,7 +11,8 @@ from lmperf.errors import SpecError
 from lmperf.runtime.precision import get_regime
 from lmperf.questions.train.data import Batches, load_builtin
 from lmperf.questions.train.spec import TrainSpec
-from lmperf.questions.train.state import build_state, nan_loss_at
+from lmperf.questions.train.state import build_state
+from tests.train.faults import nan_loss_at
 from lmperf.workload.steps import NO_OBSERVER, train_step
 
 CPU = torch.device("cpu")

@@ -1,19 +1,7 @@
 """Where LayerNorm and RMSNorm break in fp16 and bf16: x^2 overflow, 1/rms underflow, eps, cancellation.
 
-Each norm is written out op by op (x.pow(2).mean(), rsqrt(. + eps), x * rrms; LayerNorm with its
-mean and variance) and run entirely in one dtype, so the intermediates can be inspected; the
-built-in F.layer_norm and lmperf's RMSNorm are run under torch.autocast for comparison. Every
-output is compared with an fp64 computation on the exact (unrounded) input:
-`max_rel_error` = max |y - y_fp64| / max |y_fp64| over the whole batch (normwise, because an
-elementwise ratio explodes at outputs near zero). `input_rounding_rel_error` is the same measure
-for a perfect fp64 norm of the input as stored in the dtype: the error no norm can avoid.
-
-Flags of the written-out norms: `x_squared_overflowed` (an inf among the squared values),
-`inv_rms_underflowed` (1/rms, or 1/std, is zero or subnormal), `eps_absorbed` (adding eps left the
-statistic unchanged in some row); whether eps itself is stored as a subnormal is in its own table.
-Inputs are rows of N(0,1) draws divided by their largest |value| and multiplied by a scale, so the
-largest |x| is exactly the scale and stays representable in fp16 up to 65504.
-"""
+Each norm is written out op by op in one dtype and compared with fp64 on the exact input; the
+method and the columns are in docs/precision-lab.md#norms."""
 
 from __future__ import annotations
 

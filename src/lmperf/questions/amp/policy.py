@@ -1,13 +1,6 @@
-"""Autocast's operator policy on this torch and device, found by running each op under autocast.
-
-For every op and every low dtype (fp16, bf16) the op is called twice inside
-`torch.autocast(device.type, dtype=low)`: once with fp32 inputs and once with inputs already in
-the low dtype. The output dtype says which list the op is on for this device:
-fp32 in -> low out: the op is cast to the low dtype; low in -> fp32 out: it runs in fp32;
-out == in both times: autocast leaves it alone. Nothing here is looked up in a table of
-torch's: the CUDA lists below are the *documented* policy, used only to name students'
-expectations and to label columns that could not be measured.
-"""
+"""Autocast's operator policy on this torch and device, found by running each op under autocast
+with fp32 and with low-precision inputs (method: docs/precision-lab.md#policy). The CUDA lists
+here are the *documented* policy, never a measurement."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Naive vs stable softmax and softplus in fp32, bf16 and fp16: where exp overflows, and how not to.
 
-Naive softmax is exp(x) / sum(exp(x)); the stable one subtracts the row's max first, so the
-largest exponent is exp(0) = 1. Naive softplus is log(1 + exp(x)); the stable one is
-max(x, 0) + log1p(exp(-|x|)). Each runs entirely in one dtype and is compared with fp64 applied to
-the same logits as stored in that dtype, so the error is the computation's, not the rounding of
-the logits. The exp overflow threshold of each dtype is found by bisection over its bit patterns,
-with torch.exp on this device deciding each probe.
-"""
+Each runs entirely in one dtype against fp64 on the same stored logits (method:
+docs/precision-lab.md#softmax)."""
 
 from __future__ import annotations
 

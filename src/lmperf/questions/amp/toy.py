@@ -1,11 +1,5 @@
-"""The course's ToyModel question, answered by running it under fp16 and bf16 autocast here.
-
-Part (a): the dtypes of the parameters inside autocast, of fc1's, ReLU's and LayerNorm's
-outputs, of the logits, the loss and the gradients, read with forward hooks while the model
-runs. Where torch sees a GPU the same is measured on CUDA; otherwise the CUDA column is derived
-from CUDA autocast's *documented* op lists and says so. Part (b): which parts of LayerNorm are
-sensitive to low precision, shown on one small row of numbers.
-"""
+"""The course's ToyModel question, answered by running it under fp16 and bf16 autocast here:
+(a) the dtypes inside it, (b) where LayerNorm is sensitive (method: docs/precision-lab.md#toy)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Dtype flow through a model under a precision regime: module by module, the loss, the grads.
-
-Forward hooks on every module record the dtypes going in and coming out and the dtypes of the
-module's parameters; the loss is traced next, then backward (through the regime's GradScaler
-when it scales) and the gradients' dtypes. The regime's autocast, scaler and parameter dtype
-come from lmperf.runtime.precision, exactly as the benchmark's training step uses them.
-Only modules are traced: the attention kernel inside CausalSelfAttention (scores, softmax,
-combine) is a plain function, so its dtypes show up only in the attention module's output.
-"""
+"""Dtype flow through a model under a precision regime: module by module (forward hooks), the
+loss, the grads (method: docs/precision-lab.md#trace)."""
 
 from __future__ import annotations
 

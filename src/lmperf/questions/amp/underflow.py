@@ -1,16 +1,6 @@
-"""Gradient underflow in fp16 and bf16, and what loss scaling and GradScaler do about it.
-
-Three parts:
-(a) a synthetic gradient population, log-uniform in magnitude with random signs, cast to fp16
-    and bf16 after multiplying by a scale S: the fractions flushed to zero, left subnormal and
-    overflowed to inf;
-(b) a real backward pass of a 3-layer MLP held in fp16 ("fp16-true"), its loss multiplied by a
-    small factor so that the gradients are small, unscaled and scaled by S (scale, backward,
-    unscale in fp32), against the same network's fp32 backward;
-(c) torch.amp.GradScaler over a few steps of a small fp32 MLP under fp16 autocast, with an inf
-    gradient injected at a known step: the scale backs off there and grows after every
-    `growth_interval` clean steps.
-"""
+"""Gradient underflow in fp16 and bf16, and what loss scaling and GradScaler do about it: (a) a
+synthetic population cast after scaling by S, (b) a real fp16 backward, (c) GradScaler over a few
+steps with an injected inf (method: docs/precision-lab.md#underflow)."""
 
 from __future__ import annotations
 

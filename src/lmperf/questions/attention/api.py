@@ -6,12 +6,34 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.questions.attention.report import build_report
-from lmperf.questions.attention.spec import plan_sweep
-from lmperf.questions.attention.sweep import run_sweep
+from lmperf.questions.attention.spec import AttnSpec, plan_sweep
+from lmperf.core import sweep as core_sweep
 from lmperf.core.command import err, sweep_options
+from lmperf.core.launch import failed_record
 from lmperf.core.report import Report
 from lmperf.core.vocabulary import as_list, resolve_threads
 from lmperf.results.store import ensure_folder
+
+
+def unsupported_record(spec: AttnSpec) -> dict | None:
+    """An 'unsupported' record made in the parent (no child started: a dtype the registry
+    lacks, flash-triton without a GPU or the interpreter), or None if `spec` can run."""
+    import torch
+
+    from lmperf import kernels
+    from lmperf.questions.attention.job import TORCH_DTYPES, analytic_metrics
+
+    reason = kernels.supports(spec.attention, torch.device(spec.device), TORCH_DTYPES[spec.dtype])
+    if not reason:
+        return None
+    return failed_record(spec, "unsupported", reason, metrics={"analytic": analytic_metrics(spec)})
+
+
+def run_sweep(specs: Sequence[AttnSpec], out: Path | None,
+              options: core_sweep.SweepOptions | None = None) -> list[dict]:
+    """Run `specs` as jobs of `lmperf.core.sweep.run_sweep` (unsupported ones as rows without a
+    child), appending each record to `out` (None: in memory only); returns the records."""
+    return core_sweep.run_sweep(specs, out, options, precheck=unsupported_record)
 
 
 def attention(attention: Sequence[str] | str | None = None, *,

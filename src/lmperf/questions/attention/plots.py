@@ -72,21 +72,16 @@ def _seq_axis(ax, seqs) -> None:
     from matplotlib.ticker import NullFormatter
 
     ax.grid(True, which="both", alpha=0.3)
-
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(seqs)))
     ax.set_xticklabels([str(t) for t in sorted(set(seqs))])
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _legend(ax) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-
-
 def _save(fig, path: Path) -> Path:
     """Legend on the first axes (if anything is labelled), tight layout, PNG at `path`."""
-    _legend(fig.axes[0])
+    if fig.axes[0].get_legend_handles_labels()[0]:
+        fig.axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path

@@ -9,7 +9,7 @@ here). Records written before the rename (impl, seq, repeats) are migrated on re
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import ClassVar, Iterable, Sequence
 
 from lmperf.errors import SpecError
@@ -96,10 +96,6 @@ class AttnSpec:
         return (f"{self.attention} context={self.context} d={self.d} b={self.batch} h={self.heads} "
                 f"{self.dtype} {mask}")
 
-    def with_(self, **changes: object) -> "AttnSpec":
-        """A copy with some fields changed (validated again)."""
-        return replace(self, **changes)
-
 
 @dataclass(frozen=True)
 class Suite:
@@ -171,8 +167,7 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
     context (so each table reads down the sequence length). Raises SpecError on bad input, naming
     the command line's option.
     """
-    if suite not in SUITES:
-        raise SpecError(f"unknown suite {suite!r}; accepted: {', '.join(SUITES)}")
+    choice("suite", suite, SUITES)
     _check_flags(seqs=seqs, ds=ds, dtypes=dtypes, batch=batch, heads=heads, warmup=warmup,
                  steps=steps, threads=threads)
     s = SUITES[suite]

@@ -26,13 +26,6 @@ def no_fault(step: int, loss: torch.Tensor) -> torch.Tensor:
     return loss
 
 
-def nan_loss_at(at_step: int) -> LossFault:
-    """A fault that turns the loss into NaN at step `at_step` (1-based), for tests of the stop."""
-    def fault(step: int, loss: torch.Tensor) -> torch.Tensor:
-        return loss * float("nan") if step == at_step else loss
-    return fault
-
-
 def build_state(spec: TrainSpec, regime: Regime, device: torch.device,
                 fault: LossFault = no_fault) -> tuple[StepState, int]:
     """(state, parameter count) for one regime, from the spec's seed.
