@@ -1,30 +1,11 @@
-"""The device's own ceilings, measured: attained matmul FLOP/s per dtype and memory bandwidth.
+"""The device's own ceilings, measured: attained matmul FLOP/s per dtype, memory bandwidth, and
+the overhead of one eager op.
 
-A roofline needs two numbers per device: how fast it can compute (FLOP/s) and how fast it can
-move bytes to and from memory (bytes/s). Datasheets give peaks (`runtime.peaks`); this module
-measures what the device attains here, in this process, with this thread count:
-
-- matmul: a square (n, n) @ (n, n) product in each dtype, n doubled from the device's
-  `MIN_N` until one call takes at least `MIN_CALL_S` (or n reaches its `MAX_N`), then the best
-  of `REPEATS` calls; FLOP/s = 2 n^3 / time (a multiply-add is 2 FLOPs, as
-  torch.utils.flop_counter counts). Each size is warmed up (one untimed call) before its call
-  is judged: a first call pays for cuBLAS's handle, its heuristics and the first launch, and
-  judged as it was, it stopped the H200's probe at n = 128 (75 GFLOP/s of a 66.9 TFLOP/s fp32
-  peak, issue 34). On CUDA n starts at 4096, where cuBLAS reaches its peak, and halves only
-  where memory forbids it.
-- bandwidth: a copy (`y.copy_(x)`: reads n, writes n bytes) and a STREAM-style triad
-  (`z = x + 2 y`: reads 2n, writes n) over buffers far larger than the caches (on a GPU at
-  most 1/16 of its memory each), best of `REPEATS` after one untimed pass (first touch of the
-  pages); the attained bandwidth is the faster of the two (the best this device demonstrated).
-- op overhead: the time per call of an aten op on one-element tensors as a training step runs
-  it (`torch.add(x, y)` with x requiring grad: dispatch, an output allocated, an autograd node
-  recorded), `OVERHEAD_CALLS` calls back to back, best of `REPEATS`: what every eager op costs
-  besides its arithmetic and memory traffic (on CUDA, plus the launch as the host sees it),
-  timed after as many untimed calls.
-
-Best-of-N, not median: a ceiling is what the device can do, and on a shared machine the slower
-calls are other processes' interference. Every call is closed by a device synchronisation
-(`runtime.device.PhaseClock`), so on CUDA the times are GPU times.
+Datasheets give peaks (`runtime.peaks`); this module measures what the device attains here, in
+this process, with this thread count: a square matmul per dtype, large enough to be the
+device's cost rather than the call's (each size warmed up before it is judged), a copy and a
+STREAM triad, and `torch.add` on one-element tensors. Best of `REPEATS`, each closed by a device
+synchronisation. The method and why: docs/commands/profile.md, "Roofline".
 """
 
 from __future__ import annotations
@@ -34,9 +15,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from lmperf.runtime import device as dev
+from lmperf.runtime.lowp import DTYPES
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
-                                  "fp16": torch.float16}
 MIN_CALL_S = 0.02  # one matmul call at least this long: timer and launch costs stay < 1%
 REPEATS = 3
 # Largest n tried: CPU (a 2048^3 fp32 product is 17 GFLOP, ~0.3 s at one thread) and CUDA.
@@ -200,13 +180,12 @@ def datasheet_peaks(device_name: str) -> dict[str, float]:
     """The datasheet peaks of `device_name` from `runtime.peaks`: 'fp32' / 'tf32' / 'bf16' /
     'fp16' -> FLOP/s, and 'bandwidth' -> bytes/s where the table has it; empty for a CPU or a
     device the table does not list (never another device's figures)."""
-    from lmperf.runtime import peaks as peakmod
+    from lmperf.runtime.peaks import lookup_peak, spec_for_device_name
 
     out = {}
     for dtype in ("fp32", "tf32", "bf16", "fp16"):
-        if (peak := peakmod.lookup_peak(device_name, dtype)) is not None:
+        if (peak := lookup_peak(device_name, dtype)) is not None:
             out[dtype] = peak.tflops * 1e12
-    spec_of = getattr(peakmod, "spec_for_device_name", None)  # tables with memory bandwidth
-    if spec_of is not None and (spec := spec_of(device_name)) is not None:
+    if (spec := spec_for_device_name(device_name)) is not None:
         out["bandwidth"] = float(spec.memory_bandwidth)
     return out

@@ -32,13 +32,6 @@ CUDA_FP32_OPS: frozenset[str] = frozenset({
 _LOW = (torch.bfloat16, torch.float16)
 
 
-def _autocast_on() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4 had no device argument
-        return torch.is_autocast_cpu_enabled()
-
-
 def _up(x: object) -> object:
     if isinstance(x, torch.Tensor) and x.dtype in _LOW:
         return x.float()
@@ -50,7 +43,7 @@ def _up(x: object) -> object:
 class _CudaFp32Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
-        if getattr(func, "__name__", None) in CUDA_FP32_OPS and _autocast_on():
+        if getattr(func, "__name__", None) in CUDA_FP32_OPS and torch.is_autocast_enabled("cpu"):
             args, kwargs = _up(args), {k: _up(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
 

@@ -1,20 +1,10 @@
 """Does this CPU run low-precision matmuls natively? Its flags, and a measured matmul ratio.
 
-On a CPU without native bf16 (no avx512_bf16, no AMX) torch's bf16 matmuls convert to fp32 in
-software: on this project's AVX2-only 2-core VM a 256 x 256 bf16 matmul took 66-245x the time
-of the fp32 one (the spread is other jobs' load), and a bf16-mixed train step 10-14x
-(docs/benchmarks.md). A default that includes such a regime turns a
-one-minute command into several, with no word of why. So the CPU defaults (core.vocabulary)
-keep a low-precision regime only where this CPU runs its dtype natively, and say so in one line
-when they leave one out; asking for it explicitly still runs it, with a warning.
-
-"Native" is read from the CPU's flags (/proc/cpuinfo on Linux: x86's avx512_bf16 / amx_bf16 and
-avx512_fp16 / amx_fp16, Arm's bf16 / asimdhp). A CPU whose flags say "native" is trusted without
-measuring. Otherwise (no such flag, or no flags to read: macOS, Windows) the ratio
-time(dtype) / time(fp32) of one matmul is measured on one thread (lmperf's CPU thread policy),
-and a dtype slower than SLOW_RATIO x fp32 is "slow". The ratio is cached per CPU model, torch
-version and dtype in $XDG_CACHE_HOME/lmperf/lowp.json (~0.2-1 s to measure on this VM), so that
-every command does not pay for it and a loaded machine cannot flip the decision run to run.
+Without native bf16 (no avx512_bf16 / AMX), torch's bf16 matmuls convert in software, tens of
+times slower than fp32: the CPU defaults keep a low-precision regime only where this CPU runs
+its dtype natively. The flags decide when they say native; otherwise the ratio time(dtype) /
+time(fp32) of one matmul on one thread, cached per CPU model, torch version and dtype in
+$XDG_CACHE_HOME/lmperf/lowp.json (docs/concepts.md, "CPU defaults that fit the CPU").
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # torch and pandas load when the doctor runs, not for `lmperf
 TIMEOUT_S = 300.0
 """Each check's job is killed after this (default of `timeout`). Its own children give up
 sooner: the capped child 120 s (twice on the CPU), flash-triton's 240 s, a torchrun item 240 s."""
+
+
 def plan_scopes(device: str) -> dict[str, torch.device | str]:
     """Which device each scope's checks run on, or why they are skipped.
 
@@ -93,9 +95,8 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
     check runs in its own process (in this one with `inline`), killed after `timeout` seconds
     (default TIMEOUT_S; a failed row); `resume` skips the checks with an ok record in `out`.
     Three checks run at a time on the CPU, one at a time when CUDA's run (they share the GPU).
-    The CPU's checks take 21-31 s on a 2-core VM at load 2.5-6, most of it the torchrun launch
-    of 2 gloo ranks (the distributed checks) and the warm server's start. Raises SpecError for an unknown device or
-    check name, ResultsFileError for an unwritable `out`.
+    Raises SpecError for an unknown device or check name, ResultsFileError for an unwritable
+    `out`.
     """
     from lmperf.core.command import sweep_options
 

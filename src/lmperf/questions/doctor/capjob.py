@@ -1,17 +1,11 @@
 """The memory-cap check: a job that cannot fit under its cap must come back as an 'oom' row.
 
-It goes through the very machinery every capped run uses: `core.launch.ChildProcess` starts
-`python -m lmperf.core.child` with `--max-memory-gib`, the child caps itself
-(`runtime.device.cap_memory`: RLIMIT_AS on the CPU, the caching allocator's fraction on CUDA),
-runs `run_alloc`, and `core.outcome.failure` decides oom vs error. The job first allocates a
-little, then more than the cap allows; the check passes only when the small allocation fitted
-and the large one is the one that failed (every oom message reads "out of memory while ...", so
-the message alone would pass a cap that broke the child at its first allocation).
-
-On the CPU the cap is the address-space limit, which counts everything the process has mapped:
-~0.6 GiB after importing a CPU build of torch, several GiB for a CUDA build. So the cap is sized
-from what an uncapped child maps after the same imports (a first, uncapped run of the job with
-nothing large to allocate): that plus `HEADROOM_GIB`, with twice the headroom to allocate.
+It goes through the machinery every capped run uses (`core.launch.ChildProcess` with
+`--max-memory-gib`, `runtime.device.cap_memory`, `core.outcome.failure`). The job allocates a
+little, then more than the cap allows; the check passes only when the large allocation is the
+one that failed (the message alone, "out of memory while ...", would pass a cap that broke the
+child at its first allocation). On the CPU the cap (RLIMIT_AS) counts everything mapped, so it
+is sized from an uncapped probe of the same job: its address space plus `HEADROOM_GIB`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""The device's measured ceilings (the roof of lmperf's roofline): attained matmul FLOP/s per
-dtype and memory bandwidth, recorded beside the datasheet peaks where the peak table has them.
+"""The device's measured ceilings (the roof of lmperf's roofline), beside the datasheet peaks.
 
-On the CPU the doctor measures with the thread count in force (lmperf's default: one thread, so
-the figures are a single core's, the same as every run's); on CUDA in fp32 (TF32 off), bf16 and
-fp16. A ceiling that is not positive and finite fails the check: the roofline would divide by it.
-Where the datasheet knows the device (`runtime.peaks`), a matmul ceiling below MIN_FLOPS_SHARE
-of its dtype's peak or a bandwidth below MIN_BANDWIDTH_SHARE of the datasheet's fails too: the
-probe did not reach the device's peak (the H200's first run measured fp32 at a 128 x 128 product,
-0.2% of its peak, and said ok: issue 34), or the device runs throttled.
+Measured with the thread count in force on the CPU (one thread, as every run), in fp32 (TF32
+off), bf16 and fp16 on CUDA. A ceiling that is not positive and finite fails (the roofline
+divides by it), and so does one below `MIN_FLOPS_SHARE` / `MIN_BANDWIDTH_SHARE` of a datasheet
+peak: the probe missed the device's peak (issue 34: the H200's fp32 at a 128 x 128 product, 0.2%
+of its peak, said ok), or the device runs throttled.
 """
 
 from __future__ import annotations
@@ -29,14 +26,10 @@ def check_ceilings(ctx: Context) -> Outcome:
     bandwidth on this device (`runtime.ceilings`); values: the ceilings and the peaks."""
     from lmperf.questions.doctor.spec import CPU_WORKERS
     from lmperf.runtime.ceilings import datasheet_peaks, measure_ceilings
-    from lmperf.runtime import device as dev
+    from lmperf.runtime.precision import get_regime, matmul_precision
 
-    saved = dev.get_tf32()
-    dev.set_tf32(False)  # fp32 means fp32 FMA here, as the peak table's 'fp32' does
-    try:
+    with matmul_precision(get_regime("fp32")):  # fp32 FMA, TF32 off, as the peak table's 'fp32'
         ceilings = measure_ceilings(ctx.device, DTYPES.get(ctx.device.type, ("fp32",)))
-    finally:
-        dev.restore_tf32(saved)
     peaks = datasheet_peaks(ceilings.device_name)
     flops = ", ".join(
         f"{d} {v / 1e9:.1f} GFLOP/s" + (f" ({v / peaks[d]:.0%} of peak)" if d in peaks else "")

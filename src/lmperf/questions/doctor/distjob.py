@@ -1,15 +1,9 @@
 """The distributed paths, checked for real in one torchrun launch through `lmperf dist`'s own
-launcher (`core.torchrun.run_job`): the process group forms, each collective lmperf
-issues returns what a reference computed locally says it must, one training step of each of
-lmperf's readable strategies equals single-process training on the global batch, and (CUDA)
-every rank's memory cap holds on that rank's own GPU.
-
-The collectives' inputs are small integers stored as fp32, so every sum is exact whatever order
-the backend adds in: the comparison is `torch.equal`, not a tolerance. The strategies run on a
-small reference LM (what `lmperf dist train` runs, shrunk) with AdamW; their bound is
-`lmperf dist train`'s fp32 tolerance, and 'fsdp-exact' must make every sharded weight bitwise
-equal (questions/parallel/fsdp.py says why and when). On the CPU this is 2 gloo ranks; on CUDA
-one NCCL rank per GPU, which needs 2 GPUs or more.
+launcher (`core.torchrun.run_job`): the collectives against a locally computed reference, one
+training step of each readable strategy against single-process training, and (CUDA) every
+rank's memory cap on its own GPU (docs/commands/doctor.md). The collectives' inputs are small
+integers stored as fp32, so every sum is exact in any order: the comparison is `torch.equal`.
+On the CPU this is 2 gloo ranks; on CUDA one NCCL rank per GPU (2 or more).
 """
 
 from __future__ import annotations

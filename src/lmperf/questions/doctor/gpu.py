@@ -2,9 +2,7 @@
 sane fraction of the peak table's figure, the per-call timer of `lmperf attention` agrees with
 the host clock, and the out-of-memory snapshot dump is written and readable.
 
-Every check here runs on a CUDA device only (on the CPU the doctor lists it as skipped, with the
-reason); every CUDA call goes through `runtime.device`. The doctor runs CUDA's checks one job
-at a time, so the speed checks have the GPU to themselves.
+CUDA only; CUDA's checks run one job at a time, so the speed checks have the GPU to themselves.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def judged(name: str, dtypes: dict[str, dict[str, float]]) -> Outcome:
     return passed(all(r["worst_excess"] <= 0 for r in dtypes.values()),
                   f"{name}, max |err| of o, dq, dk, dv vs fp64: " + ", ".join(parts),
                   f"within {bounds} (the kernel tests' bound), causal and not",
-                  **{d: r for d, r in dtypes.items()})
+                  **dtypes)
 
 
 def dtypes_for(device: torch.device) -> dict[str, torch.dtype]:

@@ -68,10 +68,9 @@ ENTRIES: tuple[Entry, ...] = (
 
 LAUNCH_ORDER: tuple[str, ...] = ("torchrun", "a Triton child (shapes)", "a Triton child",
                                  "a capped child")
-"""The jobs that launch processes start first, longest first (on the 2-core CPU VM at load 3-8:
-torchrun's agent and 2 ranks 18-28 s, Triton's interpreter child 11-12 s, the capped child
-twice 9-14 s; the in-process checks ~10 s in all): the doctor's wall time is then about the
-torchrun launch's plus the warm server's start."""
+"""The jobs that launch processes start first, longest first (torchrun's 2 ranks 18-28 s on the
+2-core VM, Triton's interpreter 11-12 s, the capped child twice 9-14 s): the doctor then takes
+about the torchrun launch plus the warm server's start."""
 
 CHECKS: tuple[Check, ...] = tuple(Check(getattr(p, scope), scope, p.run, p.launches)
                                   for scope in SCOPES for p in ENTRIES if getattr(p, scope))

@@ -13,9 +13,7 @@ from lmperf.questions.doctor.records import KIND
 
 CPU_WORKERS = 3
 """Jobs in flight at once when no CUDA check runs: the torchrun launch, a second launching job
-and the in-process checks, the overlap the doctor had when it ran its launches in two
-background threads beside its own checks (on the 2-core VM at load 3-9, 2 workers took
-26.5-36.9 s, 3 workers 21.2-28.1 s: docs/runs/2026-11-25.md)."""
+and the in-process checks (2 workers were slower on the 2-core VM: docs/runs/2026-11-25.md)."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +22,7 @@ class CheckJob:
 
     Attributes:
         checks: row names of the registry, all of one scope, in table order (several only
-            when they share a launch: `Check.job`); each is an item with a record of its own.
+            when they share a launch: `Check.launches`); each is an item with a record of its own.
         scope: 'any', 'cpu' or 'cuda' (the rows' `device` column).
         device: what the checks run on: 'cpu' or 'cuda' (resolved).
         threads: torch's intra-op CPU threads (1: the configuration every command runs in).

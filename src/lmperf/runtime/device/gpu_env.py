@@ -1,15 +1,11 @@
 """What a GPU record's environment needs beyond torch: the driver, NCCL, clocks, power limit, ECC,
-temperature and the other processes on the device, read through NVML (the library behind
-nvidia-smi) where the optional `nvidia-ml-py` package (`import pynvml`) is installed.
+temperature and the other processes on the device, read through NVML where the optional
+`nvidia-ml-py` package (`import pynvml`) is installed.
 
-Every field is read on its own: a consumer GPU answers NVMLError_NotSupported for ECC, a
-container may hide other processes; such a field is None and the others stay. Without the
-package, without a driver NVML can talk to, or with a binding that raises something other than
-NVMLError (an odd or mismatched pynvml), the record says why (`nvml`) and capture goes on. Nothing
-here runs for a CPU device.
-
-The NVML device is found by the CUDA device's UUID (`GPU-<uuid>`, `MIG-<uuid>` for a MIG slice),
-never by index: NVML numbers GPUs in PCI order and ignores CUDA_VISIBLE_DEVICES, CUDA does not.
+Every field is read on its own (a consumer GPU refuses ECC: that field is None, the others
+stay); without the package or a working binding the record says why (`nvml`) and capture goes
+on. The NVML device is found by the CUDA device's UUID, never by index: NVML numbers GPUs in PCI
+order and ignores CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations

@@ -11,23 +11,15 @@ import torch
 from lmperf.runtime.device.select import GIB, MIB, cuda_index, synchronize
 
 
-# Out-of-memory messages that do not come as torch.OutOfMemoryError (a RuntimeError each):
-# - "DefaultCPUAllocator: can't allocate memory" (the CPU allocator, e.g. under RLIMIT_AS);
-# - "CUDA out of memory" (the caching allocator's text, kept for torch builds and wrappers that
-#   re-raise it as a plain RuntimeError);
-# - "CUDA error: out of memory": a CUDA API call that failed with cudaErrorMemoryAllocation
-#   outside the caching allocator (context creation, cudaMalloc in a library, a stream or event);
-#   torch >= 2.8 raises it as torch.AcceleratorError, older ones as RuntimeError (HIP: "HIP error");
-# - cuBLAS / cuSOLVER / cuDNN handles and workspaces that failed to allocate
-#   ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`");
-# - NCCL's own buffers, allocated with cudaMalloc outside the caching allocator: torch raises
-#   torch.distributed.DistBackendError (a RuntimeError) whose text ends with NCCL's last
-#   warning (torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr: "...
-#   ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n<warning>"), and NCCL
-#   words that warning "Cuda failure 2 'out of memory'" (its CUDACHECK / CUCHECK macros; older
-#   NCCL without the number), "Failed to CUDA calloc [async] N bytes" (alloc.h, device memory)
-#   or "Failed to malloc N bytes" (alloc.h, host memory). Other NCCL errors ("Cuda failure 999
-#   'unknown error'", a peer that left) stay errors.
+# Out-of-memory messages that do not come as torch.OutOfMemoryError (a RuntimeError each): the
+# CPU allocator's ("can't allocate memory", e.g. under RLIMIT_AS); the caching allocator's text
+# re-raised as a plain RuntimeError; a CUDA API call outside the allocator that failed with
+# cudaErrorMemoryAllocation ("CUDA error: out of memory": context, library cudaMalloc, stream;
+# torch >= 2.8 raises torch.AcceleratorError; HIP says "HIP error"); cuBLAS / cuSOLVER / cuDNN
+# handles and workspaces (`*_STATUS_ALLOC_FAILED`); NCCL's own buffers, whose DistBackendError
+# ends with NCCL's last warning (c10d NCCLUtils.cpp getNcclErrorDetailStr): "Cuda failure 2 'out
+# of memory'" (CUDACHECK; older NCCL without the number), "Failed to CUDA calloc [async] N bytes"
+# or "Failed to malloc N bytes" (alloc.h). Other NCCL errors (a peer that left) stay errors.
 _OOM_TEXT = re.compile(r"can't allocate memory|CUDA out of memory|(?:CUDA|HIP) error: out of memory"
                        r"|CUBLAS_STATUS_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED"
                        r"|CUDNN_STATUS_ALLOC_FAILED"
