@@ -368,14 +368,14 @@ def ulp_curve(row: pd.Series | dict) -> tuple[list[float], list[float]]:
 
 def plot(result: ExperimentResult, path: Path) -> None:
     """Spacing (ulp) against magnitude, log-log, for every torch format in the table; PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no backend switch
 
     formats = result.table("formats")
+    fig = Figure(figsize=(13, 5.5), layout="tight")
+    FigureCanvasAgg(fig)
     # left: every finite range; right: the same curves zoomed where fp16 and fp8 live
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    axes = fig.subplots(1, 2)
     for ax, zoom in zip(axes, (False, True)):
         for _, row in formats.iterrows():
             if row["torch_dtype"] == TF32_LABEL or pd.isna(row["mantissa_bits"]):
@@ -394,6 +394,4 @@ def plot(result: ExperimentResult, path: Path) -> None:
         ax.grid(True, which="major", alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"ulp against magnitude ({result.params.get('device')})")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

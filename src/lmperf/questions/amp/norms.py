@@ -36,15 +36,9 @@ BROKEN_REL_ERROR = 0.1  # a norm whose output is off by 10% of its largest value
 
 @dataclass
 class NormTrace:
-    """A norm computed op by op in one dtype, with the intermediates that can fail.
-
-    Attributes:
-        out: the normalised rows, same shape and dtype as the input.
-        squared: the squared values the statistic is averaged from (x^2, or (x - mean)^2).
-        stat: the mean square (RMSNorm) or variance (LayerNorm), shape (rows, 1).
-        stat_plus_eps: stat + eps, computed in the dtype.
-        inv: rsqrt(stat + eps), i.e. 1/rms or 1/std, shape (rows, 1).
-    """
+    """A norm computed op by op in one dtype, with the intermediates that can fail: `squared`
+    (x^2, or (x - mean)^2), `stat` (mean square or variance, (rows, 1)), `stat_plus_eps` and
+    `inv` = rsqrt(stat + eps), i.e. 1/rms or 1/std; `out` has the input's shape and dtype."""
 
     out: torch.Tensor
     squared: torch.Tensor

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lmperf.errors import SpecError
+from lmperf.validate import choice
 
 
 def _frozen(value: object) -> object:
@@ -39,9 +39,7 @@ class AmpSpec:
     def __post_init__(self) -> None:
         from lmperf.questions.amp import EXPERIMENT_NAMES
 
-        if self.experiment not in EXPERIMENT_NAMES:
-            raise SpecError(f"unknown experiment {self.experiment!r}; accepted: "
-                            f"{', '.join(EXPERIMENT_NAMES)}")
+        choice("experiment", self.experiment, EXPERIMENT_NAMES)
         object.__setattr__(self, "options",
                            tuple(sorted((k, _frozen(v)) for k, v in dict(self.options).items())))
 

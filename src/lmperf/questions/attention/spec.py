@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass, fields
-from typing import ClassVar, Iterable, Sequence
+from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
 from lmperf.validate import check_fields, choice, non_negative_int, positive_int
@@ -177,7 +177,7 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
     if device == "cpu":
         base.update(s.cpu)
         notes.append(f"suite {suite} ({s.summary}) scaled to the CPU: "
-                     + ", ".join(f"{k} {_show(base[k])}" for k in ("impls", "d", "context", "dtypes"))
+                     + ", ".join(f"{k} {' '.join(map(str, base[k]))}" for k in ("impls", "d", "context", "dtypes"))
                      + "; override with --attention/--d/--context/--dtype")
         if not impls:
             left_out = [n for n in s.impls if n in CPU_OPT_IN]
@@ -189,7 +189,7 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
                  dtype=dt, causal=s.causal if causal is None else causal, warmup=warmup,
                  steps=steps, device=device, seed=seed, threads=threads)
         for dt, d, i, t in itertools.product(_pick(dtypes, base["dtypes"]), _pick(ds, base["d"]),
-                                             _unique(_pick(impls, base["impls"])),
+                                             dict.fromkeys(_pick(impls, base["impls"])),
                                              sorted(set(_pick(seqs, base["context"]))))
     ]
     return Plan(specs, suite, notes)
@@ -209,11 +209,3 @@ def _check_flags(*, seqs: Sequence[int] | None, ds: Sequence[int] | None,
     for dt in dtypes or []:
         if dt not in DTYPES:
             raise SpecError(f"--dtype: unknown dtype {dt!r}; accepted: {', '.join(DTYPES)}")
-
-
-def _unique(xs: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(xs))
-
-
-def _show(v: object) -> str:
-    return " ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)

@@ -209,18 +209,10 @@ def _json_safe(value: object) -> object:
 def build_report(matches: list[Match], unmatched: list[Unmatched], *,
                  sides: tuple[str, str] = ("BASE", "NEW"), level: float, min_effect: float,
                  resamples: int, seed: int, max_load: float | None = rec.MAX_LOAD) -> Report:
-    """The comparison Report.
-
-    frame: one row per matched spec x phase: record_kind and the spec fields that identify it,
-    then phase, base_n, new_n, base_median_ms, new_median_ms, ratio (NEW/BASE), ci_low,
-    ci_high, change_pct (wall time), verdict, judged_on ('wall time' or 'CPU time'), the same
-    figures in CPU time (base_cpu_median_ms, ..., cpu_change_pct; NaN without CPU times),
-    base/new_load_per_cpu, base/new_off_cpu, min_effect_pct and min_effect_from (what widened
-    it for one loaded run per side, else None; see lmperf.questions.compare.rows). tables:
-    'throughput and memory' (tokens/s and peak MiB per matched spec) and 'not compared'.
-    records: the rows of all three as dicts with kind 'compare' and a 'table' field (--json).
-    `sides` describe BASE and NEW (a file, a group of records).
-    """
+    """The comparison Report: `frame` one row per matched spec x phase (record_kind, the spec
+    fields that identify it, then STAT_COLUMNS; each is described in docs/commands/compare.md),
+    `tables` 'throughput and memory' (tokens/s, peak MiB) and 'not compared', `records` the rows
+    of all three with kind 'compare' and a 'table' field (--json). `sides` name BASE and NEW."""
     rows, skipped = phase_rows(matches, level=level, min_effect=min_effect,
                                resamples=resamples, seed=seed, max_load=max_load)
     frame = pd.DataFrame(rows)

@@ -92,12 +92,9 @@ def phase_rows(matches: list[Match], *, level: float, min_effect: float, resampl
     specs and phases that have none).
 
     Each row compares the wall times and, where both sides have them from the measuring
-    thread's clock, the CPU times. The verdict is judged on wall time, unless the runs were
-    loaded (`is_loaded`): then on CPU time, which other processes do not steal, or, without CPU
-    times, a 'slower' or 'faster' wall verdict becomes 'inconclusive'. `judged_on` says which.
-    Loaded with one run on a side (not rounds or several runs, whose interval sees run-to-run
-    variation), the minimum effect is widened (`loaded_min_effect`): a change below it is
-    'inconclusive'. `min_effect_pct` and `min_effect_from` say which minimum judged the row.
+    thread's clock, the CPU times. Loaded runs (`is_loaded`) are judged on CPU time, or else a
+    'slower' / 'faster' verdict becomes 'inconclusive'; with one run on a side the minimum
+    effect is widened (`loaded_min_effect`). Why: docs/commands/compare.md, "busy machine".
     """
     rows, skipped = [], []
     for m in matches:

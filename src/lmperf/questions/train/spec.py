@@ -14,6 +14,7 @@ from lmperf.model.shape import Compiled, ModelShape, OnDevice
 from lmperf.runtime.precision import REGIMES
 from lmperf.validate import as_flag, check_fields
 
+
 @dataclass(frozen=True, kw_only=True)
 class AdamWSchedule:
     """AdamW's settings and the learning-rate schedule of a training run.
@@ -83,17 +84,14 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
 
     Attributes:
         precision: the regime (a name from `lmperf.runtime.precision.REGIMES`).
-        size, d_model, num_layers, num_heads, d_ff, course: the shape (ModelShape).
         vocab_size: ids the model accepts; 256 covers byte-level data.
         context: sequence length T of every window; batch: windows per step (B).
         steps: optimizer steps (each one timed).
         data: a text file trained on byte-level, or None; tokens: a flat uint16 token file, or
             None; with neither, the bundled generated corpus. Loaded by the job itself.
         attention: the reference LM's attention.
-        device, threads, seed (OnDevice: the seed gives the weights, the training windows and
-        (seed + 1) the validation windows); AdamW and the schedule (AdamWSchedule); evaluation
-        and divergence (Watch); compile, compile_mode (Compiled: the first step compiles, its
-        time is recorded as compile_s and left out of the time summary): keyword-only.
+        The rest, keyword-only, come from the bases (the seed gives the weights and the training
+        windows, seed + 1 the validation windows; a compiled run's first step is compile_s).
     """
 
     kind: ClassVar[str] = "train"
@@ -169,7 +167,6 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
         """Short human-readable name for progress lines."""
         return (f"train {self.size} ctx={self.context} b={self.batch} {self.precision} "
                 f"{self.steps} steps" + (" compiled" if self.compile else ""))
-
 
 
 def _real(value: object) -> bool:

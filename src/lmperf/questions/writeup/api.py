@@ -10,6 +10,7 @@ from typing import Sequence
 from lmperf.catalog import BY_COMMAND, BY_KIND
 from lmperf.errors import LmperfError, SpecError
 from lmperf.questions.writeup.sections import Section, build_section
+from lmperf.validate import choice
 
 FORMATS: tuple[str, ...] = ("html", "markdown")
 DEFAULT_OUT: dict[str, Path] = {"html": Path("results") / "report.html",
@@ -79,8 +80,7 @@ def report(files: Sequence[str | Path] | str | Path, *, out: str | Path | None =
     """
     from lmperf import __version__
 
-    if format not in FORMATS:
-        raise SpecError(f"unknown report format {format!r}; accepted: {', '.join(FORMATS)}")
+    choice("report format", format, FORMATS)
     files = [files] if isinstance(files, (str, Path)) else list(files)
     if not files:
         raise SpecError("no results file given")
