@@ -82,7 +82,6 @@ BY_KIND: dict[str, Question] = {**{q.kind: q for q in QUESTIONS if q.kind},
 # record kind -> "module:function"(records) -> Report
 REPORTS: dict[str, str] = {**{q.kind: q.report for q in QUESTIONS if q.kind and q.report},
                            **{k: r for q in QUESTIONS for k, r in q.more_kinds}}
-COMMANDS: tuple[str, ...] = tuple(q.command for q in QUESTIONS)
 
 # What the warm fork server (`lmperf.core.forkserver`) imports and runs once before forking jobs
 # (on the critical path of every command's first job: no pandas, which bench's jobs never use).

@@ -17,9 +17,8 @@ from typing import NoReturn
 
 from lmperf import __version__
 from lmperf.catalog import QUESTIONS
-from lmperf.core.vocabulary import check_args, did_you_mean, renamed
+from lmperf.core.vocabulary import add_options, check_args, did_you_mean, renamed
 from lmperf.errors import LmperfError
-
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,11 +51,8 @@ def _add_table(sub: argparse._SubParsersAction) -> None:
                                    "rendered by its question.")
     p.add_argument("file", type=Path, nargs="+",
                    help="JSONL results file(s), or folders (their *.jsonl)")
-    p.add_argument("--format", default="text", choices=["text", "markdown", "latex", "csv"])
     p.add_argument("--kind", help="only records of this kind (default: every kind found)")
-    p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
-                   help="the records as JSON on stdout (or into FILE)")
-    p.add_argument("--details", action="store_true", help="text: every table in full")
+    add_options(p, ("format",))  # --format, --json [FILE], --details
     p.set_defaults(func=cmd_table)
 
 
@@ -80,11 +76,6 @@ def build_parser(command: str | None | object = _ALL) -> argparse.ArgumentParser
             sub.add_parser(question.command, help=question.ask)
     _add_table(sub)
     return parser
-
-
-def _command_of(argv: list[str]) -> str | None:
-    """The subcommand named on a command line (its first word that is not an option)."""
-    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def cmd_table(args: argparse.Namespace) -> int:
@@ -125,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(getattr(signal, name), _interrupt)
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
-        command = _command_of(argv)
+        command = next((a for a in argv if not a.startswith("-")), None)  # the subcommand
         if (why := renamed(command, argv)) is not None:
             print(f"lmperf {command}: error: {why}", file=sys.stderr)
             return 2
@@ -144,15 +135,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> NoReturn:
     """The `lmperf` program (the console script, `python -m lmperf`): `main`, then end the
-    process with its exit code, skipping the interpreter's teardown.
-
-    Once a command has imported torch, tearing the interpreter down (freeing every module's
-    objects, C++ static destructors) takes 0.5 to 1.5 s of wall time on a 2-core machine, after
-    the answer is printed (docs/benchmarks.md, "Time to answer"). Nothing is left to clean up
-    by then: results files are appended, flushed and fsynced record by record, every other file
-    is written and closed by the command, and children have ended (the warm fork server ends
-    when its stdin closes with this process). atexit handlers do not run.
-    """
+    process with its exit code, skipping the interpreter's teardown (0.5 to 1.5 s with torch
+    loaded, docs/benchmarks.md "Time to answer"): every file is written and closed by then, and
+    children have ended. atexit handlers do not run."""
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's --help, --version

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from lmperf.catalog import BY_KIND
 from lmperf.core.jobs import resolve
+from lmperf.core.sweep import Reporter
 
 _STYLE = {"ok": "green", "oom": "yellow", "error": "red", "unsupported": "magenta"}
 WIDTH = 120  # a progress line is cut to this many columns (the record keeps it whole)
@@ -42,7 +43,7 @@ def summary_line(record: dict) -> str:
     return "ok"
 
 
-class RichReporter:
+class RichReporter(Reporter):
     """Shows a progress bar on stderr and prints a line as each record arrives."""
 
     def __init__(self, console: Console | None = None):

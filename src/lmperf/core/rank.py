@@ -14,11 +14,9 @@ $LMPERF_DIST_DIR:
 - `records.jsonl` (rank 0): one record per finished item, appended as it finishes;
 - `rank_R.exit.json`: written after `destroy_process_group()` returned.
 
-Exiting cleanly is a rule, not luck: gloo work still in flight when the interpreter exits (an
-asynchronous all-reduce from an autograd hook, a wrapper still holding handles) can abort with
-"terminate called without an active exception". Every item releases its wrapper and optimizer
-(`lmperf.questions.parallel.train`), and `shutdown` collects garbage, meets the other ranks at a barrier and
-destroys the process group before the interpreter exits.
+Exiting cleanly is a rule, not luck: gloo work still in flight at exit aborts with "terminate
+called without an active exception", so every item releases its wrapper and optimizer, and
+`shutdown` collects garbage, meets the other ranks at a barrier and destroys the process group.
 """
 
 from __future__ import annotations
@@ -56,11 +54,10 @@ _LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
 @dataclass(frozen=True, kw_only=True)
 class Ranks:
     """How a job's ranks run, shared by every torchrun job (dist's, the leaderboard's, the
-    doctor's): how many (`world_size`, required), the process group's backend, where the
-    tensors live, torch's intra-op threads per rank, and two launch options: `timeout_s` (an
-    item running longer is killed: an error row) and `max_memory_gib` (each rank's memory cap,
-    `lmperf.runtime.device`'s cap_memory, so that a rank that does not fit fails as an 'oom'
-    row; 0: none). Keyword-only."""
+    doctor's): how many, the process group's backend, the device, torch's threads per rank, and
+    two launch options: `timeout_s` (an item running longer is killed: an error row) and
+    `max_memory_gib` (each rank's memory cap, so that a rank that does not fit is an 'oom' row;
+    0: none)."""
 
     world_size: int
     backend: str = "gloo"
@@ -81,8 +78,8 @@ class Ranks:
 
 
 class RankJob:
-    """What every torchrun job shares: dict round trip without launch fields, item bookkeeping
-    (a job also has `items()`, `item_spec(item)`, `kind`, `runner` and `worker`)."""
+    """What every torchrun job shares: the dict round trip without launch fields (a job also has
+    `items()`, `item_spec(item)`, `with_items(items)`, `kind`, `runner` and `worker`)."""
 
     def to_dict(self) -> dict:
         """The job's identity as a JSON-ready dict (launch options left out)."""
@@ -100,10 +97,6 @@ class RankJob:
         if unknown:
             raise SpecError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-    def with_items(self, items: list[str]) -> "RankJob":
-        """The same job restricted to `items` (for --resume and after a failed launch)."""
-        raise NotImplementedError
 
 
 class Progress:
@@ -147,12 +140,8 @@ class Progress:
 
 @dataclass
 class RankContext:
-    """What an item function needs to know about its rank.
-
-    rank, world_size, local_rank: from torchrun's environment. device: this rank's device.
-    backend: the process group's backend. nnodes: distinct torchrun agents (nodes) in the job.
-    folder: the launcher's folder (None when a user started torchrun). stage: the progress.
-    """
+    """What an item function needs to know about its rank (nnodes: distinct torchrun agents;
+    folder: the launcher's, None when a user started torchrun; stage: the progress)."""
 
     rank: int
     world_size: int
@@ -176,13 +165,9 @@ def _redirect_output(folder: Path, rank: int) -> None:
 
 
 def rank_device(job: object, local_rank: int) -> torch.device:
-    """This rank's device, made current, then capped when the job has `max_memory_gib`.
-
-    The order matters on CUDA: an index-less "cuda" device resolves to the current device, which
-    is GPU 0 until the rank selects its own; capping first capped GPU 0 on every rank (and
-    opened a context there), leaving ranks 1..n-1 uncapped. NCCL also needs the device set
-    before its first use. On the CPU the cap is the process's address space (no index).
-    """
+    """This rank's device, made current, then capped when the job has `max_memory_gib` (in
+    that order: capping an index-less "cuda" first capped GPU 0 on every rank; NCCL also needs
+    the device set before its first use)."""
     import torch
 
     from lmperf.runtime.device import cap_memory, use_cuda_device

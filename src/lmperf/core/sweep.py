@@ -11,7 +11,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Sequence
 
 from lmperf.core.jobs import JobSpec, job_id
 from lmperf.core.launch import ChildProcess, WarmChild, run_inline, warm_start_available
@@ -19,32 +19,21 @@ from lmperf.results import store
 from lmperf.results.record import spec_key
 
 
-class Reporter(Protocol):
-    """Progress callbacks of a sweep (the CLI shows them; the API default ignores them)."""
-
-    def begin(self, total: int, skipped: int) -> None: ...
-
-    def start(self, index: int, spec: JobSpec) -> None: ...
-
-    def finish(self, index: int, spec: JobSpec, records: list[dict]) -> None: ...
-
-    def end(self) -> None: ...
-
-
-class SilentReporter:
-    """A reporter that reports nothing."""
+class Reporter:
+    """Progress callbacks of a sweep (the CLI shows them: core.progress); this one reports
+    nothing (the API's default)."""
 
     def begin(self, total: int, skipped: int) -> None:
-        pass
+        """`total` jobs to run, `skipped` already ok (--resume)."""
 
     def start(self, index: int, spec: JobSpec) -> None:
-        pass
+        """Job `index` starts."""
 
     def finish(self, index: int, spec: JobSpec, records: list[dict]) -> None:
-        pass
+        """Job `index` ended with `records`."""
 
     def end(self) -> None:
-        pass
+        """The sweep ended (or was interrupted)."""
 
 
 class SweepInterrupted(Exception):
@@ -79,7 +68,7 @@ class SweepOptions:
     timeout_s: float | None = None
     max_memory_gib: float | None = None
     resume: bool = False
-    reporter: Reporter = field(default_factory=SilentReporter)
+    reporter: Reporter = field(default_factory=Reporter)
     workers: int = 1
     force: bool = False
 

@@ -1,26 +1,12 @@
-"""The shared vocabulary: every option that more than one command has, defined once.
-
-A flag means the same thing in every command that has it:
-
---size       model size preset          --context   sequence length T
---model      your own model factory     --batch     batch size B
---precision  precision regime           --attention attention implementation
---device     auto | cpu | cuda          --threads   torch CPU threads (see THREADS)
---warmup     untimed steps before measuring (0 allowed)
---steps      measured steps (timed, profiled, or trained and timed)
---seed       seed of weights and data
---out        the JSONL results file (appended to)
---format     text | markdown | latex | csv for the printed tables
---json [F]   the records as JSON (on stdout, or into file F)
---plots DIR  write the plots into DIR
-and the launcher's --inline, --timeout, --max-memory-gib and --resume.
-
-Device-dependent defaults (CPU vs CUDA) for every command are in DEFAULTS, here and nowhere else.
+"""The shared vocabulary: every option that more than one command has, defined once (OPTIONS;
+the table of them: docs/concepts.md, "One vocabulary"), and the device-dependent (CPU vs CUDA)
+defaults of every command (DEFAULTS), here and nowhere else.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -151,44 +137,27 @@ class Option:
         return self.flag.lstrip("-").replace("-", "_")
 
 
-def _sizes() -> Sequence[str]:
-    from lmperf.model.presets import PRESETS
-
-    return list(PRESETS)
-
-
-def _regimes() -> Sequence[str]:
-    from lmperf.names import REGIME_NAMES
-
-    return list(REGIME_NAMES)
-
-
-def _attention() -> Sequence[str]:
-    from lmperf.names import ATTENTION_NAMES
-
-    return list(ATTENTION_NAMES)
-
-
-def _courses() -> Sequence[str]:
-    from lmperf.model.presets import COURSES
-
-    return list(COURSES)
+def _names(module: str, attribute: str) -> Callable[[], Sequence[str]]:
+    """The names of a registry, read when the parser is built (`--help` imports no more)."""
+    return lambda: list(getattr(importlib.import_module(module), attribute))
 
 
 OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--size", "model size preset (its shape depends on --course)", metavar="SIZE",
-           choices=_sizes),
+           choices=_names("lmperf.model.presets", "PRESETS")),
     Option("--course", "the edition of CS336 whose size table and CUDA default sweeps apply "
                        "(2026: xl = d 2560 / 32 layers, 10B, leaderboard; 2025: xl = d 1600 / "
-                       "48 layers, 2.7B)", choices=_courses, strict=True, default="2026"),
+                       "48 layers, 2.7B)", choices=_names("lmperf.model.presets", "COURSES"),
+           strict=True, default="2026"),
     Option("--model", "your own model: a factory taking lmperf.model.ModelConfig and returning an "
                       "nn.Module mapping token ids (B, T) to logits (B, T, vocab); without --size "
                       f"it gets {MODEL_SIZE}'s shape, in every command", metavar="PKG.MOD:FACTORY"),
     Option("--context", "sequence length T", type=int, metavar="T"),
     Option("--batch", "batch size B", type=int, metavar="B", default=4),
-    Option("--precision", "precision regime", metavar="REGIME", choices=_regimes),
-    Option("--attention", "attention implementation", metavar="IMPL", choices=_attention,
-           default="naive"),
+    Option("--precision", "precision regime", metavar="REGIME",
+           choices=_names("lmperf.names", "REGIME_NAMES")),
+    Option("--attention", "attention implementation", metavar="IMPL",
+           choices=_names("lmperf.names", "ATTENTION_NAMES"), default="naive"),
     Option("--device", "where to run: auto (CUDA when present), cpu or cuda", default="auto",
            choices=lambda: ["auto", "cpu", "cuda"], strict=True),
     Option("--threads", "torch CPU threads per run (default: 1 on the CPU, as "
@@ -344,8 +313,6 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
         add_options(parser, ("details",))
 
 
-
-
 def add_compile(parser: argparse.ArgumentParser, many: bool) -> None:
     """--compile off|on (with `many`, both: a sweep axis) and --compile-mode: run the whole model
     through torch.compile; the compiling first step is timed apart (compile_s)."""
@@ -384,8 +351,7 @@ def check_args(command: str, args: argparse.Namespace) -> None:
     from lmperf.names import ATTENTION_NAMES, REGIME_NAMES
 
     def values(name: str) -> list:
-        value = getattr(args, name, None)
-        return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+        return as_list(getattr(args, name, None)) or []
 
     for name in ("context", "batch", "steps"):
         for v in values(name):

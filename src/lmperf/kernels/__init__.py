@@ -3,19 +3,9 @@
 Every implementation takes q (..., Tq, d), k (..., Tk, d), v (..., Tk, d) with the same leading
 dims, either (batch,) or (batch, heads), and returns o (..., Tq, d) in q's dtype, differentiable.
 Scale 1/sqrt(d); causal masking is top-left aligned (query t sees keys 0..t), as in
-`F.scaled_dot_product_attention(is_causal=True)`.
-
-    naive         `lmperf.kernels.naive.NaiveAttention` (the reference LM's default): einsum
-                  scores, max-subtracted softmax, einsum with V; materialises the (Tq, Tk) scores
-                  and probabilities
-    sdpa          F.scaled_dot_product_attention; torch picks the backend (see `sdpa_backend`)
-    compiled      torch.compile of `naive`, compiled once per process
-    flash-torch   FlashAttention-2 tiled in plain PyTorch (`lmperf.kernels.flash_torch`)
-    flash-triton  FlashAttention-2 as Triton kernels (`lmperf.kernels.flash_triton`), CUDA, or the
-                  CPU through Triton's interpreter (TRITON_INTERPRET=1)
-
-This is the one attention registry: the reference LM adapts these kernels to its causal
-(q, k, v) call (`lmperf.model.attention`), and every unknown name is a SpecError.
+`F.scaled_dot_product_attention(is_causal=True)`. IMPLEMENTATIONS is the one attention registry
+(the table of them: docs/commands/attention.md); the reference LM adapts these kernels to its
+causal (q, k, v) call (`lmperf.model.attention`), and every unknown name is a SpecError.
 
 `get(name)` returns the function wrapped in `check_inputs`, which raises SpecError (one line) for
 mismatched shapes, a dtype or device the implementation does not support, or a missing dependency;
@@ -163,11 +153,6 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
 NAMES: tuple[str, ...] = tuple(IMPLEMENTATIONS)
 
 
-def names() -> tuple[str, ...]:
-    """The implementation names, in the registry's order."""
-    return NAMES
-
-
 def _impl(name: str) -> Implementation:
     try:
         return IMPLEMENTATIONS[name]
@@ -198,9 +183,7 @@ def supports(name: str, device: torch.device | str, dtype: torch.dtype) -> str |
         reason = _triton_missing()
         if reason is not None:
             return reason
-        if device.type == "cuda":
-            return None
-        if device.type == "cpu" and triton_interpreter():
+        if device.type == "cuda" or device.type == "cpu" and triton_interpreter():
             return None
         return (f"flash-triton needs a CUDA device, or TRITON_INTERPRET=1 to run Triton's "
                 f"interpreter on the CPU (got {device.type})")
@@ -256,5 +239,5 @@ def get(name: str, validate: bool = True) -> AttentionKernel:
 
 
 __all__ = ["AttentionKernel", "IMPLEMENTATIONS", "Implementation", "NAMES", "NaiveAttention",
-           "check_inputs", "compiled_attention", "get", "naive_attention", "names",
+           "check_inputs", "compiled_attention", "get", "naive_attention",
            "sdpa_attention", "sdpa_backend", "softmax", "supports", "triton_interpreter"]

@@ -11,12 +11,9 @@ kernel and torch's counter compute it (masked entries included); P = T^2 / 2 is 
 convention (FlashAttention's benchmark halves the causal FLOPs the same way).
 
 TFLOP/s and MFU of the reference LM use ONE convention whatever `--attention` runs
-(`FLOPS_CONVENTION`): the counter would otherwise credit naive and SDPA's math path the full
-square, flash-torch only the tiles it computes (about half), a fused SDPA kernel without a FLOP
-formula nothing, and Triton kernels nothing (the counter sees aten ops only). So the counter
-counts the step with attention left out (`no_attention` stands in for the kernel, on the meta
-device) and `attention_flops` adds the causal term. Counting the full square for a kernel that
-skips the masked half is how MFU reads over 100% (torchtitan #341).
+(`FLOPS_CONVENTION`; why: docs/concepts.md, "One FLOP convention"): the counter counts the step
+with attention left out (`no_attention` stands in for the kernel, on the meta device) and
+`attention_flops` adds the causal term.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The median, not the mean: on a shared machine a few stalled steps (another process on the
 core, a page fault storm) move the mean and not the median, and the raw samples stay in the
-record for anyone who wants the mean. bench, train and dist all call this.
+record for anyone who wants the mean. bench, train, dist and the leaderboard all call this.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ def step_rates(tokens_per_step: int, step_ms: dict | float | None, flops_per_ste
     """Tokens/s, TFLOP/s and MFU of one step, defined once (the median step, as
     `tokens_per_s`): TFLOP/s = FLOPs per step / step seconds / 1e12; MFU = TFLOP/s / the
     device's peak in the run's math dtype (None where no peak is known, e.g. on the CPU)."""
-    median = step_ms.get(STEP_STATISTIC) if isinstance(step_ms, dict) else step_ms
-    tflops = (flops_per_step / (median / 1e3) / 1e12
-              if isinstance(median, (int, float)) and median > 0 else None)
+    steps_per_s = tokens_per_s(1, step_ms)
+    tflops = flops_per_step * steps_per_s / 1e12 if steps_per_s is not None else None
     return {"tokens_per_step": tokens_per_step,
             "tokens_per_s": tokens_per_s(tokens_per_step, step_ms),
             "tflops": tflops,

@@ -21,30 +21,13 @@ from lmperf.runtime.precision import REGIMES
 class RunSpec(Compiled, OnDevice, ModelShape):
     """One benchmark run. Two runs with equal specs measure the same thing.
 
-    Attributes:
-        size: preset name; gives the shape unless `model` is set (then it is what the user's
-            factory receives as d_model, num_layers, num_heads, d_ff).
-        d_model, num_layers, num_heads, d_ff: the resolved shape (filled from `size`).
-        context: the sequence length T of the benchmark batch.
-        model_context: the model's maximum sequence length (RoPE table); must be >= T.
-        batch: sequences per step.
-        precision: a regime name from `lmperf.runtime.precision.REGIMES`.
-        mode: 'forward' (no autograd graph), 'forward-backward', or 'train-step' (+ AdamW step).
-        attention: attention implementation of the reference LM.
-        optimizer: AdamW implementation: 'fused', 'foreach' or 'loop' (for-loop, foreach=False).
-        warmup, steps: untimed warm-up steps (0 allowed), then timed steps.
-        model: a user's 'package.module:factory', or None for the reference LM.
-        vocab_size, rope_theta: model hyperparameters.
-        num_kv_heads: K/V heads of grouped-query attention (None: num_heads, plain multi-head).
-        tie_embeddings: lm_head shares the token embedding's weight (Llama 3.2 1B and 3B).
-        clip: max gradient norm of a train step, after unscaling (0: no unscale/clip step;
-            the GradScaler's step still unscales).
-        checkpoint: activation checkpointing in groups of this many blocks (0: none; a
-            transformers model: 1, every layer), as `lmperf memory --checkpoint` means it.
-        grad_accum: micro-batches of `batch` sequences per optimizer step (train-step only):
-            each micro-batch's loss / grad_accum, one optimizer step after the last.
-        course (ModelShape); device, threads, seed (OnDevice: the seed gives the weights and
-        the random batch); compile, compile_mode (Compiled): keyword-only.
+    `size` gives the shape, or with `model` (a user's 'package.module:factory') what its
+    factory receives. `context` is the batch's T, `model_context` the model's maximum (RoPE
+    table, >= T); `optimizer`: AdamW's 'fused', 'foreach' or 'loop' implementation;
+    `num_kv_heads`: grouped-query attention's K/V heads (None: plain multi-head); `clip`: max
+    gradient norm after unscaling (0: no unscale/clip step); `checkpoint`: activation
+    checkpointing in groups of that many blocks (0: none; a transformers model: 1, every
+    layer); `grad_accum`: micro-batches of `batch` sequences per optimizer step (train-step).
     """
 
     kind: ClassVar[str] = "bench"

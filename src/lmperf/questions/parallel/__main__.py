@@ -1,11 +1,7 @@
-"""`python -m lmperf dist ...`: the `lmperf dist` command line, or, under torchrun, a rank.
-
-Started by a user's own torchrun (many nodes: `torchrun --nnodes N --nproc-per-node G
---rdzv-backend c10d --rdzv-endpoint HOST:PORT -m lmperf dist train ...`, or under SLURM
-`srun ... torchrun ...`), every rank plans the same jobs from the same arguments, keeps the one
-whose world size is torchrun's WORLD_SIZE, and runs its items; rank 0 appends the records to
---out (the same records `lmperf dist` writes) and prints the tables. A rank that fails exits
-non-zero and torchrun reports it. Outside torchrun this is `lmperf dist ...`.
+"""`python -m lmperf dist ...`: the `lmperf dist` command line, or, under a user's own torchrun
+(many nodes: docs/commands/dist.md), a rank: every rank plans the same jobs from the same flags
+and runs those of torchrun's WORLD_SIZE; rank 0 appends the records to --out and prints the
+tables. A rank that fails exits non-zero and torchrun reports it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from pathlib import Path
 
 from lmperf.estimate.formulas import bus_factor
@@ -77,19 +78,12 @@ def collective_of(event_name: str) -> str:
     return raw
 
 
-def _numel(dims: list) -> int:
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n
-
-
 def message_bytes(event: dict, n: int) -> tuple[str, int]:
     """(collective, S in bytes) of one `gloo:` / `nccl:` event from its recorded inputs."""
     args = event.get("args", {})
     dims, types = args.get("Input Dims") or [], args.get("Input type") or []
     collective = collective_of(event["name"])
-    size = sum(_numel(d) * _ELEMENT_BYTES.get(t, 4) for d, t in zip(dims, types)
+    size = sum(math.prod(map(int, d)) * _ELEMENT_BYTES.get(t, 4) for d, t in zip(dims, types)
                if isinstance(d, list))
     if collective == "all_gather":  # the inputs are this rank's shards; S is the whole array
         size *= n

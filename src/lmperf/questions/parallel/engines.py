@@ -1,16 +1,6 @@
-"""torch's own engines behind the same interfaces as lmperf's readable strategies.
-
-- `TorchDDP(module, bucket_size_mb, compress)`: DistributedDataParallel (the reducer
-  all-reduces buckets during backward; `finish_gradient_synchronization` has nothing left to do)
-  with torch's fp16 / bf16 compression hooks; buffers are broadcast once, at construction.
-- `FSDP2(module, compute_dtype, reshard)`: `fully_shard` on every block of every ModuleList and
-  on the root, with a MixedPrecisionPolicy (parameters in `compute_dtype` for compute, gradients
-  reduced in fp32); `reshard=False` keeps a micro-batch's gathered parameters from forward to
-  backward (ZeRO-2's one gather, torch's SHARD_GRAD_OP).
-- `TorchZeRO1(params, optimizer_cls, **kwargs)`: ZeroRedundancyOptimizer.
-
-`fully_shard` moved from torch.distributed._composable.fsdp (2.4, 2.5) to
-torch.distributed.fsdp (2.6+): it is looked up in both places.
+"""torch's own engines behind the same interfaces as lmperf's readable strategies: DDP
+(`TorchDDP`), FSDP2 (`FSDP2`: `fully_shard` on every block of every ModuleList and on the root)
+and ZeroRedundancyOptimizer (`TorchZeRO1`).
 """
 
 from __future__ import annotations
@@ -25,7 +15,8 @@ from lmperf.questions.parallel.ddp import broadcast_from_rank0
 
 
 def fsdp2_api() -> tuple[Any, Any] | None:
-    """(fully_shard, MixedPrecisionPolicy) from wherever this torch has them, or None."""
+    """(fully_shard, MixedPrecisionPolicy) from wherever this torch has them (2.4, 2.5:
+    torch.distributed._composable.fsdp; 2.6+: torch.distributed.fsdp), or None."""
     for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
         try:
             module = __import__(where, fromlist=["fully_shard", "MixedPrecisionPolicy"])
@@ -43,8 +34,9 @@ def compression_unsupported(compress: str, backend: str) -> str | None:
 
 
 class TorchDDP(nn.Module):
-    """DistributedDataParallel with `bucket_size_mb` buckets and an optional compression hook
-    ('fp16' or 'bf16': gradients cast before the all-reduce, back after)."""
+    """DistributedDataParallel with `bucket_size_mb` buckets (its reducer all-reduces them
+    during backward) and an optional compression hook ('fp16' or 'bf16': gradients cast before
+    the all-reduce, back after); buffers are broadcast once, at construction."""
 
     def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0, compress: str = "none"):
         super().__init__()
@@ -71,7 +63,9 @@ class TorchDDP(nn.Module):
 
 
 class FSDP2(nn.Module):
-    """torch's fully_shard (FSDP2) with the FSDP wrapper's interface."""
+    """torch's fully_shard (FSDP2) with the FSDP wrapper's interface: parameters in
+    `compute_dtype` for compute, gradients reduced in fp32; `reshard=False` keeps a micro-batch's
+    gathered parameters from forward to backward (ZeRO-2's one gather, SHARD_GRAD_OP)."""
 
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None,
                  reshard: bool = True):

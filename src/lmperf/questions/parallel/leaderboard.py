@@ -162,6 +162,7 @@ def run_item(job: LeaderboardJob, item: str, ctx) -> dict | None:
     import torch.distributed as dist
 
     from lmperf.measure.stats import summarize
+    from lmperf.measure.throughput import tokens_per_s
     from lmperf.questions.parallel.train import _no_range, train_step
     from lmperf.runtime import device as dev
     from lmperf.workload.steps import NO_OBSERVER
@@ -201,7 +202,7 @@ def run_item(job: LeaderboardJob, item: str, ctx) -> dict | None:
                "estimate_ms": timing["estimate_ms"], "n_warmup": timing["n_warmup"],
                "n_rep": timing["n_rep"], "per_rank_times_ms": [r["times_ms"] for r in gathered],
                "tokens_per_step": tokens_per_step,
-               "tokens_per_s": tokens_per_step / (step_ms["median"] / 1e3),
+               "tokens_per_s": tokens_per_s(tokens_per_step, step_ms),
                "cold_start_s": cold, "peak_memory": [r["peak"] for r in gathered],
                "peak_kind": gathered[0]["peak_kind"]}
     warnings = []
@@ -232,21 +233,16 @@ def plan(size: str = "leaderboard", *, world_size: int | None = None, context: i
          seed: int = 0) -> LeaderboardJob:
     """The job: the preset's shape, NCCL with one rank per GPU on CUDA (default 2), gloo with 2
     ranks on the CPU. Raises SpecError for bad input."""
-    from lmperf.model.presets import resolve_preset
     from lmperf.runtime import device as dev
 
-    try:
-        preset = resolve_preset(size, course)
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
+    dims = ModelShape.of_size(size, course)  # and the preset's own vocabulary, if it has one
     resolved = dev.resolve_device(device)
     n = world_size if world_size is not None else 2
     if resolved.type == "cuda" and dev.cuda_device_count() < n:
         raise SpecError(f"{n} ranks need {n} GPUs; this machine has {dev.cuda_device_count()}")
     return LeaderboardJob(
-        world_size=n, size=size, d_model=preset.d_model, num_layers=preset.num_layers,
-        num_heads=preset.num_heads, d_ff=preset.d_ff,
-        vocab_size=vocab_size or preset.vocab_size or 10_000, context=context,
+        world_size=n, size=size, **{**dims, "vocab_size": vocab_size or dims.get("vocab_size", 10_000)},
+        context=context,
         batch=batch, precision=precision, checkpointing=checkpointing, attention=attention,
         warmup_ms=warmup_ms, rep_ms=rep_ms, course=course, seed=seed,
         backend="nccl" if resolved.type == "cuda" else "gloo", device=resolved.type,

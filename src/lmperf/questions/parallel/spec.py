@@ -28,17 +28,9 @@ DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
 @dataclass(frozen=True)
 class CommJob(RankJob, Ranks):
-    """Collective benchmarks at one world size: every collective x every size.
-
-    Attributes:
-        world_size: ranks (processes) taking part.
-        collectives: names from COLLECTIVES.
-        sizes: message sizes S in bytes, as nccl-tests defines S per collective (the whole
-            array: all_gather's output, reduce_scatter's input; see `lmperf.questions.parallel.comm`).
-        dtype: element type of the messages.
-        warmup, iters: untimed, then timed iterations per (collective, size).
-        backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
-    """
+    """Collective benchmarks at one world size: every collective x every size (bytes S, as
+    nccl-tests defines S: the whole array, see `lmperf.questions.parallel.comm`), `warmup`
+    untimed then `iters` timed iterations each; the ranks: see `Ranks`."""
 
     kind: ClassVar[str] = "dist"
     what: ClassVar[str] = "comm"
@@ -86,13 +78,9 @@ class CommJob(RankJob, Ranks):
 
 @dataclass(frozen=True, kw_only=True)
 class StrategyOptions:
-    """How the strategies of a train job are set up.
-
-    Attributes:
-        bucket_mb: bucket size of 'bucketed', 'torch-ddp', 'zero1' and 'torch-zero1' (MiB).
-        compute_dtype: the compute (and communication) dtype of 'fsdp' and 'fsdp2'.
-        compress: torch-ddp's gradient compression hook.
-    """
+    """How the strategies of a train job are set up: `bucket_mb` (MiB) of 'bucketed',
+    'torch-ddp', 'zero1' and 'torch-zero1'; `compute_dtype` (and communication dtype) of the
+    SHARDED ones; `compress`: torch-ddp's gradient compression hook."""
 
     bucket_mb: float = 1.0
     compute_dtype: str = "fp32"
@@ -110,23 +98,13 @@ class StrategyOptions:
 class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     """Data-parallel training strategies at one world size, on the same model and data.
 
-    Attributes:
-        world_size: ranks; each trains on `grad_accum` micro-batches of `batch` sequences of
-            its own per step (the global batch is world_size x grad_accum x batch).
-        strategies: names from STRATEGIES ('single' only at world size 1).
-        size, d_model, num_layers, num_heads, d_ff, vocab_size: the reference LM's shape
-            (`size` as the `course` edition's table defines it).
-        context: tokens per sequence.
-        warmup, steps: untimed, then timed steps; profile_steps: further steps under the
-            profiler (communication intervals and bytes), not timed.
-        lr: AdamW learning rate; seed: weights and data.
-        precision: 'fp32', or 'bf16-mixed' (bf16 autocast over fp32 weights).
-        checkpoint: activation checkpointing in groups of this many blocks (0: none).
-        grad_accum: micro-batches per optimizer step, gradients synchronised once.
-        reference: check the trained parameters against one process on the global batch
-            (False: not checked, for a model one device cannot hold).
-        bucket_mb, compute_dtype, compress: see `StrategyOptions`.
-        backend, device, threads, timeout_s, max_memory_gib: see `Ranks`.
+    Each rank trains on `grad_accum` micro-batches of `batch` sequences of its own per step
+    (the global batch is world_size x grad_accum x batch); 'single' runs at world size 1 only.
+    `warmup`, `steps`: untimed, then timed steps; `profile_steps`: further steps under the
+    profiler (communication intervals and bytes); `precision`: 'fp32' or 'bf16-mixed' (bf16
+    autocast over fp32 weights); `checkpoint`: activation checkpointing in groups of that many
+    blocks (0: none); `reference`: check the trained parameters against one process on the
+    global batch (False: for a model one device cannot hold).
     """
 
     kind: ClassVar[str] = "dist"

@@ -25,6 +25,7 @@ from lmperf.questions.parallel.reference import compare, loss_of, train_referenc
 from lmperf.questions.parallel.spec import SHARDED, TrainJob
 from lmperf.core.rank import RankContext
 from lmperf.measure.stats import summarize
+from lmperf.measure.throughput import tokens_per_s
 from lmperf.runtime import device as dev
 from lmperf.workload.steps import Observer
 
@@ -238,9 +239,8 @@ def _payload(job: TrainJob, item: str, ranks: list[dict], check: dict, groups: d
     for phase in (*PHASES, "step"):
         metrics[f"{phase}_ms"] = summarize(per_step(phase))
     metrics["per_rank_step_ms"] = [r["samples"]["step"] for r in ranks]
-    step_s = metrics["step_ms"]["median"] / 1e3
-    metrics["tokens_per_s"] = (n * job.batch * job.grad_accum * job.context / step_s
-                               if step_s else None)
+    metrics["tokens_per_s"] = tokens_per_s(n * job.batch * job.grad_accum * job.context,
+                                           metrics["step_ms"])
     compute_dtype = job.compute_dtype if item in SHARDED else "fp32"
     metrics["compute_dtype"] = compute_dtype
     metrics["comm"] = _comm(ranks)

@@ -5,10 +5,8 @@
 real optimizer (`optimizer_cls(**kwargs)`) over this rank's parameters only: its state (AdamW's
 two moments, 8 bytes per fp32 parameter) exists on one rank instead of all. `step()` updates the
 owned parameters, then every parameter is broadcast from its owner, so all ranks hold the same
-weights again. Gradients must already be averaged (pair it with a data-parallel wrapper).
-
-Communication: the wrapper's all-reduce (2 x (n-1)/n x P bytes per rank on a ring) plus the
-broadcasts (P bytes in all leave their owners): 1.5x plain data parallelism for large n.
+weights again. Gradients must already be averaged (pair it with a data-parallel wrapper);
+what that communicates: docs/commands/dist.md, "`--estimate`".
 """
 
 from __future__ import annotations

@@ -36,11 +36,11 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     from lmperf.questions.plan import job
     from lmperf.questions.plan.report import build_report
     from lmperf.questions.plan.spec import CPU_DEFAULT, CUDA_PRECISIONS, PlanSpec
+    from lmperf.results.store import append_record, ensure_writable
+    from lmperf.runtime import device as dev
 
     if device not in ("auto", "cpu", "cuda"):
         raise SpecError(f"unknown device {device!r}; accepted: auto, cpu, cuda")
-    from lmperf.runtime import device as dev
-
     on_cpu = device == "cpu" or (device == "auto" and gpu is None and gib is not None
                                   and not dev.cuda_available())
     if on_cpu and gpu is not None:
@@ -60,15 +60,10 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
         raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) here: on this CPU's "
                         "ranks (--device cpu --gib G) or the one GPU at hand (--gpus 1); on "
                         "other GPUs, run the winner's command")
-    path = None
-    if out is not None:
-        from lmperf.results.store import ensure_writable
-
-        path = Path(out)
+    path = Path(out) if out is not None else None
+    if path is not None:
         ensure_writable(path)
     err(f"planning {spec.size or spec.model} for {gpus} x {gpu or 'this CPU'} ...")
-    from lmperf.results.store import append_record
-
     records = job.records(spec, _progress())
     winner = records[0]  # ranked: the first fits, or nothing does
     if gpus > 1 and spec.device == "cuda" and winner["metrics"]["fits"] and path is not None:
