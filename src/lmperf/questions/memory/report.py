@@ -92,16 +92,12 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     for col in INT_COLUMNS:  # counts stay integers where a row has none (NA, not NaN floats)
         if col in frame:
-            frame[col] = pd.array([None if _missing(v) else int(v) for v in frame[col]],
+            frame[col] = pd.array([None if pd.isna(v) else int(v) for v in frame[col]],
                                   dtype="Int64")
     for col in FLOAT_COLUMNS:
         if col in frame:
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     return frame
-
-
-def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
 
 
 def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:

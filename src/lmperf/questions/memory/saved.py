@@ -42,7 +42,6 @@ class SavedTensor:
     shape: tuple[int, ...]
     dtype: str
     kind: str  # one of KINDS
-    view_bytes: int  # numel x element size of the saved tensor itself
     bytes: int  # storage bytes counted here; 0 when the storage was already counted
 
 
@@ -252,7 +251,7 @@ def measure_saved(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
             order=i, group="loss" if path == "<loss>" else _group(path),
             module="" if path == "<loss>" else path, op=ops.get(i, OUTSIDE),
             shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."), kind=kind,
-            view_bytes=t.numel() * t.element_size(), bytes=nbytes if first else 0))
+            bytes=nbytes if first else 0))
     device = str(inputs.device)
     return SavedReport(rows, state["residual"], device)
 

@@ -58,11 +58,8 @@ class PhaseClock:
     step time (bench and train use it). On the CPU ops run synchronously: both modes time the
     same thing.
 
-    CPU time (`cpu_kind`, see `cpu_clock_kind`): `time.thread_time` of the measuring thread when
-    torch runs one intra-op thread, else `time.process_time` (every thread of the process,
-    summed: it can exceed wall time, and includes the pool's spin-waits). Another process on the
-    machine steals wall time from a step but not its CPU time; it can still slow it through
-    shared caches and memory bandwidth, which CPU time does include.
+    CPU time (`cpu_kind`, see `cpu_clock_kind`; summed over threads it can exceed wall time):
+    another process steals wall time from a step but not its CPU time (docs/commands/compare.md).
     """
 
     def __init__(self, device: torch.device, sync: str = "phase"):

@@ -78,32 +78,27 @@ class PeakMemory:
                 "allocated": torch.cuda.max_memory_allocated(index) / MIB,
                 "reserved": torch.cuda.max_memory_reserved(index) / MIB,
             }
-        return {"rss": _proc_status_kib("VmHWM") * 1024 / MIB if _has_proc() else None}
+        kib = _proc_status_kib("VmHWM")
+        return {"rss": None if kib is None else kib * 1024 / MIB}
 
 
-def _has_proc() -> bool:
+def _proc_status_kib(field: str) -> float | None:
+    """A field of /proc/self/status, in KiB; None without /proc or without that field."""
     try:
-        open("/proc/self/status").close()
-        return True
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1])
     except OSError:
-        return False
-
-
-def _proc_status_kib(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return float(line.split()[1])
-    return float("nan")
+        pass
+    return None
 
 
 def address_space_bytes() -> int | None:
     """This process's virtual address space (VmSize) in bytes, what RLIMIT_AS limits; None
     without /proc. A CUDA build of torch maps several times more at import than a CPU build."""
-    if not _has_proc():
-        return None
     kib = _proc_status_kib("VmSize")
-    return None if kib != kib else int(kib * 1024)  # NaN: no VmSize line
+    return None if kib is None else int(kib * 1024)
 
 
 def device_memory_gib(device: torch.device) -> float | None:
