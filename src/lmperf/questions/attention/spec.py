@@ -177,7 +177,8 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
     if device == "cpu":
         base.update(s.cpu)
         notes.append(f"suite {suite} ({s.summary}) scaled to the CPU: "
-                     + ", ".join(f"{k} {' '.join(map(str, base[k]))}" for k in ("impls", "d", "context", "dtypes"))
+                     + ", ".join(f"{k} {' '.join(map(str, base[k]))}"
+                                 for k in ("impls", "d", "context", "dtypes"))
                      + "; override with --attention/--d/--context/--dtype")
         if not impls:
             left_out = [n for n in s.impls if n in CPU_OPT_IN]

@@ -1,15 +1,10 @@
 """The bundled corpus: a deterministic, generated English-like text (ASCII, byte-level tokens).
 
-Nothing is downloaded and no data file ships with the package: the text is made by code from a
-small grammar and a fixed pseudo-random stream, so every machine gets the same bytes. It mixes
-sentence families with different kinds of structure, so that a tiny model's loss keeps falling
-for a few hundred steps instead of flattening after the letter statistics are learnt:
-
-- descriptive sentences from word lists (spelling, word order, agreement of "a"/"an");
-- arithmetic facts written out in words ("three plus four is seven."), exact and checkable;
-- counting runs and the days of the week in order (long-range, predictable continuations);
-- short question/answer pairs whose answer repeats a word from the question (copying).
-"""
+Nothing is downloaded: the text is made from a small grammar and a fixed pseudo-random stream,
+so every machine gets the same bytes. Its sentence families (descriptions, arithmetic in words,
+counting and weekdays, question/answer copying) have different kinds of structure, so that a
+tiny model's loss keeps falling for a few hundred steps instead of flattening after the letter
+statistics are learnt."""
 
 from __future__ import annotations
 

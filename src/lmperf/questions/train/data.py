@@ -1,14 +1,7 @@
-"""Training data: three sources of token ids, a train/validation split, and seeded random windows.
-
-Sources (every one ends up as a 1-D integer numpy array, memory-mapped where it is a file):
-- the bundled corpus (`lmperf.questions.train.corpus`), byte-level: ids 0..255;
-- a user's text file (`--data FILE`), read as raw bytes: ids 0..255, any encoding;
-- a token file (`--tokens FILE`) as the course's pipeline writes it: a flat array of uint16 ids,
-  either raw (`ids.tofile(f)`) or a `.npy` file (`np.save`), detected by the NumPy magic bytes.
-
-Every problem with the input (missing, empty, wrong size or dtype, ids outside the vocabulary,
-too short for the context) raises a SpecError with one line naming the file and the fix.
-"""
+"""Training data: the bundled corpus, a text file (`--data`, raw bytes) or a token file (`--tokens`,
+flat uint16 or .npy), each a 1-D integer array (memory-mapped where it is a file); the train /
+validation split and seeded random windows. Every problem with the input raises a one-line
+SpecError naming the file and the fix."""
 
 from __future__ import annotations
 

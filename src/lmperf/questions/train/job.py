@@ -1,11 +1,6 @@
-"""The job of one regime: load the data, train, return the record (the TrainSpec's runner).
-
-Runs wherever the launcher puts it (a child process by default, or inline). It never raises for
-a failure of the run itself: an out-of-memory error is an 'oom' record, any other exception an
-'error' record, a regime this device cannot run an 'unsupported' one (see lmperf.core.outcome).
-Progress lines go to stderr: the terminal when inline, the child's log otherwise (whose tail an
-'error' row of a crashed or timed-out child carries).
-"""
+"""The job of one regime: load the data, train, return the record (the TrainSpec's runner; a
+failure of the run is an oom / error / unsupported record, see lmperf.core.outcome). Progress
+lines go to stderr: the terminal when inline, else the child's log (an error row has its tail)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """The training loop of one regime: THE train step on seeded batches, logged per step, stopped
-early with a recorded outcome instead of training on NaNs.
-
-Outcomes (`metrics.outcome` of a record whose status is 'ok'):
-- 'completed': all steps ran;
-- 'non_finite_loss': a step's loss was NaN or inf; the run stops at that step;
-- 'diverged': the loss rose above `diverge_factor` x the first step's loss (worse than the random
-  initial weights), or the gradient norm was non-finite `diverge_bad_grads` steps in a row.
-"""
+early with a recorded outcome instead of training on NaNs. `metrics.outcome` of an ok record:
+'completed', 'non_finite_loss' (a NaN/inf loss; stopped at that step) or 'diverged' (`Watch`)."""
 
 from __future__ import annotations
 
