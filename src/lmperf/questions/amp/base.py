@@ -62,3 +62,13 @@ def render(result: ExperimentResult, fmt: str = "text") -> str:
 def dtype_name(dtype: object) -> str:
     """'torch.bfloat16' -> 'bfloat16' (short names in tables)."""
     return str(dtype).replace("torch.", "")
+
+
+def finite(t: object) -> bool:
+    """Whether every element of the tensor `t` is finite (a device sync)."""
+    return bool(t.isfinite().all().item())
+
+
+def shown(values: object) -> str:
+    """Numbers as a flag's help shows its default: '0.0001 0.01 1'."""
+    return " ".join(f"{v:g}" for v in values)

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, finite, shown
 from lmperf.questions.amp.formats import spacing
 from lmperf.model.transformer import RMSNorm
 from lmperf.runtime import device as dev
@@ -128,10 +128,6 @@ def _rows(dim: int, rows: int, gen: torch.Generator) -> torch.Tensor:
     return z / z.abs().amax(-1, keepdim=True)
 
 
-def _finite(y: torch.Tensor) -> bool:
-    return bool(torch.isfinite(y).all().item())
-
-
 def eps_table(eps: float = EPS) -> pd.DataFrame:
     """eps as stored in each dtype: value, relative rounding error, and whether it is subnormal."""
     rows = []
@@ -171,9 +167,9 @@ def magnitude_table(device: torch.device, layer: bool, dim: int, rows: int, scal
             x = x64.to(dtype)
             trace = norm(x)
             out.append({"max_abs_x": scale, "dtype": dtype_name(dtype),
-                        "input_overflowed": not _finite(x),
+                        "input_overflowed": not finite(x),
                         "input_rounding_rel_error": max_rel_error(ref_fn(x), ref),
-                        "finite": _finite(trace.out), "max_rel_error": max_rel_error(trace.out, ref),
+                        "finite": finite(trace.out), "max_rel_error": max_rel_error(trace.out, ref),
                         **trace_flags(trace)})
     return pd.DataFrame(out)
 
@@ -194,7 +190,7 @@ def autocast_table(device: torch.device, dim: int, rows: int, scales: list[float
                 outs = {"F.layer_norm": F.layer_norm(x, (dim,), eps=EPS), "lmperf RMSNorm": rms(x)}
             for name, y in outs.items():
                 out.append({"norm": name, "autocast_dtype": dtype_name(dtype), "max_abs_x": scale,
-                            "out_dtype": dtype_name(y.dtype), "finite": _finite(y),
+                            "out_dtype": dtype_name(y.dtype), "finite": finite(y),
                             "max_rel_error": max_rel_error(y, refs[name])})
     return pd.DataFrame(out)
 
@@ -224,11 +220,11 @@ def small_variance_table(device: torch.device, dim: int, rows: int, offset: floa
                 out.append({**common, "method": method, "variance_rel_error": var_err,
                             "variance_negative": bool((trace.stat < 0).any().item()),
                             "x_squared_overflowed": trace_flags(trace)["x_squared_overflowed"],
-                            "finite": _finite(trace.out), "max_rel_error": max_rel_error(trace.out, ref)})
+                            "finite": finite(trace.out), "max_rel_error": max_rel_error(trace.out, ref)})
             with torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype != torch.float32):
                 y = F.layer_norm(x, (dim,), eps=EPS)
             out.append({**common, "method": "F.layer_norm", "variance_rel_error": math.nan,
-                        "variance_negative": None, "x_squared_overflowed": None, "finite": _finite(y),
+                        "variance_negative": None, "x_squared_overflowed": None, "finite": finite(y),
                         "max_rel_error": max_rel_error(y, ref)})
     return pd.DataFrame(out)
 
@@ -240,20 +236,16 @@ def _check_positive_floats(name: str, values: list[float]) -> list[float]:
     return values
 
 
-def _show(values: tuple[float, ...]) -> str:
-    return " ".join(f"{v:g}" for v in values)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The experiment's options (each with a default)."""
     parser.add_argument("--dim", type=int, default=64, help="values per row (default: 64)")
     parser.add_argument("--rows", type=int, default=16, help="rows per input magnitude (default: 16)")
     parser.add_argument("--scales", type=float, nargs="+", default=list(DEFAULT_SCALES), metavar="S",
-                        help=f"largest |x| of each input batch (default: {_show(DEFAULT_SCALES)})")
+                        help=f"largest |x| of each input batch (default: {shown(DEFAULT_SCALES)})")
     parser.add_argument("--offset", type=float, default=1e3,
                         help="mean of the small-variance rows (default: 1e3)")
     parser.add_argument("--noise-stds", type=float, nargs="+", default=list(DEFAULT_NOISE_STDS),
-                        metavar="STD", help=f"spread of the small-variance rows (default: {_show(DEFAULT_NOISE_STDS)})")
+                        metavar="STD", help=f"spread of the small-variance rows (default: {shown(DEFAULT_NOISE_STDS)})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random rows (default: 0)")
 
 

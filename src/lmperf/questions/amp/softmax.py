@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, finite, shown
 from lmperf.questions.amp.formats import bits_of, from_bits
 from lmperf.runtime import device as dev
 from lmperf.errors import SpecError
@@ -95,10 +95,6 @@ def logit_rows(magnitudes: list[float], seed: int) -> torch.Tensor:
     return z / z.amax(-1, keepdim=True) * torch.tensor(magnitudes, dtype=torch.float64)[:, None]
 
 
-def _finite(t: torch.Tensor) -> bool:
-    return bool(torch.isfinite(t).all().item())
-
-
 def _max_abs_error(y: torch.Tensor, ref: torch.Tensor) -> float:
     return (y.double() - ref).abs().max().item()
 
@@ -124,7 +120,7 @@ def _methods_table(device: torch.device, magnitudes: list[float], seed: int, mag
             row = {magnitude_column: magnitude, "dtype": dtype_name(dtype)}
             for name, method in methods.items():
                 y = method(x)
-                row[f"{name}_finite"] = _finite(y)
+                row[f"{name}_finite"] = finite(y)
                 row[f"{name}_{error}"] = measure(y, ref)
             rows.append(row)
     return pd.DataFrame(rows)
@@ -164,23 +160,19 @@ def attention_table(device: torch.device, dims: list[int], tokens: int, seed: in
             "max_abs_logit": logits.abs().max().item(),
             "max_abs_logit_scaled": scaled.abs().max().item(),
             "max_logit_above_fp16_exp_limit": logits.max().item() > fp16_exp_limit,
-            "naive_fp16_finite": _finite(naive_softmax(logits.half())),
-            "naive_fp16_scaled_finite": _finite(naive_softmax(scaled.half())),
-            "stable_fp16_finite": _finite(stable_softmax(logits.half())),
+            "naive_fp16_finite": finite(naive_softmax(logits.half())),
+            "naive_fp16_scaled_finite": finite(naive_softmax(scaled.half())),
+            "stable_fp16_finite": finite(stable_softmax(logits.half())),
         })
     return pd.DataFrame(rows)
-
-
-def _show(values: tuple[float, ...]) -> str:
-    return " ".join(f"{v:g}" for v in values)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The experiment's options (each with a default)."""
     parser.add_argument("--magnitudes", type=float, nargs="+", default=list(DEFAULT_MAGNITUDES),
-                        metavar="M", help=f"largest logit of each test row (default: {_show(DEFAULT_MAGNITUDES)})")
+                        metavar="M", help=f"largest logit of each test row (default: {shown(DEFAULT_MAGNITUDES)})")
     parser.add_argument("--dims", type=int, nargs="+", default=list(DEFAULT_DIMS), metavar="D",
-                        help=f"head dimensions of the attention-logit test (default: {_show(DEFAULT_DIMS)})")
+                        help=f"head dimensions of the attention-logit test (default: {shown(DEFAULT_DIMS)})")
     parser.add_argument("--tokens", type=int, default=64,
                         help="queries and keys in the attention-logit test (default: 64)")
     parser.add_argument("--seed", type=int, default=0, help="seed of logits, q and k (default: 0)")

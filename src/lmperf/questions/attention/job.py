@@ -36,13 +36,9 @@ def make_inputs(spec: AttnSpec, device: torch.device) -> tuple[torch.Tensor, ...
 
 
 def run_spec(spec: AttnSpec) -> dict:
-    """Measure `spec` in this process and return its record (ok / oom / error / unsupported).
-
-    Never raises for a failure of the run itself (`core.envelope.measured`): out of memory is
-    an 'oom' record and any other exception an 'error' record naming the stage it happened in;
-    an implementation this device or dtype cannot run is 'unsupported'. Every record carries
-    the analytic figures. The launcher sets the spec's CPU threads around this call.
-    """
+    """Measure `spec` in this process and return its record: ok, or oom / error (naming the
+    stage) / unsupported from `core.envelope.measured`, never an exception; every record
+    carries the analytic figures. The launcher sets the spec's CPU threads around this call."""
     return measured(KIND, spec, _measure_record, first_stage="making the inputs",
                     unsupported=lambda device: kernels.supports(spec.attention, device,
                                                                 TORCH_DTYPES[spec.dtype]),

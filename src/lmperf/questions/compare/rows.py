@@ -66,13 +66,12 @@ def _stat_row(phase: str, est: RatioEstimate) -> dict:
 
 
 def _cpu_row(est: RatioEstimate | None) -> dict:
+    columns = ("base_cpu_median_ms", "new_cpu_median_ms", "cpu_ratio", "cpu_ci_low",
+               "cpu_ci_high", "cpu_change_pct")
     if est is None:
-        return {"base_cpu_median_ms": math.nan, "new_cpu_median_ms": math.nan,
-                "cpu_ratio": math.nan, "cpu_ci_low": math.nan, "cpu_ci_high": math.nan,
-                "cpu_change_pct": math.nan}
-    return {"base_cpu_median_ms": est.base_median, "new_cpu_median_ms": est.new_median,
-            "cpu_ratio": est.ratio, "cpu_ci_low": est.ci_low, "cpu_ci_high": est.ci_high,
-            "cpu_change_pct": est.change_pct}
+        return dict.fromkeys(columns, math.nan)
+    return dict(zip(columns, (est.base_median, est.new_median, est.ratio, est.ci_low,
+                              est.ci_high, est.change_pct)))
 
 
 def is_loaded(loads: tuple[float, float], off_cpu: tuple[float, float],

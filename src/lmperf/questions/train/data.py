@@ -21,15 +21,9 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 @dataclass(frozen=True)
 class Corpus:
-    """Token ids split into a training and a validation part.
-
-    Attributes:
-        source: 'builtin', 'text' or 'tokens'.
-        name: the file path, or 'builtin'.
-        ids: all ids, 1-D (a numpy memmap for files); never copied as a whole.
-        n_val: how many ids at the end of `ids` form the validation split.
-        max_id: the largest id in `ids` (checked against the vocabulary up front).
-    """
+    """Token ids split into a training and a validation part: `source` ('builtin', 'text' or
+    'tokens') and `name` (the file, or 'builtin'); `ids`, 1-D (a memmap for files, never copied
+    whole), whose last `n_val` form the validation split; `max_id`, their largest id."""
 
     source: str
     name: str

@@ -12,7 +12,7 @@ import math
 import pandas as pd
 import torch
 
-from lmperf.core.report import Report
+from lmperf.core.report import Report, numbered
 from lmperf.measure.stats import NOISY_IQR_RATIO
 from lmperf.runtime.precision import get_regime
 from lmperf.questions.train.loop import FINAL_LOSS_STEPS, status_text
@@ -218,19 +218,12 @@ def summary_frame(records: list[dict]) -> pd.DataFrame:
 
 def val_loss_table(records: list[dict]) -> pd.DataFrame:
     """Validation loss (nats/token) per evaluated step (rows) and regime (columns)."""
-    columns: dict[str, pd.Series] = {}
-    for r in records:
-        evals = evals_frame(r)
-        if evals.empty:
-            continue
-        name, n = precision_of(r), 2
-        label = name
-        while label in columns:  # a file may hold several runs of one regime
-            label, n = f"{name} #{n}", n + 1
-        columns[label] = pd.Series(evals["val_loss"].to_numpy(), index=evals["step"].astype(int))
-    if not columns:
+    runs = [(precision_of(r), e) for r in records if not (e := evals_frame(r)).empty]
+    if not runs:
         return pd.DataFrame()
-    table = pd.DataFrame(columns).sort_index()
+    labels = numbered([name for name, _ in runs])  # a file may hold several runs of one regime
+    table = pd.DataFrame({label: pd.Series(e["val_loss"].to_numpy(), index=e["step"].astype(int))
+                          for label, (_, e) in zip(labels, runs)}).sort_index()
     table.index.name = "step"
     return table.reset_index()
 
