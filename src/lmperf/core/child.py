@@ -2,9 +2,8 @@
 
 JOB.json is {"spec_class": "package.module:Class", "spec": {...}}. The child rebuilds the spec,
 caps its memory, sets its CPU threads, runs the spec's runner and writes the list of records to
-RESULT.json (under a temporary name, then renamed, so the parent never reads half a result). A
-child that dies before writing (a crash, a kill, the kernel's OOM killer) leaves no result: the
-parent then makes an 'error' record from the exit status and the child's log.
+RESULT.json (renamed into place: the parent never reads half a result; a child that dies before
+leaves none, and the parent makes the 'error' record).
 """
 
 from __future__ import annotations

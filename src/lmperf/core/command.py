@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from lmperf.errors import LmperfError
+from lmperf.results.schema import STATUSES
 
 if TYPE_CHECKING:  # pandas and the launcher load when a command runs, not for --help
     from lmperf.core.report import Report
     from lmperf.core.sweep import SweepOptions
 
-STATUSES = ("ok", "oom", "error", "unsupported")
+
 def sweep_options(*, inline: bool = False, timeout: float | None = None,
                   max_memory_gib: float | None = None, resume: bool = False,
                   progress: bool = False) -> SweepOptions:
@@ -104,18 +105,14 @@ def closing_line(report: Report, out: Path | None, noun: str = "run") -> str:
             + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + where)
 
 
-def _interrupted() -> type[BaseException]:
-    from lmperf.core.sweep import SweepInterrupted
-
-    return SweepInterrupted
-
-
 def run_command(args: argparse.Namespace, produce: Callable[[], Report], noun: str = "run") -> int:
     """Run `produce` (the API call), print its Report, and return the exit code: 0 when it ran
     (failed rows are results), 130 after Ctrl-C with every finished row kept."""
+    from lmperf.core.sweep import SweepInterrupted
+
     try:
         report = produce()
-    except _interrupted() as stop:
+    except SweepInterrupted as stop:
         saved = f" are saved in {stop.out}" if stop.out else " were kept"
         err(f"interrupted: {len(stop.records)} finished record(s){saved}; run the same command "
             "with --resume to finish the rest")

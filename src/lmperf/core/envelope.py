@@ -46,14 +46,9 @@ S = TypeVar("S", bound=Spec)  # the kind's own spec class: the body receives the
 
 @dataclass
 class Run:
-    """What the envelope hands the body: where it runs, under which regime, and what it reports
-    besides its result.
-
-    stage: what the body is doing now (set `stage.now`; a failure's message names it).
-    warnings: things the reader should know (the regime's slowness is already there).
-    fields: record fields kept whatever the outcome (train's corpus, attention's analytic
-        figures); the body may add to them before it fails.
-    """
+    """What the envelope hands the body: where it runs, under which regime, what it is doing now
+    (`stage.now`: a failure's message names it), warnings for the reader, and record `fields`
+    kept whatever the outcome (the body may add to them before it fails)."""
 
     device: torch.device
     regime: Regime | None
@@ -67,20 +62,12 @@ def measured(kind: str, spec: S, body: Callable[[S, Run], dict], *,
              unsupported: Callable[[torch.device], str | None] | None = None,
              first_stage: str = "starting", fields: dict | None = None,
              record_spec: dict | None = None) -> dict:
-    """Run `body(spec, run)` in this process inside the envelope and return the record.
-
-    Args:
-        kind: the record's kind.
-        spec: the job spec (its `device` and `to_dict()`).
-        body: the measurement; returns the ok record's fields (`params`, `metrics`, ...).
-        precision: the regime's name where the kind has one (checked against the device, its
-            matmul precision held during the body, its slowness warned of).
-        unsupported: the kind's own check, device -> why it cannot run here (None: it can).
-        first_stage: the stage a failure before the body's first `stage.now` is named by.
-        fields: record fields kept whatever the outcome.
-        record_spec: the records' `spec` where it is not `spec.to_dict()` (profile adds its
-            backend).
-    """
+    """Run `body(spec, run)` (it returns the ok record's fields: `params`, `metrics`, ...) in
+    this process inside the envelope and return the record of `kind`. `precision`: the regime
+    where the kind has one (checked against the device, its matmul precision held during the
+    body, its slowness warned of); `unsupported`: the kind's own check, device -> why it cannot
+    run here; `first_stage` names a failure before the body's first `stage.now`; `fields` are
+    kept whatever the outcome; `record_spec` replaces `spec.to_dict()` as the records' spec."""
     device = torch.device(spec.device)
     identity = spec.to_dict() if record_spec is None else record_spec
     environment = capture(device)

@@ -1,10 +1,7 @@
 """A warm fork server: a process that has imported torch (and lmperf) once, and forks a child
 per job, so that isolating a job costs a fork (milliseconds) instead of a fresh interpreter
-importing torch (~1.4 s).
-
-Why not multiprocessing's "forkserver": its children re-import the parent's `__main__` (a user's
-script or notebook would run again inside every job). This server knows nothing of the parent's
-main module; it only runs `lmperf.core.child` in each fork.
+importing torch (~1.4 s). Not multiprocessing's "forkserver", whose children re-import the
+parent's `__main__` (docs/architecture.md): this one only runs `lmperf.core.child` in each fork.
 
 Protocol, one JSON object per line. The parent writes requests on the server's stdin:
     {"id": N, "argv": [...], "cwd": DIR, "env": {...}, "path": [...], "log": FILE,

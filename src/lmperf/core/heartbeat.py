@@ -1,11 +1,7 @@
-"""What a running job has finished so far, for the row the launcher writes if the job is killed.
-
-A job that runs past `--timeout` (or crashes) leaves no record of its own; its row is made by
-the parent. So that the row can say how far the job got and what the finished part measured,
-a runner calls `beat(...)` as it goes (e.g. after each timed step); the launcher points
-`LMPERF_PROGRESS` at a file in the job's folder and reads it back when it kills the job. The
-file is replaced atomically, so a kill mid-write leaves the previous beat. Outside a launched
-child (inline, notebooks) `beat` does nothing.
+"""What a running job has finished so far, for the row the launcher writes if the job is killed
+(past `--timeout`, or a crash): a runner calls `beat(...)` as it goes; the launcher points
+`LMPERF_PROGRESS` at a file in the job's folder (replaced atomically: a kill mid-write leaves
+the previous beat) and reads it back. Outside a launched child `beat` does nothing.
 """
 
 from __future__ import annotations

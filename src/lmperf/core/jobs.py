@@ -14,14 +14,10 @@ from lmperf.results.record import spec_id
 
 
 class JobSpec(Protocol):
-    """A frozen, JSON-serialisable description of one job (the identity of its result).
-
-    kind: the record kind it produces ('bench', 'profile', ...).
-    runner: "package.module:function" taking the spec and returning a record or a list of records
-        (it never raises for a failure of the run itself: see `lmperf.core.outcome`).
-    device: 'cpu' or 'cuda' (resolved).
-    threads: torch's intra-op CPU threads for the run (0: leave torch's default).
-    """
+    """A frozen, JSON-serialisable description of one job (the identity of its result): the
+    record `kind` it produces, its `runner` ("package.module:function" taking the spec and
+    returning a record or a list of them, never raising for a failure of the run itself), its
+    resolved `device` and (optionally) torch's CPU `threads` (0: torch's default)."""
 
     kind: ClassVar[str]
     runner: ClassVar[str]

@@ -1,14 +1,5 @@
-"""Turning an exception into a record's status: the one place that decides ok / oom / error.
-
-Every measuring function follows the same shape::
-
-    stage = Stage("building the model")
-    try:
-        ...; stage.now = "warming up"; ...
-        return record("ok", metrics=...)
-    except Exception as exc:
-        return record(**failure(exc, stage))
-"""
+"""Turning an exception into a record's status: the one place that decides ok / oom / error
+(`core.envelope` wraps every in-process measurement in it; the torchrun ranks call it too)."""
 
 from __future__ import annotations
 

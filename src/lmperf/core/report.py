@@ -39,24 +39,12 @@ Display = Callable[["Report"], tuple[pd.DataFrame, str, list[str]]]
 
 @dataclass
 class Report:
-    """What one command (or one API call) produced.
-
-    Attributes:
-        kind: the record kind ('bench', 'profile', 'memory', 'train', 'attention', 'amp', ...).
-        frame: the main table (numeric columns, units in their names).
-        tables: further tables by name, numeric too.
-        findings: sentences computed from the measured values.
-        records: the JSON records behind it (as written to the results file).
-        title: a heading for rendered output.
-        display: optional layout of `frame` for reading (see `Display`).
-        brief: text only: table name -> (columns, rows) to show (None for either: all; rows 0:
-            the table only with --details, in these columns), or None to leave the table to
-            --details and the full formats (Markdown, the write-up).
-        headline: the answer to the command's question in a few lines (at most 4), numbers
-            included: what every human format prints first (text: the first lines of stdout).
-        more: findings for --details and the full formats only (methods, costs, answers the
-            headline and tables already give in short).
-    """
+    """What one command (or one API call) produced, of record `kind` (frame, tables, findings
+    and records: the module docstring and docs/api.md). `display`: an optional layout of `frame`
+    for reading; `brief` (text only): table name -> (columns, rows) to show (None for either:
+    all; rows 0: the table only with --details), or None to leave the table to --details and
+    the full formats; `headline`: the answer in at most 4 lines, numbers included, printed
+    first; `more`: findings for --details and the full formats only (methods, costs)."""
 
     kind: str
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)

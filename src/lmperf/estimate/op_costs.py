@@ -169,18 +169,12 @@ class OpCosts:
 
 
 def count_op_costs(spec, precision: str | None = None, tp: int = 1) -> OpCosts:
-    """FLOPs and bytes per (phase, aten op, dtype) of one step of `spec` (a RunSpec: its model,
-    shape, context, batch, mode, optimizer, precision, or `precision` instead, and device: CUDA
-    counts under CUDA's autocast lists and op names), counted on fake CPU tensors with AdamW's
-    state created first (as a first step leaves it; measured steps never create it).
-    `tp` > 1 counts one rank of a `tp`-way tensor-parallel step (`shard`): what it runs.
-    Loss scaling is left out (its few elementwise ops would need the data to decide whether to
-    skip the step). Raises what the model raises on fake tensors.
-
-    The reference LM is counted at 1 and 2 layers and extrapolated (exact: identical blocks; the
-    issue order repeats the block the second layer added); a user's model is counted whole. A
-    phase whose order is not the 1-layer order with one block inserted has no order.
-    """
+    """FLOPs and bytes per (phase, aten op, dtype) of one step of `spec` (a RunSpec; `precision`
+    replaces its own; a CUDA device counts under CUDA's autocast lists and op names), counted on
+    fake CPU tensors with AdamW's state created first, loss scaling left out; `tp` > 1 counts
+    one rank of a `tp`-way tensor-parallel step (`shard`). The reference LM is counted at 1 and
+    2 layers and extrapolated (docs/commands/plan.md, "The op counts"); a user's model whole.
+    Raises what the model raises on fake tensors."""
     from dataclasses import replace
 
     start = time.perf_counter()

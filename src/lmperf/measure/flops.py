@@ -87,17 +87,11 @@ def no_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
 @contextlib.contextmanager
 def meta_view(model: nn.Module) -> Iterator[nn.Module]:
     """Hold `model` shape-only for the duration: every parameter and buffer slot of every
-    submodule holds a meta tensor of the same shape, dtype and `requires_grad` (tied tensors
-    stay tied: one meta tensor each), so a step on the model runs no arithmetic, allocates
-    nothing and accumulates gradients on the meta tensors only. The model's own tensors (and
-    their gradients) go back into their slots on exit, also when the step raised.
-
-    Each slot is swapped once, found through `model.modules()` (a submodule shared by several
-    parents, as the reference LM's RoPE table is by every block, is visited once).
-    `torch.func.functional_call` is not used: with `tie_weights` it swaps a shared submodule's
-    slot once per path and restores the already-swapped meta tensor last, leaving the model on
-    meta (pytorch/pytorch#164759; seen on torch 2.13).
-    """
+    submodule (each module once, shared ones included) holds a meta tensor of the same shape,
+    dtype and `requires_grad` (tied tensors stay tied), so a step runs no arithmetic and
+    allocates nothing; the model's own tensors go back on exit, also when the step raised.
+    Not `torch.func.functional_call`: it swaps a shared submodule's slot once per path and
+    restores the already-swapped meta tensor last (pytorch/pytorch#164759, torch 2.13)."""
     swapped: list[tuple[dict, str, torch.Tensor]] = []  # (slot table, name, the model's tensor)
     metas: dict[int, torch.Tensor] = {}  # id(the model's tensor) -> its meta stand-in
     try:

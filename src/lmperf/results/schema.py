@@ -12,19 +12,10 @@ STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 def make_record(kind: str, spec: dict, status: str, env: dict, *, message: str = "",
                 params: int | None = None, metrics: dict | None = None,
                 warnings: list[str] | None = None, **extra: object) -> dict:
-    """Build a record dict in the schema's field order.
-
-    Args:
-        kind: what produced it ('bench', later 'profile', 'memory', ...).
-        spec: the run's spec as a dict (its identity).
-        status: one of STATUSES.
-        env: the environment capture (versions, device, settings, timestamp).
-        message: why a run is not ok (empty when ok).
-        params: number of model parameters.
-        metrics: measurements (raw samples and summaries), None unless ok.
-        warnings: things the reader should know (noise, slowness, caveats).
-        extra: further top-level fields (e.g. 'log_tail' of a crashed child).
-    """
+    """A record dict in the schema's field order: its kind, `spec` (the run's identity), a
+    status of STATUSES, `env` (the environment capture), `message` (why it is not ok),
+    `metrics` (None unless ok), `warnings` for the reader, and `extra` top-level fields (e.g.
+    'log_tail' of a crashed child)."""
     if status not in STATUSES:
         raise ValueError(f"unknown status {status!r}; accepted: {', '.join(STATUSES)}")
     return {

@@ -152,13 +152,10 @@ def _declared_context(config, target: str | None) -> int | None:
 
 
 def warm_up() -> None:
-    """Trigger torch's lazy imports (sympy, the flop counter, torch.distributed's pieces, ...:
-    ~1 s on a first model build) once: the tiny model's forward FLOPs counted on the meta
-    device under no_grad. The warm fork server runs this before forking jobs, so it must leave
-    every device untouched: meta tensors hold no data (no arithmetic, no thread pool), and no
-    autograd graph is built or run, because the autograd engine's first backward asks the CUDA
-    runtime for its device count, which initialises the driver in the server and leaves every
-    forked child's CUDA broken ("initialization error", pytorch/pytorch#32707; seen on an H200,
-    docs/gpu-validation.md). The forward imports the same modules a whole step does."""
+    """Trigger torch's lazy imports (sympy, the flop counter, ...: ~1 s on a first model build)
+    once, in the warm fork server before it forks jobs: the tiny model's forward FLOPs counted
+    on the meta device under no_grad. No data, no thread pool, no device and no autograd (whose
+    first backward initialises CUDA in the server and breaks every forked child's: see
+    docs/architecture.md), yet the same modules a whole step imports."""
     with torch.no_grad():
         meta_flops(RunSpec.from_size("tiny", context=16, batch=1, mode="forward"))
