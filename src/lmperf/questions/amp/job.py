@@ -47,6 +47,7 @@ def run_job(spec: AmpSpec) -> dict:
     module = get_experiment(spec.experiment)
     options = spec.kwargs()
     environment = envmod.capture(device)
+    head = {"experiment": spec.experiment, "device": device.type}
     start = time.perf_counter()
     try:
         result = module.run(device, **options)
@@ -54,12 +55,9 @@ def run_job(spec: AmpSpec) -> dict:
             Path(spec.plot).parent.mkdir(parents=True, exist_ok=True)
             module.plot(result, Path(spec.plot))
     except Exception as exc:  # a failure of the experiment itself: recorded, not hidden
-        record_spec = {"experiment": spec.experiment, "device": device.type,
-                       **to_jsonable(options)}
-        return make_record(KIND, record_spec, env=environment,
+        return make_record(KIND, head | to_jsonable(options), env=environment,
                            **failure(exc, f"running amp {spec.experiment}"))
     seconds = time.perf_counter() - start
-    record_spec = {"experiment": spec.experiment, "device": device.type,
-                   **to_jsonable(result.params)}
     metrics = result.to_dict() | {"seconds": seconds, "plot": spec.plot}
-    return make_record(KIND, record_spec, "ok", environment, metrics=metrics)
+    return make_record(KIND, head | to_jsonable(result.params), "ok", environment,
+                       metrics=metrics)

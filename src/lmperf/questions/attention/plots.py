@@ -20,12 +20,14 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     sets = groups(ok) if not ok.empty else []
     paths = []
 
-    def lines(ax, column: str, label_prefix: str = "") -> None:
+    def lines(ax, column: str) -> None:
+        """One line per implementation and group, over the rows that have `column`."""
         for caption, g in sets:
             for attention in dict.fromkeys(g["attention"]):
-                sub = g[g["attention"] == attention].sort_values("context")
-                label = attention + (f" ({caption})" if caption else "")
-                ax.plot(sub["context"], sub[column], marker="o", label=label_prefix + label)
+                sub = g[g["attention"] == attention].dropna(subset=[column]).sort_values("context")
+                if not sub.empty:
+                    ax.plot(sub["context"], sub[column], marker="o",
+                            label=attention + (f" ({caption})" if caption else ""))
 
     fig = Figure(figsize=(15, 4.5))
     FigureCanvasAgg(fig)
@@ -52,12 +54,7 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     fig = Figure(figsize=(6.5, 4.5))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    for caption, g in sets:
-        for attention in dict.fromkeys(g["attention"]):
-            sub = g[(g["attention"] == attention) & g["speedup_vs_naive"].notna()].sort_values("context")
-            if not sub.empty:  # the frame's speedup: each row against its own sweep's naive
-                ax.plot(sub["context"], sub["speedup_vs_naive"], marker="o",
-                        label=attention + (f" ({caption})" if caption else ""))
+    lines(ax, "speedup_vs_naive")  # the frame's: each row against its own sweep's naive
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set(xlabel="sequence length", ylabel="x faster than naive (fwd+bwd)",
            title="speedup over naive")

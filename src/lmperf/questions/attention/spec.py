@@ -62,22 +62,17 @@ class AttnSpec:
         if not isinstance(self.causal, bool):
             raise SpecError(f"causal must be true or false, got {self.causal!r}")
 
-    @property
-    def element_bytes(self) -> int:
-        """Bytes per element of q, k, v, o and the score/probability matrices."""
-        return DTYPES[self.dtype]
-
     def score_matrix_bytes(self) -> int:
         """Analytic bytes of ONE (batch, heads, context, context) score or probability matrix in `dtype`.
 
         Naive attention materialises at least the probabilities for backward; FlashAttention
         never holds more than a tile of them.
         """
-        return self.batch * self.heads * self.context * self.context * self.element_bytes
+        return self.batch * self.heads * self.context * self.context * DTYPES[self.dtype]
 
     def qkv_bytes(self) -> int:
         """Bytes of one of q, k, v or o: batch * heads * context * d * element bytes."""
-        return self.batch * self.heads * self.context * self.d * self.element_bytes
+        return self.batch * self.heads * self.context * self.d * DTYPES[self.dtype]
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the `spec` of a record)."""
@@ -148,7 +143,6 @@ class Plan:
     """The specs to run and what the user should know about how they were chosen."""
 
     specs: list[AttnSpec]
-    suite: str
     notes: list[str]
 
 
@@ -193,7 +187,7 @@ def plan_sweep(suite: str, device: str, *, impls: Sequence[str] | None = None,
                                              dict.fromkeys(_pick(impls, base["impls"])),
                                              sorted(set(_pick(seqs, base["context"]))))
     ]
-    return Plan(specs, suite, notes)
+    return Plan(specs, notes)
 
 
 def _check_flags(*, seqs: Sequence[int] | None, ds: Sequence[int] | None,

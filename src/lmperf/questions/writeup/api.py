@@ -4,6 +4,7 @@ HTML page, or Markdown with PNGs next to it); returns the path written."""
 from __future__ import annotations
 
 import datetime as _dt
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -37,10 +38,7 @@ def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[dict],
         else:
             mine = read_records(Path(f))
             records += mine
-        kinds: dict[str, int] = {}
-        for r in mine:
-            kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
-        inputs.append((str(f), kinds))
+        inputs.append((str(f), dict(Counter(r["kind"] for r in mine))))
     return records, compared, inputs
 
 
