@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from lmperf.validate import choice
+
 # In the order `lmperf amp` lists them and `lmperf amp all` runs them.
 EXPERIMENT_NAMES: tuple[str, ...] = (
     "formats", "accumulate", "policy", "trace", "toy", "norms", "softmax", "underflow",
@@ -16,9 +18,8 @@ EXPERIMENT_NAMES: tuple[str, ...] = (
 
 
 def get_experiment(name: str) -> ModuleType:
-    """The experiment module by name; raises ValueError listing the accepted names."""
-    if name not in EXPERIMENT_NAMES:
-        raise ValueError(f"unknown experiment {name!r}; accepted: {', '.join(EXPERIMENT_NAMES)}")
+    """The experiment module by name; raises SpecError (a ValueError) listing the accepted names."""
+    choice("experiment", name, EXPERIMENT_NAMES)
     return importlib.import_module(f"lmperf.questions.amp.{name}")
 
 

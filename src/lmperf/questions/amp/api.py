@@ -19,10 +19,7 @@ def plan_amp(experiment: str, device: str = "auto", plots: str | Path | None = N
     from lmperf.runtime.device import resolve_device
 
     names = list(EXPERIMENT_NAMES) if experiment == "all" else [experiment]
-    try:
-        modules = [get_experiment(n) for n in names]
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
+    modules = [get_experiment(n) for n in names]
     dev = resolve_device(device)
     if experiment == "all" and options:
         raise SpecError("lmperf amp all runs every experiment with its defaults; options go to "

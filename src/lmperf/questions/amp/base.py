@@ -5,6 +5,7 @@ An experiment module defines:
     NAME: str                  the subcommand name
     SUMMARY: str               one line for `lmperf amp`
     add_arguments(parser)      its own options (argparse), every one with a default
+    check(device, **options)   SpecError for a bad option, before anything runs anywhere
     run(device, **options) -> ExperimentResult
                                options named like the argparse dests; pure: no printing, no files
     plot(result, path) -> None optional: a PNG of the result (matplotlib, Agg backend)

@@ -129,11 +129,8 @@ def _short_error(exc: BaseException) -> str:
 
 
 def classify(input_dtype: torch.dtype, output_dtype: torch.dtype, low: torch.dtype) -> str:
-    """The behaviour a (input dtype, output dtype) pair under autocast(low) shows.
-
-    Returns "casts to low" (fp32 in, low out), "runs in fp32 (upcast)" (low in, fp32 out),
-    "keeps input dtype" (out == in), or "other: <dtype>" for anything else.
-    """
+    """The behaviour an (input dtype, output dtype) pair shows under autocast(low): CASTS_TO_LOW
+    (fp32 in, low out), UPCAST (low in, fp32 out), KEEPS (out == in) or "other: <dtype>"."""
     if output_dtype == input_dtype:
         return KEEPS
     if input_dtype == torch.float32 and output_dtype == low:
@@ -145,11 +142,8 @@ def classify(input_dtype: torch.dtype, output_dtype: torch.dtype, low: torch.dty
 
 def probe_op(op: str, low: torch.dtype, input_dtype: torch.dtype,
              device: torch.device) -> tuple[str | None, str]:
-    """Run `op` once under torch.autocast(device.type, dtype=low) with inputs in `input_dtype`.
-
-    Returns (output dtype name or None on error, behaviour string). Raises KeyError for an
-    unknown op name.
-    """
+    """Run `op` once under torch.autocast(device.type, dtype=low) with inputs in `input_dtype`:
+    (output dtype name, behaviour), or (None, "error: ...") when it raised; KeyError: unknown op."""
     fn = OPS[op]
     make = _maker(input_dtype, device, seed=0)
     # dropout draws from the device's global generator: fork it so the caller's RNG stream is
@@ -168,12 +162,9 @@ def probe_op(op: str, low: torch.dtype, input_dtype: torch.dtype,
 
 def probe_policy(devices: Sequence[torch.device], dtypes: Sequence[str],
                  ops: Sequence[str]) -> pd.DataFrame:
-    """The policy table: one row per (op, autocast dtype, input dtype).
-
-    Columns: op, autocast_dtype, input_dtype, then `<device>_output_dtype` and
-    `<device>_behaviour` for each device, and `differs` (True where the devices disagree) when
-    more than one device was probed.
-    """
+    """The policy table: one row per (op, autocast dtype, input dtype), with
+    `<device>_output_dtype` and `<device>_behaviour` per device and, for several devices,
+    `differs` (True where they disagree)."""
     rows = []
     for op in ops:
         for name in dtypes:

@@ -243,21 +243,18 @@ def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_feat
     check(device, dtypes, in_features, out_features, batch, seed)
     names = parse_dtypes(dtypes)
     cuda_measured = dev.cuda_available()
+    suffix = "" if cuda_measured else "_documented"
     table: dict[str, object] = {"question": list(QUESTIONS)}
     for n in names:
         ans = measure_answers(torch.device("cpu"), LOW_DTYPES[n], in_features, out_features,
                               batch, seed)
         table[f"cpu_{n}"] = [ans[q] for q in QUESTIONS]
     for n in names:
-        if cuda_measured:
-            ans = measure_answers(torch.device("cuda"), LOW_DTYPES[n], in_features,
-                                  out_features, batch, seed)
-            table[f"cuda_{n}"] = [ans[q] for q in QUESTIONS]
-        else:
-            ans = cuda_documented_answers(LOW_DTYPES[n])
-            table[f"cuda_{n}_documented"] = [ans[q] for q in QUESTIONS]
+        ans = (measure_answers(torch.device("cuda"), LOW_DTYPES[n], in_features, out_features,
+                               batch, seed) if cuda_measured
+               else cuda_documented_answers(LOW_DTYPES[n]))
+        table[f"cuda_{n}{suffix}"] = [ans[q] for q in QUESTIONS]
     df = pd.DataFrame(table)
-    suffix = "" if cuda_measured else "_documented"
     df["differs_from_cuda"] = [
         any(df.at[i, f"cpu_{n}"] != df.at[i, f"cuda_{n}{suffix}"] for n in names)
         for i in range(len(df))

@@ -330,8 +330,7 @@ def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: 
     df = pd.concat([folded, pd.DataFrame(extra)], ignore_index=True)
     gtab = grad_table(net, grads)
     notes = _notes(df, gtab, precision, device, collapsed=len(folded) < len(table))
-    warning = slowness_warning(regime, device)
-    if warning:
+    if warning := slowness_warning(regime, device):
         notes.append(warning)
     return ExperimentResult(
         experiment=NAME,

@@ -1,10 +1,5 @@
 """AttnSpec (the frozen identity of one attention measurement), suites, and grid expansion.
-
-The spec's fields carry the shared vocabulary's names (attention, context, batch, warmup, steps,
-seed, device), and `dtype` (--dtype) is the tensor dtype of q, k and v (no autocast regime applies
-here). Records written before the rename (impl, seq, repeats) are migrated on read
-(`lmperf.results.record.migrate`).
-"""
+Older records' field names (impl, seq, repeats) are migrated on read: docs/migration.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Train records -> one PNG with eight panels: training loss, validation loss, the difference
 to fp32's loss on the same batches, gradient norm, GradScaler scale, step time, throughput and
-peak memory, one colour per regime.
-
-Drawn with matplotlib's object API on the Agg canvas (no pyplot: no global figure state, no
-backend switch), from the records alone, so a figure can be redrawn from the JSONL file.
-"""
+peak memory, one colour per regime; from the records alone, so it can be redrawn from the file
+(matplotlib's object API on the Agg canvas: no pyplot, no global state)."""
 
 from __future__ import annotations
 
