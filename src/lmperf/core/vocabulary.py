@@ -13,12 +13,9 @@ from typing import Callable, Sequence
 
 from lmperf.names import COMPILE_MODES  # --compile-mode's choices (imported here by others)
 
-# The thread policy, for the CLI and the Python API alike: on the CPU a run uses ONE intra-op
-# thread unless --threads says otherwise, as torch.utils.benchmark.Timer does by default. On a
-# shared machine extra threads stall as soon as another process competes for the cores (a tiny
-# model's step went from ~30 ms to 1-2 s on this project's 2-core VM), and one thread makes the
-# same spec time the same in every command. --threads 0 means torch's own default (all physical
-# cores). On CUDA the host threads are left as torch sets them. The count is in every record.
+# The thread policy, for the CLI and the Python API alike: on the CPU one intra-op thread unless
+# --threads says otherwise, as torch.utils.benchmark.Timer does (why: docs/architecture.md);
+# --threads 0 is torch's own default; on CUDA the host threads are left as torch sets them.
 CPU_THREADS = 1
 
 # command -> device type -> option -> default (None elsewhere means "the device's default").
@@ -71,11 +68,8 @@ def model_shape_note(model: str, shape: str, size: str = MODEL_SIZE) -> str:
     return f"model {model}: its factory receives {size}'s shape ({shape})"
 
 
-# course edition -> command -> the CUDA defaults that edition's questions ask for.
-# 2025: benchmarking_script's table (small..2.7B x contexts 128..1024), nsys_profile on small,
-#       memory on small across contexts.
-# 2026: the table at context 512 (the 2026 sizes, optimizer step included: train-step),
-#       nsys_profile on small above context 128, memory_profiling on xl at contexts 128 and 2048.
+# course edition -> command -> the CUDA defaults that edition's questions ask for (its
+# benchmarking table, nsys_profile and memory_profiling runs).
 COURSE_DEFAULTS: dict[str, dict[str, dict[str, object]]] = {
     "2025": {
         "bench": {"size": ["small", "medium", "large", "xl", "2.7B"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests' busbw / algbw for `collective` over `n` ranks.
 

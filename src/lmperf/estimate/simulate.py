@@ -50,14 +50,8 @@ def allowance_bytes(peak: float, device: str) -> float:
 
 @dataclass
 class SimResult:
-    """One simulated step. Bytes throughout (MiB = 2**20, GiB = 2**30 in tables).
-
-    timeline: one row per allocation/free event from the step's start: 'event', 'phase', one
-        column per category (live bytes of that category after the event) and 'total'.
-    phase_peaks: phase -> peak live bytes within it ('start' is what the step starts with).
-    composition: category -> live bytes at the peak; sums to `peak_bytes`. A rank's share of
-    them is `estimate.fit.rank_peak`'s.
-    """
+    """One simulated step, in bytes. `timeline`: one row per allocation/free event from the
+    step's start: 'event', 'phase', the live bytes of each category after it, and 'total'."""
 
     mode: str
     precision: str

@@ -38,6 +38,8 @@ FRACTIONS: dict[str, Fraction] = {
     "elementwise/norm": Fraction(1.0, 0.5, "assumed: ~50% of DRAM peak (STREAM copies: 80-90%)"),
     "optimizer": Fraction(1.0, 0.6, "assumed: fused AdamW streams its state at ~60% of DRAM"),
 }
+
+
 def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = None,
                 tflops: float | None = None) -> list[Target]:
     """The Targets a GPU name means: one device of the peak table, or every device of a family
@@ -84,8 +86,6 @@ def cpu_target(threads: int | None = None) -> Target:
                   dict(c.matmul_flops_per_s), c.bandwidth_bytes_per_s, None, c.op_overhead_s,
                   "measured now: a one-element add with autograd, per call", True,
                   "measured now (lmperf.runtime.ceilings)", caveats)
-
-
 
 
 # gloo over loopback between 2 ranks of a 2-core AMD EPYC (torch 2.13), per collective: the

@@ -1,13 +1,9 @@
 """Reading a record back: the envelope every kind shares, checked on read, and records of an
 older schema migrated to today's layout, here and nowhere else (so a file written by an earlier
 lmperf still loads, and a file that is not lmperf's is refused in one line naming the line).
-A change of the layout bumps `schema.SCHEMA_VERSION` and adds its step to `migrate`.
-
-The envelope (see `schema.make_record`): schema (int), kind (a question's record kind), status
-(ok / oom / error / unsupported), message (str), spec (dict: the run's identity), env (dict),
-metrics (dict for an 'ok' record: its measurements), warnings (list of str). Kinds add their own
-top-level fields (params, job_id, round, log_tail, ...), which are kept as they are.
-This module imports nothing that runs a model (no torch).
+A change of the layout bumps `schema.SCHEMA_VERSION` and adds its step to `migrate`. The
+envelope is `schema.make_record`'s; the top-level fields kinds add (job_id, round, log_tail,
+...) are kept as they are. This module imports nothing that runs a model (no torch).
 """
 
 from __future__ import annotations

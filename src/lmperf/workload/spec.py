@@ -17,6 +17,7 @@ from lmperf.model.presets import (DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConf
 from lmperf.model.shape import DEVICES, Compiled, ModelShape, OnDevice
 from lmperf.runtime.precision import REGIMES
 
+
 @dataclass(frozen=True)
 class RunSpec(Compiled, OnDevice, ModelShape):
     """One benchmark run. Two runs with equal specs measure the same thing.

@@ -37,12 +37,8 @@ STEP_TIMING = ("step: one device synchronisation per step, at its end (as lmperf
 
 
 def run_spec(spec: RunSpec) -> dict:
-    """Run one spec in this process and return its record (status ok/oom/error/unsupported).
-
-    Never raises for a failure of the run itself (`core.envelope.measured`): an out-of-memory
-    error becomes an 'oom' record, any other exception an 'error' record with the exception's
-    message, a regime this device cannot run an 'unsupported' one.
-    """
+    """Run one spec in this process and return its record (status ok/oom/error/unsupported:
+    never raises for a failure of the run itself, `core.envelope.measured`)."""
     return measured(KIND, spec, _measure, precision=spec.precision,
                     first_stage="building the model")
 

@@ -26,6 +26,8 @@ SHARDED: tuple[str, ...] = ("fsdp", "fsdp2", "torch-zero2")  # they take --compu
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16-mixed")
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
+
+
 @dataclass(frozen=True)
 class CommJob(RankJob, Ranks):
     """Collective benchmarks at one world size: every collective x every size (bytes S, as
