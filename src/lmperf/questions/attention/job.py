@@ -1,11 +1,6 @@
-"""One attention configuration in this process: latency of forward, backward and both, and the
-memory in use before backward, as a record.
-
-One kind of measurement per pass: three timed passes (forward; backward of one retained graph;
-forward + backward), then one untimed pass that accounts for the memory left for backward.
-Timer: PhaseClock (perf_counter) per call on the CPU; CUDA events with an L2 flush between calls
-on CUDA (`runtime.device.time_cuda_calls`, do_bench's method).
-"""
+"""One attention configuration in this process, as a record: three timed passes (forward;
+backward of one retained graph; forward + backward), then one untimed pass that accounts for the
+memory left for backward (one kind of measurement per pass). The timer is in `time_calls`."""
 
 from __future__ import annotations
 
@@ -111,7 +106,9 @@ def _measure(spec: AttnSpec, device: torch.device, stage: Stage, warnings: list[
 
 def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, steps: int,
                grad_to_none: tuple[torch.Tensor, ...] = ()) -> list[float]:
-    """Milliseconds of each of `steps` calls of `fn` after `warmup` untimed ones (raw samples).
+    """Milliseconds of each of `steps` calls of `fn` after `warmup` untimed ones (raw samples):
+    CUDA events with an L2 flush between calls on CUDA (`runtime.device.time_cuda_calls`,
+    do_bench's method), PhaseClock (perf_counter) per call on the CPU.
 
     The `.grad` of `grad_to_none` is reset before every call, outside the timed region, so that
     a backward never times the accumulation into an existing gradient.
