@@ -4,6 +4,7 @@ inside `searching()`, once per key), and the jobs that search in their warm-up a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 
@@ -143,7 +144,7 @@ def test_the_attention_job_searches_in_one_untimed_call_and_records_it(monkeypat
     r = run_spec(spec)
     assert r["status"] == "ok", r["message"]
     assert entered == [True] and r["metrics"]["autotune"] == [row]
-    r = run_spec(spec.with_(warmup=0))  # no warm-up asked for: no search
+    r = run_spec(dataclasses.replace(spec, warmup=0))  # no warm-up asked for: no search
     assert entered == [True] and "autotune" not in r["metrics"]
     assert "autotune" not in run_spec(AttnSpec("naive", context=32, d=16, steps=1))["metrics"]
 
