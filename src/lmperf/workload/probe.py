@@ -62,11 +62,14 @@ class PhaseProbe:
     def start(self) -> None:
         self._settle()
         self.memory.reset()
-        self.start_mib = self.memory.read()
+        self.start_mib, self.phases, self.held = self.memory.read(), {}, {}
 
     def lap(self, phase: str) -> None:
         dev.synchronize(self.memory.device)
-        self.phases[phase] = self.memory.read()  # the peak of the phase that ended
+        peak = self.memory.read()  # the peak of the phase that ended; a phase that repeats
+        before = self.phases.get(phase, {})  # within a step (a micro-batch each) keeps its max
+        self.phases[phase] = {k: max(v, before[k]) if before.get(k) is not None and v is not None
+                              else v for k, v in peak.items()}
         self._settle()
         self.memory.reset()
         self.held[phase] = self.memory.read()

@@ -68,6 +68,10 @@ def bench(size: Sequence[str] | str | None = None, *,
     if predict:
         from lmperf.questions.bench.plan import models_of
 
+        if checkpoint not in (None, 0, [0], (0,)) or grad_accum not in (None, 1):
+            raise SpecError("--predict times one micro-batch without checkpointing: for "
+                            "--checkpoint and --grad-accum on a GPU, `lmperf plan` predicts them")
+
         if not (model is None or isinstance(model, str)) and len(models_of(model)) > 1:
             raise SpecError("--predict takes one --model")
         model = models_of(model)[0]

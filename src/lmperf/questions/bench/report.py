@@ -13,7 +13,7 @@ from lmperf.core.report import Report, against
 COMPARED = ("precision", "attention", "compile")
 """Sweep axes whose values bench holds against the first one (the question a sweep asks)."""
 KEY = ("model", "shape", "context", "batch", "mode", "precision", "attention", "compile",
-       "optimizer", "threads", "device", "course", "warmup")
+       "optimizer", "threads", "device", "course", "warmup", "checkpoint", "grad_accum")
 
 
 def _display(report: Report):

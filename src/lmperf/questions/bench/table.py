@@ -17,7 +17,8 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
     ("batch", "batch"), ("mode", "mode"), ("attention", "attention"),
     ("warmup", "warmup"), ("optimizer", "optimizer"), ("threads", "threads"), ("device", "device"),
-    ("course", "course"), ("compile", "compile"),
+    ("course", "course"), ("compile", "compile"), ("checkpoint", "checkpoint"),
+    ("grad_accum", "grad_accum"),
 )
 
 
@@ -51,6 +52,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
             "course": spec.get("course"),
             "compile": "on" if spec.get("compile") else "off",
+            "checkpoint": spec.get("checkpoint", 0), "grad_accum": spec.get("grad_accum", 1),
             "compile_s": m.get("compile_s"),
             "device": spec.get("device"), "status": r["status"], "message": r.get("message", ""),
         }

@@ -1,0 +1,36 @@
+"""Runs that differ only in checkpointing or accumulation are different runs: bench's table shows
+what tells them apart and its ratios hold each run against its own setting's fp32 (records of
+`lmperf bench --size tiny --context 64 --batch 2 --precision fp32 bf16-mixed --checkpoint 0 1
+--steps 3 --warmup 1`, this project's 2-core EPYC, 2026-11-28); `--predict` refuses what it does
+not price."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import lmperf
+from lmperf.errors import SpecError
+from lmperf.questions.bench.report import build_report
+from lmperf.results.store import read_records
+
+RECORDS = read_records(Path(__file__).parent / "data" / "tiny_checkpoint_0_1.jsonl")
+
+
+def test_each_checkpoint_setting_is_its_own_row_and_ratio():
+    report = build_report(RECORDS)
+    steps = {(r["spec"]["precision"], r["spec"]["checkpoint"]): r["metrics"]["step_ms"]["median"]
+             for r in RECORDS}
+    (table,) = [t for name, t in report.tables.items() if name.startswith("precision:")]
+    got = sorted(table["step (x fp32)"].round(6))
+    want = sorted(round(steps["bf16-mixed", c] / steps["fp32", c], 6) for c in (0, 1))
+    assert got == want  # each against its own checkpointing's fp32, never across
+    header = next(l for l in report.render("text").splitlines() if l.startswith("size "))
+    assert "checkpoint" in header  # a column of the table
+
+
+def test_predict_refuses_what_it_does_not_price():
+    for extra in ({"checkpoint": 1}, {"grad_accum": 4}):
+        with pytest.raises(SpecError, match="lmperf plan"):
+            lmperf.bench(size="tiny", predict=["H100-SXM"], **extra)
