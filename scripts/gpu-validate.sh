@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 STEPS=(env doctor attention bench predict profile memory dist)
 # Seconds per step; the sum (540) is the 9 minutes of the budget. The H200 run of 2026-11-27
 # took env 4, doctor 102, bench 51, predict 12, profile 15, memory 34, dist 49 s.
-declare -A LIMIT=([env]=15 [doctor]=120 [attention]=140 [bench]=100 [predict]=20 [profile]=35
+declare -A LIMIT=([env]=15 [doctor]=120 [attention]=125 [bench]=95 [predict]=40 [profile]=35
                   [memory]=50 [dist]=60)
 # A step whose records go into another step's file: the device tool brings back 8 files.
 declare -A INTO=([attention]=bench)
@@ -100,7 +100,8 @@ step_bench() {
         --attention naive sdpa flash-triton --warmup 3 --steps 10 --timeout 60 --out "$WORK/bench.jsonl"
 }
 
-step_predict() {  # CPU only: the same specs, predicted for this GPU (default host time per op)
+step_predict() {  # the same specs, predicted for this GPU: counted on the CPU, the host's time
+                  # per op probed on this GPU with each spec's own ops (estimate/host.py)
     lm bench --predict "$GPU" --device cuda --size small --context 512 --batch 4 \
         --precision fp32 bf16-mixed --attention naive sdpa flash-triton --out "$WORK/predict.jsonl"
 }
@@ -128,7 +129,12 @@ step_dist() {  # the leaderboard's step (FSDP2 + checkpointing) and one dist tra
 rows_failed() {  # FILE SKIP: "N of M rows error/oom/fail" over the records after line SKIP, or ""
     [[ -f "$1" ]] || return 0
     tail -n +"$(($2 + 1))" "$1" | "$PY" -c 'import json, sys
-rows = [json.loads(line) for line in sys.stdin if line.strip()]
+def row(line):
+    try:
+        return json.loads(line)
+    except ValueError:  # a line cut short by a kill counts as failed
+        return {"status": "error"}
+rows = [row(line) for line in sys.stdin if line.strip()]
 bad = [r for r in rows if r.get("status") in ("error", "oom")
        or (r.get("metrics") or {}).get("status") == "fail"]
 print(f"{len(bad)} of {len(rows)} rows error, oom or fail" if bad else "")'

@@ -115,10 +115,13 @@ def _rows_failed(path: Path, skip: int = 0) -> str:
     return got.stdout.strip()
 
 
-def test_a_step_whose_rows_failed_fails():
+def test_a_step_whose_rows_failed_fails(tmp_path):
     """The first H200 run's bench step exited 0 over 6 error rows and was reported "ok"."""
     data = Path(__file__).parent / "data" / "h200"
     assert _rows_failed(data / "first-run-bench.jsonl") == "6 of 6 rows error, oom or fail"
     assert _rows_failed(data / "first-run-bench.jsonl", skip=6) == ""  # rows of earlier steps
     assert _rows_failed(data / "memory.jsonl") == ""
+    torn = tmp_path / "torn.jsonl"  # a write cut short by a kill
+    torn.write_text((data / "memory.jsonl").read_text().splitlines()[0][:100] + "\n")
+    assert _rows_failed(torn) == "1 of 1 rows error, oom or fail"
     assert "FAILED ROWS" in TEXT and 'bad=$(rows_failed "$WORK/$file"' in TEXT
