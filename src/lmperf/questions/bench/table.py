@@ -95,8 +95,11 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     if any(r["spec"].get("model") for r in records):
         model += caption_axes(df, [("shape", "shape")])[0]
     # precision stays a column where it holds one value (a CPU without native bf16 runs fp32)
+    # checkpointing and accumulation named only where some run used them
+    axes = [(t, t) for c, t in AXES if c not in ("checkpoint", "grad_accum")
+            or (df[c] != (0 if c == "checkpoint" else 1)).any()]
     varying, caption = caption_axes(df, [("context", "context"), ("precision", "precision")]
-                                    + [(title, title) for _, title in AXES], keep=("precision",))
+                                    + axes, keep=("precision",))
     # each model named once, under the table: its shape and parameters
     named = df.drop_duplicates(["model", "shape"])
     notes = ["model" + ("s" if len(named) > 1 else "") + ": " + "; ".join(

@@ -170,13 +170,16 @@ def headline(records: list[dict]) -> list[str]:
     what autograd saves at the longest context, the simulated estimate against its budget."""
     lines, rows = [], readback.phase_rows(records)
     failed = [f"{r.precision} {r.mode} at context {r.context}: {r.status}" for r in rows
-              if r.status != "ok"]
+              if r.status != "ok"]  # only an oom row says it does not fit; others did not run
+    oom = [f for f in failed if f.endswith(": oom")]
     if (ok := [r for r in rows if r.status == "ok" and r.peak() is not None]):
         top = max(ok, key=lambda r: r.peak())
         what = "RSS of the process" if top.memory_kind == "cpu_process_peak_rss" else "allocated"
         lines.append(f"peak of a step: {top.peak():,.0f} MiB ({what}), {top.precision} {top.mode} "
-                     f"at context {top.context}; " + ("does not fit: " + ", ".join(failed[:2])
-                                                      if failed else "fits: every step ran"))
+                     f"at context {top.context}; " + (
+                         "does not fit: " + ", ".join(oom[:2]) if oom else
+                         "did not run: " + ", ".join(failed[:2]) if failed else
+                         "fits: every step ran"))
     if (saved := readback.saved(records)):
         (precision, t), rep = max(saved.items(), key=lambda kv: kv[0][1])
         lines.append(f"saved for backward at context {t} ({precision}): "
@@ -186,13 +189,12 @@ def headline(records: list[dict]) -> list[str]:
                          if rep.square_bytes and rep.activation_bytes else ""))
     if (sims := [r["metrics"] | r["spec"] for r in simulated(records)]):
         m, fit = max(sims, key=lambda m: m["simulation"]["total_bytes"]), sims[0]
+        n = f"{sum(bool(s['fits']) for s in sims)} of {len(sims)}"
         where = ("no budget to hold it against: --gib N or --gpu NAME" if fit.get("gib") is None else
-                 f"fits on {fit['gpu']} ({fit['gib']:.3g} GiB)" if fit.get("gpu") else
-                 f"fits in {fit['gib']:.3g} GiB {fit.get('budget', '')}".rstrip())
+                 f"{n} fit on {fit['gpu']} ({fit['gib']:.3g} GiB)" if fit.get("gpu") else
+                 f"{n} fit in {fit['gib']:.3g} GiB {fit.get('budget', '')}".rstrip())
         lines.append(f"estimated peak (simulated): {m['simulation']['total_bytes'] / GIB:.3g} GiB, "
-                     f"{m['precision']} {m['mode']} at context {m['context']}; {where}"
-                     + (f": {sum(bool(s['fits']) for s in sims)} of {len(sims)}"
-                        if fit.get("gib") is not None else ""))
+                     f"{m['precision']} {m['mode']} at context {m['context']}; {where}")
     return lines
 
 
