@@ -125,9 +125,9 @@ def headline(busy_ms: float, step_ms: float, of: str, host_of_idle: float) -> st
     """The one-line answer to "where does the step wait?": the `bound` of a step of `step_ms`
     (what `of` says it is) whose device was busy `busy_ms`, `host_of_idle` (0..1) of the idle
     time waiting for the host's launches; the figures, and the levers of a host-bound step."""
-    idle = 1 - busy_ms / step_ms
-    label = bound(idle, idle * host_of_idle)
-    figures = (f"the GPU was busy {busy_ms / step_ms:.0%} of the step ({busy_ms:.2f} of "
+    busy = min(1.0, busy_ms / step_ms)  # profiled kernels can outlast a benchmarked step
+    label = bound(1 - busy, (1 - busy) * host_of_idle)
+    figures = (f"the GPU was busy {busy:.0%} of the step ({busy_ms:.2f} of "
                f"{step_ms:.2f} ms {of}; {host_of_idle:.0%} of its idle time waiting for the "
                "host's launches)")
     if label == "host-bound":

@@ -148,7 +148,7 @@ def _headline(row: pd.Series, tables: Mapping[str, pd.DataFrame], notes: list[st
         line = f"step {row['step_ms_median']:.4g} ms (median of {row['steps']}{host})"
         if not step.empty:
             s = step.iloc[0]
-            line += (f", {s['measured_ms'] / s['ideal_ms']:.1f}x its roofline ideal of "
+            line += (f", {row['step_ms_median'] / s['ideal_ms']:.1f}x its roofline ideal of "
                      f"{s['ideal_ms']:.4g} ms (compute {s['compute_ms']:.4g}, memory "
                      f"{s['memory_ms']:.4g})")
         out.append(line)
