@@ -110,3 +110,34 @@ def test_8b_on_8_h100_fsdp_beats_fsdp_x_tp4_as_torchtitan_measured():
         if r["fits"]:
             best.setdefault((r["strategy"], r["tp"]), r)
     assert best[("fsdp", 1)]["step_s"] < best[("fsdp+tp", 4)]["step_s"]
+
+
+def test_bf16_fsdp_steps_fp32_shards_as_fsdp2_does():
+    """Under bf16-fsdp's policy FSDP2's optimizer steps fp32 shards: its time is fp32's, not
+    that of bf16 states (half the bytes)."""
+    work = Workload("small", "2026", None, 128, "sdpa", "cuda")
+    shape, card = plan.shape_of(work), cluster("H100-SXM", 2)
+    bf16, fp32 = (plan.step_time(plan.Candidate(p, 0, "fsdp", 1, 1, 1), work, shape, card, 2)
+                  for p in ("bf16-fsdp", "fp32"))
+    assert bf16["optimizer_s"] == pytest.approx(fp32["optimizer_s"])
+    on_bf16_states = plan.phases(work, "bf16-fsdp", 1, card.target)[0]["optimizer"] / 2
+    assert on_bf16_states < 0.8 * bf16["optimizer_s"]  # memory-bound: the bytes count
+
+
+def test_each_precision_is_timed_with_the_host_probed_on_its_own_ops(monkeypatch):
+    """With the GPU at hand, autocast's host cost belongs to bf16-mixed only: the order of
+    --precision changes no prediction."""
+    from lmperf.estimate import host
+    from lmperf.questions.plan.job import search
+    from lmperf.questions.plan.spec import PlanSpec
+
+    monkeypatch.setattr(host, "local_gpu", lambda name: True)
+    monkeypatch.setattr(host, "_measured",
+                        lambda spec: (40e-6 if spec.precision == "bf16-mixed" else 4e-6, 100))
+    steps = []
+    for order in (("bf16-mixed", "bf16-fsdp"), ("bf16-fsdp", "bf16-mixed")):
+        rows, _, _ = search(PlanSpec("tiny", 64, 4, 2, gpu="H100-SXM", precisions=order,
+                                     checkpoints=(0,)))
+        steps.append({(r["precision"], r["strategy"], r["micro_batch"]): r["step_s"]
+                      for r in rows})
+    assert steps[0] == steps[1]

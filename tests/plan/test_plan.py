@@ -73,6 +73,9 @@ def test_json_is_one_record_per_candidate(capsys, tmp_path):
     (["--gpu", "H100-SXM", "--precision", "fp8"], "plan precision"),
     (["--gpu", "H100-SXM", "--host-us", "-1"], "--host-us"),
     (["--gpu", "H100-SXM", "--confirm", "2"], "GPU at hand"),
+    (["--gpu", "H100-SXM", "--top", "0"], "--top must be a positive integer"),
+    (["--gpu", "H100-SXM", "--top", "-1"], "--top must be a positive integer"),
+    (["--gpu", "H100-SXM", "--precision", "bf16-fsdp"], "plan bf16-mixed"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, said):
     assert main(["plan", "--size", "tiny", "--context", "64", *argv]) == 2
@@ -128,3 +131,18 @@ def test_confirm_on_one_device_runs_each_cell_as_a_job_of_its_own():
     assert summary["winner_vs_best"] >= 1.0 and summary["winner_step_s"] > 0
     assert any("the predicted winner's measured step / the best of them" in f
                for f in report.findings)
+
+
+def test_confirm_takes_any_name_of_the_gpu_at_hand(monkeypatch):
+    """--gpu H100 or h100-sxm on an "NVIDIA H100 80GB HBM3" is the GPU at hand: --confirm runs."""
+    from lmperf.questions.plan import job
+    from lmperf.runtime import device as dev
+
+    monkeypatch.setattr(dev, "cuda_available", lambda: True)
+    monkeypatch.setattr(dev, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    ran = []
+    monkeypatch.setattr(job, "confirm", lambda spec, rows, k, *a: ran.append(spec.gpu) or [])
+    for name in ("H100", "h100-sxm"):
+        lmperf.plan("tiny", gpu=name, gpus=1, context=64, global_batch=2, checkpoint=0,
+                    precision="bf16-mixed", host_us=5.0, confirm=1)
+    assert ran == ["H100", "h100-sxm"]

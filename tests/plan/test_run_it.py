@@ -59,15 +59,21 @@ def test_two_gpu_winner_is_dist_train_that_runs_on_two_gloo_ranks(tmp_path) -> N
 
 
 def test_the_torchtitan_config_is_the_winners(tmp_path) -> None:
-    report = lmperf.plan("llama3-8b", gpu="H100-SXM", gpus=8, context=8192, global_batch=16,
+    report = lmperf.plan("llama3-8b", gpu="H100-SXM", gpus=16, context=8192, global_batch=16,
                          precision="bf16-fsdp", checkpoint=[0, 1], out=tmp_path / "plan.jsonl")
     winner = report.records[0]
     s, m = winner["spec"], winner["metrics"]
     assert m["fits"] and f"{m['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in report.headline[0]
     path = m["torchtitan_toml"]
     assert path.startswith(str(tmp_path)) and any(path in h for h in report.headline)
-    config = tomllib.loads(open(path, encoding="utf-8").read())
-    d = 8 // s["tp"]
+    # two nodes of 8: every node runs 8 processes, meeting at the first
+    launch = ("torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d "
+              "--rdzv-endpoint=HOST:29500 -m torchtitan.train --job.config_file ")
+    assert report.headline[1].startswith(f"run it: `{launch}{path}` (run it on every node; HOST")
+    text = open(path, encoding="utf-8").read()
+    assert f"# run: {launch}THIS_FILE (run it on every node" in text
+    config = tomllib.loads(text)
+    d = 16 // s["tp"]
     assert config["model"] == {"name": "llama3", "flavor": "8B"}
     assert config["training"]["local_batch_size"] == s["micro_batch"]
     assert config["training"]["global_batch_size"] == s["micro_batch"] * d * s["grad_accum"] == 16
@@ -79,6 +85,34 @@ def test_the_torchtitan_config_is_the_winners(tmp_path) -> None:
     # the file is in the records: `lmperf table` says where it is
     (again,) = build_reports(read_records(tmp_path / "plan.jsonl"))
     assert any(path in h for h in again.headline)
+
+
+def test_the_torchtitan_config_of_zero2_and_of_tp_says_what_differs() -> None:
+    from lmperf.questions.plan.run import torchtitan_toml
+
+    spec = {"size": "llama3-8b", "course": "2026", "model": None, "gpus": 8, "gpus_per_node": 8,
+            "context": 8192, "global_batch": 8}
+    row = {"micro_batch": 1, "grad_accum": 1, "checkpoint": 1, "precision": "bf16-fsdp"}
+    zero2 = torchtitan_toml(spec, {**row, "strategy": "zero2", "tp": 1})
+    assert tomllib.loads(zero2)["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    assert "# run: torchrun --nnodes=1 --nproc_per_node=8 -m torchtitan.train" in zero2
+    assert "steps (torchtitan's default 10000)" in zero2 and "hf_assets_path" in zero2
+    tp = torchtitan_toml(spec, {**row, "strategy": "fsdp+tp", "tp": 2})
+    assert "fsdp_reshard_after_forward" not in tp
+    assert "sequence parallelism to the norms and loss parallelism" in tp
+
+
+@pytest.mark.parametrize("device, optimizer", [("cuda", "fused"), ("cpu", "foreach")])
+def test_the_one_device_command_runs_the_plans_optimizer(device, optimizer) -> None:
+    """The plan simulates fused AdamW on GPUs, foreach on the CPU: bench's `auto` may differ."""
+    from lmperf.questions.plan.run import command
+    from lmperf.questions.plan.spec import PlanSpec
+
+    spec = PlanSpec("tiny", 64, 2, 1, gpu="H100-SXM" if device == "cuda" else None,
+                    device=device, gib=1.0).to_dict()
+    row = {"micro_batch": 2, "grad_accum": 1, "checkpoint": 0, "precision": "bf16-mixed",
+           "strategy": "single", "tp": 1}
+    assert f" --optimizer {optimizer}" in command(spec, row)
 
 
 def test_two_searches_in_one_file_are_two_groups_with_their_own_winner(tmp_path, capsys) -> None:

@@ -117,7 +117,9 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
                           / (f * t)) if c.checkpoint and f else 0.0
         compute, recompute, flops = compute + fwd + bwd, recompute + again, flops + f
         spans.append((fwd, bwd + again))
-    times, _ = phases(work, c.precision, sizes[-1], cluster.target, t)  # counted on P_t
+    # counted on P_t; under bf16-fsdp's policy FSDP2 steps fp32 shards: fp32's optimizer ops
+    times, _ = (phases(work, "fp32", 1, cluster.target, t) if c.precision == "bf16-fsdp"
+                else phases(work, c.precision, sizes[-1], cluster.target, t))
     optimizer = times.get("optimizer", 0.0) / (d if strategy(c.strategy).shards else 1)
     total, exposed, sent = communication(c, shape, cluster, work.context, sizes, spans)
     return {"compute_s": compute, "recompute_s": recompute, "optimizer_s": optimizer,
@@ -187,12 +189,15 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
 def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int,
                checkpoints: tuple[int, ...], precisions: tuple[str, ...],
                runnable: tuple[str, ...] | None = None,
-               progress: Progress | None = None) -> list[dict]:
+               progress: Progress | None = None,
+               by_precision: dict[str, Cluster] | None = None) -> list[dict]:
     """Every distinct candidate evaluated, ranked (see `rank`): for each precision, checkpoint
     group and (strategy, t), the largest micro-batch that fits and every smaller power of two
     (each with the accumulation that reaches the global batch), plus the smallest micro-batch
-    when none fits (the row that says why). `progress(done, total, what)` is called before each
-    (precision, checkpoint) is simulated and after each strategy is evaluated."""
+    when none fits (the row that says why); each precision timed on its own Cluster of
+    `by_precision` where given (a host probed on its own ops), else on `cluster`.
+    `progress(done, total, what)` is called before each (precision, checkpoint) is simulated
+    and after each strategy is evaluated."""
     from lmperf.errors import SpecError
 
     precisions = precisions_for(precisions, cluster.gpus)
@@ -215,8 +220,8 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
             if global_batch % d or (precision == "bf16-fsdp" and not strategy.startswith("fsdp")):
                 continue  # the policy belongs to FSDP
             try:
-                rows += _micro_batches(work, shape, cluster, global_batch, lines, precision,
-                                       group, strategy, t)
+                rows += _micro_batches(work, shape, (by_precision or {}).get(precision, cluster),
+                                       global_batch, lines, precision, group, strategy, t)
             except SpecError:  # TP cannot split this model's heads or widths by t
                 if t == 1:
                     raise

@@ -15,6 +15,8 @@ no average reduction, so gradients are divided by the world size before a SUM al
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -130,6 +132,17 @@ class BucketedDDP(DataParallel):
         self.buckets = self._make_buckets(bucket_size_mb * 2**20)
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._hooks = [p.register_post_accumulate_grad_hook(self._ready) for p in self.trainable()]
+        self._quiet = False
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward inside it only accumulates (no bucket is sent), as torch DDP's no_sync: the
+        next backward outside it sends the sums."""
+        self._quiet = True
+        try:
+            yield
+        finally:
+            self._quiet = False
 
     def _make_buckets(self, capacity: float) -> list[_Bucket]:
         buckets, current, size = [], [], 0
@@ -145,6 +158,8 @@ class BucketedDDP(DataParallel):
         return buckets
 
     def _ready(self, p: torch.Tensor) -> None:
+        if self._quiet:
+            return
         bucket = self._bucket_of[id(p)]
         bucket.ready += 1
         if bucket.ready == len(bucket.params):

@@ -58,7 +58,9 @@ def train_reference(model: nn.Module, batches: Callable[[int], Batch], steps: in
         mirror_linear_embedding(model, dtype)  # type: ignore[arg-type]
     autocast = (contextlib.nullcontext if dtype is None else
                 partial(torch.autocast, device_type=device_type, dtype=dtype))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    from lmperf.questions.parallel.strategies import ADAMW
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW.get(device_type, {}))
     names = dict(model.named_parameters())
     for step in range(steps):
         inputs, targets = batches(step)

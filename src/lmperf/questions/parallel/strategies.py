@@ -37,6 +37,9 @@ SUMMARIES: dict[str, str] = {
     "torch-zero2": "fsdp2 without resharding after forward: ZeRO-2's gather once per micro-batch",
 }
 assert set(SUMMARIES) == set(STRATEGIES)
+# AdamW's implementation by device type: what `lmperf plan` simulates (fused on CUDA, as
+# torchtitan's default; foreach on the CPU) and --confirm runs, so the plan's command runs it
+ADAMW: dict[str, dict[str, bool]] = {"cuda": {"fused": True}, "cpu": {"foreach": True}}
 
 
 @dataclass
@@ -71,7 +74,8 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
     """Wrap `model` (already on `device`, identical on every rank) for strategy `name`."""
     from lmperf.questions.parallel import ddp, engines, fsdp, zero
 
-    adamw = lambda params: torch.optim.AdamW(params, lr=lr)  # noqa: E731
+    flags = {"lr": lr, **ADAMW.get(device.type, {})}
+    adamw = lambda params: torch.optim.AdamW(params, **flags)  # noqa: E731
     plain = lambda w: Setup(w, adamw(w.parameters()), w.finish_gradient_synchronization,  # noqa: E731
                             _named(w.module), contextlib.nullcontext, w.close,
                             no_sync=getattr(getattr(w, "ddp", None), "no_sync", None)
@@ -94,12 +98,12 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
                      compute_dtype, contextlib.nullcontext if name == "fsdp" else None)
     if name == "zero1":
         wrapped = ddp.BucketedDDP(model, bucket_mb)
-        opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, lr=lr)
+        opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, **flags)
         return Setup(wrapped, opt, wrapped.finish_gradient_synchronization, _named(model),
-                     contextlib.nullcontext, wrapped.close)
+                     contextlib.nullcontext, wrapped.close, no_sync=wrapped.no_sync)
     if name == "torch-zero1":
         wrapped = engines.TorchDDP(model, bucket_mb)
-        opt = engines.TorchZeRO1(wrapped.parameters(), torch.optim.AdamW, lr=lr)
+        opt = engines.TorchZeRO1(wrapped.parameters(), torch.optim.AdamW, **flags)
         return Setup(wrapped, opt, wrapped.finish_gradient_synchronization, _named(model),
                      contextlib.nullcontext, wrapped.close, no_sync=wrapped.ddp.no_sync)
     raise ValueError(f"unknown strategy {name!r}")
@@ -150,7 +154,7 @@ def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str =
     micro-batches (S as nccl-tests defines it: the whole array), from the model's trainable
     elements `groups`: once per step an all-reduce after backward (or under torch DDP's
     no_sync) and ZeRO-1's broadcast after the optimizer; per micro-batch the rest."""
-    once = name in ("torch-ddp", "torch-zero1", "naive", "flat", "fsdp")
+    once = name in ("torch-ddp", "torch-zero1", "naive", "flat", "fsdp", "zero1")
     return [(c, s * (1 if once and c == "all_reduce" or c == "broadcast" else accum))
             for c, s in _messages(name, groups, compute_dtype, compress)]
 

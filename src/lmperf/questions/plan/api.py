@@ -30,17 +30,21 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     (on `gpus` gloo ranks of this CPU, or with `gpus` 1 each as a job of its own on the CPU or
     the GPU at hand) and scores the plan (records of kind 'plan' with planned and measured side
     by side, then a summary). Records are appended to `out` when given, and a multi-GPU plan's
-    winner's torchtitan job config beside them. `top`: distinct plans shown (0: all).
+    winner's torchtitan job config beside them. `top` (> 0): distinct plans shown.
     Nothing runs for the plan itself: every figure is PREDICTED (see each record's method).
     Raises SpecError for bad input."""
+    from lmperf.estimate.host import local_gpu
     from lmperf.questions.plan import job
     from lmperf.questions.plan.report import build_report
     from lmperf.questions.plan.spec import CPU_DEFAULT, CUDA_PRECISIONS, PlanSpec
     from lmperf.results.store import append_record, ensure_writable
     from lmperf.runtime import device as dev
 
+    from lmperf.validate import positive_int
+
     if device not in ("auto", "cpu", "cuda"):
         raise SpecError(f"unknown device {device!r}; accepted: auto, cpu, cuda")
+    positive_int("--top", top)
     on_cpu = device == "cpu" or (device == "auto" and gpu is None and gib is not None
                                   and not dev.cuda_available())
     if on_cpu and gpu is not None:
@@ -49,13 +53,16 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
         gpu = _local_gpu()
     precisions = tuple([precision] if isinstance(precision, str) else precision or
                        (CPU_DEFAULT if on_cpu else CUDA_PRECISIONS))
+    if gpus == 1 and precision and "bf16-fsdp" in precisions:
+        raise SpecError("bf16-fsdp is FSDP's mixed-precision policy and one GPU runs no FSDP: "
+                        "plan bf16-mixed (--precision bf16-mixed)")
     groups = tuple([checkpoint] if isinstance(checkpoint, int) else checkpoint or (0, 1, 2, 4))
     spec = PlanSpec(size=None if model and not size else (size or "mini"), context=context,
                     global_batch=global_batch, gpus=gpus, course=course, model=model, gpu=gpu,
                     device="cpu" if on_cpu else "cuda", gpus_per_node=gpus_per_node, gib=gib,
                     precisions=precisions, checkpoints=groups, attention=attention,
                     host_us=host_us)
-    here = on_cpu or (gpus == 1 and dev.cuda_available() and gpu == _local_gpu())
+    here = on_cpu or (gpus == 1 and local_gpu(gpu))  # "h100-sxm", "H100" name the same
     if confirm < 0 or (confirm and not here):
         raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) here: on this CPU's "
                         "ranks (--device cpu --gib G) or the one GPU at hand (--gpus 1); on "

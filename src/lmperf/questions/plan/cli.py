@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "the GPU at hand) at b and b + 1; score the plan")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="distinct plans shown per search, besides the best of each strategy "
-                        "(0: all; default: 10)")
+                        "(default: 10; the records hold all)")
     p.add_argument("--timeout", type=float, metavar="S", help="--confirm's limit per launch")
     p.set_defaults(func=cmd_plan)
 

@@ -38,9 +38,10 @@ def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torc
 def _setup(cell: dict, model: torch.nn.Module, device: torch.device):
     """(module to call, optimizer, sync after the last backward, autocast dtype or None)."""
     from lmperf.questions.parallel import ddp, fsdp, zero
+    from lmperf.questions.parallel.strategies import ADAMW
 
     dtype = torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
-    adamw = dict(lr=1e-4, **({"fused": True} if device.type == "cuda" else {"foreach": True}))
+    adamw = dict(lr=1e-4, **ADAMW[device.type])
     if cell["strategy"] == "single":
         return model, torch.optim.AdamW(model.parameters(), **adamw), lambda: None, dtype
     if cell["strategy"] == "fsdp":

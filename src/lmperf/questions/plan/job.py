@@ -11,7 +11,8 @@ import time
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.questions.plan.spec import RUNNABLE_ON_CPU, ConfirmAlone, ConfirmJob, PlanSpec
+from lmperf.questions.plan.spec import (OPTIMIZER, RUNNABLE_ON_CPU, ConfirmAlone, ConfirmJob,
+                                        PlanSpec)
 
 METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps weighted by what the "
           "strategy keeps (lmperf.estimate.fit); step time from per-op counts on the target and "
@@ -29,12 +30,16 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
 
     device = spec.device
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, device,
-                    "foreach" if device == "cpu" else "fused")
-    # the host's time per op: --host-us, else measured on the model's ops where the GPU is here
-    target = cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
-                     host_us=spec.host_us, probe=work.spec(1, PRECISIONS[spec.precisions[0]]))
+                    OPTIMIZER[device])
+    # the host's time per op: --host-us, else measured on each precision's own ops (autocast's
+    # or none) where the GPU is here; a CPU's ceilings are measured once
+    targets = {p: cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
+                          host_us=spec.host_us, probe=work.spec(1, PRECISIONS[p]))
+               for p in (spec.precisions if spec.gpu else spec.precisions[:1])}
+    target = targets[spec.precisions[0]]
     rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
-                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, progress)
+                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, progress,
+                      targets)
     if not rows:
         raise SpecError(f"nothing to plan: global batch {spec.global_batch} does not split over "
                         f"the data-parallel degrees of {spec.gpus} devices (or no --checkpoint "
@@ -81,7 +86,7 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     from lmperf.estimate.plan import shape_of
 
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention,
-                    spec.device, "foreach" if spec.device == "cpu" else "fused")
+                    spec.device, OPTIMIZER[spec.device])
     shape = shape_of(work)
     budget = (spec.gib or 0) * 2**30 or rows[0]["budget_gib"] * 2**30
     cells = []

@@ -20,7 +20,7 @@ SHORT = {"checkpoint": "ckpt", "micro_batch": "b", "grad_accum": "accum",
 
 def build_report(records: list[dict], top: int = TOP) -> Report:
     """One table per search (`spec.search`) of its distinct candidates: the first `top` and the
-    best of each strategy (0: all); its winner, the command that runs it and its findings (the
+    best of each strategy; its winner, the command that runs it and its findings (the
     headline for one search; findings prefixed by the search when there are several).
     `frame`: every distinct candidate of every search, numeric; `tables`: the laid-out ones."""
     searches: dict[str, list[dict]] = {}
@@ -111,7 +111,7 @@ def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
     if frame.empty:
         return frame
     best = frame.groupby(["strategy", "tp"], sort=False)["rank"].transform("min") == frame["rank"]
-    shown = frame[(frame.index < top) | best] if top else frame
+    shown = frame[(frame.index < top) | best]
     out = shown.assign(strategy=[f"{s}{t}" if t > 1 else s for s, t in zip(shown["strategy"],
                                                                               shown["tp"])],
                        mfu=shown["mfu"].astype(float),  # None (no published peak): a dash
@@ -123,7 +123,7 @@ def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
 
 def _winner(spec: dict, plans: list[dict], best) -> list[str]:
     """The winner's line, the command that runs it, and its torchtitan job config."""
-    from lmperf.questions.plan.run import command
+    from lmperf.questions.plan.run import command, torchrun
 
     mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{100 * best['mfu']:.2g}%"
     out = ["winner: " + (f"fsdp x tp {best['tp']}" if best["tp"] > 1 else best["strategy"])
@@ -135,9 +135,10 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
                  if r["metrics"]["rank"] == best["rank"]), None)
     line, notes = (command(spec, best) or "").partition("  (")[::2]
     if not line:
-        line, notes = (f"torchrun --nproc_per_node={spec['gpus']} -m torchtitan.train "
-                       f"--job.config_file {toml or 'TOML'}", "lmperf dist train runs no tensor "
-                       "parallelism, no --model and no grouped-query attention: torchtitan does)")
+        line, where = torchrun(spec, toml or "TOML")
+        notes = (f"{where}; " if where else "") + ("lmperf dist train runs no tensor parallelism, "
+                                                  "no --model and no grouped-query attention: "
+                                                  "torchtitan does)")
     out.append(f"run it: `{line}`" + (f" ({notes}" if notes else ""))  # `...`: never wrapped
     if toml:
         out.append(f"torchtitan job config of the winner: {toml}")

@@ -9,6 +9,7 @@ import json
 
 from lmperf.errors import SpecError
 from lmperf.model.presets import DEFAULT_COURSE, require_plain, resolve_preset
+from lmperf.questions.plan.spec import OPTIMIZER
 
 # lmperf plan's strategy -> dist train's: torch's own engines, as the plan models them on GPUs;
 # on CPU ranks the readable ones, whose blocking collectives the CPU plan models (--confirm's)
@@ -44,6 +45,7 @@ def command(spec: dict, row: dict) -> str | None:
     if spec["gpus"] == 1:
         model = f" --model {spec['model']}" if spec["model"] else ""
         return (f"lmperf bench --mode train-step{model}{what} --precision {row['precision']}"
+                f" --optimizer {OPTIMIZER[spec['device']]}"
                 + (f"  ({'; '.join(notes)})" if notes else ""))
     try:
         require_plain(size, spec["course"], "dist train")
@@ -60,6 +62,17 @@ def command(spec: dict, row: dict) -> str | None:
             + what + flags.get(row["precision"], "")
             + (" --bucket-mb 25" if names[row["strategy"]].startswith("torch-") else "")
             + " --no-reference" + (f"  ({'; '.join(notes)})" if notes else ""))
+
+
+def torchrun(spec: dict, config: str) -> tuple[str, str]:
+    """(torchtitan's launch line for `spec`'s GPUs, a note): one node, or the line every node
+    runs, meeting at the first (HOST) through torchrun's c10d rendezvous."""
+    per_node = spec.get("gpus_per_node", 8)
+    nodes = -(-spec["gpus"] // per_node)
+    return (f"torchrun --nnodes={nodes} --nproc_per_node={min(spec['gpus'], per_node)}"
+            + (" --rdzv-backend=c10d --rdzv-endpoint=HOST:29500" if nodes > 1 else "")
+            + f" -m torchtitan.train --job.config_file {config}",
+            "run it on every node; HOST: the first node's address" if nodes > 1 else "")
 
 
 def torchtitan_toml(spec: dict, row: dict) -> str:
@@ -100,9 +113,16 @@ def torchtitan_toml(spec: dict, row: dict) -> str:
         notes["training", "mixed_precision_param"] = (
             "the plan's bf16-mixed is autocast over fp32 weights; under FSDP torchtitan computes "
             "in bf16 through its MixedPrecisionPolicy (nearest)")
+    if strategy == "zero2":  # torch's SHARD_GRAD_OP: gathered in forward, kept through backward
+        doc["parallelism"]["fsdp_reshard_after_forward"] = "never"
+    if t > 1:
+        notes["parallelism", "tensor_parallel_degree"] = (
+            "torchtitan's TP also applies sequence parallelism to the norms and loss parallelism, "
+            "which lmperf's prediction does not model: memory and time differ from the plan's")
     if strategy in ("zero1", "zero2"):
         notes["parallelism", "data_parallel_shard_degree"] = (
-            f"torchtitan has no {strategy}: FSDP is nearest, with the parameters sharded too")
+            f"torchtitan has no {strategy}: FSDP is nearest, with the parameters sharded too"
+            + (" (kept from forward to backward)" if strategy == "zero2" else ""))
     if g > 1:
         notes["activation_checkpoint", "mode"] = (
             f"the plan checkpoints groups of {g} blocks; torchtitan one block at a time at most: "
@@ -111,8 +131,9 @@ def torchtitan_toml(spec: dict, row: dict) -> str:
              + (f"fsdp x tp {t}" if t > 1 else strategy) + f", {row['precision']}, "
              f"checkpoint groups {g or 'none'}, micro-batch {b} x {n}",
              f"# PREDICTED by lmperf, not measured; keys of {TORCHTITAN}",
-             f"# run: torchrun --nproc_per_node={spec['gpus']} -m torchtitan.train "
-             "--job.config_file THIS_FILE"]
+             "# run: {} ({})".format(*torchrun(spec, "THIS_FILE")).replace(" ()", ""),
+             "# yours to set: [training] steps (torchtitan's default 10000), dataset, and "
+             "[model] hf_assets_path (the tokenizer)"]
     for section, keys in doc.items():
         lines += ["", f"[{section}]"]
         for key, value in keys.items():
