@@ -109,7 +109,7 @@ def test_the_one_device_command_runs_the_plans_optimizer(device, optimizer) -> N
     from lmperf.questions.plan.spec import PlanSpec
 
     spec = PlanSpec("tiny", 64, 2, 1, gpu="H100-SXM" if device == "cuda" else None,
-                    device=device, gib=1.0).to_dict()
+                    device=device, gib=1.0, precisions=("fp32",)).to_dict()
     row = {"micro_batch": 2, "grad_accum": 1, "checkpoint": 0, "precision": "bf16-mixed",
            "strategy": "single", "tp": 1}
     assert f" --optimizer {optimizer}" in command(spec, row)
