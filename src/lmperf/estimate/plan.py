@@ -44,9 +44,8 @@ def strategies(cluster: Cluster, runnable: tuple[str, ...] | None = None) -> lis
 
 def precisions_for(precisions: tuple[str, ...], gpus: int) -> tuple[str, ...]:
     """The precisions worth searching on `gpus` devices: FSDP's mixed-precision policy
-    (bf16-fsdp) needs FSDP, and one device runs no FSDP: bf16-mixed is its bf16 plan there."""
-    kept = tuple(p for p in precisions if gpus > 1 or p != "bf16-fsdp")
-    return kept or (("bf16-mixed",) if precisions else ())
+    (bf16-fsdp) needs FSDP, and one device runs no FSDP (`lmperf plan` refuses it there)."""
+    return tuple(p for p in precisions if gpus > 1 or p != "bf16-fsdp")
 
 
 def shape_of(work: Workload) -> Shape:
@@ -194,10 +193,9 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
     """Every distinct candidate evaluated, ranked (see `rank`): for each precision, checkpoint
     group and (strategy, t), the largest micro-batch that fits and every smaller power of two
     (each with the accumulation that reaches the global batch), plus the smallest micro-batch
-    when none fits (the row that says why); each precision timed on its own Cluster of
-    `by_precision` where given (a host probed on its own ops), else on `cluster`.
-    `progress(done, total, what)` is called before each (precision, checkpoint) is simulated
-    and after each strategy is evaluated."""
+    when none fits (the row that says why), timed on `by_precision`'s Cluster of its precision
+    (a host probed on its ops) or `cluster`. `progress(done, total, what)` is called before each
+    (precision, checkpoint) is simulated and after each strategy is evaluated."""
     from lmperf.errors import SpecError
 
     precisions = precisions_for(precisions, cluster.gpus)

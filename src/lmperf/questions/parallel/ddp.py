@@ -136,8 +136,7 @@ class BucketedDDP(DataParallel):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Backward inside it only accumulates (no bucket is sent), as torch DDP's no_sync: the
-        next backward outside it sends the sums."""
+        """Backward inside it only accumulates, as torch DDP's no_sync: the next sends the sums."""
         self._quiet = True
         try:
             yield

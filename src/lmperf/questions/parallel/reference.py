@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lmperf.questions.parallel.strategies import ADAMW
+
 Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets), token ids (B, T) each
 
 
@@ -58,8 +60,6 @@ def train_reference(model: nn.Module, batches: Callable[[int], Batch], steps: in
         mirror_linear_embedding(model, dtype)  # type: ignore[arg-type]
     autocast = (contextlib.nullcontext if dtype is None else
                 partial(torch.autocast, device_type=device_type, dtype=dtype))
-    from lmperf.questions.parallel.strategies import ADAMW
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW.get(device_type, {}))
     names = dict(model.named_parameters())
     for step in range(steps):

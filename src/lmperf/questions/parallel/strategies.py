@@ -4,10 +4,8 @@
 to call after backward (`sync`), how to get the full parameters back (a collective), the
 autocast context, and how to release everything (before the next strategy and before exit).
 
-`analytic_bus_bytes` is each strategy's communication volume per step, per rank, on a ring
-(the busbw convention of lmperf.estimate.formulas: all-reduce 2(n-1)/n x S, all-gather and
-reduce-scatter (n-1)/n x S, broadcast S), computed from the model's parameters, to compare with
-the bytes the profiler counted.
+`analytic_messages` and `analytic_bus_bytes`: each strategy's communication per step and rank,
+from the model's parameters, to compare with the bytes the profiler counted.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ SUMMARIES: dict[str, str] = {
     "torch-zero2": "fsdp2 without resharding after forward: ZeRO-2's gather once per micro-batch",
 }
 assert set(SUMMARIES) == set(STRATEGIES)
-# AdamW's implementation by device type: what `lmperf plan` simulates (fused on CUDA, as
-# torchtitan's default; foreach on the CPU) and --confirm runs, so the plan's command runs it
+# AdamW's implementation by device type: what `lmperf plan` simulates and --confirm runs
 ADAMW: dict[str, dict[str, bool]] = {"cuda": {"fused": True}, "cpu": {"foreach": True}}
 
 

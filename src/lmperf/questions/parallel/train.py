@@ -67,11 +67,10 @@ def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Ten
                accum: int = 1) -> torch.Tensor:
     """One data-parallel step over `accum` micro-batches of the rank's rows, its phases
     reported to `obs` and named through `annotate`. A strategy with `no_sync` runs all but the
-    last micro-batch under it and calls `sync` after the last only: torch's DDP and both ZeRO-1s
-    (one all-reduce per step), naive and flat (no_sync does nothing: their all-reduce is
-    `sync`), the readable fsdp (its replicated weights' all-reduce; it reduce-scatters in every
-    backward). overlap's and bucketed's hooks and FSDP2 communicate in every micro-batch's
-    backward, `sync` after each (an average of sums is the sum of averages)."""
+    last micro-batch under it, `sync` after the last only: torch's DDP, both ZeRO-1s, naive and
+    flat all-reduce once per step, the readable fsdp its replicated weights (it reduce-scatters
+    in every backward); overlap, bucketed and FSDP2 communicate in every micro-batch's backward
+    (an average of sums is the sum of averages)."""
     obs.start()
     with annotate("lmperf.dist.step"):
         for i, (x, y) in enumerate(zip(inputs.chunk(accum), targets.chunk(accum))):

@@ -39,7 +39,6 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     from lmperf.questions.plan.spec import CPU_DEFAULT, CUDA_PRECISIONS, PlanSpec
     from lmperf.results.store import append_record, ensure_writable
     from lmperf.runtime import device as dev
-
     from lmperf.validate import positive_int
 
     if device not in ("auto", "cpu", "cuda"):

@@ -24,19 +24,19 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
     """(ranked candidate rows, env, what the target is) of `spec`; `progress(done, total,
     what)` is told how far the search is."""
     from lmperf.estimate.fit import PRECISIONS, Workload
-    from lmperf.estimate.plan import candidates, shape_of
+    from lmperf.estimate.plan import candidates, precisions_for, shape_of
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
 
     device = spec.device
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, device,
                     OPTIMIZER[device])
-    # the host's time per op: --host-us, else measured on each precision's own ops (autocast's
-    # or none) where the GPU is here; a CPU's ceilings are measured once
+    # the host per op: --host-us, else probed on each precision's ops (GPU at hand); a CPU once
+    probed = precisions_for(spec.precisions, spec.gpus) if spec.gpu else ()
     targets = {p: cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
                           host_us=spec.host_us, probe=work.spec(1, PRECISIONS[p]))
-               for p in (spec.precisions if spec.gpu else spec.precisions[:1])}
-    target = targets[spec.precisions[0]]
+               for p in probed or spec.precisions[:1]}
+    target = next(iter(targets.values()))
     rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
                       spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, progress,
                       targets)

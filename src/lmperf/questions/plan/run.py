@@ -65,8 +65,7 @@ def command(spec: dict, row: dict) -> str | None:
 
 
 def torchrun(spec: dict, config: str) -> tuple[str, str]:
-    """(torchtitan's launch line for `spec`'s GPUs, a note): one node, or the line every node
-    runs, meeting at the first (HOST) through torchrun's c10d rendezvous."""
+    """(torchtitan's launch line for `spec`'s GPUs, a note): every node's, meeting at HOST."""
     per_node = spec.get("gpus_per_node", 8)
     nodes = -(-spec["gpus"] // per_node)
     return (f"torchrun --nnodes={nodes} --nproc_per_node={min(spec['gpus'], per_node)}"
@@ -118,7 +117,7 @@ def torchtitan_toml(spec: dict, row: dict) -> str:
     if t > 1:
         notes["parallelism", "tensor_parallel_degree"] = (
             "torchtitan's TP also applies sequence parallelism to the norms and loss parallelism, "
-            "which lmperf's prediction does not model: memory and time differ from the plan's")
+            "which lmperf's prediction does not model: memory and time differ")
     if strategy in ("zero1", "zero2"):
         notes["parallelism", "data_parallel_shard_degree"] = (
             f"torchtitan has no {strategy}: FSDP is nearest, with the parameters sharded too"

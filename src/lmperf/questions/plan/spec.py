@@ -18,9 +18,7 @@ CPU_PRECISIONS = ("fp32", "bf16-mixed")
 # fp32 ones (--confirm, docs/accuracy.md), so it ranks fp32 configurations unless asked
 CPU_DEFAULT = ("fp32",)
 RUNNABLE_ON_CPU = ("single", "ddp", "zero1", "fsdp")  # what --confirm can run here
-# the AdamW simulated by device: what --confirm, dist train (parallel.strategies.ADAMW) and the
-# winner's command (bench --optimizer) run
-OPTIMIZER = {"cpu": "foreach", "cuda": "fused"}
+OPTIMIZER = {"cpu": "foreach", "cuda": "fused"}  # AdamW's as dist train runs it (strategies.ADAMW)
 
 
 @dataclass(frozen=True)
