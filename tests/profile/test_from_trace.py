@@ -121,7 +121,7 @@ def test_trace_without_steps_or_phases_is_one_step_and_says_so(tmp_path):
     path = _write(tmp_path, [_x("cpu_op", "aten::mm", 0, 10), _x("cpu_op", "aten::add", 20, 5)])
     code, out, err = _run(["profile", "--from-trace", str(path)])
     assert code == 0, err
-    assert "* No ProfilerStep#N (or `step`) ranges in t.json: the whole trace is analysed as one step." in out
+    assert "* No ProfilerStep#N (or step) ranges in t.json: the whole trace is analysed as one step." in out
     assert "* No GPU activity" in out and "* No phase annotations" in out
     assert "top operators (self time): step" in out and "aten::mm" in out
 

@@ -326,9 +326,10 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
 def wrap(line: str, first: str = "", rest: str = "") -> str:
     """A line wrapped to WIDTH columns (prefixes for its first and further lines); a `code span`
     (a command to copy) and a flag with its value (--precision bf16-mixed) are never broken,
-    even where that makes their line longer."""
+    even where that makes their line longer. A code span loses its backticks (a command copied
+    from a terminal with them would run as a shell substitution)."""
     glued = re.sub(r"`[^`]*`|--[\w-]+ [^\s`-][^\s,;:)`]*",
-                   lambda m: m.group().replace(" ", "\0"), line)
+                   lambda m: m.group().strip("`").replace(" ", "\0"), line)
     return "\n".join(textwrap.wrap(glued, WIDTH, initial_indent=first, subsequent_indent=rest,
                                    break_on_hyphens=False, break_long_words=False)
                      ).replace("\0", " ") or first
