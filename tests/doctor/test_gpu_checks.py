@@ -125,6 +125,35 @@ def test_flash_triton_shapes_say_why_not_on_the_cpu(ctx):
     assert {str(c[2]) for c in cases} == {"torch.float32", "torch.float16", "torch.bfloat16"}
 
 
+def test_flash_triton_shapes_compare_what_the_launch_search_chose(monkeypatch):
+    # The long bf16 causal case runs inside searching(): each kernel's search (faked here as
+    # flash-triton's launches call it) chooses `fast`, and that is the launch the case records;
+    # the other cases ran their defaults. Before: no search, no record of the launches.
+    from lmperf.kernels import flash_configs as fc
+
+    monkeypatch.setattr(fc, "CHOSEN", {})
+    monkeypatch.setattr(fc, "SEARCHES", [])
+    fast = fc.TileConfig(128, 64, 8, 3)
+
+    def compare(fn, device, dtype, shape, causal_only):
+        (b, h, n, d), causal = shape, (True,) if causal_only else (False, True)
+        for kernel, c in ((k, c) for c in causal for k in fc.KERNELS):
+            fc.choose(fc.search_key(kernel, b * h, n, n, d, dtype, c),
+                      fc.default_config(kernel, dtype, d), lambda cfg: 1.0, lambda: [fast])
+        return {"worst_excess": -1.0}
+
+    monkeypatch.setattr(numerics, "compare_with_sdpa", compare)
+    cases = numerics._child("cpu", "shapes")["dtypes"]
+    long = cases.pop("bf16 " + "x".join(map(str, numerics.LONG_BF16)) + " causal")
+    assert long["configs"] == dict.fromkeys(fc.KERNELS, fast.label())
+    assert [(r["kernel"], r["chosen"]) for r in long["autotune"]] == [
+        (k, fast.label()) for k in fc.KERNELS]
+    d64 = {k: fc.default_config(k, torch.float32, 64).label() for k in fc.KERNELS}
+    assert cases["fp32 2x3x257x64"]["configs"] == d64 and len(cases) == 6
+    assert all("autotune" not in c and fast.label() not in c["configs"].values()
+               for c in cases.values())
+
+
 def test_tf32_that_changes_nothing_on_sm80_fails(ctx, monkeypatch):
     monkeypatch.setattr(gpu, "TF32_N", 64)
     monkeypatch.setattr(dev, "cuda_capability", lambda device: (8, 0))

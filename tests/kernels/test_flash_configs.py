@@ -74,6 +74,21 @@ def test_a_candidate_that_cannot_launch_is_never_chosen_and_recorded_as_none():
     assert found[0]["candidates_ms"] == {big.label(): None, default.label(): 3.0}
 
 
+def test_a_search_where_nothing_launched_caches_nothing_and_the_default_runs():
+    # Before: `min` of all-inf times picked the first candidate and cached it as chosen.
+    default, tried = T(64, 64, 4, 2), []
+    key, kept = ("dq", 1, 1, 1, 64, "bfloat16", True), [T(128, 64, 8, 2), T(64, 32, 4, 2)]
+    with fc.searching() as found:
+        for _ in range(2):  # a second call in the block does not search again
+            assert fc.choose(key, default, lambda c: tried.append(c) or math.inf,
+                             lambda: kept) == default
+    assert not fc.CHOSEN and tried == kept and len(found) == 1
+    assert found[0]["chosen"] is None and set(found[0]["candidates_ms"].values()) == {None}
+    json.dumps(found[0], allow_nan=False)
+    with fc.searching():  # a later block tries again
+        assert fc.choose(key, default, lambda c: 1.0, lambda: kept) == kept[0] == fc.CHOSEN[key]
+
+
 @pytest.mark.parametrize("kernel", fc.KERNELS)
 def test_the_pruning_rule_keeps_what_fits_and_drops_what_cannot(kernel, monkeypatch):
     limits = (99 * 1024, 163 * 1024, 227 * 1024)  # per program on sm_86/89, sm_80, sm_90
@@ -162,3 +177,97 @@ def test_the_bench_job_searches_in_its_warm_up_steps_and_records_it(monkeypatch)
     monkeypatch.setattr(fc, "searching", _fake_searching([])[0])
     r = run_spec(RunSpec.from_size("tiny", context=16, batch=2, warmup=1, steps=1))
     assert "autotune" not in r["metrics"]  # nothing searched: no field
+
+
+# --- the CUDA search path of flash_triton._launch, with the launch and the timer faked -----------
+
+class _FakeCuda:
+    """flash_triton's CUDA path on this CPU: kernels that record each launch's configuration and
+    raise `fail(cfg)` if it is an exception; a timer that makes its calls and gives `ms(cfg)` of
+    the last launch (or raises `timer_error`); Triton's device properties with sm_90's limit."""
+
+    def __init__(self, monkeypatch, ms=lambda cfg: 1.0, fail=lambda cfg: None, timer_error=None):
+        triton = pytest.importorskip("triton")
+        from types import SimpleNamespace
+
+        from lmperf.kernels import flash_triton as ft
+        from lmperf.runtime import device as dev
+
+        self.ms, self.fail, self.timer_error, self.launched = ms, fail, timer_error, []
+        monkeypatch.setattr(ft, "_interpreting", lambda q: False)
+        monkeypatch.setattr(ft, "_kernels", lambda interpret: dict.fromkeys(
+            ("fwd", "delta", "dq", "dkdv"), self))
+        props = SimpleNamespace(get_device_properties=lambda index: {"max_shared_mem": 227 << 10})
+        monkeypatch.setattr(triton.runtime.driver, "_active", SimpleNamespace(utils=props))
+        monkeypatch.setattr(dev, "cuda_index", lambda device: 0)
+        monkeypatch.setattr(dev, "time_cuda_calls", self.time)
+        self.launch_fwd = lambda dtype=BF16: ft._launch(
+            "fwd", lambda cfg: (1, 1, 1), (), torch.empty(1, 2, 1030, 64, dtype=dtype), 1030, True,
+            (None, None), IS_CAUSAL=True)
+
+    def __getitem__(self, grid):
+        return self.run
+
+    def run(self, **kw):
+        cfg = T(kw["BLOCK_Q"], kw["BLOCK_K"], kw["num_warps"], kw["num_stages"])
+        self.launched.append(cfg)
+        if self.fail(cfg):
+            raise self.fail(cfg)
+
+    def time(self, fn, device, warmup, repeats):
+        fn()
+        if self.timer_error:
+            raise self.timer_error
+        return [self.ms(self.launched[-1])] * repeats
+
+
+def test_the_cuda_path_searches_inside_searching_times_the_shortlist_and_runs_the_winner(
+        monkeypatch):
+    kept = fc.candidates("fwd", BF16, 64, 227 << 10)  # what the shortlist must be on sm_90
+    win = [c for c in kept if c.num_stages == 3][-1]  # in its shape's second round
+    gpu = _FakeCuda(monkeypatch, ms=lambda c: {win: 0.5, dataclasses.replace(win, num_stages=2):
+                                                 0.8}.get(c, 2.0))
+    default = fc.default_config("fwd", BF16, 64)
+    gpu.launch_fwd()  # outside searching(): the default, once, nothing searched
+    assert gpu.launched == [default] and not fc.CHOSEN and not fc.SEARCHES
+    with fc.searching() as found:
+        gpu.launch_fwd()
+        gpu.launch_fwd()  # searched once per key
+        gpu.launch_fwd(F32)  # fp32 keeps its default: no search
+    key = fc.search_key("fwd", 2, 1030, 1030, 64, BF16, True)
+    assert fc.CHOSEN == {key: win} and len(found) == 1 and found == fc.SEARCHES
+    tried = gpu.launched[1:-3]  # one launch in each trial: the timer's
+    assert set(tried) <= set(kept) and win in tried and len(set(tried)) == len(tried)
+    assert {(c.block_q, c.block_k, c.num_warps) for c in tried} == {
+        (c.block_q, c.block_k, c.num_warps) for c in kept}  # every shape and warp count
+    assert gpu.launched[-3:] == [win, win, fc.default_config("fwd", F32, 64)]
+    assert found[0]["chosen"] == win.label() and found[0]["candidates_ms"][win.label()] == 0.5
+
+
+def test_the_cuda_path_caches_nothing_when_no_candidate_launched(monkeypatch):
+    # Out of memory in every trial (the timer's L2 flush buffer in a full device): the default
+    # runs and is not cached. Before: the first candidate was cached and run, recorded "no launch".
+    gpu = _FakeCuda(monkeypatch, timer_error=torch.cuda.OutOfMemoryError("CUDA out of memory."))
+    with fc.searching() as found:
+        gpu.launch_fwd()
+    assert not fc.CHOSEN and found[0]["chosen"] is None
+    assert set(found[0]["candidates_ms"].values()) == {None}
+    assert gpu.launched[-1] == fc.default_config("fwd", BF16, 64)
+
+
+def test_the_cuda_path_skips_out_of_resources_and_raises_anything_else(monkeypatch):
+    from triton.runtime import OutOfResources
+
+    kept = fc.candidates("fwd", BF16, 64, 227 << 10)
+    gpu = _FakeCuda(monkeypatch, fail=lambda c: c == kept[0] and OutOfResources(1, 0, "shared"))
+    with fc.searching() as found:
+        gpu.launch_fwd()
+    assert found[0]["candidates_ms"][kept[0].label()] is None and kept[0] not in fc.CHOSEN.values()
+    fc.CHOSEN.clear()
+    # A kernel that fails otherwise (a bug in one configuration) fails the call, not the search's
+    # candidate. Before: scored inf and skipped, so another candidate ran silently.
+    bad = [c for c in kept if c.num_stages == 2][1]  # another shape: tried in the first round
+    gpu.fail = lambda c: c == bad and RuntimeError("CUDA error: an illegal memory access")
+    with pytest.raises(RuntimeError, match="illegal memory access"), fc.searching():
+        gpu.launch_fwd()
+    assert not fc.CHOSEN

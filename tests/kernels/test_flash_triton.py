@@ -72,6 +72,19 @@ def test_16bit_matches_float64(n, is_causal, dtype):
     _check_against_reference(*_inputs((1, 2, n, 32), dtype=dtype), is_causal)
 
 
+@pytest.mark.parametrize("n_q, n_k, is_causal", [(8, 40, False), (40, 24, True)],
+                         ids=["full", "causal"])
+def test_very_negative_scores_over_ragged_keys_match_float64(n_q, n_k, is_causal):
+    # Every scaled score near -228, so each row's logsumexp L is below -88: a key past Nk loads as
+    # zeros (score 0), and P = exp(-L) there overflows to inf, so dS K would be inf * 0 = NaN in
+    # dQ unless those keys are masked. Nk leaves a ragged key tile (8 of 16); it is reached by
+    # every query non-causal, and causal by the query tile past Nk (Nq > Nk). Finite and exact
+    # before issue 37, NaN in dQ after it until the ragged tile ran masked again.
+    x = (228 * 4 / 16) ** 0.5  # q = x + noise, k = -x + noise: q.k / sqrt(16) ~ -x^2 * 16 / 4
+    q, k, v, do = _inputs((1, n_q, 16), n_k=n_k)
+    _check_against_reference(x + 0.3 * q, -x + 0.3 * k, v, do, is_causal)
+
+
 @pytest.mark.parametrize("block_q, block_k", [(16, 16), (16, 32), (64, 16)])
 def test_other_tile_sizes(block_q, block_k):
     # Query tiles smaller than, equal to and larger than key tiles move the causal bound around.

@@ -74,7 +74,7 @@ def candidates(kernel: str, dtype: torch.dtype, block_d: int,
 
 CHOSEN: dict[tuple, TileConfig] = {}  # key -> the configuration its search chose (this process)
 SEARCHES: list[dict] = []  # one row per search this process ran (docs/commands/attention.md)
-_state = {"searching": False}
+_state: dict = {"searched": None}  # the keys searched in the open searching() block, else None
 
 
 def search_key(kernel: str, rows: int, n_q: int, n_k: int, head_dim: int, dtype: torch.dtype,
@@ -89,11 +89,11 @@ def search_key(kernel: str, rows: int, n_q: int, n_k: int, head_dim: int, dtype:
 def searching() -> Iterator[list[dict]]:
     """Search every key first met inside the block; yields a list of its SEARCHES rows (on exit)."""
     found: list[dict] = []
-    start, _state["searching"] = len(SEARCHES), True
+    start, _state["searched"] = len(SEARCHES), set()
     try:
         yield found
     finally:
-        _state["searching"] = False
+        _state["searched"] = None
         found.extend(SEARCHES[start:])
 
 
@@ -101,19 +101,24 @@ def choose(key: tuple, default: TileConfig, trial: Callable[[TileConfig], float]
            shortlist: Callable[[], list[TileConfig]]) -> TileConfig:
     """`key`'s configuration: the one its search chose; else, inside `searching()`, the fastest
     of `shortlist()` by `trial` (ms; inf: cannot launch) in two rounds, each tile shape and warp
-    count at its fewest stages, then the winner's other stage counts; else `default`."""
-    if key in CHOSEN or not _state["searching"]:
+    count at its fewest stages, then the winner's other stage counts; else `default`. A search
+    where nothing launched caches nothing (`default` runs) and is not repeated in the block."""
+    if key in CHOSEN or _state["searched"] is None or key in _state["searched"]:
         return CHOSEN.get(key, default)
+    _state["searched"].add(key)
     start, kept, first = time.perf_counter(), shortlist() or [default], {}
     for cfg in kept:
         first.setdefault(cfg.label()[:-3], cfg)  # label less " s<stages>": tiles and warps
     times = {cfg: trial(cfg) for cfg in first.values()}
     best = min(times, key=times.__getitem__)
     times.update({c: trial(c) for c in kept if c not in times and first[c.label()[:-3]] is best})
-    CHOSEN[key] = best = min(times, key=times.__getitem__)
+    best = min(times, key=times.__getitem__)
+    if times[best] < math.inf:
+        CHOSEN[key] = best
     SEARCHES.append({"kernel": key[0], "key": dict(zip(
-        ("rows", "n_q", "n_k", "d", "dtype", "causal"), key[1:])), "chosen": best.label(),
+        ("rows", "n_q", "n_k", "d", "dtype", "causal"), key[1:])),
+        "chosen": best.label() if key in CHOSEN else None,  # None: none launched, the default ran
         "candidates_ms": {c.label(): round(t, 5) if t < math.inf else None  # None: no launch
                           for c, t in times.items()},
         "search_s": round(time.perf_counter() - start, 3)})
-    return best
+    return CHOSEN.get(key, default)

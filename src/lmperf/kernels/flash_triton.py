@@ -168,23 +168,29 @@ if tl is not None:
         do = tl.load(DO + b * sdb + h * sdh + do_offs, mask=mask, other=0.0).to(tl.float32)
         tl.store(DELTA + (b * tl.num_programs(1) + h) * n_q + offs, tl.sum(o * do, 1), mask=ok)
 
-    # The backward masks no row out of range: such rows of Q, dO, K, V load as zeros, so P stays
-    # finite there and each term they add to a stored gradient is a product with a zero row.
+    # Rows past Nq (Q, dO) or Nk (K, V) load as zeros. A query row out of range has L = 0 and
+    # score 0: P = 1, times zero rows of dO and Q. A key row out of range has score 0 too, but
+    # P = exp(-L) overflows to inf where L < -88, and inf * 0 = NaN: dQ masks such keys (its
+    # ragged tile runs masked); in dK/dV they reach only their own rows, which are not stored.
 
     def _dq_steps(dq, q, do, lse2, delta, k_base, v_base, skt, svt, offs_q, lo, hi, n_k,
-                  qk_scale_log2, MASKED: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                  UPCAST_DOT: tl.constexpr):
-        # dQ += dS K over the key tiles lo..hi (unscaled), dS = P * (dO V^T - D); MASKED: causal.
+                  qk_scale_log2, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                  HEAD_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr):
+        # dQ += dS K over the key tiles lo..hi (unscaled), dS = P * (dO V^T - D); MASKED: keys
+        # past n_k, or after the query.
         for start_k in range(lo, hi, BLOCK_K):
-            offs_k, _, k_offs, v_offs, kv_mask = _row_tile(start_k, n_k, skt, svt, HEAD_DIM,
-                                                           BLOCK_K, BLOCK_D)
+            offs_k, k_ok, k_offs, v_offs, kv_mask = _row_tile(start_k, n_k, skt, svt, HEAD_DIM,
+                                                              BLOCK_K, BLOCK_D)
             k = _load(k_base + k_offs, kv_mask, UPCAST_DOT)  # (BK, BD)
             v = _load(v_base + v_offs, kv_mask, UPCAST_DOT)
             p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale_log2
                         - lse2[:, None])  # (BQ, BK): the forward's probabilities
-            if MASKED:
-                p = tl.where(offs_k[None, :] <= offs_q[:, None], p, 0.0)
+            if MASKED:  # a where, not a product: p may be inf there. One compare, causal: key
+                # <= min(query, n_k - 1) (both masks as one: two spill on sm_80)
+                keep = (offs_k[None, :] <= tl.minimum(offs_q, n_k - 1)[:, None] if IS_CAUSAL
+                        else k_ok[None, :])
+                p = tl.where(keep, p, 0.0)
             ds = p * (tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION) - delta[:, None])
             dq = tl.dot(_operand(ds, k_base.dtype.element_ty, UPCAST_DOT), k, dq,
                         input_precision=DOT_PRECISION)  # (BQ, BD)
@@ -207,13 +213,15 @@ if tl is not None:
         lse2 = tl.load(L + row, mask=q_ok, other=0.0) * _LOG2E  # (BQ,) log2 units
         delta = tl.load(DELTA + row, mask=q_ok, other=0.0)
         dq = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
-        hi = tl.minimum(n_k, q0 + BLOCK_Q) if IS_CAUSAL else n_k  # the forward's, without its
-        mid = tl.minimum(q0 // BLOCK_K * BLOCK_K, hi) if IS_CAUSAL else n_k  # ragged-key mask
+        hi = tl.minimum(n_k, q0 + BLOCK_Q) if IS_CAUSAL else n_k  # the forward's bounds
+        mid = (tl.minimum(q0, n_k) if IS_CAUSAL else n_k) // BLOCK_K * BLOCK_K
         k_base, v_base = K + b * skb + h * skh, V + b * svb + h * svh
         dq = _dq_steps(dq, q, do, lse2, delta, k_base, v_base, skt, svt, offs_q, 0, mid, n_k,
-                       qk_scale_log2, False, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+                       qk_scale_log2, False, IS_CAUSAL, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION,
+                       UPCAST_DOT)
         dq = _dq_steps(dq, q, do, lse2, delta, k_base, v_base, skt, svt, offs_q, mid, hi, n_k,
-                       qk_scale_log2, True, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION, UPCAST_DOT)
+                       qk_scale_log2, True, IS_CAUSAL, HEAD_DIM, BLOCK_K, BLOCK_D, DOT_PRECISION,
+                       UPCAST_DOT)
         tl.store(DQ + q_at + q_offs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
     def _dkdv_steps(dk, dv, k, v, q_base, do_base, l_base, d_base, sqt, sdt, offs_k, lo, hi, n_q,
@@ -322,12 +330,16 @@ def _launch(kernel: str, grid: Callable[[dict], tuple], args: tuple, q: torch.Te
         cfg = launch_arguments(kernel, q.dtype, d, interpret, *blocks, tiles=tiles)
         fn[grid(cfg)](*args, **constexprs, **cfg)
 
-    def trial(tiles: TileConfig) -> float:  # median ms; inf: it cannot compile or launch here
-        try:  # (OutOfResources and the like); if none can, the chosen one's launch raises
+    def trial(tiles: TileConfig) -> float:  # median ms; inf: no launch, for what triton.autotune
+        try:  # skips (resources, ptxas (Triton >= 3.2), static asserts) or out of memory
             return statistics.median(  # 2 warm-up launches (the first compiles), 10 timed
                 dev.time_cuda_calls(lambda: run(tiles), q.device, 2, 10))
-        except Exception:
-            return math.inf
+        except Exception as exc:  # anything else (a kernel fault) fails the call
+            skip = (triton.runtime.OutOfResources, getattr(triton.runtime.errors, "PTXASError", ()),
+                    triton.compiler.errors.CompileTimeAssertionFailure)
+            if dev.is_oom(exc) or isinstance(exc, skip):
+                return math.inf
+            raise
 
     def shortlist() -> list[TileConfig]:  # against what Triton checks at launch
         props = triton.runtime.driver.active.utils.get_device_properties(dev.cuda_index(q.device))

@@ -11,6 +11,7 @@ process has imported already.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -30,7 +31,7 @@ SHAPES: tuple[tuple[int, int, int, int], ...] = ((2, 3, 257, 64), (1, 2, 300, 12
 launch table's largest), several batches and heads (the grid's second axis)."""
 LONG_BF16 = (1, 2, 1030, 64)
 """bf16, causal: many query tiles, so every program walks several key tiles before the diagonal
-tile (the multi-tile causal path), and a ragged last tile."""
+tile (the multi-tile causal path), and a ragged last tile; with the configurations searched."""
 SHAPES_CPU_SKIP = ("Triton's interpreter needs ~90 s for this sweep on a 2-core CPU (measured "
                    "2026-11-25); the small-shape row above checks the interpreter path")
 
@@ -176,7 +177,7 @@ def check_flash_triton_shapes(ctx: Context) -> Outcome:
               + f"; closest {worst}: max |err| {cases[worst]['max_abs_err']:.1e} "
               f"(SDPA {cases[worst]['sdpa_abs_err']:.1e})")
     return passed(not bad, result, "each dtype's kernel-test bound (kernels.reference), causal "
-                  "and not; bf16 multi-tile causal", **cases)
+                  "and not; bf16 multi-tile causal, searched configurations", **cases)
 
 
 def sweep_cases(device: torch.device) -> list[tuple[str, tuple[int, int, int, int], torch.dtype, bool]]:
@@ -195,15 +196,26 @@ def sweep_cases(device: torch.device) -> list[tuple[str, tuple[int, int, int, in
 
 
 def _child(device_type: str, mode: str = "small") -> dict:
+    from lmperf.kernels import flash_configs as fc
     from lmperf.kernels.flash_triton import flash_attention_triton
 
-    device = torch.device(device_type)
-    if mode == "shapes":
-        return {"dtypes": {label: compare_with_sdpa(flash_attention_triton, device, dt,
-                                                    shape=shape, causal_only=causal_only)
-                           for label, shape, dt, causal_only in sweep_cases(device)}}
-    return {"dtypes": {name: compare_with_sdpa(flash_attention_triton, device, dt)
-                       for name, dt in dtypes_for(device).items()}}
+    device, out = torch.device(device_type), {}
+    if mode != "shapes":
+        return {"dtypes": {name: compare_with_sdpa(flash_attention_triton, device, dt)
+                           for name, dt in dtypes_for(device).items()}}
+    # shapes: LONG_BF16 inside a launch search (the jobs' warm-up's; one key per kernel, ~15
+    # compiles more on sm_90, est.), so what it chose is compared with fp64; `configs`: the
+    # launch each kernel ran causal (not causal: the defaults, never searched here)
+    for label, (b, h, n, d), dt, causal_only in sweep_cases(device):
+        search = (b, h, n, d) == LONG_BF16
+        with fc.searching() if search else contextlib.nullcontext([]) as searches:
+            out[label] = compare_with_sdpa(flash_attention_triton, device, dt, shape=(b, h, n, d),
+                                           causal_only=causal_only)
+        out[label]["configs"] = {k: fc.CHOSEN.get(fc.search_key(k, b * h, n, n, d, dt, True),
+                                                  fc.default_config(k, dt, d)).label()
+                                 for k in fc.KERNELS}
+        out[label].update({"autotune": searches} if search else {})
+    return {"dtypes": out}
 
 
 if __name__ == "__main__":  # the child: one JSON line on stdout
