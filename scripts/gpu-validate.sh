@@ -24,8 +24,8 @@ cd "$(dirname "$0")/.."
 STEPS=(env doctor attention bench predict profile memory dist)
 # Seconds per step; the sum (540) is the 9 minutes of the budget. The H200 run of 2026-11-27
 # took env 4, doctor 102, bench 51, predict 12, profile 15, memory 34, dist 49 s.
-declare -A LIMIT=([env]=15 [doctor]=120 [attention]=125 [bench]=95 [predict]=40 [profile]=35
-                  [memory]=50 [dist]=60)
+declare -A LIMIT=([env]=10 [doctor]=135 [attention]=125 [bench]=95 [predict]=40 [profile]=30
+                  [memory]=45 [dist]=60)
 # A step whose records go into another step's file: the device tool brings back 8 files.
 declare -A INTO=([attention]=bench)
 
@@ -108,7 +108,7 @@ step_predict() {  # the same specs, predicted for this GPU: counted on the CPU, 
 
 step_profile() {
     lm profile --device cuda --size small --context 512 --batch 4 --precision bf16-mixed \
-        --attention sdpa --warmup 2 --steps 3 --timeout 30 --trace "$WORK/trace.json" \
+        --attention sdpa --warmup 2 --steps 3 --timeout 25 --trace "$WORK/trace.json" \
         --out "$WORK/profile.jsonl" && gzip -c "$WORK/trace.json" > "$OUT/trace.json.gz"
 }
 
@@ -116,7 +116,7 @@ step_memory() {  # estimated first (CPU only, seconds), then measured
     lm memory --estimate --device cuda --size small --context 512 2048 --batch 4 \
         --precision fp32 bf16-mixed --out "$WORK/memory.jsonl"
     lm memory --device cuda --size small --context 512 2048 --batch 4 --precision fp32 bf16-mixed \
-        --timeout 50 --out "$WORK/memory.jsonl"
+        --timeout 35 --out "$WORK/memory.jsonl"
 }
 
 step_dist() {  # the leaderboard's step (FSDP2 + checkpointing) and one dist train, 1 NCCL rank
