@@ -39,7 +39,9 @@ class _Parser(argparse.ArgumentParser):
                                 for p in a.choices.values()]
             flags = [f for p in parsers for f in p._option_string_actions]
             for word in m.group(1).split():
-                if word.startswith("--") and (hint := did_you_mean(word.split("=")[0], flags)):
+                flag = word.split("=")[0]  # another command's flag is no hint for this one
+                if word.startswith("--") and (hint := did_you_mean(flag, [f for f in flags
+                                                                           if f != flag])):
                     return hint
         return ""
 
