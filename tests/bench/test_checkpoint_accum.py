@@ -34,3 +34,8 @@ def test_predict_refuses_what_it_does_not_price():
     for extra in ({"checkpoint": 1}, {"grad_accum": 4}):
         with pytest.raises(SpecError, match="lmperf plan"):
             lmperf.bench(size="tiny", predict=["H100-SXM"], **extra)
+
+
+def test_checkpointing_a_forward_is_refused_in_one_line():
+    with pytest.raises(SpecError, match="saves memory for backward"):
+        lmperf.bench(size="tiny", mode="forward", checkpoint=1)

@@ -146,3 +146,29 @@ def test_confirm_takes_any_name_of_the_gpu_at_hand(monkeypatch):
         lmperf.plan("tiny", gpu=name, gpus=1, context=64, global_batch=2, checkpoint=0,
                     precision="bf16-mixed", host_us=5.0, confirm=1)
     assert ran == ["H100", "h100-sxm"]
+
+
+def test_live_bytes_counts_with_the_collector_off_and_puts_it_back():
+    """The cyclic collector made one FSDP cell's peak differ run to run (-4.4% or -8.2%):
+    LiveBytes turns it off while it counts, and leaves it as it found it."""
+    import gc
+
+    import torch
+
+    from lmperf.questions.plan.confirm import LiveBytes
+
+    assert gc.isenabled()
+    with LiveBytes([]) as tracker:
+        assert not gc.isenabled()
+        x = torch.ones(1024)  # 4 KiB
+        del x
+        y = torch.ones(512)
+    assert gc.isenabled() and tracker.peak == 4096 and tracker.live == 2048
+    del y
+    gc.disable()
+    try:
+        with LiveBytes([]):
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -65,6 +65,9 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         if self.grad_accum > 1 and self.mode != "train-step":
             raise SpecError(f"gradient accumulation (grad_accum {self.grad_accum}) belongs to "
                             "a training step: mode train-step")
+        if self.checkpoint and self.mode == "forward":
+            raise SpecError(f"activation checkpointing (checkpoint {self.checkpoint}) saves "
+                            "memory for backward: mode forward-backward or train-step")
         if (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float))
                 or not math.isfinite(self.clip) or self.clip < 0):
             raise SpecError(f"clip must be a non-negative number, got {self.clip!r}")
