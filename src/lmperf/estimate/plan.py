@@ -98,6 +98,23 @@ def _counted(work: Workload, precision: str, batch: int, t: int):
                         f"{type(exc).__name__}") from None
 
 
+@lru_cache(maxsize=64)
+def sequence_flops(work: Workload) -> int | None:
+    """Model FLOPs of one sequence's forward + backward on bench's convention
+    (`measure.flops.FLOPS_CONVENTION`: causal attention over half the square, whatever kernel),
+    so a plan's MFU and the MFU bench measures compare; None for a user's model (its MFU is
+    counted as its ops run, as bench counts it)."""
+    if work.model is not None:
+        return None
+    from lmperf.measure.flops import reference_step_flops
+    from lmperf.workload.build import meta_flops
+
+    spec = work.spec(1, "fp32")
+    counted, _ = meta_flops(spec)  # attention left out
+    return reference_step_flops(counted, True, spec.d_model, spec.num_layers, spec.d_ff,
+                                spec.vocab_size, 1, work.context, spec.mode).flops
+
+
 def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
               global_batch: int) -> dict:
     """Predicted step of candidate `c` on one rank: its parts in seconds, its FLOPs, and the
@@ -261,9 +278,11 @@ def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, globa
     step = times.pop("step_s")
     rate = None if cluster.target.synchronous else cluster.target.flops_per_s.get(
         "fp32" if c.precision == "fp32" else "bf16")
-    row.update(times, step_s=step,
+    per_seq = sequence_flops(work)  # MFU: the global step's model FLOPs over every GPU's peak
+    flops = times["flops"] if per_seq is None else per_seq * global_batch / cluster.gpus
+    row.update(times, flops=flops, step_s=step,
                tokens_per_s_per_gpu=global_batch * work.context / step / cluster.gpus,
-               mfu=times["flops"] / step / rate if rate else None)
+               mfu=flops / step / rate if rate else None)
     if not ok:
         row["why"] = (f"does not fit: {total / GIB:.2f} GiB per rank > {cluster.budget / GIB:.2f}"
                       + ("" if largest is None else f" (micro-batch {largest} fits)"))
