@@ -20,10 +20,13 @@ _TRITON_IMPORTED_BEFORE = "triton" in sys.modules
 _INTERPRET_BEFORE = os.environ.get("TRITON_INTERPRET") == "1"
 if not torch.cuda.is_available() and not _TRITON_IMPORTED_BEFORE:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-TRITON_USABLE = torch.cuda.is_available() or not _TRITON_IMPORTED_BEFORE or _INTERPRET_BEFORE
-"""False when triton was imported without the interpreter before this conftest could set it."""
+from lmperf.kernels import interpreter_gap  # noqa: E402  (after the variable is set)
+from lmperf.kernels.compiled import compile_unavailable_reason  # noqa: E402
 
-from lmperf.kernels.compiled import compile_unavailable_reason
+TRITON_USABLE = torch.cuda.is_available() or (
+    not (_TRITON_IMPORTED_BEFORE and not _INTERPRET_BEFORE) and interpreter_gap() is None)
+"""False when triton was imported without the interpreter before this conftest could set it,
+or when its interpreter cannot run with this numpy (`interpreter_gap`)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

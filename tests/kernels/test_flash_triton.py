@@ -10,6 +10,10 @@ import torch
 pytest.importorskip("triton")
 
 from lmperf.errors import SpecError
+from lmperf.kernels import interpreter_gap
+
+if not torch.cuda.is_available() and interpreter_gap():
+    pytest.skip(interpreter_gap(), allow_module_level=True)
 from lmperf.kernels import flash_configs as fc
 from lmperf.kernels import flash_triton as ft
 from lmperf.kernels.reference import (

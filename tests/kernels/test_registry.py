@@ -17,7 +17,8 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
 runs_triton = pytest.mark.skipif(
     not (HAS_TRITON and TRITON_USABLE),
-    reason="triton is not installed, or was imported before TRITON_INTERPRET=1 could be set")
+    reason="triton is not installed, was imported before TRITON_INTERPRET=1 could be set, or "
+           "its interpreter cannot run with this numpy (kernels.interpreter_gap)")
 
 # flash-triton runs on the CPU through Triton's interpreter (set per test, see _impl below).
 EAGER = ["naive", "sdpa", "flash-torch",
@@ -159,7 +160,20 @@ def test_supports_common_cases(monkeypatch):
         assert "needs a CUDA device, or TRITON_INTERPRET=1" in reason
         assert kernels.supports("flash-triton", "cuda", torch.bfloat16) is None
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-        assert kernels.supports("flash-triton", "cpu", torch.float32) is None
+        assert kernels.supports("flash-triton", "cpu", torch.float32) == kernels.interpreter_gap()
+
+
+def test_a_triton_interpreter_that_cannot_run_with_this_numpy_is_named(monkeypatch):
+    # Triton 3.6 with numpy 2.4: every interpreted call failed with "only 0-dimensional arrays"
+    import importlib.metadata as md
+
+    real = md.version
+    for triton_v, numpy_v, broken in (("3.6.0", "2.4.6", True), ("3.7.0", "2.4.6", False),
+                                      ("3.6.0", "2.3.5", False), ("3.9.0", "2.4.6", False)):
+        versions = {"triton": triton_v, "numpy": numpy_v}
+        monkeypatch.setattr(md, "version", lambda name, v=versions: v.get(name) or real(name))
+        gap = kernels.interpreter_gap()
+        assert (gap is not None) == broken and (not gap or "triton-lang/triton#9171" in gap)
 
 
 @needs_triton

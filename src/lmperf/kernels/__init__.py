@@ -105,6 +105,24 @@ def _triton_missing() -> str | None:
     return None
 
 
+def interpreter_gap() -> str | None:
+    """Why Triton's CPU interpreter cannot run flash-triton here, or None. Before Triton 3.7 it
+    reads a loop bound as int() of a one-element array, which numpy 2.4 refuses
+    (triton-lang/triton#9171): every kernel call fails with "only 0-dimensional arrays"."""
+    import re
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        triton_v, numpy_v = version("triton"), version("numpy")
+    except PackageNotFoundError:
+        return None
+    release = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:2])  # noqa: E731
+    if release(triton_v) < (3, 7) and release(numpy_v) >= (2, 4):
+        return (f"Triton {triton_v}'s interpreter cannot run with numpy {numpy_v} "
+                "(triton-lang/triton#9171): pip install 'triton>=3.7' or 'numpy<2.4'")
+    return None
+
+
 def triton_interpreter() -> bool:
     """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1).
 
@@ -183,8 +201,10 @@ def supports(name: str, device: torch.device | str, dtype: torch.dtype) -> str |
         reason = _triton_missing()
         if reason is not None:
             return reason
-        if device.type == "cuda" or device.type == "cpu" and triton_interpreter():
+        if device.type == "cuda":
             return None
+        if device.type == "cpu" and triton_interpreter():
+            return interpreter_gap()
         return (f"flash-triton needs a CUDA device, or TRITON_INTERPRET=1 to run Triton's "
                 f"interpreter on the CPU (got {device.type})")
     return None
@@ -240,4 +260,5 @@ def get(name: str, validate: bool = True) -> AttentionKernel:
 
 __all__ = ["AttentionKernel", "IMPLEMENTATIONS", "Implementation", "NAMES", "NaiveAttention",
            "check_inputs", "compiled_attention", "get", "naive_attention",
-           "sdpa_attention", "sdpa_backend", "softmax", "supports", "triton_interpreter"]
+           "interpreter_gap", "sdpa_attention", "sdpa_backend", "softmax", "supports",
+           "triton_interpreter"]

@@ -29,12 +29,15 @@ class TileConfig:
 
 KERNELS = ("fwd", "dkdv", "dq")  # with a loop; `delta` runs DELTA_ROWS rows a program
 DELTA_ROWS = 64
-# (kernel, d <= 64 or <= 128) -> (fp32, 16-bit) defaults, without a spill on sm_80 and sm_90.
-# fp32 (IEEE dots on FMA units) always takes them: the 16-bit space spills there.
+# (kernel, d <= 64 or <= 128) -> (fp32, 16-bit) defaults, without a spill on sm_80 and sm_90
+# with Triton 3.9 and 3.6 (the fp32 dQ at d 64 aside: 16 bytes on sm_80 with 3.6; no tile tried
+# was clean on both). dKdV 16-bit at d 64 was 64 x 64 w8: 254 registers on sm_80, 255 and a
+# spill with Triton 3.6. fp32 (IEEE dots on FMA units) always takes them: the 16-bit space
+# spills there.
 _T = TileConfig
 _DEFAULTS = {("fwd", 64): (_T(64, 32, 8, 1), _T(64, 64, 4, 2)),
              ("fwd", 128): (_T(32, 32, 8, 1), _T(64, 64, 8, 3)),
-             ("dkdv", 64): (_T(16, 32, 8, 1), _T(64, 64, 8, 2)),
+             ("dkdv", 64): (_T(16, 32, 8, 1), _T(32, 64, 8, 2)),
              ("dkdv", 128): (_T(16, 32, 8, 1), _T(32, 64, 8, 2)),
              ("dq", 64): (_T(64, 32, 8, 1), _T(64, 64, 4, 2)),
              ("dq", 128): (_T(32, 64, 8, 1), _T(64, 64, 8, 2))}

@@ -56,8 +56,12 @@ def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
         return "flash-triton needs Triton, which is not installed (pip install triton)"
     if dtype not in SUPPORTED_DTYPES:
         return f"flash-triton supports float32, bfloat16 and float16, not {dtype}"
-    if device.type == "cuda" or (device.type == "cpu" and interpreter_enabled()):
+    if device.type == "cuda":
         return None
+    if device.type == "cpu" and interpreter_enabled():
+        from lmperf.kernels import interpreter_gap
+
+        return interpreter_gap()
     return f"{WHERE_MSG}; got a {device.type} tensor" + (
         " and TRITON_INTERPRET is not set" if device.type == "cpu" else "")
 
