@@ -18,6 +18,24 @@ if not torch.cuda.is_available():
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _cpu_cap_gib() -> float:
+    """The tests' CPU memory cap (RLIMIT_AS, which counts everything mapped): 1.5 GiB over a CPU
+    build of torch (~0.6 GiB mapped at import); a CUDA build maps ~3 GiB more, given on top."""
+    if torch.version.cuda is None:
+        return 1.5
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import torch; print(open('/proc/self/status')"
+                          ".read().split('VmSize:')[1].split()[0])"],
+                         capture_output=True, text=True, check=True).stdout
+    return round(1.5 + max(0.0, int(out) / 2**20 - 0.6), 1)
+
+
+CPU_CAP_GIB = _cpu_cap_gib()
+"""What a test passes as --max-memory-gib on the CPU: 1.5 with the CI's CPU build of torch."""
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """runtime.lowp caches its measured matmul ratio under $XDG_CACHE_HOME: the tests use a

@@ -13,6 +13,7 @@ import pytest
 
 from lmperf.questions.attention.cli import add_parser
 from lmperf.errors import SpecError
+from tests.conftest import CPU_CAP_GIB
 
 TINY = ["--d", "16", "--warmup", "0", "--steps", "2", "--device", "cpu"]
 
@@ -60,12 +61,12 @@ def test_a_configuration_that_does_not_fit_is_an_oom_row_and_exit_0(tmp_path, ca
     # one 16384^2 fp32 score matrix is 1 GiB: over the 1.5 GiB cap once torch is loaded;
     # flash-triton without a GPU or the interpreter is 'unsupported' without a child
     code = _run(["--attention", "naive", "flash-triton", "--context", "16384", *TINY,
-                 "--max-memory-gib", "1.5", "--out", str(out)])
+                 "--max-memory-gib", str(CPU_CAP_GIB), "--out", str(out)])
     assert code == 0
     records = _lines(out)
     assert [r["status"] for r in records] == ["oom", "unsupported"]
     assert "out of memory while timing the forward" in records[0]["message"]
-    assert "capped at 1.5 GiB" in records[0]["memory_cap"]
+    assert f"capped at {CPU_CAP_GIB:g} GiB" in records[0]["memory_cap"]
     assert records[0]["metrics"]["analytic"]["score_matrix_mib"] == 1024
     captured = capfd.readouterr()
     assert "oom [1]" in captured.out and "unsupported [2]" in captured.out

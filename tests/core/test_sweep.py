@@ -10,6 +10,7 @@ import pytest
 from lmperf.workload.spec import RunSpec
 from lmperf.core.sweep import SweepOptions, pending_specs, run_sweep
 from lmperf.errors import ResultsFileError
+from tests.conftest import CPU_CAP_GIB
 
 QUICK = dict(context=16, batch=2, warmup=1, steps=2)
 
@@ -28,11 +29,11 @@ def test_oom_and_crash_are_rows_and_the_sweep_finishes(tmp_path):
     ]
     # force: the real OOM and the crash, not the pre-flight's prediction (the bigram's 100M
     # parameters with AdamW state do not fit in 1.5 GiB either; it crashes before they are made)
-    records = run_sweep(specs, out, SweepOptions(max_memory_gib=1.5, force=True))
+    records = run_sweep(specs, out, SweepOptions(max_memory_gib=CPU_CAP_GIB, force=True))
     assert [r["status"] for r in records] == ["ok", "oom", "error", "ok"]
     assert "predicted" not in records[1]["message"]
     assert "out of memory" in records[1]["message"]
-    assert "process address space capped at 1.5 GiB" in records[1]["memory_cap"]
+    assert f"process address space capped at {CPU_CAP_GIB:g} GiB" in records[1]["memory_cap"]
     assert "SIGABRT" in records[2]["message"]
     assert records[2]["spec"]["model"] == "tests.fixtures.models:crashing"
     assert records[2]["env"]["torch"]  # the parent filled in the environment

@@ -269,10 +269,20 @@ def test_flash_triton_fails_when_its_child_fails(ctx, monkeypatch):
     from lmperf.kernels import flash_triton
 
     monkeypatch.setattr(flash_triton, "triton_available", lambda: True)
+    monkeypatch.setattr("lmperf.kernels.interpreter_gap", lambda: None)
     _answer(ctx, numerics.start_flash_triton,
             {"error": "the flash-triton child exited with 1: triton.CompilationError"})
     out = numerics.check_flash_triton(ctx)
     assert out.status == "fail" and "CompilationError" in out.result
+
+
+def test_flash_triton_is_skipped_where_the_interpreter_cannot_run(ctx, monkeypatch):
+    from lmperf.kernels import flash_triton
+
+    monkeypatch.setattr(flash_triton, "triton_available", lambda: True)
+    monkeypatch.setattr("lmperf.kernels.interpreter_gap", lambda: "Triton 3.6.0's interpreter")
+    out = numerics.check_flash_triton(ctx)
+    assert out.status == "skip" and "Triton 3.6.0" in out.why
 
 
 def test_flash_triton_shapes_fail_beyond_a_bound(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from lmperf.cli import main
+from tests.conftest import CPU_CAP_GIB
 
 QUICK = ["--size", "tiny", "--batch", "2"]
 
@@ -155,7 +156,7 @@ def test_out_of_memory_is_an_oom_row(tmp_path, capsys):
     the logits of (16, 2048) tokens over a 10,000-token vocabulary are 1.2 GiB alone."""
     out = tmp_path / "memory.jsonl"
     code = main(["memory", "--size", "tiny", "--context", "2048", "--batch", "16", "--mode",
-                 "forward", "--max-memory-gib", "1.5", "--out", str(out)])
+                 "forward", "--max-memory-gib", str(CPU_CAP_GIB), "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0 and "Traceback" not in captured.out + captured.err
     records = [json.loads(line) for line in out.read_text().splitlines()]

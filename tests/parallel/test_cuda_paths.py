@@ -14,6 +14,7 @@ import torch
 import torch.cuda.memory
 
 from lmperf.core import rank as worker
+from tests.conftest import CPU_CAP_GIB
 
 GIB = 2**30
 
@@ -58,5 +59,6 @@ def test_cpu_ranks_get_the_cpu(monkeypatch):
     capped = []
     monkeypatch.setattr("lmperf.runtime.device.memory.resource.setrlimit",
                         lambda kind, limits: capped.append(limits))
-    device = worker.rank_device(SimpleNamespace(device="cpu", max_memory_gib=2.0), 1)
-    assert device == torch.device("cpu") and capped == [(2 * GIB, 2 * GIB)]
+    gib = CPU_CAP_GIB + 0.5
+    device = worker.rank_device(SimpleNamespace(device="cpu", max_memory_gib=gib), 1)
+    assert device == torch.device("cpu") and capped == [(int(gib * GIB), int(gib * GIB))]

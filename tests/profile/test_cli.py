@@ -12,6 +12,7 @@ import pytest
 
 import lmperf
 from lmperf.cli import main
+from tests.conftest import CPU_CAP_GIB
 
 QUICK = ["--size", "tiny", "--context", "32", "--batch", "2", "--steps", "2", "--warmup", "1"]
 
@@ -57,7 +58,7 @@ def test_oom_is_a_row_with_exit_0_and_no_traceback(tmp_path):
     """small at 512 tokens (batch 4) cannot even be built in a 1.5 GiB address space."""
     out = tmp_path / "p.jsonl"
     code, stdout, err = _run(["profile", "--size", "small", "--context", "512",
-                              "--max-memory-gib", "1.5", "--out", str(out),
+                              "--max-memory-gib", str(CPU_CAP_GIB), "--out", str(out),
                               "--trace", str(tmp_path / "t.json")])
     assert code == 0, err
     assert "Traceback" not in err and "Traceback" not in stdout

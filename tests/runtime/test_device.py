@@ -121,12 +121,30 @@ def test_other_errors_are_not_oom(exc):
     assert not dev.is_oom(exc)
 
 
+def test_a_cpu_cap_under_what_the_process_maps_is_refused_in_one_line():
+    # A CUDA build of torch maps ~3 GiB at import: a 1.5 GiB cap made every run die (SIGABRT,
+    # "Cannot load symbol cudnnGetVersion") instead of running out of memory. In a child: a
+    # cap that was not refused could not be lifted again.
+    proc = run_python("""
+        import torch
+        from lmperf.runtime import device as dev
+        try:
+            dev.cap_memory(torch.device("cpu"), dev.address_space_bytes() / 2**31)
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("SpecError --max-memory-gib"), proc.stdout
+    assert "GiB before the run starts" in proc.stdout and "give at least" in proc.stdout
+
+
 def test_cap_memory_makes_allocation_fail_cleanly():
     # Never in the pytest process: RLIMIT_AS cannot be raised again once lowered.
     proc = run_python("""
         import torch
         from lmperf.runtime import device as dev
-        desc = dev.cap_memory(torch.device("cpu"), 2)
+        gib = round(dev.address_space_bytes() / 2**30 + 1.4)  # 2 over a CPU build's import
+        desc = dev.cap_memory(torch.device("cpu"), gib)
         print("CAP", desc)
         try:
             torch.empty(4 * 10**9, dtype=torch.uint8).fill_(1)
@@ -139,7 +157,7 @@ def test_cap_memory_makes_allocation_fail_cleanly():
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("CAP ") and "RLIMIT_AS" in line and "2 GiB" in line for line in lines)
+    assert any(line.startswith("CAP ") and "RLIMIT_AS" in line and " GiB" in line for line in lines)
     assert "RAISED RuntimeError True" in lines or "RAISED MemoryError True" in lines, proc.stdout
     assert "STILL 1000" in lines
 

@@ -23,6 +23,7 @@ from lmperf.questions.train.cli import add_parser
 from tests.fixtures.defaults import with_api_defaults
 from lmperf.questions.train.plots import plot_records
 from lmperf.questions.train.report import build_report, findings, summary_table
+from tests.conftest import CPU_CAP_GIB
 
 SMALL = ["--size", "tiny", "--context", "16", "--batch", "2", "--steps", "6", "--lr-warmup", "2",
          "--eval-interval", "3", "--eval-batches", "1", "--inline"]
@@ -244,7 +245,7 @@ def test_a_run_that_does_not_fit_is_an_oom_row(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "lmperf", "train", "--size", "tiny", "--context", "512", "--batch",
          "256", "--precision", "fp32", "--steps", "1", "--eval-batches", "1",
-         "--max-memory-gib", "1.5", "--out", str(out), "--no-plots", "--device", "cpu"],
+         "--max-memory-gib", str(CPU_CAP_GIB), "--out", str(out), "--no-plots", "--device", "cpu"],
         capture_output=True, text=True, cwd=tmp_path, env=os.environ.copy(), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Traceback" not in done.stdout + done.stderr

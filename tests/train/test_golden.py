@@ -27,9 +27,20 @@ def test_golden_file_matches_this_config():
     assert tuple(doc["curves"]) == GOLDEN_REGIMES
 
 
+def _same_torch(recorded: str) -> bool:
+    """Whether this torch is the golden file's release (major.minor): torch's initialisers draw
+    differently across releases (the tiny model's first loss: 5.79 on 2.13, 5.73 on 2.11)."""
+    import torch
+
+    return torch.__version__.split(".")[:2] == recorded.split(".")[:2]
+
+
 @pytest.mark.parametrize("regime", GOLDEN_REGIMES)
 def test_loss_curve_matches_golden(curves, regime):
-    want, got, rtol = read_golden()["curves"][regime], curves[regime], TOLERANCE[regime]
+    doc = read_golden()
+    if not _same_torch(doc["torch"]):
+        pytest.skip(f"golden curves recorded on torch {doc['torch']}: regenerate to compare here")
+    want, got, rtol = doc["curves"][regime], curves[regime], TOLERANCE[regime]
     assert (got["outcome"], got["outcome_step"]) == (want["outcome"], want["outcome_step"])
     assert len(got["losses"]) == len(want["losses"])
     bad = [(i + 1, g, w) for i, (g, w) in enumerate(zip(got["losses"], want["losses"]))

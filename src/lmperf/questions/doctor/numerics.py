@@ -143,6 +143,11 @@ def check_flash_triton(ctx: Context) -> Outcome:
     if not triton_available():
         return skip("Triton is not installed (pip install triton): --attention flash-triton is "
                     "unavailable")
+    if ctx.device.type == "cpu":
+        from lmperf.kernels import interpreter_gap
+
+        if (gap := interpreter_gap()):
+            return skip(gap)
     answer = ctx.result_of(start_flash_triton)
     if "error" in answer:
         return passed(False, answer["error"][:160], "the child must run the kernels")
