@@ -39,3 +39,12 @@ def test_predict_refuses_what_it_does_not_price():
 def test_checkpointing_a_forward_is_refused_in_one_line():
     with pytest.raises(SpecError, match="saves memory for backward"):
         lmperf.bench(size="tiny", mode="forward", checkpoint=1)
+
+
+def test_a_sweep_of_modes_runs_the_forward_without_checkpointing():
+    from lmperf.workload.spec import Grid
+
+    specs = Grid(["tiny"], [64], [2], ["fp32"], ["forward", "train-step"], ["naive"],
+                 checkpoints=(0, 1)).expand()
+    assert [(s.mode, s.checkpoint) for s in specs] == [("forward", 0), ("train-step", 0),
+                                                       ("train-step", 1)]

@@ -63,3 +63,14 @@ def test_cpu_ranks_get_the_cpu(monkeypatch):
     gib = round(address_space_bytes() / GIB + 1)  # over what this (long) pytest process maps
     device = worker.rank_device(SimpleNamespace(device="cpu", max_memory_gib=gib), 1)
     assert device == torch.device("cpu") and capped == [(int(gib * GIB), int(gib * GIB))]
+
+
+def test_a_rank_refused_its_memory_cap_is_a_row_saying_why():
+    # before: "rank 0 died (exit code 1) while importing torch", the reason left in the log
+    import lmperf
+
+    report = lmperf.dist("comm", world_size=2, collective="all_reduce", sizes="1KiB", iters=2,
+                         warmup=1, device="cpu", max_memory_gib=0.3)
+    assert [r["status"] for r in report.records] == ["error"]
+    assert "--max-memory-gib 0.3 caps" in report.records[0]["message"]
+    assert "give more than" in report.records[0]["message"]

@@ -135,7 +135,7 @@ def test_a_cpu_cap_under_what_the_process_maps_is_refused_in_one_line():
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("SpecError --max-memory-gib"), proc.stdout
-    assert "GiB before the run starts" in proc.stdout and "give at least" in proc.stdout
+    assert "GiB before the run starts" in proc.stdout and "give more than" in proc.stdout
 
 
 def test_cap_memory_makes_allocation_fail_cleanly():
@@ -145,7 +145,7 @@ def test_cap_memory_makes_allocation_fail_cleanly():
         from lmperf.runtime import device as dev
         gib = round(dev.address_space_bytes() / 2**30 + 1.4)  # 2 over a CPU build's import
         desc = dev.cap_memory(torch.device("cpu"), gib)
-        print("CAP", desc)
+        print("CAP", desc, f"[{gib:g} GiB]")
         try:
             torch.empty(4 * 10**9, dtype=torch.uint8).fill_(1)
         except BaseException as exc:
@@ -157,7 +157,8 @@ def test_cap_memory_makes_allocation_fail_cleanly():
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("CAP ") and "RLIMIT_AS" in line and " GiB" in line for line in lines)
+    assert any(line.startswith("CAP ") and "RLIMIT_AS" in line
+               and f"capped at {line.split('[')[-1].split()[0]} GiB" in line for line in lines)
     assert "RAISED RuntimeError True" in lines or "RAISED MemoryError True" in lines, proc.stdout
     assert "STILL 1000" in lines
 

@@ -33,7 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from lmperf.errors import SpecError
+from lmperf.errors import LmperfError, SpecError
 from lmperf.names import DEVICES
 from lmperf.validate import check_fields
 
@@ -194,7 +194,15 @@ def setup(job: object, folder: Path | None) -> RankContext:
 
     if getattr(job, "threads", 0):
         torch.set_num_threads(job.threads)  # type: ignore[attr-defined]
-    device = rank_device(job, local_rank)
+    try:
+        device = rank_device(job, local_rank)
+    except LmperfError as exc:  # e.g. a memory cap under what the rank maps: its own account
+        fields = {"status": "error", "message": str(exc), "rank": rank, "item": None,
+                  "stage": "capping memory"}
+        print(f"lmperf: rank {rank}: {exc}", file=sys.stderr, flush=True)
+        if folder is not None:
+            (folder / f"rank_{rank}.fail.json").write_text(json.dumps(fields))
+        os._exit(1)
     # Everything imported so far lives as long as the process: keep it out of the collector, so
     # that the gc.collect() releasing each strategy scans only what the items create (~0.4 s
     # less per collection with torch loaded).

@@ -170,8 +170,9 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
            type=None),
     Option("--timeout", "kill a job after S seconds (an error row)", type=float, metavar="S"),
     Option("--max-memory-gib", "cap each job's memory so that a job that does not fit is an oom "
-                               "row (CPU: address space, incl. ~0.6 GiB for Python and torch; "
-                               "CUDA: the allocator's limit)", type=float, metavar="G"),
+                               "row (CPU: address space, incl. ~0.6 GiB for a CPU build of "
+                               "torch, ~3 for a CUDA build; CUDA: the allocator's limit)",
+           type=float, metavar="G"),
     Option("--resume", "skip jobs already 'ok' in --out", type=None),
     Option("--force", "run a job even when its pre-flight (one step simulated, as memory "
                       "--estimate does) says it cannot fit in the memory available; without it "

@@ -278,7 +278,7 @@ def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, globa
     step = times.pop("step_s")
     rate = None if cluster.target.synchronous else cluster.target.flops_per_s.get(
         "fp32" if c.precision == "fp32" else "bf16")
-    per_seq = sequence_flops(work)  # MFU: the global step's model FLOPs over every GPU's peak
+    per_seq = sequence_flops(work) if rate else None  # MFU: the step's model FLOPs / all peaks
     flops = times["flops"] if per_seq is None else per_seq * global_batch / cluster.gpus
     row.update(times, flops=flops, step_s=step,
                tokens_per_s_per_gpu=global_batch * work.context / step / cluster.gpus,

@@ -163,13 +163,16 @@ class Grid:
     fixed: dict = field(default_factory=dict)
 
     def expand(self) -> list[RunSpec]:
-        """Every combination, in size-major order (the order of the course's table)."""
+        """Every combination, in size-major order (the order of the course's table). A forward
+        has no backward to checkpoint for: with checkpoint 0 listed, it runs at 0 only (alone,
+        `--mode forward --checkpoint 1` is refused by RunSpec)."""
         return [
             RunSpec.from_size(size, context=ctx, batch=b, precision=p, mode=m,
                               attention=a, warmup=w, compile=c, checkpoint=g, **self.fixed)
             for size, ctx, b, p, m, a, w, c, g in itertools.product(
                 self.sizes, self.contexts, self.batches, self.precisions, self.modes,
                 self.attentions, self.warmups, self.compiles, self.checkpoints)
+            if not (m == "forward" and g and 0 in self.checkpoints)
         ]
 
 

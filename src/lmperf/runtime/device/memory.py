@@ -126,15 +126,19 @@ def cap_memory(device: torch.device, gib: float) -> str:
         fraction = float(min(1.0, gib * GIB / total))
         torch.cuda.set_per_process_memory_fraction(fraction, index)
         return f"CUDA allocator capped at {gib:g} GiB ({fraction:.1%} of cuda:{index})"
-    torch.backends.cudnn.version()  # a CUDA build loads cuDNN on this query (env capture): now
+    if torch.version.cuda is not None:  # a CUDA build loads cuDNN on the env capture's query:
+        try:                             # load it now, under no cap (under one, it died: SIGABRT)
+            torch.backends.cudnn.version()
+        except Exception:  # noqa: BLE001 (a cuDNN version mismatch: the capture says it later)
+            pass
     limit, mapped = int(gib * GIB), address_space_bytes() or 0
-    if limit <= mapped + 256 * MIB:  # over a cap already: the run would die, not run out
+    if limit <= mapped + 256 * MIB:  # at or over the cap already: the job would die, not run out
         from lmperf.errors import SpecError
 
         raise SpecError(f"--max-memory-gib {gib:g} caps the process's address space on the CPU "
                         f"(RLIMIT_AS), and it maps {mapped / GIB:.2f} GiB before the run starts "
                         f"(torch {torch.__version__}; a CUDA build maps several GiB at import): "
-                        f"give at least {mapped / GIB + 1:.1f}")
+                        f"give more than {mapped / GIB + 0.25:.1f}, e.g. {mapped / GIB + 1:.1f}")
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return f"process address space capped at {gib:g} GiB (RLIMIT_AS)"
 
