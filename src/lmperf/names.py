@@ -17,6 +17,8 @@ ATTENTION_NAMES: tuple[str, ...] = ("naive", "sdpa", "compiled", "flash-torch", 
 # What a benchmark step runs, and the AdamW implementations (lmperf.workload.spec).
 MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 OPTIMIZERS: tuple[str, ...] = ("fused", "foreach", "loop")
+# The one AdamW a plan and the commands it writes run per device (dist train, --confirm, bench).
+ADAMW_ON: dict[str, str] = {"cpu": "foreach", "cuda": "fused"}
 
 # torch.compile's modes (`torch.compile(mode=...)`): --compile-mode's choices.
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",

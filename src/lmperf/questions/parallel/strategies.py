@@ -17,6 +17,7 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn as nn
 
+from lmperf.names import ADAMW_ON
 from lmperf.questions.parallel.ops import DTYPES
 from lmperf.questions.parallel.spec import SHARDED, STRATEGIES
 
@@ -36,7 +37,7 @@ SUMMARIES: dict[str, str] = {
 }
 assert set(SUMMARIES) == set(STRATEGIES)
 # AdamW's implementation by device type: what `lmperf plan` simulates and --confirm runs
-ADAMW: dict[str, dict[str, bool]] = {"cuda": {"fused": True}, "cpu": {"foreach": True}}
+ADAMW: dict[str, dict[str, bool]] = {device: {name: True} for device, name in ADAMW_ON.items()}
 
 
 @dataclass

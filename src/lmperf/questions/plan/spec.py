@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from lmperf.errors import SpecError
+from lmperf.names import ADAMW_ON
 from lmperf.core.rank import RankJob, Ranks
 from lmperf.validate import positive_int
 
@@ -18,7 +19,7 @@ CPU_PRECISIONS = ("fp32", "bf16-mixed")
 # fp32 ones (--confirm, docs/accuracy.md), so it ranks fp32 configurations unless asked
 CPU_DEFAULT = ("fp32",)
 RUNNABLE_ON_CPU = ("single", "ddp", "zero1", "fsdp")  # what --confirm can run here
-OPTIMIZER = {"cpu": "foreach", "cuda": "fused"}  # AdamW's as dist train runs it (strategies.ADAMW)
+OPTIMIZER = ADAMW_ON  # AdamW's as dist train runs it (strategies.ADAMW)
 
 
 @dataclass(frozen=True)
