@@ -24,5 +24,10 @@ ADAMW_ON: dict[str, str] = {"cpu": "foreach", "cuda": "fused"}
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune",
                                   "max-autotune-no-cudagraphs")
 
+# torch.distributed.pipelining's schedules lmperf prices and runs (torch's class names without
+# "Schedule"; `get_schedule_class` reads them in any case).
+PP_SCHEDULES: tuple[str, ...] = ("GPipe", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble",
+                                 "ZBVZeroBubble")
+
 # Where a job runs (already resolved from 'auto').
 DEVICES: tuple[str, ...] = ("cpu", "cuda")

@@ -187,10 +187,53 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
            type=float, metavar="G"),
     Option("--host-us", "the host's time to issue one op, microseconds (default: measured on the "
                         "GPU at hand, else 5; docs/accuracy.md)", type=float, metavar="US"),
+    Option("--node-bandwidth", "network bandwidth between nodes, GB/s per GPU and direction "
+                               "(default: 50, one 400 Gb/s NIC per GPU)", type=float,
+           metavar="GB/S"),
+    # the layout of a parallel step (estimate.layout.Layout validates it, once); in `plan` each
+    # takes one or more values and a dimension not given is searched over all of its values
+    Option("--tp", "tensor-parallel degree (Megatron's split with sequence and loss "
+                   "parallelism, as torchtitan applies them)", type=int, metavar="T"),
+    Option("--pp", "pipeline-parallel degree (ranks; torch.distributed.pipelining)", type=int,
+           metavar="P"),
+    Option("--cp", "context-parallel degree (the sequence split over ranks, ring attention as "
+                   "torch's context_parallel runs it)", type=int, metavar="C"),
+    Option("--dp-replicate", "data-parallel replicas (HSDP: replicate across, shard within; the "
+                             "shard degree is what the other degrees leave)", type=int,
+           metavar="R"),
+    Option("--pp-schedule", "pipeline schedule, torch's names in any case",
+           choices=_names("lmperf.names", "PP_SCHEDULES"), metavar="NAME"),
+    Option("--pp-virtual", "pipeline stages per rank (looped schedules: 2 or more)", type=int,
+           metavar="V"),
+    Option("--micro-batch", "sequences per forward on a rank: torchtitan's local batch, or its "
+                            "pipeline micro-batch under --pp", type=int, metavar="B"),
+    Option("--async-tp", "overlap tensor parallelism's collectives with its matmuls (torch's "
+                         "async TP)", choices=lambda: ["off", "on"], strict=True),
+    # a model's shape beyond the presets (dist --estimate, plan; a preset's when not given)
+    Option("--d-model", "model width", type=int, metavar="C"),
+    Option("--d-ff", "feed-forward width", type=int, metavar="F"),
+    Option("--num-layers", "blocks", type=int, metavar="L"),
+    Option("--num-heads", "attention heads", type=int, metavar="H"),
+    Option("--num-kv-heads", "K/V heads (grouped-query attention)", type=int, metavar="H"),
+    Option("--vocab-size", "vocabulary (logits' columns)", type=int, metavar="V"),
 ]}
 
 LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")
 TARGET = ("gpu", "gpus", "gpus_per_node", "gib", "host_us")
+LAYOUT = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual", "micro_batch",
+          "async_tp")
+SHAPE = ("d_model", "d_ff", "num_layers", "num_heads", "num_kv_heads", "vocab_size")
+
+
+def on_off(flag: str, value: object) -> bool:
+    """'on' / 'off' (or a bool) as a bool; SpecError naming `flag` otherwise."""
+    from lmperf.errors import SpecError
+
+    if isinstance(value, bool):
+        return value
+    if value in ("on", "off"):
+        return value == "on"
+    raise SpecError(f"{flag} takes off or on, got {value!r}")
 
 
 def check_target(*, gpu: str | None = None, gpus: object = None, gpus_per_node: object = None,
@@ -352,6 +395,10 @@ def check_args(command: str, args: argparse.Namespace) -> None:
         for v in values(name):
             if isinstance(v, int) and v <= 0:
                 raise SpecError(f"--{name} must be a positive integer, got {v}")
+    for name in (*LAYOUT[:3], "dp_replicate", "pp_virtual", "micro_batch", *SHAPE):
+        for v in values(name):
+            if isinstance(v, int) and v <= 0:
+                raise SpecError(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
     for name in ("warmup", "threads", "seed"):
         for v in values(name):
             if isinstance(v, int) and v < 0:
