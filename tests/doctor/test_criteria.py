@@ -19,6 +19,7 @@ from lmperf.questions.doctor import registry, timing, tracing
 from lmperf.questions.doctor.checks import Context
 from lmperf.runtime import device as dev
 from lmperf.workload.build import Prepared
+from lmperf.units import MIB
 from tests.fixtures.lowp import AVX2_ONLY, SAPPHIRE_RAPIDS, simulate_cpu
 
 CPU = torch.device("cpu")
@@ -163,7 +164,7 @@ def test_allocator_peaks_fail_when_forward_adds_nothing(ctx, monkeypatch, forwar
     # reads: start, forward's peak, held, backward's, held, optimizer's, held, after a reset
     script = [80.6, forward, 80.6, 89.1, 80.6, 86.0, 80.6, 80.6]  # the H200's row, in MiB
     monkeypatch.setattr(dev, "PeakMemory", lambda device: _Allocator(device, script))
-    monkeypatch.setattr(dev, "memory_allocated", lambda device: 80.6 * dev.MIB)
+    monkeypatch.setattr(dev, "memory_allocated", lambda device: 80.6 * MIB)
     monkeypatch.setattr(timing, "tiny_step", lambda device: Prepared(
         None, _phases, 0, "fp32", lambda: (0, {})))
     assert timing.check_cuda_peaks(ctx).status == status

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import pandas as pd
+from lmperf.units import GIB, MIB
 
 FORMATS: tuple[str, ...] = ("text", "markdown", "latex", "csv", "json")
 DIGITS = 4  # significant digits of floats in rendered tables
@@ -200,7 +201,7 @@ def _fmt_float(value: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-BYTE_SCALE = {"bytes": 1, "mib": 2**20, "gib": 2**30}
+BYTE_SCALE = {"bytes": 1, "mib": MIB, "gib": GIB}
 """A column's unit suffix -> bytes per unit: such columns are shown in KiB / MiB / GiB."""
 
 

@@ -16,6 +16,7 @@ import torch
 
 from lmperf.runtime import device as dev
 from lmperf.runtime.lowp import DTYPES
+from lmperf.units import GIB, MIB
 
 MIN_CALL_S = 0.02  # one matmul call at least this long: timer and launch costs stay < 1%
 REPEATS = 3
@@ -26,7 +27,7 @@ MAX_N = {"cpu": 2048, "cuda": 8192}
 MIN_N = {"cpu": 128, "cuda": 4096}
 # Bandwidth buffers: 64 MiB each on the CPU (far above any L3 slice of this project's machines;
 # three of them for the triad), 1 GiB on CUDA (far above any L2).
-STREAM_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}
+STREAM_BYTES = {"cpu": 64 * MIB, "cuda": GIB}
 OVERHEAD_CALLS = 1000
 
 
@@ -123,7 +124,7 @@ def bandwidth(device: torch.device, nbytes: int | None = None,
     nbytes = nbytes or STREAM_BYTES.get(device.type, STREAM_BYTES["cpu"])
     total_gib = dev.device_memory_gib(device)
     if total_gib:
-        nbytes = min(nbytes, int(total_gib * dev.GIB / 16))
+        nbytes = min(nbytes, int(total_gib * GIB / 16))
     n = nbytes // 4
     x = torch.ones(n, device=device)  # written once: every page touched before timing
     y = torch.ones(n, device=device)

@@ -10,7 +10,8 @@ import torch
 
 from lmperf import kernels
 from lmperf.kernels import flash_configs
-from lmperf.questions.attention.spec import MIB, AttnSpec
+from lmperf.questions.attention.spec import AttnSpec
+from lmperf.units import MIB
 from lmperf.core.envelope import Run, measured
 from lmperf.core.outcome import Stage
 from lmperf.measure.stats import spread_warning, summarize

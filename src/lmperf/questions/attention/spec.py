@@ -10,7 +10,6 @@ from typing import ClassVar, Sequence
 from lmperf.errors import SpecError
 from lmperf.validate import check_fields, choice, non_negative_int, positive_int
 
-MIB = 2**20
 DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # name -> bytes per element
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 

@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from lmperf.core.report import caption_axes, human_bytes, median_columns, status_notes
+from lmperf.units import MIB
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant ones go to the caption
@@ -126,7 +127,7 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
         "peak RSS" if kinds == {"cpu_process_peak_rss"} else "peak memory")
     if mem_title == "peak RSS":
         notes.append("peak RSS: of the CPU process (Python and torch included), not GPU memory")
-    out[mem_title] = [human_bytes(v * 2**20) if v is not None else "-" for v in df["peak_memory_mib"]]
+    out[mem_title] = [human_bytes(v * MIB) if v is not None else "-" for v in df["peak_memory_mib"]]
     if any((r.get("metrics") or {}).get("timer_sync") == "step" for r in records):
         notes.append("tokens/s from the step's median; one device sync per step (none between "
                      "its phases)")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from lmperf.units import MIB
 
-MIB = 2**20
 
 # Environment fields that should be equal for a comparison to mean what it says: a warning
 # names each one that differs (the git commit and lmperf version are reported, not warned

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar
 
 from lmperf.questions.doctor.checks import Context, Outcome, passed
+from lmperf.units import GIB, MIB
 
 KIND = "doctor"
 CAP_GIB = {"cuda": 1.0}
@@ -24,7 +25,6 @@ HEADROOM_GIB = 1.0
 ALLOC_GIB = {"cpu": 2 * HEADROOM_GIB, "cuda": 2.0}
 """What the job then tries to allocate and touch: well over what the cap leaves."""
 SMALL_MIB = 64
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def run_alloc(spec: AllocSpec) -> dict:
     seen = {"address_space_gib": mapped / GIB if mapped is not None else None}
     stage, failed_at = Stage(f"allocating {SMALL_MIB} MiB"), "small"
     try:
-        small = torch.ones(SMALL_MIB * 2**20, dtype=torch.uint8, device=device)
+        small = torch.ones(SMALL_MIB * MIB, dtype=torch.uint8, device=device)
         stage.now, failed_at = f"allocating {spec.gib:g} GiB", "large"
         big = torch.empty(int(spec.gib * GIB), dtype=torch.uint8, device=device)
         big.fill_(1)  # touch every page: a lazily mapped CPU buffer must really be resident

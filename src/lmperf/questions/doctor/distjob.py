@@ -15,6 +15,7 @@ import torch
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed, skip
 from lmperf.core.rank import Ranks
+from lmperf.units import GIB, MIB
 
 STRATEGIES: tuple[str, ...] = ("naive", "flat", "overlap", "bucketed", "fsdp", "fsdp-exact", "zero1")
 """lmperf's own (readable) strategies; torch's engines (torch-ddp, fsdp2) are torch's to test."""
@@ -78,8 +79,8 @@ def _collectives(device: torch.device, rank: int, n: int) -> dict[str, bool]:
         return ((torch.arange(k) * 7 + 1000 * r) % 4093).float().to(device)
 
     out: dict[str, bool] = {}
-    for k in (1024, 4 * 2**20):  # 4 KiB, and 16 MiB (NCCL's chunked, pipelined protocols)
-        tag = f"{4 * k // 1024} KiB" if k < 2**18 else f"{4 * k // 2**20} MiB"
+    for k in (1024, 4 * MIB):  # 4 KiB, and 16 MiB (NCCL's chunked, pipelined protocols)
+        tag = f"{4 * k // 1024} KiB" if k < 2**18 else f"{4 * k // MIB} MiB"
         x = part(rank, k)
         total = sum(part(r, k) for r in range(n))
         summed = x.clone()
@@ -167,9 +168,9 @@ def _memory_cap(job: DistCheck, device: torch.device, local_rank: int) -> dict:
     index = dev.cuda_index(device)
     small_ok, big_oom, message = False, False, ""
     try:
-        small = torch.ones(64 * 2**20, dtype=torch.uint8, device=device)
+        small = torch.ones(64 * MIB, dtype=torch.uint8, device=device)
         small_ok = True
-        big = torch.empty(int((job.max_memory_gib + 1) * 2**30), dtype=torch.uint8, device=device)
+        big = torch.empty(int((job.max_memory_gib + 1) * GIB), dtype=torch.uint8, device=device)
         big.fill_(1)
         message = f"allocated {job.max_memory_gib + 1:g} GiB on cuda:{index} under the cap"
         del big

@@ -13,6 +13,7 @@ import torch
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed, skip
 from lmperf.runtime import device as dev
+from lmperf.units import GIB
 
 TF32_N = 2048
 """(N, N) @ (N, N) fp32: the error TF32 leaves (10-bit mantissa) is ~1e-3 of |ref|, IEEE fp32's
@@ -129,7 +130,7 @@ def check_oom_snapshot(ctx: Context) -> Outcome:
         dev.start_memory_history(device, max_entries=1000)
         try:
             total = dev.device_memory_gib(device) or 0.0
-            torch.empty(int((total + 8) * 2**30), dtype=torch.uint8, device=device)
+            torch.empty(int((total + 8) * GIB), dtype=torch.uint8, device=device)
         except Exception as exc:  # noqa: BLE001 - the OOM is the point
             if not dev.is_oom(exc):
                 raise

@@ -14,6 +14,7 @@ import torch
 from lmperf.questions.doctor.checks import Context, Outcome, fail, ok, passed
 from lmperf.runtime import device as dev
 from lmperf.workload.build import Prepared
+from lmperf.units import MIB
 
 PHASES = ("forward", "backward", "optimizer")
 CONTEXT, BATCH = 32, 2
@@ -112,7 +113,7 @@ def check_cpu_peaks(ctx: Context) -> Outcome:
     before = memory.read()["rss"]
     if before is None:
         return fail("no /proc/self/status", "CPU peaks are read from VmHWM")
-    big = torch.ones(32 * 2**20)  # 128 MiB of float32, every page touched
+    big = torch.ones(32 * MIB)  # 128 MiB of float32, every page touched
     during = memory.read()["rss"]
     del big
     probe.release_freed_memory()
@@ -138,7 +139,7 @@ def check_cuda_peaks(ctx: Context) -> Outcome:
     prepared.step(prepared.state, probe)
     start = probe.start_mib["allocated"]
     peaks = {p: probe.phases[p]["allocated"] for p in PHASES}
-    now = dev.memory_allocated(device) / dev.MIB
+    now = dev.memory_allocated(device) / MIB
     probe.memory.reset()
     after_reset = probe.memory.read()["allocated"]
     result = (f"allocated MiB at start {start:.1f}; peaks: "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed
+from lmperf.units import MIB
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -71,9 +72,9 @@ def check_snapshot(ctx: Context) -> Outcome:
     if recording.status != "ok" or recording.path is None:
         return fail(recording.message, "recording one step must succeed")
     summary = summarize_snapshot(recording.path)
-    size_mib = recording.path.stat().st_size / 2**20
+    size_mib = recording.path.stat().st_size / MIB
     result = (f"{size_mib:.1f} MiB pickle: {summary.events} alloc/free events, peak active "
-              f"{summary.peak_active_bytes / 2**20:.1f} MiB, {summary.segments} segments")
+              f"{summary.peak_active_bytes / MIB:.1f} MiB, {summary.segments} segments")
     return passed(summary.events > 0 and summary.peak_active_bytes > 0, result,
                   "a recorded step must hold allocation history",
                   events=summary.events, peak_active_bytes=summary.peak_active_bytes)

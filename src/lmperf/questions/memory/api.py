@@ -17,6 +17,7 @@ from lmperf.core.sweep import run_sweep
 from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.questions.memory.plan import DEFAULT_MODES, estimate_records, plan_memory
 from lmperf.questions.memory.report import build_report
+from lmperf.units import GIB
 
 
 def memory(size: str | None = None, *, model: str | None = None,
@@ -88,7 +89,7 @@ def memory(size: str | None = None, *, model: str | None = None,
         room = None  # the default budget: what this machine has left (not a GPU it lacks)
         if gib is None and (plan.base.device == "cpu" or cuda_available()):
             room = available(torch.device(plan.base.device))
-        records = estimate_records(plan, room[0] / 2**30 if room else gib, results)
+        records = estimate_records(plan, room[0] / GIB if room else gib, results)
         for record in records if gpu is not None or room else ():  # what the budget is
             record["metrics"].update({"gpu": card.name} if gpu is not None else
                                      {"budget": f"{room[1].split(' (')[0]} on this "

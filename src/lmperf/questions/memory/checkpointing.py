@@ -16,7 +16,8 @@ import torch
 from lmperf.core.outcome import Stage, failure
 from lmperf.errors import SpecError
 from lmperf.measure.stats import summarize
-from lmperf.questions.memory.estimate import MIB, estimate
+from lmperf.questions.memory.estimate import estimate
+from lmperf.units import MIB
 from lmperf.estimate.checkpoint_plan import set_checkpointing
 from lmperf.questions.memory.phases import MEMORY_LABELS
 from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent

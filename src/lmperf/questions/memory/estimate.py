@@ -22,9 +22,8 @@ from lmperf.validate import positive_int
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import ModelConfig
 from lmperf.runtime.precision import REGIMES, Regime
+from lmperf.units import MIB
 
-MIB = 2**20
-GIB = 2**30
 MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 
 

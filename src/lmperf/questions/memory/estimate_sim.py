@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lmperf.errors import SpecError
-from lmperf.questions.memory.estimate import GIB, MIB, MemoryEstimate, estimate
+from lmperf.questions.memory.estimate import MemoryEstimate, estimate
+from lmperf.units import GIB, MIB
 from lmperf.estimate.simulate import CATEGORIES, SimResult, simulate_step
 from lmperf.workload.spec import RunSpec
 

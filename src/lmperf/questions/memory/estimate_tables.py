@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from lmperf.estimate.checkpoint_plan import bisection_depth, sqrt_rule
-from lmperf.questions.memory.estimate import GIB
+from lmperf.units import GIB
 from lmperf.questions.memory.estimate_sim import METHOD, reconcile_rows
 from lmperf.estimate.simulate import ALLOWANCE_NOTE, CATEGORIES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmperf.questions.memory import readback
-from lmperf.questions.memory.estimate import MIB
+from lmperf.units import MIB
 from lmperf.questions.memory.phases import two_numbers
 
 CONTEXTS_PNG = "memory_vs_context.png"

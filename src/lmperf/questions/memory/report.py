@@ -8,7 +8,7 @@ import pandas as pd
 
 from lmperf.core.report import Report
 from lmperf.questions.memory import readback
-from lmperf.questions.memory.estimate import GIB, MIB
+from lmperf.units import GIB, MIB
 from lmperf.questions.memory.estimate_tables import estimate_sim_section, simulated
 from lmperf.questions.memory.tables import (
     checkpoint_section, phases_section, saved_section,

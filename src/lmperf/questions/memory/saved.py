@@ -25,8 +25,8 @@ from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import autocast, get_regime
 from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.units import MIB
 
-MIB = 2**20
 KINDS: tuple[str, ...] = ("activation", "weight copy", "parameter", "buffer", "input")
 OUTSIDE = "outside the loss graph"
 

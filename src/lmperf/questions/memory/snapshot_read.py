@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 
 from lmperf.errors import SnapshotFormatError
+from lmperf.units import MIB
 
-MIB = 2**20
 SNAPSHOT_KEYS: tuple[str, ...] = ("segments", "device_traces")
 TOP_ALLOCATIONS = 10
 TOP_FRAMES = 3

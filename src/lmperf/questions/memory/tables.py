@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.questions.memory.checkpointing import CheckpointRow, tradeoff_frame
-from lmperf.questions.memory.estimate import MIB, MemoryEstimate
+from lmperf.questions.memory.estimate import MemoryEstimate
+from lmperf.units import MIB
 from lmperf.questions.memory.phases import MEMORY_LABELS, PhaseRow, phase_frame, two_numbers
 from lmperf.questions.memory.readback import SavedSummary
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from lmperf.units import MIB
 
 if TYPE_CHECKING:
     from lmperf.runtime.ceilings import Ceilings
@@ -206,7 +207,7 @@ def ceilings_table(ceilings: "Ceilings", peaks: dict[str, float] | None = None) 
              "how": f"({ceilings.matmul_n[d]}, {ceilings.matmul_n[d]}) @ "
                     f"({ceilings.matmul_n[d]}, {ceilings.matmul_n[d]}), best of 3"}
             for d, v in ceilings.matmul_flops_per_s.items()]
-    mib = ceilings.stream_bytes / 2**20
+    mib = ceilings.stream_bytes / MIB
     rows += [{"ceiling": "bandwidth (copy)", "attained": ceilings.copy_bytes_per_s / 1e9,
               "unit": "GB/s", "datasheet_peak": peaks.get("bandwidth", math.nan) / 1e9,
               "how": f"y.copy_(x), {mib:.0f} MiB fp32, best of 3"},

@@ -22,7 +22,7 @@ from lmperf.runtime.device.memory import (
     is_oom, memory_allocated,
 )
 from lmperf.runtime.device.select import (
-    GIB, MIB, cuda_available, cuda_device_count, cuda_index, nvtx_range, resolve_device, synchronize,
+    cuda_available, cuda_device_count, cuda_index, nvtx_range, resolve_device, synchronize,
     use_cuda_device,
 )
 from lmperf.runtime.device.snapshot import (

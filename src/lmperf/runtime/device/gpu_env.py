@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 import torch
 
-from lmperf.runtime.device.select import GIB, cuda_index
+from lmperf.runtime.device.select import cuda_index
+from lmperf.units import GIB
 
 INSTALL_HINT = "pip install 'lmperf[gpu]' (nvidia-ml-py)"
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 
 from lmperf.runtime.device.select import cuda_index, synchronize
+from lmperf.units import MIB
 
 
-L2_FLUSH_MIN_BYTES = 256 * 2**20
+L2_FLUSH_MIN_BYTES = 256 * MIB
 
 
 def l2_flush_buffer(device: torch.device) -> torch.Tensor | None:

@@ -8,7 +8,8 @@ import resource
 
 import torch
 
-from lmperf.runtime.device.select import GIB, MIB, cuda_index, synchronize
+from lmperf.runtime.device.select import cuda_index, synchronize
+from lmperf.units import GIB, MIB
 
 
 # Out-of-memory messages that do not come as torch.OutOfMemoryError (a RuntimeError each): the

@@ -10,12 +10,6 @@ import torch
 from lmperf.errors import SpecError
 
 
-MIB = 2**20
-
-
-GIB = 2**30
-
-
 def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when available else cpu; 'cuda' without a GPU raises SpecError."""
     if name == "auto":
