@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -81,3 +82,36 @@ def test_concat_of_kinds():
 
 def test_empty_report_says_so():
     assert Report(kind="demo").render("text") == "no records\n"
+
+
+def test_a_too_wide_table_keeps_its_answer_columns_and_captions_its_constants():
+    """Issue 43 (3): the column that holds the answer is never the one cut at 120 columns; a
+    column of one value moves under the table ("batch 4") before anything is cut."""
+    from lmperf.core.report import WIDTH
+
+    frame = pd.DataFrame({"name": ["a", "b"], "batch": [4, 4],
+                          **{f"figure_{i}_ms": [1.5, 2.5] for i in range(12)},
+                          "verdict": ["slower", "faster"]})
+    text = Report(kind="demo", frame=frame, answer=("verdict",)).render("text")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= WIDTH
+    head = lines[0].split()
+    assert head[0] == "name" and head[-1] == "verdict" and "slower" in lines[1]
+    assert "batch 4" in lines[3:] and "batch" not in head  # under the table, not a column
+    assert re.search(r"\d+ more columns \(figure", text)
+    plain = Report(kind="demo", frame=frame).render("text").splitlines()[0].split()
+    assert "verdict" not in plain  # without `answer` the rightmost columns go first, as before
+
+
+def test_a_hint_is_never_broken_by_a_long_path_before_it():
+    """Issue 43 (12): the Ctrl-C hint wrapped inside "run the same command with --resume" when
+    the results path was long (pytest's temp folders as root): a clause that fits on a line is
+    kept whole, whatever the path's length."""
+    from lmperf.core.report import WIDTH, wrap
+
+    hint = "run the same command with --resume to finish the rest"
+    for n in range(0, 140, 7):
+        path = "/tmp/" + "p" * n + "/r.jsonl"
+        text = wrap(f"interrupted: 1 finished record(s) are saved in {path}; {hint}", "", "  ")
+        assert any(line.strip() == hint or line.endswith(hint) for line in text.splitlines()), text
+        assert all(len(line) <= WIDTH or path in line for line in text.splitlines())

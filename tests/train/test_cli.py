@@ -73,7 +73,7 @@ def test_cli_prints_table_appends_records_and_draws(cli_run):
     assert "step ms: median (mean)" in " ".join(out.split())  # the median first (issue 28)
     assert "warning: fp16-mixed on the CPU" in err  # fp16 is opt-in on the CPU, with a warning
     assert "step     3/6" in err and "fp16-true: non_finite_loss @ step 2" in err
-    assert "3 regime(s): 3 ok; records appended to" in err
+    assert "3 regime(s): 3 ok; records appended to" in " ".join(err.split())
     png = cli_run["dir"] / "plots" / PLOT_NAME
     assert png.stat().st_size > 20_000 and str(png) in err
 

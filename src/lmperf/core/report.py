@@ -45,7 +45,9 @@ class Report:
     for reading; `brief` (text only): table name -> (columns, rows) to show (None for either:
     all; rows 0: the table only with --details), or None to leave the table to --details and
     the full formats; `headline`: the answer in at most 4 lines, numbers included, printed
-    first; `more`: findings for --details and the full formats only (methods, costs)."""
+    first; `more`: findings for --details and the full formats only (methods, costs);
+    `answer`: the columns (as a table shows them) that hold the answer, the last a text table
+    too wide for WIDTH drops."""
 
     kind: str
     frame: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -57,6 +59,7 @@ class Report:
     brief: dict[str, tuple[Sequence[str] | None, int | None] | None] = field(default_factory=dict)
     headline: list[str] = field(default_factory=list)
     more: list[str] = field(default_factory=list)
+    answer: Sequence[str] = ()
 
     def table(self, name: str) -> pd.DataFrame:
         """One of `tables` by name; KeyError lists the names there are."""
@@ -107,7 +110,7 @@ class Report:
                             else [])
         if left:
             findings.append(f"{' and '.join(left)}: {DETAILS}")
-        return _render_sections(self.headline, sections, findings, fmt)
+        return _render_sections(self.headline, sections, findings, fmt, self.answer)
 
     def __str__(self) -> str:
         return self.render("text")
@@ -289,24 +292,39 @@ def readable(df: pd.DataFrame, shares: bool = False) -> pd.DataFrame:
     return out
 
 
-def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
-    """(the table as text within WIDTH columns, notes): numbers right-aligned, text left; the
-    widest text columns cut with "…" to fit (one line per row: a screen holds more rows than
-    a wrapped table); columns that still do not fit are left out; notes say which."""
+def _text_table(df: pd.DataFrame, shown: pd.DataFrame,
+                answer: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """(the table as text within WIDTH columns, notes): numbers right-aligned, text left. A
+    table too wide moves its columns of one value (over several rows) to a note ("batch 4"),
+    then cuts the widest text columns with "…" (one line per row: a screen holds more rows than
+    a wrapped table), then leaves out columns from the right, the `answer` columns (raw names
+    or headers) and the first last of all; notes say which."""
     cells = [[str(v) for v in shown[c]] for c in shown.columns]
     heads = [str(c) for c in shown.columns]
     right = [pd.api.types.is_numeric_dtype(df[c]) or all(
         re.match(r"^[-+]?[\d.,]+(\s|%|x|$)", v) or v == "-" for v in col)
         for c, col in zip(df.columns, cells)]
+    kept = [i == 0 or str(c) in answer or h in answer
+            for i, (c, h) in enumerate(zip(df.columns, heads))]
     widths = [max([len(h)] + [len(v) for v in col]) for h, col in zip(heads, cells)]
     notes: list[str] = []
+    if sum(widths) + 2 * (len(widths) - 1) > WIDTH and len(shown) > 1:
+        same = [i for i, col in enumerate(cells) if not kept[i] and len(set(col)) == 1]
+        if same:
+            notes.append(", ".join(f"{heads[i]} {cells[i][0]}" for i in same))
+            cells, heads, right, widths, kept = ([x for i, x in enumerate(xs) if i not in same]
+                                                 for xs in (cells, heads, right, widths, kept))
     least = [w if r else min(w, max(20, len(h))) for w, r, h in zip(widths, right, heads)]
-    keep = len(widths)  # the columns that fit with their text cut to 20: the rest left out, by name
-    while keep > 1 and sum(least[:keep]) + 2 * (keep - 1) > WIDTH:
-        keep -= 1
-    if keep < len(widths):
-        notes.append(f"{len(widths) - keep} more columns ({', '.join(heads[keep:])}): {FULL}")
-        cells, heads, right, widths = cells[:keep], heads[:keep], right[:keep], widths[:keep]
+    drop: list[int] = []  # columns left out, from the right, answer columns last
+    for i in sorted(range(len(widths)), key=lambda j: (kept[j], -j))[:-1]:
+        if sum(w + 2 for j, w in enumerate(least) if j not in drop) - 2 <= WIDTH:
+            break
+        drop.append(i)
+    if drop:
+        notes.append(f"{len(drop)} more columns ({', '.join(heads[i] for i in sorted(drop))}): "
+                     f"{FULL}")
+        cells, heads, right, widths = ([x for i, x in enumerate(xs) if i not in drop]
+                                       for xs in (cells, heads, right, widths))
     excess = sum(widths) + 2 * (len(widths) - 1) - WIDTH
     while excess > 0:
         text = [i for i in range(len(widths)) if not right[i] and widths[i] > max(20, len(heads[i]))]
@@ -317,7 +335,7 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
         excess -= 1
     cut = [h for h, w, col in zip(heads, widths, cells) if any(len(v) > w for v in col)]
     if cut:
-        notes.insert(0, f"cells cut to fit (…) in {', '.join(cut)}: {FULL}")
+        notes.insert(len(notes) - bool(drop), f"cells cut to fit (…) in {', '.join(cut)}: {FULL}")
     lines = [heads] + [[v if len(v) <= w else v[:w - 1] + "…" for v, w in zip(row, widths)]
                        for row in zip(*cells)]
     return "\n".join("  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in
@@ -327,17 +345,21 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame) -> tuple[str, list[str]]:
 def wrap(line: str, first: str = "", rest: str = "") -> str:
     """A line wrapped to WIDTH columns (prefixes for its first and further lines); a `code span`
     (a command to copy) and a flag with its value (--precision bf16-mixed) are never broken,
-    even where that makes their line longer. A code span loses its backticks (a command copied
-    from a terminal with them would run as a shell substitution)."""
+    even where that makes their line longer, and a clause (between "; ") that fits on a line
+    is not broken either (a hint such as "run the same command with --resume" is read whole,
+    however long the path before it). A code span loses its backticks (a command copied from a
+    terminal with them would run as a shell substitution)."""
     glued = re.sub(r"`[^`]*`|--[\w-]+ [^\s`-][^\s,;:)`]*",
                    lambda m: m.group().strip("`").replace(" ", "\0"), line)
+    room = WIDTH - max(len(first), len(rest))
+    glued = "; ".join(c.replace(" ", "\0") if len(c) < room else c for c in glued.split("; "))
     return "\n".join(textwrap.wrap(glued, WIDTH, initial_indent=first, subsequent_indent=rest,
                                    break_on_hyphens=False, break_long_words=False)
                      ).replace("\0", " ") or first
 
 
 def _render_sections(headline: list[str], sections: list[tuple[str, pd.DataFrame, str, list[str]]],
-                     findings: list[str], fmt: str) -> str:
+                     findings: list[str], fmt: str, answer: Sequence[str] = ()) -> str:
     """The headline, then each (title, table, caption, notes), then the findings; no line
     twice (a finding that repeats the headline or another finding is left out)."""
     parts = []
@@ -368,7 +390,7 @@ def _render_sections(headline: list[str], sections: list[tuple[str, pd.DataFrame
             parts.append(latex.replace("±", r"$\pm$") + "".join(f"% {n}\n" for n in notes))
         else:
             head = f"{wrap(title)}\n" if title else ""
-            body, more = _text_table(df, shown)
+            body, more = _text_table(df, shown, answer)
             tail = "".join(f"{wrap(line, '', '  ')}\n" for line in
                            dict.fromkeys(([caption] if caption else []) + notes + more))
             parts.append(f"{head}{body}\n{tail}")
