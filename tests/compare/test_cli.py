@@ -4,6 +4,7 @@ errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,35 @@ def test_fail_above_exits_1_on_a_slower_phase(capsys):
     assert "exit code 1" in err
     code, _, err = _run(argv + ["--fail-above", "400"], capsys)
     assert code == 0 and "no phase is slower by more than 400%" in err
+
+
+def test_fail_above_with_nothing_compared_exits_1_in_one_line(capsys):
+    """Issue 43 (2): a CI guard passed (exit 0, "no phase is slower") when no spec matched."""
+    code, out, err = _run(["compare", BASE, TWICE, "--fail-above", "20"], capsys)  # model differs
+    assert code == 1
+    assert out.splitlines()[0].startswith("nothing compared: none of ")
+    said = [line for line in err.splitlines() if line.startswith("--fail-above")]
+    assert said == ["--fail-above 20: nothing compared (no spec ran ok on both sides); exit code 1"]
+    assert "no phase is slower" not in err
+
+
+def test_by_opens_with_the_answer_and_keeps_the_verdict_at_120_columns(tmp_path, capsys):
+    """Issue 43 (3, 8): `compare --by precision` opened with a title, and where a spec field
+    varies (here the model) its table was cut at 120 columns before the verdict."""
+    ab = tmp_path / "ab.jsonl"
+    with ab.open("w") as f:
+        for name in ("same_base", "twice"):  # each run twice: as fp32, and again as bf16-mixed
+            for line in (DATA / "loaded" / f"{name}.jsonl").read_text().splitlines():
+                record = json.loads(line)
+                f.write(json.dumps(record) + "\n")
+                record["spec"]["precision"] = "bf16-mixed"
+                f.write(json.dumps(record) + "\n")
+    code, out, _ = _run(["compare", str(ab), "--by", "precision"], capsys)
+    first = out.splitlines()[0]
+    assert code == 0 and first.startswith("NEW precision=bf16-mixed vs BASE precision=fp32: ")
+    assert re.search(r"\d\.\d{3}x", first)  # the ratio, a figure, on the first line
+    head = next(line for line in out.splitlines() if line.startswith("model "))
+    assert head.split()[-1] == "verdict" and max(map(len, out.splitlines())) <= 120
 
 
 def test_fail_above_ignores_faster_phases(capsys):

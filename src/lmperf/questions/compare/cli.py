@@ -10,7 +10,7 @@ from lmperf.questions.compare.records import MAX_LOAD
 from lmperf.core.vocabulary import add_options
 from lmperf.measure.compare import INCONCLUSIVE, LEVEL, MIN_EFFECT, RESAMPLES
 
-EXIT_SLOWER = 1  # --fail-above: some phase is significantly slower by more than P%
+EXIT_SLOWER = 1  # --fail-above: some phase is significantly slower by more than P%, or none compared
 
 
 HELP = "is NEW faster than BASE? ratio of medians per phase, with a CI"
@@ -19,7 +19,8 @@ DESCRIPTION = " ".join("""
 Match the records of two results files (or two groups of one file, --by) by spec and compare
 every timed phase: the ratio of medians NEW/BASE with a bootstrap confidence interval, marked
 slower / faster / no significant change; plus tokens/s and peak memory. Specs found on one side
-only are listed. Exit codes: 0 compared, 1 --fail-above tripped, 2 bad input.
+only are listed. Exit codes: 0 compared, 1 --fail-above tripped (a phase slower, or nothing
+compared), 2 bad input.
 """.split())
 
 
@@ -47,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"(default: {MAX_LOAD:g})")
     p.add_argument("--fail-above", type=float, default=None, metavar="PCT",
                    help=f"exit with code {EXIT_SLOWER} when a phase is 'slower' by more than PCT "
-                        "percent (for CI jobs)")
+                        "percent, or when nothing was compared (for CI jobs)")
     p.add_argument("--resamples", type=int, default=RESAMPLES, metavar="N",
                    help=f"bootstrap resamples per phase (default: {RESAMPLES})")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
@@ -76,6 +77,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     emit(report, args)
     if args.fail_above is None:
         return 0
+    if report.frame.empty:  # a guard that compared nothing must not pass
+        err(f"--fail-above {args.fail_above:g}: nothing compared (no spec ran ok on both sides); "
+            f"exit code {EXIT_SLOWER}")
+        return EXIT_SLOWER
     bad = failing(report.frame, args.fail_above)
     columns = [c for c in spec_columns(report.frame) if report.frame[c].nunique(dropna=False) > 1]
     for _, row in bad.iterrows():

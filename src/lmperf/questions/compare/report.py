@@ -197,6 +197,28 @@ def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int,
     return out + _env_findings(matches)
 
 
+def headline(frame: pd.DataFrame, sides: tuple[str, str], specs: int) -> list[str]:
+    """The answer: NEW against BASE on the step (or the first phase compared), the ratio of
+    medians with its interval and verdict for one spec, their range for several, then the
+    verdicts' counts; or that nothing was compared."""
+    if frame.empty:
+        return [f"nothing compared: none of {specs} spec(s) ran ok on both sides "
+                f"(NEW {sides[1]}, BASE {sides[0]}; see 'not compared')"]
+    phase = "step" if (frame["phase"] == "step").any() else frame["phase"].iloc[0]
+    rows = frame[frame["phase"] == phase]
+    judged = [judged_change(row) for _, row in rows.iterrows()]
+    if len(judged) == 1:
+        _, ratio, low, high = judged[0]
+        said = (f"{phase} time {ratio:.3f}x BASE's [{low:.3f}, {high:.3f}], "
+                f"{rows['verdict'].iloc[0]}")
+    else:
+        ratios = [r for _, r, _, _ in judged]
+        said = (f"{phase} time {min(ratios):.3f}x to {max(ratios):.3f}x BASE's over "
+                f"{len(judged)} specs ({counts_sentence(rows['verdict'].tolist())})")
+    return [f"NEW {sides[1]} vs BASE {sides[0]}: {said}; all {len(frame)} phase(s) compared: "
+            f"{counts_sentence(frame['verdict'].tolist())}"]
+
+
 def _json_safe(value: object) -> object:
     """NaN -> None and numpy scalars -> Python ones (Report.render('json') refuses NaN)."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
@@ -236,7 +258,9 @@ def build_report(matches: list[Match], unmatched: list[Unmatched], *,
     return Report(kind="compare", frame=frame, tables=tables, findings=findings,
                   records=[{k: _json_safe(v) for k, v in r.items()} for r in records],
                   title=f"lmperf compare: NEW {sides[1]} vs BASE {sides[0]}",
-                  display=make_display(level) if rows else None)
+                  display=make_display(level) if rows else None,
+                  headline=headline(frame, sides, len(matches) + len(unmatched)),
+                  answer=("change", "verdict"))
 
 
 def failing(frame: pd.DataFrame, above_pct: float) -> pd.DataFrame:
