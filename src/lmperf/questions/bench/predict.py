@@ -198,7 +198,40 @@ def build_report(records: list[dict]):
                  (predictions[0]["fractions"] if predictions else {}).items()]
     return Report(kind=KIND, frame=frame, findings=findings, records=records,
                   title="lmperf bench --predict (PREDICTED times, not measurements)",
-                  display=_display)
+                  display=_display, headline=headline(frame), answer=("step (s)", "fits"))
+
+
+AXES: tuple[str, ...] = ("size", "context", "batch", "precision", "attention", "mode")
+
+
+def headline(frame: pd.DataFrame, most: int = 4) -> list[str]:
+    """The answer: the predicted step (typical, then the ideal roofline) per run and device,
+    naming what varies (what holds one value: once, first), and the runs that would not fit."""
+    if frame.empty:
+        return []
+    same = [a for a in AXES if frame[a].nunique() == 1]
+    named = {"context": "context {}", "batch": "batch {}"}
+    rows = [(" on ".join(filter(None, (" ".join(named.get(a, "{}").format(r[a]) for a in AXES
+                                                 if a not in same),
+                                       str(r["device"]).split(" (")[0]))),
+             r["step_typical_s"], r["step_ideal_s"]) for _, r in frame.iterrows()]
+    said = ", ".join(f"{label} {_time(typical)} (ideal {_time(ideal)})"
+                     for label, typical, ideal in rows[:most])
+    more = f", and {len(rows) - most} more" if len(rows) > most else ""
+    setup = ", ".join(f"{a} {frame[a].iloc[0]}" for a in same)
+    lines = [f"PREDICTED step time ({setup}): {said}{more}; nothing ran"]
+    misfits = frame[frame["fits"] == False]  # noqa: E712 (None: no verdict)
+    if len(misfits):
+        lines.append(f"does NOT fit: {len(misfits)} of {len(frame)} (peak up to "
+                     f"{misfits['peak_gib'].max():.3g} GiB with the CUDA allowance); "
+                     "`lmperf plan` finds a setting that does")
+    return lines
+
+
+def _time(seconds: float) -> str:
+    """A predicted time for a sentence: '1.3 ms', '2.41 s'."""
+    return "-" if seconds != seconds else (f"{seconds * 1e3:.3g} ms" if seconds < 1
+                                           else f"{seconds:.3g} s")
 
 
 def _display(report):
