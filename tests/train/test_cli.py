@@ -78,6 +78,14 @@ def test_cli_prints_table_appends_records_and_draws(cli_run):
     assert png.stat().st_size > 20_000 and str(png) in err
 
 
+def test_train_opens_with_the_losses_and_step_times(cli_run):
+    """Issue 43 (8): train opened with a title; now the answer, with its figures."""
+    head = " ".join(cli_run["out"].split("\n\n")[0].split())  # the headline, unwrapped
+    assert head.startswith("validation loss after 6 steps (tiny, B=2 T=16): fp32 ")
+    assert "fp16-mixed " in head and "fp16-true stopped at step 2 (non_finite_loss)" in head
+    assert " median step: fp32 " in head and " ms; fp16-mixed " in head
+
+
 def test_summary_and_findings_from_records(cli_run):
     records = cli_run["records"]
     table = summary_table(records)

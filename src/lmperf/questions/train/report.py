@@ -148,6 +148,33 @@ def findings(records: list[dict]) -> list[str]:
     return notes
 
 
+def headline(records: list[dict]) -> list[str]:
+    """The answer: each regime's final validation loss (or where it stopped), then its median
+    step time, as a ratio to fp32's where fp32 ran."""
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return ["no regime trained: " + ", ".join(f"{precision_of(r)} {r['status']}"
+                                                  for r in records)] if records else []
+    spec = ok[0]["spec"]
+    ends, steps = [], []
+    for r in ok:
+        m, s = r["metrics"], r["metrics"]["summary"]
+        name, loss = precision_of(r), num(s.get("final_val_loss"))
+        ends.append(f"{name} {loss:.3f}" if m["outcome"] == "completed" else
+                    f"{name} stopped at step {m.get('outcome_step')} ({m['outcome']})")
+        steps.append((name, num((s.get("step_ms") or {}).get("median"))))
+    failed = [f"{precision_of(r)} {r['status']}" for r in records if r["status"] != "ok"]
+    lines = [f"validation loss after {spec['steps']} steps ({spec['size']}, B={spec['batch']} "
+             f"T={spec['context']}): " + ", ".join(ends + failed)]
+    base = dict(steps).get("fp32")
+    if base and len(steps) > 1:
+        lines.append(f"median step: fp32 {base:.1f} ms; " + ", ".join(
+            f"{n} {ms / base:.2f}x" for n, ms in steps if n != "fp32") + " fp32's")
+    else:
+        lines.append("median step: " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in steps))
+    return lines
+
+
 def _scale_note(name: str, record: dict) -> str:
     """What the GradScaler did: its first and last scale, skipped steps, and why it stayed put."""
     s = record["metrics"]["summary"]
@@ -245,4 +272,5 @@ def build_report(records: list[dict]) -> Report:
     return Report(kind="train", frame=summary_frame(records), tables=tables,
                   findings=findings(records) if records else [], records=records,
                   title=f"lmperf train on {device}" if device else "lmperf train",
-                  display=_display)
+                  display=_display, headline=headline(records),
+                  answer=("val loss", "step ms"))
