@@ -205,6 +205,19 @@ def run(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int =
                             _notes(acc, fixes, device))
 
 
+def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The answer: the sum each accumulation reached in the first run (n x addend), and where
+    one stalled."""
+    acc = tables["accumulation"]
+    first = acc[acc["n"] == acc["n"].iloc[0]]
+    row = first.iloc[0]
+    said = ", ".join(f"{r['case']} {float(r['result']):.6g}" + (
+        f" (stalled at step {int(r['stall_step'])})" if r["stall_step"] == r["stall_step"]
+        and r["stall_step"] is not None else "") for _, r in first.iterrows()
+        if "to(" not in str(r["case"]))
+    return [f"{int(row['n'])} x {float(row['addend']):g} summed (exact "
+            f"{float(row['expected']):g}): {said}"]
+
 def _notes(acc: pd.DataFrame, fixes: pd.DataFrame, device: torch.device) -> list[str]:
     notes = []
     for r in acc[acc["accumulator_dtype"] == acc["addend_dtype"]].itertuples():

@@ -366,6 +366,15 @@ def ulp_curve(row: pd.Series | dict) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
+def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The answer: bf16 against fp16, range for spacing, as measured here."""
+    f = tables["formats"].set_index("format")
+    b, h = f.loc["bf16"], f.loc["fp16"]
+    return [f"bf16 keeps fp32's range (largest {float(b['largest_finite']):.3g}) with "
+            f"{float(b['ulp_at_1']) / float(h['ulp_at_1']):g}x fp16's spacing at 1.0 "
+            f"({float(b['ulp_at_1']):g} vs {float(h['ulp_at_1']):g}); fp16 overflows above "
+            f"{float(h['largest_finite']):g} and flushes below {float(h['smallest_subnormal']):.3g}"]
+
 def plot(result: ExperimentResult, path: Path) -> None:
     """Spacing (ulp) against magnitude, log-log, for every torch format in the table; PNG."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

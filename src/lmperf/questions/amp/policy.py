@@ -258,6 +258,23 @@ def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
     _parse_ops(ops)
 
 
+def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The answer, for the first autocast dtype on the first device probed: the ops that cast
+    fp32 inputs down to it, those that run its inputs in fp32, and how many do neither."""
+    df = tables["autocast policy"]
+    column = next(c for c in df.columns if c.endswith("_behaviour"))
+    low_dtype = df["autocast_dtype"].iloc[0]
+    df = df[df["autocast_dtype"] == low_dtype]
+    low = list(dict.fromkeys(df["op"][(df["input_dtype"] == "float32")
+                                      & (df[column] == "casts to low")]))
+    up = list(dict.fromkeys(df["op"][(df["input_dtype"] == low_dtype)
+                                     & (df[column] == "runs in fp32 (upcast)")]))
+    rest = df["op"].nunique() - len(low) - len(up)
+    return [f"autocast({low_dtype}) on the {column.split('_')[0].upper()}: {len(low)} ops cast "
+            f"fp32 inputs to {low_dtype} ({', '.join(low[:4])}, ...), {len(up)} run {low_dtype} "
+            f"inputs in fp32 ({', '.join(up[:3])}, ...), {rest} keep their input dtype"]
+
+
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
         ops: Sequence[str] | None = None) -> ExperimentResult:
     """Probe the autocast policy for `dtypes` ("fp16", "bf16") and `ops` (names from OPS; None:

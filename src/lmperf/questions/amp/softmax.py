@@ -190,6 +190,20 @@ def check(device: torch.device, magnitudes: list[float] | None = None,
     positive_int("--tokens", tokens)
 
 
+def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The answer: where exp overflows per dtype, and where the naive softmax breaks while the
+    max-subtracted one holds."""
+    exp = tables["exp overflow"]
+    soft = tables["softmax per logit magnitude"]
+    broken = soft[soft["naive_finite"] == False]  # noqa: E712 (a column of bools)
+    first = broken.groupby("dtype")["max_logit"].min()
+    return ["exp overflows above x = " + ", ".join(
+        f"{float(x):.4g} in {d}" for d, x in zip(exp["dtype"], exp["largest_x_exp_finite"]))
+            + "; naive softmax goes non-finite from logits of " + ", ".join(
+                f"{float(v):g} in {d}" for d, v in first.items())
+            + ("; max-subtracted softmax stays finite everywhere"
+               if bool(soft["stable_finite"].all()) else "")]
+
 def run(device: torch.device, magnitudes: list[float] | None = None, dims: list[int] | None = None,
         tokens: int = 64, seed: int = 0) -> ExperimentResult:
     """Run the softmax experiment on `device`; raises SpecError for a bad option."""

@@ -258,6 +258,19 @@ def check(device: torch.device, count: int = 100_000, scales: list[float] | None
         raise SpecError(f"--init-scale must be a positive finite number, got {init_scale!r}")
 
 
+def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """The answer: what float16 and bfloat16 lose of a gradient population unscaled, and the
+    loss scale that loses the fewest in float16."""
+    pop = tables["synthetic gradients cast after scaling by S"]
+    first = pop[pop["scale"] == pop["scale"].iloc[0]].set_index("dtype")
+    fp16 = pop[pop["dtype"] == "float16"]
+    best = fp16.loc[(fp16["flushed_fraction"] + fp16["overflow_fraction"]).idxmin()]
+    lost = lambda d: f"{float(first.loc[d, 'flushed_fraction']):.1%}"  # noqa: E731
+    return [f"unscaled (S = {float(pop['scale'].iloc[0]):g}), float16 flushes {lost('float16')} of "
+            f"the gradients to zero, bfloat16 {lost('bfloat16')}; in float16 S = "
+            f"2^{float(best['log2_scale']):g} loses the fewest ({float(best['flushed_fraction']):.1%} "
+            f"flushed, {float(best['overflow_fraction']):.1%} overflowed)"]
+
 def run(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
         loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
         init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> ExperimentResult:
