@@ -44,17 +44,20 @@ def tiny_rows():
 def test_every_row_is_the_plans_prediction_of_that_configuration(tiny_rows) -> None:
     """dist --estimate and plan: the same peak and step time for the same configuration."""
     from lmperf.estimate.fit import Workload
-    from lmperf.estimate.plan import candidates, shape_of
+    from lmperf.estimate.plan import Space, candidates, shape_of
     from lmperf.estimate.target import cluster
 
     work = Workload("tiny", "2026", None, 64, "sdpa", "cuda")
-    rows = candidates(work, shape_of(work), cluster("H100-SXM", 8), 16, (0,), ("bf16-mixed",))
+    rows, _ = candidates(work, shape_of(work), cluster("H100-SXM", 8), 16,
+                         Space(("bf16-mixed",), (0,), pp=(1,), cp=(1,), async_tp=(False,)))
     df = tiny_rows.frame.set_index(["strategy", "tp"])
     compared = 0
     for r in rows:
-        if r["micro_batch"] != 2 or (r["strategy"], r["tp"]) not in df.index:
+        name = {"fsdp": "fsdp+tp", "single": "tp"}[r["strategy"]] if r["tp"] > 1 else r["strategy"]
+        if r["micro_batch"] != 2 or (name, r["tp"]) not in df.index or r["dp_replicate"] > 1 \
+                and r["strategy"] != "ddp":
             continue
-        row = df.loc[(r["strategy"], r["tp"])]
+        row = df.loc[(name, r["tp"])]
         assert row["total_gib"] == pytest.approx(r["peak_gib"], rel=1e-9)
         assert row["step_ms"] / 1e3 == pytest.approx(r["step_s"], rel=1e-9)
         compared += 1
@@ -114,7 +117,7 @@ def test_estimate_cli(capsys: pytest.CaptureFixture) -> None:
     (["--gpus", "0"], "--gpus must be a positive integer"),
     (["--gpu", "H800"], "unknown GPU 'H800'; accepted: B200, H200"),
     (["--gpu", "A100"], "ambiguous: A100-80GB"),
-    (["--tp", "0"], "tensor-parallel degree"),
+    (["--tp", "0"], "--tp must be a positive integer"),
     (["--gib", "-1"], "--gib must be a positive number of GiB")])
 def test_bad_input_is_one_line(argv: list[str], fragment: str,
                                capsys: pytest.CaptureFixture) -> None:

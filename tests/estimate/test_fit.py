@@ -8,6 +8,8 @@ import pytest
 
 from lmperf.estimate import fit
 from lmperf.estimate import formulas as f
+from lmperf.estimate.candidate import Candidate
+from lmperf.estimate.layout import Layout
 
 simulate = pytest.importorskip("lmperf.estimate.simulate")
 GIB = 2**30
@@ -23,11 +25,17 @@ def _lines():
     ]
     cols = {"parameters": 1, "gradients": 2, "optimizer state": 3, "activations": 4,
             "temporaries": 5}
-    base = np.array([[r[cols[c]] if c in cols else 0 for c in simulate.CATEGORIES]
+    base = np.array([[r[cols[c]] if c in cols else 0 for c in simulate.CATEGORIES + simulate.HEAD]
                      for r in rows], dtype=float)
     phase = np.array([r[0] for r in rows])
     return fit.Timelines(base, np.zeros_like(base), phase == "optimizer",
-                         np.isin(phase, ("forward", "backward")), 0.0)
+                         np.isin(phase, ("forward", "backward")), 0.0, phase == "backward")
+
+
+def _candidate(strategy: str, n: int, t: int = 1, b: int = 1, accum: int = 1, **layout):
+    name = {"tp": "single", "fsdp+tp": "fsdp"}.get(strategy, strategy)
+    lay = Layout(n, tp=t, dp_replicate=n // t if name == "ddp" else 1, **layout)
+    return Candidate("bf16-mixed", 0, name, lay, b, accum)
 
 
 def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
@@ -35,8 +43,8 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     shape = f.Shape("toy", 420, 4, 8, 2, 2, 10)  # largest FSDP unit: a block, 4C² + 3CF + 2C = 168
 
     def rank(strategy: str, n: int = 4, t: int = 1, readable: bool = False) -> float:
-        peak, allowance = fit.rank_peak(lines, shape, strategy, n, t, 1, 1, "bf16-mixed", "cpu",
-                                        10, readable)
+        peak, allowance = fit.rank_peak(lines, shape, _candidate(strategy, n, t), 10, "cpu",
+                                        readable)
         assert allowance == 0  # a CPU has no CUDA context
         return peak
 
@@ -51,17 +59,20 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     assert rank("zero2") == 100 + 50 + 150  # now forward
     assert rank("fsdp") == 25 + 50 + 150 + 2 * 4 * 168
     assert rank("fsdp", readable=True) == 25 + 50 + 150  # its gathered units left out
-    # tp, t = 2: states x P_t / P = 220 / 420; activations x saved(t=2) / saved(t=1)
-    s, a = 220 / 420, f.saved_activation_bytes(shape, 10, 2) / f.saved_activation_bytes(shape, 10)
-    # optimizer step (400 + 100) s = 261.9 < forward 300 s + 150 a = 267.8: the peak moves
-    assert rank("tp", 2, 2) == pytest.approx(300 * s + 150 * a)
-    assert rank("fsdp+tp", 4, 2) == pytest.approx((100 + 200) * s / 2 + 150 * a + 8 * 168 / 2)
+    # tp, t = 2 with sequence parallelism: states x P_t / P = 220 / 420, every token-sized
+    # tensor / 2, and the all-gathered matmul inputs kept whole for backward: 2 (b T, C) bf16
+    # per block x (1 - 1/t), 2 blocks = 160 at forward's end (where the blocks' activations peak)
+    s = 220 / 420
+    # optimizer step (400 + 100) s = 261.9 < forward 300 s + 150 / 2 + 160 = 392.1: it moves
+    assert rank("tp", 2, 2) == pytest.approx(300 * s + 150 / 2 + 160)
+    assert rank("fsdp+tp", 4, 2) == pytest.approx((100 + 200) * s / 2 + 150 / 2 + 160
+                                                   + 8 * 168 / 2)
 
 
 def test_accumulation_keeps_the_gradients_through_forward() -> None:
     shape = f.Shape("toy", 420, 4, 8, 2, 2, 10)
-    one, _ = fit.rank_peak(_lines(), shape, "zero2", 4, 1, 1, 1, "bf16-mixed", "cpu", 10)
-    two, _ = fit.rank_peak(_lines(), shape, "zero2", 4, 1, 1, 2, "bf16-mixed", "cpu", 10)
+    one, _ = fit.rank_peak(_lines(), shape, _candidate("zero2", 4, accum=1), 10, "cpu")
+    two, _ = fit.rank_peak(_lines(), shape, _candidate("zero2", 4, accum=2), 10, "cpu")
     assert two - one == 100 / 4  # the rank's share of the gradients, in forward's peak
 
 
@@ -73,8 +84,8 @@ def test_one_answer_to_fits_a_single_rank_is_memory_estimates_peak():
     work = fit.Workload("tiny", "2026", None, 64, "sdpa", "cuda")
     lines = fit.timelines(work, "bf16-mixed", 0)
     for b in (1, 3):
-        peak, allowance = fit.rank_peak(lines, shape_of(work), "single", 1, 1, b, 1,
-                                        "bf16-mixed", "cuda", 64)
+        peak, allowance = fit.rank_peak(lines, shape_of(work), _candidate("single", 1, b=b),
+                                        64, "cuda")
         one = fit.device_fit(work.spec(b, "bf16-mixed"), 80)
         # micro-batch 3 is read off the timelines of 1 and 2; CUDA's 512-byte rounding aside
         assert peak == pytest.approx(one["simulated_gib"] * 2**30, rel=1e-4)

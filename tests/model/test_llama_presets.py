@@ -18,9 +18,11 @@ from lmperf.workload.spec import RunSpec
 from tests.model.reference import ReferenceLM, rope
 
 # Counted here on the meta device; the model cards (huggingface.co/meta-llama) publish 1.24B,
-# 3.21B, 8.03B and 70.6B, the safetensors index of 8B 8,030,261,248.
+# 3.21B, 8.03B, 70.6B and 405B (Llama-3.1-405B's config.json: hidden 16384, FFN 53248, 126
+# layers, 128 heads), the safetensors index of 8B 8,030,261,248.
 PUBLISHED = {"llama3-1b": 1_235_814_400, "llama3-3b": 3_212_749_824,
-             "llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496}
+             "llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496,
+             "llama3-405b": 405_853_388_800}
 TINY = dict(vocab_size=50, context_length=16, d_model=32, num_layers=2, num_heads=4, d_ff=40)
 
 

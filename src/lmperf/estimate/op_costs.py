@@ -1,7 +1,6 @@
 """What each operator of a step must do: FLOPs and bytes per aten op and phase, and the order the
-host issues the ops in, counted on fake tensors (nothing allocated, no arithmetic); as one rank
-of tensor parallelism runs them with `tp` > 1. The conventions: docs/commands/plan.md,
-"The op counts"."""
+host issues the ops in, counted on fake tensors (nothing allocated, no arithmetic). The
+conventions: docs/commands/plan.md, "The op counts"."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import contextlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -168,20 +168,21 @@ class OpCosts:
     order: dict[str, list[int]] = field(default_factory=dict)
 
 
-def count_op_costs(spec, precision: str | None = None, tp: int = 1) -> OpCosts:
+def count_op_costs(spec, precision: str | None = None) -> OpCosts:
     """FLOPs and bytes per (phase, aten op, dtype) of one step of `spec` (a RunSpec; `precision`
     replaces its own; a CUDA device counts under CUDA's autocast lists and op names), counted on
-    fake CPU tensors with AdamW's state created first, loss scaling left out; `tp` > 1 counts
-    one rank of a `tp`-way tensor-parallel step (`shard`). The reference LM is counted at 1 and
-    2 layers and extrapolated (docs/commands/plan.md, "The op counts"); a user's model whole.
-    Raises what the model raises on fake tensors."""
+    fake CPU tensors with AdamW's state created first, loss scaling left out. The reference LM
+    is counted at 1 and 2 layers and extrapolated (docs/commands/plan.md, "The op counts"); a
+    user's model whole; each count is cached for the process (a plan asks for the 1- and
+    2-layer models again to price pipeline stages). Raises what the model raises on fake
+    tensors."""
     from dataclasses import replace
 
     start = time.perf_counter()
     layers = spec.num_layers
     if spec.model is None and layers > 2:
         (one, order1, params1), (two, order2, params2) = (
-            _count(replace(spec, num_layers=n), precision, tp) for n in (1, 2))
+            _count(replace(spec, num_layers=n), precision) for n in (1, 2))
         params = params1 + (layers - 1) * (params2 - params1)
         zero = [0] * len(VALUES)
         rows = {k: [a + (layers - 1) * (b - a) for a, b in zip(one.get(k, zero), two.get(k, zero))]
@@ -190,10 +191,8 @@ def count_op_costs(spec, precision: str | None = None, tp: int = 1) -> OpCosts:
                  if (seq := _repeat(order1.get(p, []), order2[p], layers)) is not None}
         method = f"counted at 1 and 2 layers on fake tensors, extrapolated linearly to {layers}"
     else:
-        rows, order, params = _count(spec, precision, tp)
+        rows, order, params = _count(spec, precision)
         method = "counted on fake tensors"
-    if tp > 1:
-        method += f", one rank of {tp}-way tensor parallelism"
     cuda = getattr(spec, "device", "cpu") == "cuda"
     keys = [k for k in rows if k[0] != "after" and any(rows[k])]
     table = pd.DataFrame([{"phase": phase, "dtype": dtype,
@@ -273,45 +272,11 @@ def _foreach_on_fake():
         types.remove(FakeTensor)
 
 
-# Megatron's plan (torchtitan's for Llama): weights split by output (column-parallel) or input
-# (row-parallel) features, the embedding and the head by vocabulary; module names of the
-# reference LM and of transformers' Llama-style models
-COLUMN = frozenset({"q_proj", "k_proj", "v_proj", "w1", "w3", "gate_proj", "up_proj", "lm_head",
-                    "token_embeddings", "embed_tokens"})
-ROW = frozenset({"output_proj", "w2", "o_proj", "down_proj"})
-
-
-def shard(model: torch.nn.Module, t: int) -> torch.nn.Module:
-    """`model` (on the meta device) as one rank of `t`-way tensor parallelism runs it: each
-    COLUMN / ROW weight (and a column-parallel bias) cut to its 1/t, so the rank's attention
-    has 1/t of the heads, its MLP 1/t of the hidden units, its head 1/t of the vocabulary, and
-    what TP does not split (norms, residual adds, the embedding's output) stays whole.
-    SpecError when a width does not split by t or the model has no such module."""
-    from lmperf.errors import SpecError
-
-    cut = 0
-    for name, module in model.named_modules():
-        dim = 0 if name.rsplit(".", 1)[-1] in COLUMN else 1 \
-            if name.rsplit(".", 1)[-1] in ROW else None
-        for key in ("weight", "bias") if dim is not None else ():
-            p = module._parameters.get(key)
-            if p is None or (key == "bias" and dim == 1):
-                continue
-            size = list(p.shape)
-            if size[dim] % t and "embed" not in name and "head" not in name:
-                raise SpecError(f"{name} ({size[dim]} features) does not split {t} ways")
-            size[dim] = -(-size[dim] // t)  # a vocabulary is padded to a multiple of t
-            module._parameters[key] = torch.nn.Parameter(
-                torch.empty(size, dtype=p.dtype, device=p.device), p.requires_grad)
-            cut += 1
-    if not cut:
-        raise SpecError(f"{type(model).__name__} has no module tensor parallelism splits")
-    return model
-
-
-def _count(spec, precision: str | None, tp: int = 1) -> tuple[dict, dict, int]:
+@lru_cache(maxsize=128)
+def _count(spec, precision: str | None) -> tuple[dict, dict, int]:
     """(phase, op, dtype, bytes per call) -> VALUES of one step of `spec`, each phase's issue
-    order of those keys, and the model's number of parameter tensors."""
+    order of those keys, and the model's number of parameter tensors (read, never changed, by
+    the callers: the result is cached)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from lmperf.model.custom import build_model
@@ -325,8 +290,7 @@ def _count(spec, precision: str | None, tp: int = 1) -> tuple[dict, dict, int]:
     # CUDA's autocast runs more ops in fp32 than the CPU's: emulated for a CUDA spec
     lists = cuda_fp32_ops if getattr(spec, "device", "cpu") == "cuda" else contextlib.nullcontext
     with torch.device("meta"):  # shapes only; outside the fake mode (it keeps weak references)
-        model = build_model(spec.model_config(), spec.model)
-        model = (shard(model, tp) if tp > 1 else model).to(dtype=regime.param_dtype)
+        model = build_model(spec.model_config(), spec.model).to(dtype=regime.param_dtype)
     with FakeTensorMode(allow_non_fake_inputs=True), lists(), _foreach_on_fake():
         model = model.to_empty(device=cpu)
         tokens = torch.zeros((spec.batch, spec.context), dtype=torch.long,

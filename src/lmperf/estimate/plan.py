@@ -1,51 +1,46 @@
-"""The fastest configuration that fits: a search over precision x checkpointing x sharding x
-micro-batch, each candidate's per-rank peak simulated (`estimate.fit`) and its step predicted
-(`step_time`: the op counts of one rank on the target, the strategy table's collectives). How
-each number is made: docs/commands/plan.md."""
+"""The fastest configuration that fits: a search over layouts (data-parallel replicate x shard,
+tensor, pipeline, context) x strategy x precision x checkpointing x micro-batch, each
+candidate's per-rank peak simulated (`estimate.fit`) and its step predicted (`step_time`: the
+op counts of one rank on the target, the pipeline's bubble, the strategy table's collectives).
+What is left out is said, with its reason. How each number is made: docs/commands/plan.md."""
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
-from lmperf.estimate.fit import PRECISIONS, Workload, fits, rank_peak, timelines
-from lmperf.estimate.formulas import Shape, bus_factor, tp_params
+from lmperf.errors import SpecError
+from lmperf.estimate.candidate import Candidate
+from lmperf.estimate.fit import PRECISIONS, Workload, fits, rank_peak, rank_shares, timelines
+from lmperf.estimate.formulas import Shape, bus_factor
+from lmperf.estimate.layout import LOOPED, Layout
 from lmperf.estimate.strategies import BUCKET_BYTES, DATA_PARALLEL, collectives, strategy
 from lmperf.estimate.target import GIB, Cluster
+from lmperf.names import PP_SCHEDULES
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is being done)
+LONG_CONTEXT = 16384  # context parallelism is searched from here (below, attention is cheap)
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One configuration (checkpoint: block-group size, 0 none; grad_accum: micro-batches)."""
+class Space:
+    """What a search covers: each dimension's values (None: every value that applies). The
+    flags of the shared vocabulary, one value each to evaluate one configuration."""
 
-    precision: str
-    checkpoint: int
-    strategy: str
-    tp: int
-    micro_batch: int
-    grad_accum: int
-
-
-def strategies(cluster: Cluster, runnable: tuple[str, ...] | None = None) -> list[tuple[str, int]]:
-    """(strategy, t) pairs worth planning: one device is 'single' (every data-parallel strategy
-    is the same step there); else the data-parallel ones, and fsdp+tp for t in 2, 4, 8 dividing
-    the GPUs within a node (TP's all-reduces are in the critical path)."""
-    if cluster.gpus == 1:
-        return [("single", 1)]
-    pairs = [(s, 1) for s in DATA_PARALLEL]
-    pairs += [("fsdp+tp", t) for t in (2, 4, 8)
-              if t < cluster.gpus and cluster.gpus % t == 0 and t <= cluster.per_node]
-    return [p for p in pairs if runnable is None or p[0] in runnable]
-
-
-def precisions_for(precisions: tuple[str, ...], gpus: int) -> tuple[str, ...]:
-    """The precisions worth searching on `gpus` devices: FSDP's mixed-precision policy
-    (bf16-fsdp) needs FSDP, and one device runs no FSDP (`lmperf plan` refuses it there)."""
-    return tuple(p for p in precisions if gpus > 1 or p != "bf16-fsdp")
+    precisions: tuple[str, ...]
+    checkpoints: tuple[int, ...] = (0, 1, 2, 4)
+    strategies: tuple[str, ...] | None = None
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    dp_replicate: tuple[int, ...] | None = None
+    pp_schedule: tuple[str, ...] | None = None
+    pp_virtual: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    async_tp: tuple[bool, ...] | None = None
 
 
 def shape_of(work: Workload) -> Shape:
@@ -60,42 +55,49 @@ def shape_of(work: Workload) -> Shape:
         model = build_model(config, spec.model)
     numels = tuple(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     return Shape(spec.model or spec.size, sum(numels), config.d_model, config.d_ff,
-                 config.num_layers, config.num_heads, config.vocab_size, numels=numels)
+                 config.num_layers, config.num_heads, config.vocab_size,
+                 num_kv_heads=config.num_kv_heads or 0, numels=numels)
 
 
-@lru_cache(maxsize=256)
-def phases(work: Workload, precision: str, batch: int, target, t: int = 1) -> tuple[dict, int]:
-    """(phase -> predicted seconds, forward + backward FLOPs) of one micro-batch of `batch` on
-    one device of `target` holding its 1 / `t` of a tensor-parallel step: the ops of that rank
-    counted as it runs them (`op_costs.count_op_costs(tp=t)`), whole where TP does not split
-    them. Cached by value: a Target is frozen and compares by its figures."""
+# --- time -------------------------------------------------------------------------------------
+@lru_cache(maxsize=1024)
+def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: int = 1,
+           layers: int | None = None) -> tuple[dict, int]:
+    """(phase -> predicted seconds, forward + backward FLOPs) of one micro-batch of `batch`
+    sequences on one device of `target`, as one rank of `t`-way tensor and `cp`-way context
+    parallelism runs it, for the model at `layers` blocks (None: its own). Sequence and tensor
+    parallelism split every op's work t ways (the matmuls by Megatron's plan, the rest by
+    sequence) and the rank still issues every op; context parallelism runs the step at T / cp
+    tokens, its attention against the whole sequence (x cp of attention at T / cp). Cached by
+    value: a Target is frozen and compares by its figures."""
     from lmperf.estimate.time_model import phase_times
 
-    costs = _counted(work, precision, batch, t)
+    costs = _counted(work, precision, batch, layers)
+    if t > 1 or cp > 1:
+        table = costs.table.copy()
+        share = table["op_class"].map(lambda c: cp / t if c == "attention" else 1 / t)
+        for column in ("flops", "bytes_read", "bytes_written"):
+            table[column] = (table[column] * share).round().astype("int64")
+        costs = replace(costs, table=table)
     table = costs.table
     times = phase_times(costs, target)
     return ({p: x.typical_s for p, x in times.items()},
             int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum()))
 
 
-@lru_cache(maxsize=64)
-def _counted(work: Workload, precision: str, batch: int, t: int):
-    """One rank's op costs at micro-batch `batch`: counted at 1 and 2, read off them beyond."""
+@lru_cache(maxsize=128)
+def _counted(work: Workload, precision: str, batch: int, layers: int | None = None):
+    """One device's op costs at micro-batch `batch` (and `layers` blocks): counted at 1 and 2,
+    read off them beyond."""
     from lmperf.estimate.op_costs import at_batch, count_op_costs
 
     if batch > 2:
-        costs = at_batch(_counted(work, precision, 1, t), _counted(work, precision, 2, t), batch)
+        costs = at_batch(_counted(work, precision, 1, layers), _counted(work, precision, 2, layers),
+                         batch)
         if costs is not None:
             return costs
-    try:
-        return count_op_costs(work.spec(batch, PRECISIONS[precision]), tp=t)
-    except Exception as exc:  # a width or a head count that t does not divide
-        if t == 1:
-            raise
-        from lmperf.errors import SpecError
-
-        raise SpecError(f"{t}-way tensor parallelism does not split this model: "
-                        f"{type(exc).__name__}") from None
+    spec = work.spec(batch, PRECISIONS[precision])
+    return count_op_costs(spec if layers is None else replace(spec, num_layers=layers))
 
 
 @lru_cache(maxsize=64)
@@ -115,86 +117,166 @@ def sequence_flops(work: Workload) -> int | None:
                                 spec.vocab_size, 1, work.context, spec.mode).flops
 
 
+def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[tuple]:
+    """Per distinct rank: (forward s, backward s, recompute s, FLOPs) of one micro-batch of
+    `b` sequences. Without a pipeline the rank runs the whole model; a pipeline
+    rank its stages' blocks, the output on the last (a block's time is the 2-block model's less
+    the 1-block model's, the output's what the 1-block model has beyond its block)."""
+    lay = c.layout
+    cp_work = work if lay.cp == 1 else replace(work, context=work.context // lay.cp)
+    recompute = c.checkpoint > 0
+
+    def at(layers):
+        times, flops = phases(cp_work, c.precision, b, target, lay.tp, lay.cp, layers)
+        return [times.get(p, 0.0) for p in ("forward", "backward")], flops
+
+    if lay.pp == 1:
+        (fwd, bwd), flops = at(None)
+        one, _ = at(1) if recompute else ((0.0, 0.0), 0)
+        two, _ = at(2) if recompute and shape.num_layers > 1 else (one, 0)
+        block = two[0] - one[0]  # checkpointing runs the blocks' forward again, not the head's
+        return [(fwd, bwd, block * shape.num_layers if recompute else 0.0, flops)]
+    (f1, b1), flops1 = at(1)
+    (f2, b2), flops2 = at(2)
+    per = (f2 - f1, b2 - b1, flops2 - flops1)
+    head = (f1 - per[0], b1 - per[1], flops1 - per[2])
+    out = []
+    for share in rank_shares(shape, c):
+        fwd, bwd, flops = (share.blocks * p + h * share.head for p, h in zip(per, head))
+        out.append((fwd, bwd, share.blocks * per[0] if recompute else 0.0, flops))
+    return out
+
+
 def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
               global_batch: int) -> dict:
-    """Predicted step of candidate `c` on one rank: its parts in seconds, its FLOPs, and the
-    elements each rank sends per step (`sent_elements`, see `communication`)."""
-    n, t = cluster.gpus, c.tp
-    d = n // t
-    per_replica = global_batch // d
-    sizes = [c.micro_batch] * (c.grad_accum - 1) + [per_replica - c.micro_batch * (c.grad_accum - 1)]
-    compute = recompute = flops = 0.0
-    spans = []  # (forward s, backward s with its recompute) per micro-batch
-    for b in sizes:
-        times, f = phases(work, c.precision, b, cluster.target, t)
-        fwd, bwd = times.get("forward", 0.0), times.get("backward", 0.0)
-        # checkpointing runs the blocks' forward again, not the head's (2 b T C V / t of ~f / 3)
-        again = fwd * max(0.0, 1 - 6 * b * work.context * shape.d_model * shape.vocab_size
-                          / (f * t)) if c.checkpoint and f else 0.0
-        compute, recompute, flops = compute + fwd + bwd, recompute + again, flops + f
-        spans.append((fwd, bwd + again))
-    # counted on P_t; under bf16-fsdp's policy FSDP2 steps fp32 shards: fp32's optimizer ops
-    times, _ = (phases(work, "fp32", 1, cluster.target, t) if c.precision == "bf16-fsdp"
-                else phases(work, c.precision, sizes[-1], cluster.target, t))
-    optimizer = times.get("optimizer", 0.0) / (d if strategy(c.strategy).shards else 1)
+    """Predicted step of candidate `c` on its slowest rank: its parts in seconds (compute,
+    recompute, optimizer, all communication and the part the step waits for, the pipeline's
+    bubble and its point-to-point sends), its FLOPs, and the elements a rank sends per step
+    (`sent_elements`, see `communication`)."""
+    lay = c.layout
+    sizes = lay.micro_batches(global_batch, c.micro_batch)
+    compute = recompute = flops = bubble = p2p = 0.0
+    spans = []  # (forward s, backward s with its recompute) per micro-batch of the slowest rank
+    for b, count in Counter(sizes).items():
+        ranks = _micro(c, work, shape, cluster.target, b)
+        fwd, bwd, again, f = max(ranks, key=lambda x: x[0] + x[1] + x[2])
+        compute += count * (fwd + bwd)
+        recompute += count * again
+        flops += count * f
+        spans += [(fwd, bwd + again)] * count
+    if lay.pp > 1:
+        fwd, bwd = spans[0][0], spans[0][1]
+        bubble = lay.bubble(len(sizes), fwd, bwd)
+        p2p = _pipeline_sends(c, shape, cluster, work.context, len(sizes))
+    # counted on the rank's weights; FSDP2 under bf16-fsdp's policy steps fp32 shards: fp32's
+    times, _ = phases(work, "fp32" if c.precision == "bf16-fsdp" else c.precision, 1,
+                      cluster.target, lay.tp)
+    optimizer = times.get("optimizer", 0.0) * max(x.params for x in rank_shares(shape, c)) \
+        / shape.params / (c.shard_degree if strategy(c.strategy).shards else 1)
     total, exposed, sent = communication(c, shape, cluster, work.context, sizes, spans)
     return {"compute_s": compute, "recompute_s": recompute, "optimizer_s": optimizer,
-            "comm_s": total, "exposed_comm_s": exposed,
-            "step_s": compute + recompute + optimizer + exposed, "flops": flops,
+            "comm_s": total + p2p, "exposed_comm_s": exposed + p2p, "bubble_s": bubble,
+            "step_s": compute + recompute + optimizer + exposed + bubble + p2p, "flops": flops,
             "sent_elements": sent}
+
+
+def _group_link(cluster: Cluster, op: str, group: str, c: Candidate):
+    """The Link a collective of `group` crosses: mesh order [pp, replicate, shard, cp, tp] from
+    the outside in (torchtitan's), so a group's ranks are `stride` apart and per_node / stride
+    of them share a node."""
+    lay = c.layout
+    link = cluster.link if not isinstance(cluster.link, dict) else (
+        cluster.link["*"] if group in ("tp", "cp") else cluster.link.get(op, cluster.link["*"]))
+    stride = {"tp": 1, "cp": lay.tp, "shard": lay.tp * lay.cp,
+              "replicate": lay.tp * lay.cp * lay.dp_shard,
+              "pp": lay.tp * lay.cp * lay.dp}[group]
+    if group == "shard" and c.strategy in ("zero1", "zero2"):
+        stride = lay.tp * lay.cp
+    return replace(link, per_node=max(1, link.per_node // stride)) if stride > 1 else link
+
+
+def _pipeline_sends(c: Candidate, shape: Shape, cluster: Cluster, context: int, m: int) -> float:
+    """Seconds of point-to-point sends on a pipeline's critical path: each of its (m v + p - 1)
+    forward and as many backward slots waits for one (b, T / cp, C / t)-sized activation or
+    gradient (sequence parallelism keeps the boundary sharded), latency + bytes / bandwidth
+    between consecutive stages (each a neighbour across the pipeline's stride)."""
+    from lmperf.estimate import comm
+
+    lay = c.layout
+    a = 4 if c.precision == "fp32" else 2
+    nbytes = c.micro_batch * context / lay.cp * shape.d_model / lay.tp * a
+    link = _group_link(cluster, "broadcast", "pp", c)
+    one = comm.collective_seconds("broadcast", nbytes, 2, link)
+    return 2 * (m * lay.pp_virtual + lay.pp - 1) * one
 
 
 def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
                   sizes: list[int], spans: list[tuple[float, float]]
                   ) -> tuple[float, float, float]:
-    """(seconds of communication, the part a step waits for, elements a rank sends: each
+    """(seconds of collectives, the part a step waits for, elements a rank sends: each
     collective's S x its bus factor, the course's accounting) of candidate `c`, from the
-    strategy table: each collective's
-    time is `comm.collective_seconds`; what hides behind a micro-batch's forward or backward is
-    `comm.exposed_seconds` of that window (its last message exposed); the rest is waited for."""
+    strategy table: each collective's time is `comm.collective_seconds` over its group's link;
+    what hides behind a micro-batch's forward or backward is `comm.exposed_seconds` of that
+    window (its last message exposed); the rest is waited for. Async TP hides TP's collectives
+    behind the matmuls they feed, all but one chunk of each (1 / t)."""
     from lmperf.estimate import comm
 
-    n, t = cluster.gpus, c.tp
-    d = n // t
-    held = tp_params(shape, t) / shape.params if t > 1 else 1.0
+    lay = c.layout
+    t = lay.tp
+    shares = rank_shares(shape, c)
+    held = max(s.states for s in shares)  # the fullest rank's part of the parameters
+    blocks = max(s.blocks for s in shares)
     c_bytes = 4 if c.precision == "fp32" else 2
+    params = shape.params * held
     # gathered in bf16 by FSDP's policy and by the readable FSDP; in fp32 under autocast
     weights = (2 if c.precision == "bf16-fsdp" or (cluster.blocking and c.precision != "fp32")
-               else 4) * shape.params * held
-    # the readable FSDP (blocking) reduce-scatters in the compute dtype, one collective per weight
-    units = 7 * shape.num_layers + 2 if cluster.blocking else shape.num_layers + 1
-    table = collectives(c.strategy, t)
-    fsdp_blocking = cluster.blocking and any(x.split == "units" for x in table)
+               else 4) * params
+    units = 7 * blocks + 2 if cluster.blocking else blocks + 1
+    table = collectives(c.strategy, t, lay.cp, lay.pp, lay.dp_replicate)
+    fsdp_blocking = cluster.blocking and strategy(c.strategy).gathers
     overlap = 0.0 if cluster.blocking else 1.0
+    groups = {"shard": c.shard_degree if c.strategy != "ddp" else lay.dp,
+              "replicate": lay.dp_replicate if c.strategy != "ddp" else lay.dp,
+              "tp": t, "cp": lay.cp}
+    kv = (shape.d_model * shape.num_kv_heads // shape.num_heads if shape.num_kv_heads
+          else shape.d_model)  # Hkv D
     total = exposed = sent = 0.0
     windows: dict[tuple[int, str], list[float]] = {}  # (micro-batch, hides) -> [comm, last]
     for x in table:
-        tp = x.payload == "activations"
-        group = t if tp else d
-        if group <= 1:
+        group = groups[x.group]
+        if group <= 1 or (x.per == "recompute" and not c.checkpoint):
             continue
-        link = cluster.link if not isinstance(cluster.link, dict) else (
-            cluster.link["*"] if tp else cluster.link.get(x.op, cluster.link["*"]))
-        if not tp:  # the data-parallel group takes every t-th device: per_node / t share a node
-            link = replace(link, per_node=max(1, link.per_node // t))
+        link = _group_link(cluster, x.op, x.group, c)
         messages = {"one": 1, "tensors": shape.param_tensors, "units": units,
-                    "layers": shape.tp_all_reduces}[x.split]
+                    # attention and the MLP per block, and the output; the accounting
+                    # model's one column / row pair per block
+                    "blocks": blocks if shape.ffn_only else 2 * blocks + 1,
+                    "attention": blocks}[x.split]
         for i in (range(len(sizes)) if x.every == "micro" else [len(sizes) - 1]):
-            size = {"grads": weights if fsdp_blocking else 4 * shape.params * held,
-                    "weights": weights, "params": 4 * shape.params * held,
-                    # each of TP's all-reduces carries the micro-batch's (b T, C) activations
-                    "activations": messages * sizes[i] * context * shape.d_model * c_bytes,
+            tokens = sizes[i] * context / lay.cp
+            size = {"grads": (weights if fsdp_blocking else 4 * params)
+                    / (c.shard_degree if x.group == "replicate" and c.strategy == "fsdp" else 1),
+                    "weights": weights, "params": 4 * params,
+                    # each of TP's collectives gathers (or scatters) the (b T / cp, C) activations
+                    "activations": messages * tokens * shape.d_model * c_bytes,
+                    # each layer's K and V over the whole sequence, split by TP's heads
+                    "kv": messages * sizes[i] * context * 2 * kv / t * c_bytes,
                     }[x.payload]
             seconds = messages * comm.collective_seconds(x.op, size / messages, group, link)
             total += seconds
-            elements = size / c_bytes if tp else shape.params * held
+            elements = size / c_bytes if x.payload in ("activations", "kv") else params
             sent += bus_factor(x.op, group) * elements
+            if x.group == "tp" and lay.async_tp:
+                exposed += seconds / t
+                continue
             if x.hides == "never" or not overlap:
                 exposed += seconds
                 continue
             last = (messages * comm.collective_seconds(x.op, min(BUCKET_BYTES, size), group, link)
                     if x.split == "one" else seconds / messages)
-            window = windows.setdefault((i, x.hides), [0.0, 0.0])
+            window = windows.setdefault((i if x.every == "micro" else
+                                         (0 if x.hides == "forward" else len(sizes) - 1),
+                                         x.hides), [0.0, 0.0])
             window[0], window[1] = window[0] + seconds, last
     for (i, hides), (seconds, last) in windows.items():
         behind = spans[i][0] if hides == "forward" else spans[i][1]
@@ -202,22 +284,101 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     return total, exposed, sent
 
 
-def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int,
-               checkpoints: tuple[int, ...], precisions: tuple[str, ...],
-               runnable: tuple[str, ...] | None = None,
-               progress: Progress | None = None,
-               by_precision: dict[str, Cluster] | None = None) -> list[dict]:
-    """Every distinct candidate evaluated, ranked (see `rank`): for each precision, checkpoint
-    group and (strategy, t), the largest micro-batch that fits and every smaller power of two
-    (each with the accumulation that reaches the global batch), plus the smallest micro-batch
-    when none fits (the row that says why), timed on `by_precision`'s Cluster of its precision
-    (a host probed on its ops) or `cluster`. `progress(done, total, what)` is called before each
-    (precision, checkpoint) is simulated and after each strategy is evaluated."""
-    from lmperf.errors import SpecError
+# --- the search -------------------------------------------------------------------------------
+def layouts(cluster: Cluster, shape: Shape, context: int, global_batch: int, space: Space,
+            left: Counter) -> list[tuple[Layout, str]]:
+    """(layout, strategy) pairs worth pricing, every one left out counted in `left` by its
+    reason. Degrees are powers of two (or the values given); tensor parallelism stays within a
+    node; context parallelism is searched from LONG_CONTEXT tokens; a layout with tensor,
+    pipeline or context parallelism shards its data-parallel part with FSDP (torchtitan's
+    composition: DDP, ZeRO only with pure data parallelism); HSDP replicates across nodes."""
+    n = cluster.gpus
 
-    precisions = precisions_for(precisions, cluster.gpus)
-    pairs = strategies(cluster, runnable)
-    todo = [(p, g) for p in precisions for g in dict.fromkeys(checkpoints)]
+    def powers(limit: int) -> list[int]:
+        return [2**i for i in range(int(math.log2(limit)) + 1) if limit % 2**i == 0]
+
+    tps = space.tp or [t for t in powers(n) if t <= cluster.per_node]
+    if space.tp is None and len(tps) < len(powers(n)):
+        left[f"tp > {cluster.per_node}: crosses nodes (its collectives are in every block's "
+             "critical path)"] += len(powers(n)) - len(tps)
+    pps = space.pp or [p for p in powers(n) if p <= shape.num_layers + 2]
+    cps = space.cp or ([c for c in powers(n)] if context >= LONG_CONTEXT else [1])
+    if space.cp is None and context < LONG_CONTEXT and n > 1:
+        left[f"cp > 1: context {context} < {LONG_CONTEXT} (attention's share is small; "
+             "--cp to price it)"] += len(powers(n)) - 1
+    schedules = space.pp_schedule or PP_SCHEDULES
+    out = []
+    for t in tps:
+        for p in pps:
+            for c in cps:
+                if n % (t * p * c):
+                    left["degrees that do not divide the GPUs"] += 1
+                    continue
+                d = n // (t * p * c)
+                for s in (schedules if p > 1 else [None]):
+                    for v in (space.pp_virtual or ([2] if s in LOOPED else [1])) if p > 1 else [1]:
+                        for a in (space.async_tp or (False, True)) if t > 1 else (False,):
+                            for lay, strat in _data_parallel(n, t, p, c, d, s, v, a, cluster,
+                                                             space, left):
+                                try:
+                                    lay.check(num_layers=shape.num_layers,
+                                              num_heads=shape.num_heads,
+                                              num_kv_heads=shape.num_kv_heads or None,
+                                              context=context, global_batch=global_batch)
+                                except SpecError as exc:
+                                    left[_reason(str(exc))] += 1
+                                    continue
+                                out.append((lay, strat))
+    return out
+
+
+def _data_parallel(n, t, p, c, d, s, v, a, cluster, space, left):
+    """The (layout, strategy) pairs of one (t, p, c) over `d` data-parallel ranks."""
+    wanted = space.strategies or ("single",) + DATA_PARALLEL
+    if d == 1:
+        pairs = [(1, "single")] + ([(1, "fsdp")] if c > 1 else [])
+    elif t == p == c == 1:
+        pairs = [(d, "ddp"), (1, "zero1"), (1, "zero2"), (1, "fsdp")]
+    else:
+        pairs = [(1, "fsdp")]
+        left["ddp and zero with tensor, pipeline or context parallelism (torchtitan shards "
+             "them with FSDP)"] += 3
+    if d > 1:  # HSDP: shard within a node, replicate across
+        within = max(1, cluster.per_node // (t * c))
+        reps = space.dp_replicate or ([d // within] if 1 < d // within < d and d % within == 0
+                                      else [])
+        pairs += [(r, "fsdp") for r in reps if r > 1 and d % r == 0]
+    out = []
+    for r, name in pairs:
+        if name not in wanted and not (name == "single" and d == 1):
+            continue
+        if space.dp_replicate and name != "ddp" and r not in space.dp_replicate:
+            continue
+        try:
+            out.append((Layout(n, t, p, c, r, s, v, a), name))
+        except SpecError as exc:
+            left[_reason(str(exc))] += 1
+    return out
+
+
+def _reason(message: str) -> str:
+    """A refusal's message with its numbers' first occurrence kept: one line per reason."""
+    return message
+
+
+def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int, space: Space,
+               progress: Progress | None = None,
+               by_precision: dict[str, Cluster] | None = None) -> tuple[list[dict], Counter]:
+    """(every candidate evaluated, ranked, see `rank`; what was left out: reason -> count).
+    For each precision, checkpoint group and (layout, strategy), the largest micro-batch that
+    fits and every smaller power of two (each with the accumulation, or the pipeline's
+    micro-batches, that reach the global batch), plus the smallest micro-batch when none fits
+    (the row that says why), timed on `by_precision`'s Cluster of its precision (a host probed
+    on its ops) or `cluster`. `progress(done, total, what)` is called as the search goes."""
+    left: Counter = Counter()
+    precisions = [p for p in space.precisions if cluster.gpus > 1 or p != "bf16-fsdp"]
+    pairs = layouts(cluster, shape, work.context, global_batch, space, left)
+    todo = [(p, g) for p in precisions for g in dict.fromkeys(space.checkpoints)]
     total, done, rows = len(todo) * len(pairs), 0, []
     for precision, group in todo:
         if progress:
@@ -227,39 +388,69 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
         except SpecError:  # a user's model checkpoints every layer (transformers) or not at all
             if not group:
                 raise
+            left[f"checkpoint groups of {group}: this model checkpoints every layer or none"] += 1
             done += len(pairs)
             continue
-        for strategy, t in pairs:
+        target = (by_precision or {}).get(precision, cluster)
+        for lay, name in pairs:
             done += 1
-            d = cluster.gpus // t
-            if global_batch % d or (precision == "bf16-fsdp" and not strategy.startswith("fsdp")):
+            if precision == "bf16-fsdp" and name != "fsdp":
                 continue  # the policy belongs to FSDP
-            try:
-                rows += _micro_batches(work, shape, (by_precision or {}).get(precision, cluster),
-                                       global_batch, lines, precision, group, strategy, t)
-            except SpecError:  # TP cannot split this model's heads or widths by t
-                if t == 1:
-                    raise
+            rows += _micro_batches(work, shape, target, global_batch, lines, precision, group,
+                                   name, lay, space, left)
             if progress:
-                progress(done, total, f"{precision}, checkpoint {group}, {strategy}"
-                         + (f" x {t}" if t > 1 else ""))
-    return rank(rows)
+                progress(done, total, f"{precision}, checkpoint {group}, {name} {lay.label()}")
+    return rank(rows), left
 
 
-def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, strategy,
-                   t) -> list[dict]:
-    """The rows of one (precision, checkpoint, strategy, t): see `candidates`."""
-    per_replica = global_batch // (cluster.gpus // t)
+def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, name, lay,
+                   space, left) -> list[dict]:
+    """The rows of one (precision, checkpoint, layout, strategy): see `candidates`."""
+    local = lay.local_batch(global_batch)
+    allowed = [b for b in range(1, local + 1) if lay.pp == 1 or local % b == 0]
+    if space.micro_batch:
+        allowed = [b for b in space.micro_batch if b in allowed]
+        if not allowed:
+            left[f"--micro-batch {space.micro_batch}: no value splits the rank's batch "
+                 f"{local}"] += 1
+            return []
 
+    def candidate(b: int) -> Candidate:
+        return Candidate(precision, group, name, lay, b, lay.grad_accum(global_batch, b))
+
+    @lru_cache(maxsize=None)
     def peak(b: int) -> tuple[float, float]:
-        return rank_peak(lines, shape, strategy, cluster.gpus, t, b, math.ceil(per_replica / b),
-                         precision, cluster.device, work.context, cluster.blocking)
+        return rank_peak(lines, shape, candidate(b), work.context, cluster.device,
+                         cluster.blocking, global_batch)
 
-    fitting = [b for b in range(1, per_replica + 1) if fits(sum(peak(b)), cluster.budget)]
-    largest = max(fitting, default=None)
-    tried = sorted({largest or 1, *(2**i for i in range(12) if 2**i < (largest or 1))})
-    return [evaluate(Candidate(precision, group, strategy, t, b, math.ceil(per_replica / b)),
-                     work, shape, cluster, global_batch, peak(b), largest) for b in tried]
+    # a rank's peak grows with its micro-batch: the largest that fits, by bisection
+    lo, hi = 0, len(allowed)  # allowed[:lo] fit, allowed[hi:] do not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(sum(peak(allowed[mid])), cluster.budget):
+            lo = mid + 1
+        else:
+            hi = mid
+    largest = allowed[lo - 1] if lo else None
+    if space.micro_batch:
+        tried = allowed
+    else:
+        tried = sorted({largest or allowed[0],
+                        *(b for b in allowed if b < (largest or 1) and b & (b - 1) == 0)})
+    return [evaluate(candidate(b), work, shape, cluster, global_batch, peak(b), largest)
+            for b in tried]
+
+
+def candidate_of(row: dict, gpus: int) -> Candidate:
+    """The Candidate of a plan record's fields (its spec, or a row of the search); records
+    written before layouts (issue 40) have tp only and 'fsdp+tp' for FSDP x TP."""
+    name = {"fsdp+tp": "fsdp", "tp": "single"}.get(row["strategy"], row["strategy"])
+    t, p, c = row.get("tp", 1), row.get("pp", 1), row.get("cp", 1)
+    replicate = row.get("dp_replicate", gpus // (t * p * c) if name == "ddp" else 1)
+    lay = Layout(gpus, t, p, c, replicate, row.get("pp_schedule"), row.get("pp_virtual", 1),
+                 bool(row.get("async_tp", False)))
+    return Candidate(row["precision"], row["checkpoint"], name, lay, row["micro_batch"],
+                     row["grad_accum"])
 
 
 def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, global_batch: int,
@@ -269,7 +460,7 @@ def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, globa
     live, allowance = peak
     total = live + allowance
     ok = fits(total, cluster.budget)
-    row = {**c.__dict__, "peak_gib": total / GIB, "live_gib": live / GIB,
+    row = {**c.fields(), "peak_gib": total / GIB, "live_gib": live / GIB,
            "allowance_gib": allowance / GIB, "budget_gib": cluster.budget / GIB,
            "headroom_gib": (cluster.budget - total) / GIB, "fits": ok,
            "largest_micro_batch": largest}
@@ -300,7 +491,8 @@ def rank(rows: list[dict]) -> list[dict]:
         parts = {"compute": r["compute_s"] - best["compute_s"],
                  "recompute": r["recompute_s"] - best["recompute_s"],
                  "optimizer": r["optimizer_s"] - best["optimizer_s"],
-                 "exposed communication": r["exposed_comm_s"] - best["exposed_comm_s"]}
+                 "exposed communication": r["exposed_comm_s"] - best["exposed_comm_s"],
+                 "pipeline bubble": r["bubble_s"] - best["bubble_s"]}
         worst = max(parts, key=parts.get)
         r["why"] = (f"{r['step_s'] / best['step_s']:.2f}x the winner's step: "
                     f"+{parts[worst] * 1e3:.3g} ms of {worst}")

@@ -23,6 +23,9 @@ MIB = 2**20
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer state", "activations",
                                "autocast copies", "temporaries", "inputs & buffers")
 PHASE_AFTER = {"forward": "backward", "backward": "optimizer", "optimizer": "end"}
+# the part of the activations and temporaries the output (final norm, head, loss) made: columns
+# of a timeline beside CATEGORIES, already counted in theirs
+HEAD: tuple[str, ...] = ("head activations", "head temporaries")
 
 # What the simulation cannot see on a GPU, as a stated allowance (assumed, not measured here:
 # this machine has no GPU). Basis: the CUDA context lives outside torch's allocator and takes a
@@ -227,6 +230,9 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
             blocks = {id(m) for m in layers} if isinstance(layers, torch.nn.ModuleList) else set()
             calls = [0]
             recursive = bisection(model) if schedule == "bisection" else contextlib.nullcontext()
+            marks: dict[str, int] = {}
+            if blocks:  # where the output (final norm, head, loss) runs: see `_head_marks`
+                hooks.append(layers[-1].register_forward_hook(_head_marks(mode, marks)))
             mode.set_phase("start")
             with _module_depth(mode, blocks, calls), fp32_ops, recursive:
                 STEPS[spec.mode](state, _PhaseObserver(mode))
@@ -239,7 +245,7 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
                                      (optimizer.state.values() if optimizer else ())
                                      for v in s.values() if isinstance(v, torch.Tensor)},
                  "gradients": grads}
-        timeline = _timeline(mode, fixed)
+        timeline = _timeline(mode, fixed, marks)
     except (PhantomError, NotImplementedError, RuntimeError, TypeError, ValueError) as exc:
         if isinstance(exc, LmperfError):
             raise
@@ -260,6 +266,22 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
                      calls[0] if blocks else None, len(blocks) or None)
 
 
+def _head_marks(mode: PhantomMode, marks: dict[str, int]):
+    """A forward hook for the last block: marks the event where its forward output exists
+    (`head_forward`: the output's forward begins) and, by a hook on that output, the event where
+    its gradient does (`head_backward_end`: the output's backward is over). Between them run the
+    final norm, the head and the loss, the part of the step only a pipeline's last stage holds
+    (`fit` prices stages from it). Recompute (in backward) marks nothing."""
+    def hook(module: torch.nn.Module, inputs: object, output: object) -> None:
+        if mode.phase != "forward" or "head_forward" in marks:
+            return
+        marks["head_forward"] = len(mode.log.sid)
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda grad: marks.update(
+                head_backward_end=marks.get("head_backward_end", len(mode.log.sid))))
+    return hook
+
+
 def _category(sid: int, info, fixed: dict[str, set[int]], forward_end: int) -> str:
     for name, sids in fixed.items():
         if sid in sids:
@@ -273,20 +295,35 @@ def _category(sid: int, info, fixed: dict[str, set[int]], forward_end: int) -> s
     return "temporaries"
 
 
-def _timeline(mode: PhantomMode, fixed: dict[str, set[int]]) -> pd.DataFrame:
-    """Live bytes per category after each event from the step's start (row 0: the start)."""
+def _timeline(mode: PhantomMode, fixed: dict[str, set[int]],
+              marks: dict[str, int] | None = None) -> pd.DataFrame:
+    """Live bytes per category after each event from the step's start (row 0: the start), and
+    HEAD's columns: the activations and temporaries made while the output (final norm, head,
+    loss) ran its forward or backward (`_head_marks`; 0 for a model without `layers`)."""
     log = mode.log
     n = len(log.sid)
     start = log.phase_starts["start"]
     forward_end = log.phase_starts.get("backward", log.phase_starts.get("end", n))
+    marks = marks or {}
+    windows = ((marks.get("head_forward", forward_end), forward_end),
+               (forward_end, marks.get("head_backward_end", forward_end)))
     cat_index = {c: i for i, c in enumerate(CATEGORIES)}
-    sid_cat = {sid: cat_index[_category(sid, info, fixed, forward_end)]
-               for sid, info in mode.storages.items()}
+    sid_cat = {}
+    for sid, info in mode.storages.items():
+        i = cat_index[_category(sid, info, fixed, forward_end)]
+        if CATEGORIES[i] in ("activations", "temporaries") and any(
+                a <= info.created < b for a, b in windows):
+            i = len(CATEGORIES) + (CATEGORIES[i] == "temporaries")  # HEAD's columns
+        sid_cat[sid] = i
     cats = np.array([sid_cat[s] for s in log.sid], dtype=np.int64)
     delta = np.array(log.delta, dtype=np.int64)
-    live = np.zeros((n + 1, len(CATEGORIES)), dtype=np.int64)
+    live = np.zeros((n + 1, len(CATEGORIES) + 2), dtype=np.int64)
     np.add.at(live[1:], (np.arange(n), cats), delta)
     live = live.cumsum(axis=0)[start:]  # row 0: live just before the step's first event
+    head = live[:, len(CATEGORIES):]
+    live = live[:, :len(CATEGORIES)]
+    live[:, cat_index["activations"]] += head[:, 0]
+    live[:, cat_index["temporaries"]] += head[:, 1]
     phases = np.empty(n - start + 1, dtype=object)
     phases[:] = "start"
     # In the order the phases began (two can begin at the same event: 'start' and 'forward').
@@ -297,4 +334,6 @@ def _timeline(mode: PhantomMode, fixed: dict[str, set[int]]) -> pd.DataFrame:
     frame.insert(0, "phase", phases)
     frame.insert(0, "event", np.arange(len(frame)))
     frame["total"] = live.sum(axis=1)
+    for i, name in enumerate(HEAD):
+        frame[name] = head[:, i]
     return frame

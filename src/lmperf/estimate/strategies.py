@@ -1,11 +1,11 @@
 """THE per-strategy table: what each way of spreading a training step over ranks keeps of each
-memory category, which collectives it issues and what they hide behind. Memory
-(`estimate.fit.rank_peak`), time and communication (`estimate.plan.step_time`) and
+memory category, which collectives it issues, over which group, and what they hide behind.
+Memory (`estimate.fit.rank_peak`), time and communication (`estimate.plan.step_time`) and
 `dist --estimate`'s rows all read it; the table as prose: docs/commands/plan.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 STATES: tuple[str, ...] = ("parameters", "gradients", "optimizer state")
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket: the last one is exposed
@@ -13,26 +13,32 @@ BUCKET_BYTES = 25 * 2**20  # DDP's default bucket: the last one is exposed
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective a strategy issues: `op` (all_reduce, all_gather, reduce_scatter,
-    broadcast) of `payload` ('grads': fp32 gradients; 'weights': parameters in the dtype the
-    strategy gathers them; 'params': fp32 parameters; 'activations': one micro-batch's (b T, C)),
-    `every` 'step' (after the last micro-batch) or 'micro' (each), hidden behind `hides`
-    ('forward' / 'backward' of its micro-batch, 'never'), sent as `split` messages ('one';
-    'tensors': one per parameter tensor; 'units': one per gathered unit; 'layers': the 4 L + 2
-    all-reduces of tensor parallelism)."""
+    """One collective: `op` (all_reduce, all_gather, reduce_scatter, broadcast) of `payload`
+    ('grads': fp32 gradients; 'weights': parameters in the dtype they are gathered in;
+    'params': fp32 parameters; 'activations': one micro-batch's (b, T / cp, C) in the compute
+    dtype; 'kv': one layer's K and V over the whole sequence, (b, T, 2 Hkv D / t)), over `group`
+    ('shard': the ranks sharing one copy of the sharded states; 'replicate': the replicas;
+    'tp'; 'cp'), `every` 'step' (once per step) or 'micro' (each micro-batch), hidden behind
+    `hides` ('forward' / 'backward' of its micro-batch, 'never'), sent as `split` messages
+    ('one'; 'tensors': one per parameter tensor; 'units': one per gathered unit; 'blocks': two
+    per block and one more for the output (TP: attention and the MLP), 'attention': one per
+    block), `per` passes of that many ('forward', 'backward', 'recompute': the forward again
+    under checkpointing)."""
 
     op: str
     payload: str
     every: str
     hides: str
     split: str
+    group: str = "shard"
+    per: str = "step"
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """A strategy: the state categories a data-parallel rank keeps 1/d of (`shards`), its
-    collectives in issue order, whether it holds gathered units (`gathers`: FSDP) and torch
-    DDP's gradient buckets for the whole step (`buckets`)."""
+    """A data-parallel strategy: the state categories a rank keeps 1 / (its shard degree) of
+    (`shards`), its collectives in issue order, whether it holds gathered units (`gathers`:
+    FSDP) and torch DDP's gradient buckets for the whole step (`buckets`)."""
 
     shards: tuple[str, ...]
     collectives: tuple[Collective, ...]
@@ -40,14 +46,15 @@ class Strategy:
     buckets: bool = False
 
 
-_REDUCE = Collective("all_reduce", "grads", "step", "backward", "one")
+_REDUCE = Collective("all_reduce", "grads", "step", "backward", "one", "replicate")
 STRATEGIES: dict[str, Strategy] = {
     "single": Strategy((), ()),
     "ddp": Strategy((), (_REDUCE,), buckets=True),
     # torch's ZeroRedundancyOptimizer (and lmperf's readable one): DDP's all-reduce, then each
     # updated parameter tensor broadcast from its owner
     "zero1": Strategy(("optimizer state",), (
-        _REDUCE, Collective("broadcast", "params", "step", "never", "tensors")), buckets=True),
+        replace(_REDUCE, group="shard"),
+        Collective("broadcast", "params", "step", "never", "tensors")), buckets=True),
     "zero2": Strategy(("optimizer state", "gradients"), (
         Collective("reduce_scatter", "grads", "micro", "backward", "one"),
         Collective("all_gather", "params", "step", "never", "one"))),
@@ -57,19 +64,40 @@ STRATEGIES: dict[str, Strategy] = {
         Collective("all_gather", "weights", "micro", "backward", "units"),
         Collective("reduce_scatter", "grads", "micro", "backward", "units")), gathers=True),
 }
-# Megatron's tensor parallelism (no sequence parallelism): 4 L + 2 all-reduces of a micro-batch's
-# activations, in the critical path
-TP_ALL_REDUCES = Collective("all_reduce", "activations", "micro", "never", "layers")
 DATA_PARALLEL: tuple[str, ...] = ("ddp", "zero1", "zero2", "fsdp")
+# Tensor parallelism with sequence parallelism (torchtitan's, Megatron's): around attention and
+# the MLP of every block an all-gather of the (b, T / cp, C) activations before the
+# column-parallel matmuls and a reduce-scatter after the row-parallel one (and one more of each
+# for the embedding and the output), each the other's gradient in backward, again in recompute
+TENSOR_PARALLEL = tuple(Collective(op, "activations", "micro", "never", "blocks", "tp", per)
+                        for per in ("forward", "backward", "recompute")
+                        for op in ("all_gather", "reduce_scatter"))
+# Context parallelism as torch's context_parallel runs SDPA (torchtitan's default rotation,
+# all-gather): each attention all-gathers the sequence's K and V, backward again (and in
+# recompute), and reduce-scatters their gradients
+CONTEXT_PARALLEL = tuple(Collective(op, "kv", "micro", "never", "attention", "cp", per)
+                         for op, per in (("all_gather", "forward"), ("all_gather", "backward"),
+                                         ("reduce_scatter", "backward"),
+                                         ("all_gather", "recompute")))
 
 
 def strategy(name: str) -> Strategy:
-    """The table's entry for `name`; 'fsdp+tp' is fsdp's (tensor parallelism adds its
-    all-reduces), 'tp' single's. KeyError for an unknown name."""
-    return STRATEGIES[{"fsdp+tp": "fsdp", "tp": "single"}.get(name, name)]
+    """The table's entry for `name` (KeyError for an unknown name)."""
+    return STRATEGIES[name]
 
 
-def collectives(name: str, t: int) -> tuple[Collective, ...]:
-    """What `name` issues with tensor-parallel degree `t`: its data-parallel collectives, and
-    TP's all-reduces when t > 1."""
-    return strategy(name).collectives + ((TP_ALL_REDUCES,) if t > 1 else ())
+def collectives(name: str, tp: int = 1, cp: int = 1, pp: int = 1,
+                replicate: int = 1) -> tuple[Collective, ...]:
+    """What `name` issues in a layout of those degrees: its data-parallel collectives (under a
+    pipeline FSDP2 gathers once per step and reduce-scatters after the last micro-batch, as
+    torchtitan runs it: no resharding between micro-batches; HSDP all-reduces the shards'
+    gradients across `replicate` replicas), and TP's and CP's when their degree is > 1."""
+    out = list(strategy(name).collectives)
+    if name == "fsdp" and pp > 1:
+        out = [replace(x, every="step") for x in out if x.hides != "backward" or
+               x.op != "all_gather"]
+    if name == "fsdp" and replicate > 1:
+        out.append(Collective("all_reduce", "grads", out[-1].every, "backward", "units",
+                              "replicate"))
+    return (tuple(out) + (TENSOR_PARALLEL if tp > 1 else ())
+            + (CONTEXT_PARALLEL if cp > 1 else ()))

@@ -38,10 +38,11 @@ _SMALL_TO_LARGE: dict[str, Preset] = {
 _SHAPE_2P7B = Preset(d_model=2560, d_ff=10240, num_layers=32, num_heads=32)
 _SHAPE_10B = Preset(d_model=4608, d_ff=12288, num_layers=50, num_heads=36)
 # Llama 3 shapes, from each model's config.json on huggingface.co/meta-llama (Llama-3.2-1B,
-# Llama-3.2-3B, Llama-3.1-8B, Llama-3.1-70B): grouped-query attention with 8 K/V heads, vocabulary
+# Llama-3.2-3B, Llama-3.1-8B, Llama-3.1-70B, Llama-3.1-405B): grouped-query attention with 8 K/V
+# heads, vocabulary
 # 128,256, RoPE base 500,000 (their "llama3" RoPE frequency scaling is not modelled: it changes
 # values, not costs); the 3.2 models tie lm_head to the embedding. Published parameter counts:
-# 1.24B, 3.21B, 8.03B, 70.6B (tests/model/test_llama_presets.py pins them). They accept any
+# 1.24B, 3.21B, 8.03B, 70.6B, 405.9B (tests/model/test_llama_presets.py pins them). They accept any
 # context (the reference LM's RoPE table is sized to the run's); Llama 3.1's is 131,072.
 _LLAMA3: dict[str, Preset] = {
     name: Preset(d_model=d, d_ff=f, num_layers=n, num_heads=h, vocab_size=128_256,
@@ -49,7 +50,8 @@ _LLAMA3: dict[str, Preset] = {
     for name, d, f, n, h, tied in (("llama3-1b", 2048, 8192, 16, 32, True),
                                    ("llama3-3b", 3072, 8192, 28, 24, True),
                                    ("llama3-8b", 4096, 14336, 32, 32, False),
-                                   ("llama3-70b", 8192, 28672, 80, 64, False))
+                                   ("llama3-70b", 8192, 28672, 80, 64, False),
+                                   ("llama3-405b", 16384, 53248, 126, 128, False))
 }
 
 # What the size names mean in each edition of CS336 Assignment 2 (the handout's table of model

@@ -59,6 +59,16 @@ _H100_SXM = ("NVIDIA H100 Tensor Core GPU datasheet (H100 SXM), dense, "
              "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet")
 _H100_PCIE = ("NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe), dense, "
               "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet")
+# torchtitan's published Llama 3 runs (benchmarks/llama3_h100_202412_torchtitan.md; the TorchTitan
+# paper, arXiv 2410.06511): "The H100 GPUs used for the experiments are non-standard. They have
+# HBM2e and are limited to a lower TDP. The actual peak TFLOPs should be between SXM and NVL, and
+# we don't know the exact value." Taken here: the midpoint of the H100 SXM's and the H100 NVL's
+# dense figures (NVL: BF16 1,671, TF32 835 TFLOPS with sparsity, FP32 60), so a compute-bound
+# prediction is within +-8.5% of either bound; 96 GB of HBM2e at 2.4 TB/s, 500 W, NVLink 4
+_H100_96GB = ("H100 96GB HBM2e (Meta's, torchtitan's benchmarks): peaks the midpoint of the H100 "
+              "SXM's and NVL's dense figures (the TorchTitan paper, arXiv 2410.06511: 'between "
+              "SXM and NVL'), 2.4 TB/s, NVLink 4; "
+              "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet")
 _H200 = ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense, "
          "https://www.nvidia.com/en-us/data-center/h200/")
 _A100 = ("NVIDIA A100 Tensor Core GPU datasheet (SXM4 and PCIe, 40GB and 80GB), dense, "
@@ -105,6 +115,9 @@ _TABLE: tuple[DeviceSpec, ...] = (
                _peaks(_H100_PCIE, 51.0, 378.0, 756.0, 756.0), _H100_PCIE, ("H100 PCIe",)),
     DeviceSpec("H100-SXM", 80, 3350 * GB, 450 * GB, _NVLINK4,
                _peaks(_H100_SXM, 66.9, 494.7, 989.4, 989.4), _H100_SXM, ("H100",), ("H100",)),
+    DeviceSpec("H100-96GB", 96, 2400 * GB, 450 * GB, _NVLINK4,
+               _peaks(_H100_96GB, 63.45, 456.1, 912.45, 912.45), _H100_96GB, (),
+               ("H100-96G", "H100-HBM2e")),
     DeviceSpec("A100-80GB", 80, 2039 * GB, 300 * GB, _NVLINK3, _A100_PEAKS, _A100 + " (80GB SXM)",
                ("A100-SXM4-80GB",), ("A100-SXM4-80GB", "A100-80GB-SXM")),
     DeviceSpec("A100-80GB-PCIe", 80, 1935 * GB, 32 * GB,

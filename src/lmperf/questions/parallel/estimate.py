@@ -92,7 +92,7 @@ def _pairs(n: int, degrees: Sequence[int]) -> list[tuple[str, int]]:
 def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_bytes):
     """The rows of a preset LM, each `lmperf plan`'s prediction of that configuration."""
     from lmperf.estimate.fit import Workload, fits, rank_peak, timelines
-    from lmperf.estimate.plan import Candidate, shape_of, step_time
+    from lmperf.estimate.plan import shape_of, step_time
 
     work = Workload(size, course, None, context, "sdpa", "cuda")
     spec, counted = work.spec(1, "fp32"), shape_of(work)
@@ -109,8 +109,8 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
         states = _states(shape, strategy, n, t)
         if lines is None:  # --batch 0: the model states, nothing else
             return states, states, 0.0
-        return (states, *rank_peak(lines, shape, strategy, n, t, b, accum, PRECISION, "cuda",
-                                   context))
+        return (states, *rank_peak(lines, shape, candidate(strategy, n, t, b, accum), context,
+                                   "cuda"))
 
     def evaluate(strategy: str, n: int, t: int) -> dict | None:
         d = n // t
@@ -118,10 +118,13 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
             return None
         card, accum = target(n), math.ceil(sequences // d / b)
         try:
-            x = step_time(Candidate(PRECISION, 0, strategy, t, b, accum), work, shape, card,
-                          sequences)
+            c = candidate(strategy, n, t, b, accum)
+            c.layout.check(num_layers=shape.num_layers, num_heads=shape.num_heads,
+                           num_kv_heads=shape.num_kv_heads or None, context=context,
+                           global_batch=sequences)
         except SpecError:  # TP cannot split this model's heads by t
             return None
+        x = step_time(c, work, shape, card, sequences)
         states, peak, allowance = memory(strategy, n, t, accum)
         compute = x["compute_s"] + x["optimizer_s"]
         return {"strategy": strategy, "world_size": n, "tp": t, "dp": d, "params": shape.params,
@@ -168,10 +171,22 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
                          "memory: model states only (--batch 0)")
 
 
+def candidate(strategy: str, n: int, t: int, b: int, accum: int):
+    """The plan's Candidate of a row of N devices: a data-parallel strategy over all of them,
+    `tp` (TP over all N: one replica) or `fsdp+tp` (FSDP over N / t replicas of t-way TP)."""
+    from lmperf.estimate.candidate import Candidate
+    from lmperf.estimate.layout import Layout
+
+    name = {"tp": "single", "fsdp+tp": "fsdp" if n > t else "single"}.get(strategy, strategy)
+    layout = Layout(n, tp=t, dp_replicate=n // t if name == "ddp" else 1)
+    return Candidate(PRECISION, 0, name, layout, b, accum)
+
+
 def _states(shape: Shape, strategy: str, n: int, t: int) -> float:
     """Model-state bytes a rank holds: fp32 weights 4, gradients 4 and AdamW's moments 8 per
     parameter it keeps (P_t under t-way TP; 1/d of the categories the strategy shards)."""
-    d, shards = n // t, strategy_of(strategy).shards
+    d, shards = n // t, strategy_of({"tp": "single", "fsdp+tp": "fsdp"}.get(strategy,
+                                                                            strategy)).shards
     return sum(tp_params(shape, t) * per / (d if cat in shards else 1) for cat, per in
                (("parameters", 4), ("gradients", 4), ("optimizer state", 8)))
 
@@ -180,13 +195,13 @@ def _ffn_rows(shape: Shape, card, degrees: Sequence[int], tokens: int, c_bytes: 
     """The course's accounting model: states and activations analytic, communication from the
     strategy table at the collective model (no ops to count: no compute or step time)."""
     from lmperf.estimate.fit import fits
-    from lmperf.estimate.plan import Candidate, communication
+    from lmperf.estimate.plan import communication
 
     rows = []
     for strategy, t in _pairs(card.gpus, degrees):
         d = card.gpus // t
         states, saved = _states(shape, strategy, card.gpus, t), activation_bytes(shape, tokens // d, t)
-        c = Candidate(PRECISION, 0, strategy, t, 1, 1)
+        c = candidate(strategy, card.gpus, t, 1, 1)
         total, _, sent = communication(c, shape, card, tokens // d, [1], [(0.0, 0.0)])
         rows.append({"strategy": strategy, "world_size": card.gpus, "tp": t, "dp": d,
                      "params": shape.params, "memory_method": "analytic",

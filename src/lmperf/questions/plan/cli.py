@@ -6,13 +6,14 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import run_command
-from lmperf.core.vocabulary import add_options
+from lmperf.core.vocabulary import LAYOUT, add_options
 
 DEFAULT_OUT = Path("results") / "plan.jsonl"
 HELP = "what to run, will it fit, how fast: the fastest configuration that fits (predicted)"
 DESCRIPTION = (
-    "Searches precision x activation checkpointing x sharding (DDP, ZeRO-1/2, FSDP, FSDP x TP) "
-    "x micro-batch for a model on GPUs you may not have (--gpu NAME --gpus N), ranks what fits "
+    "Searches precision x activation checkpointing x layout (DDP, ZeRO-1/2, FSDP, HSDP; tensor "
+    "parallelism with sequence parallelism, pipeline schedules, context parallelism) x "
+    "micro-batch for a model on GPUs you may not have (--gpu NAME --gpus N), ranks what fits "
     "by predicted step time and names the winner and the command that runs it. Every figure is "
     "PREDICTED (simulated memory, modelled time); --confirm K runs K plans on this CPU's ranks "
     "and scores the prediction.")
@@ -25,8 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 defaults={"out": DEFAULT_OUT, "attention": "sdpa"},
                 helps={"size": "a preset (default: mini), e.g. llama3-8b",
                        "attention": "default: sdpa (a fused kernel)"})
-    add_options(p, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), defaults={"gpus": 1},
+    add_options(p, ("gpu", "gpus", "gpus_per_node", "gib", "host_us", "node_bandwidth"),
+                defaults={"gpus": 1},
                 helps={"gpu": "default: the one at hand", "gib": "required on the CPU"})
+    g = p.add_argument_group("layout (each flag one or more values; a dimension not given is "
+                             "searched over all its values)")
+    add_options(g, LAYOUT, lists=LAYOUT)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="cpu: plan for this machine's ranks (gloo), as --confirm runs them")
     p.add_argument("--context", type=int, default=2048, metavar="T", help="tokens per sequence")
@@ -55,4 +60,5 @@ def cmd_plan(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node, gib=args.gib, device=args.device, context=args.context,
         global_batch=args.global_batch, precision=args.plan_precision, checkpoint=args.checkpoint,
         attention=args.attention, host_us=args.host_us, confirm=args.confirm,
-        course=args.course, out=args.out, timeout=args.timeout, top=args.top))
+        course=args.course, out=args.out, timeout=args.timeout, top=args.top,
+        node_bandwidth=args.node_bandwidth, **{name: getattr(args, name) for name in LAYOUT}))

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import time
+from dataclasses import replace
 
 import torch
 
@@ -17,14 +18,15 @@ from lmperf.questions.plan.spec import (OPTIMIZER, RUNNABLE_ON_CPU, ConfirmAlone
 METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps weighted by what the "
           "strategy keeps (lmperf.estimate.fit); step time from per-op counts on the target and "
           "each collective's latency + bandwidth (estimate.time_model, estimate.comm)")
-CANDIDATE = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
+CANDIDATE = ("precision", "checkpoint", "strategy", "dp_replicate", "dp_shard", "tp", "pp", "cp",
+             "pp_schedule", "pp_virtual", "async_tp", "micro_batch", "grad_accum")
 
 
-def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
-    """(ranked candidate rows, env, what the target is) of `spec`; `progress(done, total,
-    what)` is told how far the search is."""
+def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
+    """(ranked candidate rows, env, what the target is, what was left out: reason -> count) of
+    `spec`; `progress(done, total, what)` is told how far the search is."""
     from lmperf.estimate.fit import PRECISIONS, Workload
-    from lmperf.estimate.plan import candidates, precisions_for, shape_of
+    from lmperf.estimate.plan import candidates, shape_of
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
 
@@ -32,20 +34,20 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str]:
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention, device,
                     OPTIMIZER[device])
     # the host per op: --host-us, else probed on each precision's ops (GPU at hand); a CPU once
-    probed = precisions_for(spec.precisions, spec.gpus) if spec.gpu else ()
+    probed = [p for p in spec.precisions if spec.gpus > 1 or p != "bf16-fsdp"] if spec.gpu else ()
     targets = {p: cluster(spec.gpu, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib,
-                          host_us=spec.host_us, probe=work.spec(1, PRECISIONS[p]))
+                          host_us=spec.host_us, probe=work.spec(1, PRECISIONS[p]),
+                          node_bandwidth=spec.node_bandwidth)
                for p in probed or spec.precisions[:1]}
     target = next(iter(targets.values()))
-    rows = candidates(work, shape_of(work), target, spec.global_batch, spec.checkpoints,
-                      spec.precisions, RUNNABLE_ON_CPU if device == "cpu" else None, progress,
-                      targets)
+    rows, left = candidates(work, shape_of(work), target, spec.global_batch, spec.space(),
+                            progress, targets)
     if not rows:
-        raise SpecError(f"nothing to plan: global batch {spec.global_batch} does not split over "
-                        f"the data-parallel degrees of {spec.gpus} devices (or no --checkpoint "
-                        "group applies to this model): give a multiple of the devices")
+        why = "; ".join(f"{k} ({v})" for k, v in left.items()) or "no layout applies"
+        raise SpecError(f"nothing to plan for {spec.gpus} devices and global batch "
+                        f"{spec.global_batch}: {why}")
     return rows, capture(torch.device("cpu")), \
-        f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each"
+        f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each", dict(left)
 
 
 def records(spec: PlanSpec, progress=None) -> list[dict]:
@@ -54,13 +56,15 @@ def records(spec: PlanSpec, progress=None) -> list[dict]:
     from lmperf.results.schema import make_record
 
     t0 = time.perf_counter()
-    rows, env, target = search(spec, progress)
+    rows, env, target, left = search(spec, progress)
     took = time.perf_counter() - t0
     search_id = time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
     out = []
     for row in rows:
         metrics = {k: v for k, v in row.items() if k not in CANDIDATE}
         metrics.update(method=METHOD, target=target, search_s=took)
+        if row["rank"] == 1:  # the search's own: what it left out, and why
+            metrics["left_out"] = left
         out.append(make_record("plan", {**spec.to_dict(), "search": search_id,
                                         **{k: row[k] for k in CANDIDATE}}, "ok", env,
                                metrics=metrics))
@@ -83,7 +87,7 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
         picks.append(min(left, key=lambda r: abs(math.log(r["step_s"]) - goal)))
     picks.sort(key=lambda r: r["rank"])
     from lmperf.estimate.fit import Workload, rank_peak, timelines
-    from lmperf.estimate.plan import shape_of
+    from lmperf.estimate.plan import candidate_of, shape_of
 
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention,
                     spec.device, OPTIMIZER[spec.device])
@@ -91,11 +95,12 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     budget = (spec.gib or 0) * 2**30 or rows[0]["budget_gib"] * 2**30
     cells = []
     for r in picks:
-        per_replica = spec.global_batch // (spec.gpus // r["tp"])
+        c = candidate_of(r, spec.gpus)
+        per_replica = c.layout.local_batch(spec.global_batch)
         for b, timed in ((r["micro_batch"], True), (r["micro_batch"] + 1, False)):
             live, allowance = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
-                                        r["strategy"], spec.gpus, r["tp"], b, r["grad_accum"],
-                                        r["precision"], spec.device, spec.context, readable=True)
+                                        replace(c, micro_batch=b), spec.context, spec.device,
+                                        readable=True, global_batch=spec.global_batch)
             cells.append({"cell": f"rank{r['rank']}-b{b}", **{c: r[c] for c in CANDIDATE},
                           "run_batch": b, "per_replica": per_replica, "timed": timed,
                           "plan_rank": r["rank"], "planned_peak_bytes": live,

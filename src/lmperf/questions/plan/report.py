@@ -8,14 +8,43 @@ import pandas as pd
 
 from lmperf.core.report import Report
 
-COLUMNS = ("rank", "precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum",
+LAYOUT = ("dp_replicate", "dp_shard", "tp", "pp", "cp", "pp_schedule", "pp_virtual", "async_tp")
+COLUMNS = ("rank", "precision", "checkpoint", "strategy", *LAYOUT, "micro_batch", "grad_accum",
            "peak_gib", "headroom_gib", "fits", "step_s", "compute_s", "exposed_comm_s",
-           "tokens_per_s_per_gpu", "mfu", "why")
+           "bubble_s", "tokens_per_s_per_gpu", "mfu", "why")
+# a record written before layouts (issue 40) has tp only: the rest are one device's
+OLD = {"dp_replicate": 1, "tp": 1, "pp": 1, "cp": 1, "pp_schedule": None, "pp_virtual": 1,
+       "async_tp": False, "bubble_s": 0.0}
 TOP = 10  # distinct plans shown per search (besides the best of each strategy)
-SHOWN = ("rank", "precision", "checkpoint", "strategy", "micro_batch", "grad_accum", "peak_gib",
+SHOWN = ("rank", "precision", "checkpoint", "layout", "micro_batch", "grad_accum", "peak_gib",
          "fits", "step_s", "tokens_per_s_per_gpu", "mfu", "why")  # what a person reads
 SHORT = {"checkpoint": "ckpt", "micro_batch": "b", "grad_accum": "accum",
          "tokens_per_s_per_gpu": "tokens/s/GPU", "mfu": "mfu_share"}  # 120 columns
+SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "i1f1b",
+             "InterleavedZeroBubble": "izb", "ZBVZeroBubble": "zbv"}
+
+
+def layout_name(row: dict, gpus: int) -> str:
+    """A candidate's layout in a few characters: 'fsdp8', 'fsdp4 tp2', 'hsdp2x4 tp8 pp8 i1f1b2',
+    'ddp8', 'single', 'fsdp2 cp4', 'fsdp4 tp2 async' (a record of `gpus` GPUs; one written
+    before layouts has tp only, and 'fsdp+tp')."""
+    tp, pp, cp, rep = (int(row.get(k) or 1) for k in ("tp", "pp", "cp", "dp_replicate"))
+    strategy = {"fsdp+tp": "fsdp"}.get(row["strategy"], row["strategy"])
+    shard = row.get("dp_shard")
+    if shard is None or shard != shard:  # an old record: what the degrees leave
+        shard = max(1, gpus // (tp * pp * cp * rep))
+        rep, shard = (shard, 1) if strategy == "ddp" else (rep, shard)
+    parts = [{"single": "", "ddp": f"ddp{rep}", "fsdp": f"hsdp{rep}x{shard}" if rep > 1
+              else f"fsdp{shard}"}.get(strategy, f"{strategy}{shard}")]
+    parts += [f"{name}{degree}" for name, degree in (("tp", tp), ("cp", cp), ("pp", pp))
+              if degree > 1]
+    if pp > 1:
+        v = int(row.get("pp_virtual") or 1)
+        parts.append(SCHEDULES.get(row.get("pp_schedule"), str(row.get("pp_schedule")))
+                     + (str(v) if v > 1 else ""))
+    if row.get("async_tp") is True:
+        parts.append("async")
+    return " ".join(p for p in parts if p) or "single"
 
 
 def build_report(records: list[dict], top: int = TOP) -> Report:
@@ -66,15 +95,19 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
     """(distinct candidates, the rows shown laid out, the winner's lines, the other findings)
     of one search's records."""
     plans = [r for r in records if not r["spec"].get("confirm") and r["status"] == "ok"]
-    rows = [{**{k: r["spec"].get(k) for k in COLUMNS}, **{k: r["metrics"].get(k) for k in COLUMNS
-                                                         if k not in r["spec"]}} for r in plans]
-    frame = _distinct(pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("rank")) if rows \
+    rows = [{**{k: r["spec"].get(k, OLD.get(k)) for k in COLUMNS},
+             **{k: r["metrics"].get(k, OLD.get(k)) for k in COLUMNS if k not in r["spec"]}}
+            for r in plans]
+    gpus = records[0]["spec"]["gpus"]
+    frame = _distinct(pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("rank"), gpus) if rows \
         else pd.DataFrame(columns=list(COLUMNS) + ["same_as"])
     won, findings = [], []
     if rows:
         m0, spec = plans[0]["metrics"], plans[0]["spec"]
         findings.append(f"{len(rows)} candidates in {m0['search_s']:.1f} s, {len(frame)} distinct, "
                         f"{int(frame['fits'].sum())} fit; every figure {m0['method']}")
+        findings += [f"left out: {why} ({count})"
+                     for why, count in (m0.get("left_out") or {}).items()]
         best = frame.iloc[0]
         if best["fits"]:
             won = _winner(spec, plans, best)
@@ -89,10 +122,10 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
                         f"{m['boundary_correct']}, worst peak error {m['peak_error']}, "
                         f"Kendall tau of step times {m['kendall_tau']}, the predicted winner's "
                         f"measured step / the best of them {m['winner_vs_best']}")
-    return frame, _shown(frame, top), won, findings
+    return frame, _shown(frame, top, gpus), won, findings
 
 
-def _distinct(frame: pd.DataFrame) -> pd.DataFrame:
+def _distinct(frame: pd.DataFrame, gpus: int) -> pd.DataFrame:
     """One row per distinct prediction (fits, peak and step equal to 4 digits): the best ranked
     kept, naming the alternatives that predict the same in `same_as`."""
     key = [frame["fits"], frame["peak_gib"].map(lambda v: f"{v:.4g}"),
@@ -100,20 +133,20 @@ def _distinct(frame: pd.DataFrame) -> pd.DataFrame:
     kept = []
     for _, group in frame.groupby(key, sort=False):
         first = group.iloc[0]
-        others = [f"{o.strategy}{o.tp if o.tp > 1 else ''} {o.precision} ckpt {o.checkpoint} b "
-                  f"{o.micro_batch}" for o in group.iloc[1:].itertuples()]
+        others = [f"{layout_name(o, gpus)} {o['precision']} ckpt {o['checkpoint']} b "
+                  f"{o['micro_batch']}" for o in group.iloc[1:].to_dict("records")]
         kept.append(first.to_dict() | {"same_as": ", ".join(others) or None})
     return pd.DataFrame(kept).sort_values("rank").reset_index(drop=True)
 
 
-def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
+def _shown(frame: pd.DataFrame, top: int, gpus: int) -> pd.DataFrame:
     """The first `top` distinct candidates and the best of each (strategy, t), laid out."""
     if frame.empty:
         return frame
-    best = frame.groupby(["strategy", "tp"], sort=False)["rank"].transform("min") == frame["rank"]
+    family = [frame["strategy"], frame["tp"] > 1, frame["pp"] > 1, frame["cp"] > 1]
+    best = frame.groupby(family, sort=False)["rank"].transform("min") == frame["rank"]
     shown = frame[(frame.index < top) | best]
-    out = shown.assign(strategy=[f"{s}{t}" if t > 1 else s for s, t in zip(shown["strategy"],
-                                                                              shown["tp"])],
+    out = shown.assign(layout=[layout_name(r, gpus) for r in shown.to_dict("records")],
                        mfu=shown["mfu"].astype(float),  # None (no published peak): a dash
                        why=[(f"= {same}; " if isinstance(same, str) else "")
                             + (why if isinstance(why, str) else "")
@@ -122,24 +155,32 @@ def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
 
 
 def _winner(spec: dict, plans: list[dict], best) -> list[str]:
-    """The winner's line, the command that runs it, and its torchtitan job config."""
-    from lmperf.questions.plan.run import command, torchrun
+    """The winner's line, the command that runs it, and its torchtitan 0.3 line (with the
+    config module lmperf wrote for it, where it needs one)."""
+    from lmperf.questions.plan import torchtitan
+    from lmperf.questions.plan.run import command
 
     mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{100 * best['mfu']:.2g}%"
-    out = ["winner: " + (f"fsdp x tp {best['tp']}" if best["tp"] > 1 else best["strategy"])
+    out = ["winner: " + layout_name(best.to_dict(), spec["gpus"])
            + f", {best['precision']}, checkpoint groups {best['checkpoint'] or 'none'}, "
            f"micro-batch {best['micro_batch']} x {best['grad_accum']}: {best['step_s']:.3g} s "
            f"per step, {best['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {mfu}, "
            f"{best['peak_gib']:.3g} GiB per rank (predicted)"]
-    toml = next((r["metrics"].get("torchtitan_toml") for r in plans
-                 if r["metrics"]["rank"] == best["rank"]), None)
+    m = next((r["metrics"] for r in plans if r["metrics"]["rank"] == best["rank"]), {})
+    titan, said = m.get("torchtitan_command"), m.get("torchtitan_notes") or []
+    if "torchtitan_command" not in m and spec["gpus"] > 1 and spec["device"] == "cuda":
+        titan, _, said = torchtitan.job(spec)  # a record from before torchtitan 0.3's line
     line, notes = (command(spec, best) or "").partition("  (")[::2]
-    if not line:
-        line, where = torchrun(spec, toml or "TOML")
-        notes = (f"{where}; " if where else "") + ("lmperf dist train runs no tensor parallelism, "
-                                                  "no --model and no grouped-query attention: "
-                                                  "torchtitan does)")
-    out.append(f"run it: `{line}`" + (f" ({notes}" if notes else ""))  # `...`: never wrapped
-    if toml:
-        out.append(f"torchtitan job config of the winner: {toml}")
+    if line:
+        out.append(f"run it: `{line}`" + (f" ({notes}" if notes else ""))  # `...`: never wrapped
+        if titan:
+            out.append(f"on torchtitan 0.3: `{titan}` ({'; '.join(said)})")
+    else:
+        why = ("lmperf dist train runs no tensor, pipeline or context parallelism, no --model and "
+               "no grouped-query attention; " + "; ".join(said))
+        out.append(f"run it: `{titan}` ({why})" if titan else f"run it: no command ({why})")
+    if m.get("torchtitan_config"):
+        out.append(f"torchtitan config module of the winner: {m['torchtitan_config']}")
+    if m.get("torchtitan_toml"):  # written before torchtitan 0.3, which reads no TOML
+        out.append(f"torchtitan 0.2.2 job config of the winner: {m['torchtitan_toml']}")
     return out

@@ -19,6 +19,9 @@ CPU_PRECISIONS = ("fp32", "bf16-mixed")
 # fp32 ones (--confirm, docs/accuracy.md), so it ranks fp32 configurations unless asked
 CPU_DEFAULT = ("fp32",)
 RUNNABLE_ON_CPU = ("single", "ddp", "zero1", "fsdp")  # what --confirm can run here
+# the layout dimensions a plan request may fix (core.vocabulary.LAYOUT; estimate.plan.Space)
+LAYOUT_DIMENSIONS = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual",
+                     "micro_batch", "async_tp")
 OPTIMIZER = ADAMW_ON  # AdamW's as dist train runs it (strategies.ADAMW)
 
 
@@ -28,7 +31,9 @@ class PlanSpec:
     `global_batch` sequences per step over all ranks; the target: `gpus` devices of `gpu` (None:
     the device at hand, `device`), `gpus_per_node` per node, `gib` per device (None: the GPU's
     memory); what is searched: `precisions`, `checkpoints` (block-group sizes, 0: none);
-    `attention`; `host_us`: the host's time per op (None: the default)."""
+    `attention`; `host_us`: the host's time per op (None: the default); `searched`: the
+    layout dimensions given, (flag name, values) pairs (the rest are searched over all their
+    values: `estimate.plan.Space`); `node_bandwidth`: GB/s per GPU between nodes."""
 
     kind: ClassVar[str] = "plan"
 
@@ -46,6 +51,8 @@ class PlanSpec:
     checkpoints: tuple[int, ...] = (0, 1, 2, 4)
     attention: str = "sdpa"
     host_us: float | None = None
+    searched: tuple[tuple[str, tuple], ...] = ()
+    node_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         from lmperf.core.vocabulary import check_target
@@ -66,10 +73,34 @@ class PlanSpec:
         for g in self.checkpoints:
             if isinstance(g, bool) or not isinstance(g, int) or g < 0:
                 raise SpecError(f"checkpoint groups are block counts >= 0, got {g!r}")
+        for name, values in self.searched:
+            if name not in LAYOUT_DIMENSIONS:
+                raise SpecError(f"unknown layout dimension {name!r}")
+            if name in ("pp_schedule", "async_tp"):
+                continue
+            for v in values:
+                positive_int(f"--{name.replace('_', '-')}", v)
+        if self.node_bandwidth is not None and not (
+                isinstance(self.node_bandwidth, (int, float)) and self.node_bandwidth > 0):
+            raise SpecError(f"--node-bandwidth must be a positive number of GB/s, got "
+                            f"{self.node_bandwidth!r}")
+
+    def space(self):
+        """What the search covers (`estimate.plan.Space`)."""
+        from lmperf.estimate.plan import Space
+
+        given = dict(self.searched)
+        if self.device == "cpu":  # what this machine's ranks run unless the layout is given
+            given = {"tp": (1,), "pp": (1,), "cp": (1,), **given}
+        return Space(self.precisions, self.checkpoints,
+                     RUNNABLE_ON_CPU if self.device == "cpu" else None, **given)
 
     def to_dict(self) -> dict:
-        """JSON-ready identity (every record's spec starts with it)."""
-        return asdict(self)
+        """JSON-ready identity (every record's spec starts with it); the layout dimensions given
+        as `searched` {flag name: values} (a record's own layout fields are its candidate's)."""
+        out = asdict(self)
+        out["searched"] = {name: list(values) for name, values in self.searched}
+        return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,66 @@
+"""One configuration a plan prices: a layout (`estimate.layout`), the data-parallel strategy over
+its replicas, the precision, activation checkpointing and the micro-batch; its record fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lmperf.errors import SpecError
+from lmperf.estimate.layout import Layout
+
+# the data-parallel strategies a plan prices: what each keeps of the states is in
+# `estimate.strategies`; hsdp is fsdp with layout.dp_replicate > 1
+STRATEGY_NAMES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "fsdp")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration: `layout`, `strategy` over its data-parallel degree ('single' when it is
+    1), `precision` (a plan precision: fp32, bf16-mixed, bf16-fsdp), `checkpoint` (block-group
+    size, 0 none), `micro_batch` sequences per forward on a rank and `grad_accum` micro-batches
+    per step outside a pipeline. SpecError when the strategy does not fit the layout: DDP
+    replicates (no shard degree), ZeRO shards over every replica, FSDP needs a shard group
+    (dp_shard x cp > 1: torchtitan shards over both)."""
+
+    precision: str
+    checkpoint: int
+    strategy: str
+    layout: Layout
+    micro_batch: int
+    grad_accum: int
+
+    def __post_init__(self) -> None:
+        lay, s = self.layout, self.strategy
+        if s not in STRATEGY_NAMES:
+            raise SpecError(f"unknown strategy {s!r}; accepted: {', '.join(STRATEGY_NAMES)}")
+        ok = {"single": lay.dp == 1,
+              "ddp": lay.dp_shard == 1 and lay.dp_replicate > 1,
+              "zero1": lay.dp_replicate == 1 and lay.dp_shard > 1,
+              "zero2": lay.dp_replicate == 1 and lay.dp_shard > 1,
+              "fsdp": lay.dp_shard * lay.cp > 1}[s]
+        if not ok:
+            raise SpecError(f"{s} does not fit the layout {lay.label()}")
+        if self.precision == "bf16-fsdp" and s != "fsdp":
+            raise SpecError("bf16-fsdp is FSDP's mixed-precision policy: it needs fsdp")
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks that share one copy of the sharded states: FSDP's dp_shard x cp, ZeRO's every
+        replica, 1 for DDP and one device."""
+        lay = self.layout
+        return {"fsdp": lay.dp_shard * lay.cp, "zero1": lay.dp, "zero2": lay.dp}.get(
+            self.strategy, 1)
+
+    def fields(self) -> dict:
+        """The record fields: precision, checkpoint, strategy, the layout's, micro_batch and
+        grad_accum."""
+        return {"precision": self.precision, "checkpoint": self.checkpoint,
+                "strategy": self.strategy, **self.layout.fields(),
+                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum}
+
+    def label(self) -> str:
+        """'fsdp 8 x tp 2, bf16-fsdp, checkpoint 1, micro-batch 1 x 4'."""
+        lay = self.layout
+        name = self.strategy if self.strategy != "fsdp" or lay.dp_replicate == 1 else "hsdp"
+        return (f"{name} ({lay.label()}), {self.precision}, checkpoint "
+                f"{self.checkpoint or 'none'}, micro-batch {self.micro_batch} x {self.grad_accum}")
