@@ -134,7 +134,10 @@ def analyse(trace: str | Path | dict, n: int, device_type: str = "cpu",
         source = ("torch.profiler: NCCL kernels vs other kernels, each in the step that launched "
                   "it, in full")
     else:
-        comm_threads = {e.get("tid") for e in issued}
+        # gloo's worker threads run the collectives; send / recv run on the calling thread,
+        # whose ops are the step's compute
+        comm_threads = {e.get("tid") for e in issued
+                        if collective_of(e["name"]) not in ("send", "recv")}
         comm = [span(e) for e in issued]
         ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") not in comm_threads
                and not e["name"].startswith("c10d::")]

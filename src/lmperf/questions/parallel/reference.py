@@ -53,9 +53,11 @@ def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def train_reference(model: nn.Module, batches: Callable[[int], Batch], steps: int, lr: float, *,
                     cast: str = "none", dtype: torch.dtype | None = None,
-                    device_type: str = "cpu") -> dict[str, torch.Tensor]:
+                    device_type: str = "cpu", first: dict | None = None) -> dict[str, torch.Tensor]:
     """Train `model` (modified in place) for `steps` AdamW steps on `batches(step)`; returns
-    {name: parameter}. cast: 'none', 'linear-embedding' or 'all' (see the module docstring)."""
+    {name: parameter}. cast: 'none', 'linear-embedding' or 'all' (see the module docstring).
+    `first`, when given, receives the first step's 'loss' (a float) and 'grads' ({name:
+    gradient}, before the optimizer steps)."""
     if cast == "linear-embedding":
         mirror_linear_embedding(model, dtype)  # type: ignore[arg-type]
     autocast = (contextlib.nullcontext if dtype is None else
@@ -72,6 +74,9 @@ def train_reference(model: nn.Module, batches: Callable[[int], Batch], steps: in
                 logits = model(inputs)
             loss = loss_of(logits, targets)
         loss.backward()
+        if first is not None and step == 0:
+            first.update(loss=loss.item(), grads={n: p.grad.detach().clone()
+                                                  for n, p in names.items() if p.grad is not None})
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lmperf.core.rank import RankJob, Ranks
+from lmperf.questions.parallel.items import check as check_item, parse as parse_item
 from lmperf.errors import SpecError
 from lmperf.kernels import NAMES as ATTENTION
 from lmperf.model.shape import ModelShape
@@ -98,10 +99,13 @@ class StrategyOptions:
 
 @dataclass(frozen=True)
 class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
-    """Data-parallel training strategies at one world size, on the same model and data.
+    """Data-parallel training strategies, and layouts (TP, PP, HSDP: `items.Item`, an item
+    string such as 'fsdp2 tp=2'), at one world size, on the same model and data.
 
-    Each rank trains on `grad_accum` micro-batches of `batch` sequences of its own per step
-    (the global batch is world_size x grad_accum x batch); 'single' runs at world size 1 only.
+    Each data-parallel replica (a rank, without a layout) trains on `grad_accum` micro-batches
+    of `batch` sequences of its own per step (the global batch is replicas x grad_accum x
+    batch; a pipeline splits `batch` into its micro-batches); 'single' runs at world size 1
+    only.
     `warmup`, `steps`: untimed, then timed steps; `profile_steps`: further steps under the
     profiler (communication intervals and bytes); `precision`: 'fp32' or 'bf16-mixed' (bf16
     autocast over fp32 weights); `checkpoint`: activation checkpointing in groups of that many
@@ -141,6 +145,13 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
         if not self.strategies:
             raise SpecError("a train job needs at least one strategy")
         for name in self.strategies:
+            item = parse_item(name, self.world_size)
+            if item.is_layout:
+                check_item(item, num_layers=self.num_layers, num_heads=self.num_heads,
+                           context=self.context, batch=self.batch, grad_accum=self.grad_accum,
+                           checkpoint=self.checkpoint, compute_dtype=self.compute_dtype,
+                           device=self.device)
+                continue
             choice("strategy", name, STRATEGIES)
             if (name == "single") != (self.world_size == 1):
                 raise SpecError("strategy 'single' runs at world size 1 and only it does "
@@ -153,9 +164,10 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
         return list(self.strategies)
 
     def item_spec(self, item: str) -> dict:
-        """The record spec of one strategy."""
+        """The record spec of one item: its strategy and, for a layout, the layout's degrees."""
         base = {k: v for k, v in self.to_dict().items() if k != "strategies"}
-        return {"what": "train", "strategy": item, **base}
+        parsed = parse_item(item, self.world_size)
+        return {"what": "train", "strategy": parsed.strategy, **base, **parsed.spec_fields()}
 
     def with_items(self, items: list[str]) -> "TrainJob":
         """Only the strategies in `items`."""

@@ -11,7 +11,7 @@ from the model's parameters, to compare with the bytes the profiler counted.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, ContextManager
 
 import torch
@@ -55,6 +55,21 @@ class Setup:
     # last only (torch DDP's no_sync; nothing for what syncs after backward); None: the
     # strategy synchronises after every micro-batch (its hooks all-reduce during backward)
     no_sync: Callable[[], ContextManager] | None = None
+    # --- what a layout (layouts.py) sets; a data-parallel strategy keeps the defaults ---
+    # the context each micro-batch's forward AND backward run in (loss_parallel under TP)
+    context: Callable[[], ContextManager] = contextlib.nullcontext
+    # a pipeline's schedule: (inputs, targets) -> the mean loss on the last stage, else None;
+    # it runs every micro-batch's forward and backward (then no `model` forward is called)
+    pipeline: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None
+    # (this rank's data-parallel replica, replicas): the rows of the global batch it trains on
+    # (None: one replica per rank)
+    replica: tuple[int, int] | None = None
+    # {name: full gradient} on rank 0 ({} elsewhere; a collective): the step's gradients
+    full_grads: Callable[[], dict[str, torch.Tensor]] | None = None
+    # process group name -> mesh dimension, for the collective ledger
+    groups: dict[str, str] = field(default_factory=dict)
+    # record fields the layout adds (the pipeline's schedule and idle slots)
+    record: dict = field(default_factory=dict)
 
 
 def _named(module: nn.Module) -> Callable[[], dict[str, torch.Tensor]]:
@@ -107,11 +122,15 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
     raise ValueError(f"unknown strategy {name!r}")
 
 
+def optimizer_state(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer state tensors THIS rank holds (sharded optimizers: their local part)."""
+    local = getattr(optimizer, "local", None) or getattr(optimizer, "optim", None) or optimizer
+    return [t for s in local.state.values() for t in s.values() if torch.is_tensor(t)]
+
+
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of optimizer state THIS rank holds (sharded optimizers: their local part)."""
-    local = getattr(optimizer, "local", None) or getattr(optimizer, "optim", None) or optimizer
-    return sum(_local(t).numel() * _local(t).element_size()
-               for s in local.state.values() for t in s.values() if torch.is_tensor(t))
+    return tensor_bytes(optimizer_state(optimizer))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
