@@ -24,7 +24,12 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          timeout: float | None = None, max_memory_gib: float | None = None,
          resume: bool = False, progress: bool = False, precision: str | None = None,
          checkpoint: int = 0, grad_accum: int = 1, attention: str | None = None,
-         reference: bool = True, **estimate_options: object) -> Report:
+         reference: bool = True, tp: Sequence[int] | int | None = None,
+         pp: Sequence[int] | int | None = None, cp: Sequence[int] | int | None = None,
+         dp_replicate: Sequence[int] | int | None = None,
+         pp_schedule: Sequence[str] | str | None = None,
+         pp_virtual: Sequence[int] | int | None = None,
+         micro_batch: Sequence[int] | int | None = None, **estimate_options: object) -> Report:
     """Run `what`: 'comm' (collectives), 'train' (strategies), 'all' (both) or 'estimate'.
 
     comm: every collective x size (bytes or '1KiB'-style) at each world size, `iters` timed
@@ -33,7 +38,12 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     vocabulary), `grad_accum` micro-batches of `batch` sequences of `context` tokens per rank
     and step, `precision` 'fp32' (default) or 'bf16-mixed' (bf16 autocast), `checkpoint` blocks
     per checkpointed group (0: none), `attention` (default naive); `reference` False skips the
-    check against one process on the global batch. Each (command, world size) is one torchrun launch; a rank that crashes,
+    check against one process on the global batch. Layouts (docs/commands/dist.md): `tp`,
+    `pp` (with `pp_schedule`, `pp_virtual` stages per rank and `micro_batch` sequences per
+    pipeline micro-batch), `cp` (refused: CUDA only, not built) and `dp_replicate` (HSDP with
+    fsdp2), each one value or a list to sweep; `batch` is then per data-parallel replica, and
+    `strategy` the data-parallel part (default fsdp2; none where a layout leaves one replica);
+    the world size defaults to the layout's degrees. Each (command, world size) is one torchrun launch; a rank that crashes,
     hangs past `timeout` seconds or runs out of memory is a row naming the rank. None takes the
     device's default (core.vocabulary.DEFAULTS["dist"]). `out`: a JSONL file appended to (None:
     records stay in memory); `plots`: a folder for the PNGs. 'estimate' runs nothing: see
@@ -46,7 +56,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
         from lmperf.questions.parallel.estimate import estimate
 
         return estimate(world_size=world_size, size=size, context=context, course=course,
-                        batch=batch, **estimate_options)  # type: ignore[arg-type]
+                        batch=batch, **({"tp": tp} if tp is not None else {}),
+                        **estimate_options)  # type: ignore[arg-type]
     if what == "leaderboard":  # its own keywords (precision, warmup_ms, rep_ms, ...) pass through
         from lmperf.questions.parallel.leaderboard import leaderboard
 
@@ -72,7 +83,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                      seed=seed, device=device, threads=threads, timeout=timeout, course=course,
                      vocab_size=vocab_size, max_memory_gib=max_memory_gib, precision=precision,
                      checkpoint=checkpoint, grad_accum=grad_accum, attention=attention,
-                     reference=reference)
+                     reference=reference, tp=tp, pp=pp, cp=cp, dp_replicate=dp_replicate,
+                     pp_schedule=pp_schedule, pp_virtual=pp_virtual, micro_batch=micro_batch)
     if plots is not None:
         store.ensure_folder(Path(plots))  # before anything runs
     out = Path(out) if out is not None else None

@@ -13,8 +13,11 @@ SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "
 COMM = ("collective", "sizes", "dtype", "iters")
 TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size",
          "checkpoint", "grad_accum")
+# the layout flags of the shared vocabulary (core.vocabulary.LAYOUT) that dist train runs;
+# --tp also sets --estimate's FSDP x TP rows
+LAYOUT = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual", "micro_batch")
 ESTIMATE = ("gpus", "d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth",
-            "gib", "tflops", "comm_dtype", "tp", "node_bandwidth", "gpus_per_node", "host_us")
+            "gib", "tflops", "comm_dtype", "node_bandwidth", "gpus_per_node", "host_us")
 
 
 HELP = "data parallelism: collectives, DDP/FSDP/ZeRO strategies, estimates"
@@ -99,6 +102,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-reference", action="store_true",
                    help="skip the check against one process on the global batch (and gathering "
                         "the full parameters): a model one device cannot hold")
+    g = p.add_argument_group("train: layouts (TP, PP, HSDP; --batch is then per data-parallel "
+                             "replica, --strategy its data-parallel part: fsdp2, or none)")
+    add_options(g, LAYOUT, lists=LAYOUT,
+                helps={"tp": "train: with sequence and loss parallelism (DTensor); --estimate: "
+                             "the degrees of its FSDP x TP rows (default: 2 4 8)",
+                       "cp": "train: refused (torch's context_parallel runs CUDA kernels only)",
+                       "dp_replicate": "train: HSDP with --strategy fsdp2",
+                       "pp_schedule": "train: default 1F1B",
+                       "pp_virtual": "train: default 2 for a looped schedule, else 1",
+                       "micro_batch": "train: default 1"})
     g = p.add_argument_group("--estimate")
     add_options(g, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), lists=("gpus",),
                 helps={"gpu": "default: H100-SXM", "gpus": "one row each (default: 8 64 512)"})
@@ -117,8 +130,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--node-bandwidth", type=float, metavar="GB/s",
                    help="bandwidth per device and direction between nodes, for collectives "
                         "whose group spans more than --gpus-per-node devices (default: 50)")
-    g.add_argument("--tp", type=int, nargs="+", metavar="T",
-                   help="tensor-parallel degrees of the FSDP x TP rows (default: 2 4 8)")
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
                    help="the dtype of the course's accounting column comm_gb (every message "
                         "in it); the times are the one model's (default: bf16)")
@@ -134,7 +145,7 @@ def run_kwargs(args: argparse.Namespace) -> dict:
     return {"precision": args.lb_precision or "fp32",  # --precision, --attention: train's or
             "attention": args.lb_attention or "naive",  # the leaderboard's (its defaults)
             "reference": not args.no_reference,
-            **{name: getattr(args, name) for name in SHARED + COMM + TRAIN}}
+            **{name: getattr(args, name) for name in SHARED + COMM + TRAIN + LAYOUT}}
 
 
 def cmd_dist(args: argparse.Namespace) -> int:
@@ -161,9 +172,15 @@ def cmd_dist(args: argparse.Namespace) -> int:
 
             raise SpecError("--world-size is the ranks launched here; --estimate counts the "
                             "target's GPUs with --gpus N...")
+        train_only = [f"--{n.replace('_', '-')}" for n in LAYOUT[1:] if getattr(args, n)]
+        if train_only:
+            from lmperf.errors import SpecError
+
+            raise SpecError(f"{', '.join(train_only)}: dist train's layout (--estimate takes "
+                            "--tp for its FSDP x TP rows; `lmperf plan` prices layouts)")
         kwargs = {name: getattr(args, name) for name in ESTIMATE if name != "gpus"}
         emit(dist("estimate", world_size=args.gpus, size=args.size, context=args.context,
-                  course=args.course, batch=args.batch, **kwargs), args)
+                  course=args.course, batch=args.batch, tp=args.tp, **kwargs), args)
         return 0
     from lmperf.questions.parallel.plots import default_folder
 

@@ -15,6 +15,7 @@ from typing import Sequence
 from lmperf.core.vocabulary import as_list, device_defaults, resolve_threads
 from lmperf.questions.parallel.spec import COLLECTIVES, STRATEGIES, CommJob, TrainJob
 from lmperf.errors import SpecError
+from lmperf.validate import choice
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
           "gib": 2**30}
@@ -83,9 +84,11 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               course: str | None = None, vocab_size: int | None = None,
               max_memory_gib: float | None = None, precision: str | None = None,
               checkpoint: int = 0, grad_accum: int = 1, attention: str | None = None,
-              reference: bool = True) -> DistPlan:
+              reference: bool = True, **layout: object) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
-    'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"])."""
+    'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"]).
+    `layout`: train's layout flags (tp, pp, cp, dp_replicate, pp_schedule, pp_virtual,
+    micro_batch), each one value or a list (a sweep): see `layout_items`."""
     from lmperf.core.rank import DEFAULT_TIMEOUT_S
 
     if what not in ("all", "comm", "train"):
@@ -109,23 +112,27 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
             plan.jobs.append(CommJob(world_size=n, collectives=tuple(names), sizes=byte_sizes,
                                      dtype=dtype, warmup=5 if warmup is None else warmup,
                                      iters=iters, **common))
+    unknown = set(layout) - set(LAYOUT_FLAGS)
+    if unknown:
+        raise SpecError(f"unknown keyword(s) for dist: {', '.join(sorted(unknown))}")
+    if what == "comm" and any(as_list(v) for v in layout.values()):
+        raise SpecError("the layout flags (--tp, --pp, ...) are dist train's")
     if what in ("all", "train"):
         plan.jobs += _train_jobs(plan, world_size, strategy, size, context, batch, warmup, steps,
                                  profile_steps, lr, bucket_mb, compute_dtype, compress, seed,
                                  defaults, dev_.type, common, course, vocab_size,
                                  dict(precision=precision or "fp32", checkpoint=checkpoint,
                                       grad_accum=grad_accum, attention=attention or "naive",
-                                      reference=reference))
+                                      reference=reference), layout)
     return plan
 
 
 def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warmup, steps,
                 profile_steps, lr, bucket_mb, compute_dtype, compress, seed, defaults,
-                device_type, common, course, vocab_size, step) -> list[TrainJob]:
+                device_type, common, course, vocab_size, step, layout) -> list[TrainJob]:
     from lmperf.questions.parallel.engines import compression_unsupported
     from lmperf.workload.spec import RunSpec
 
-    names = as_list(strategy) or list(STRATEGIES)
     from lmperf.model.presets import DEFAULT_COURSE, require_plain
 
     require_plain(size or defaults["size"], course or DEFAULT_COURSE, "lmperf dist train")
@@ -139,9 +146,12 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
                  steps=steps or defaults["steps"], profile_steps=profile_steps, lr=lr,
                  seed=seed, bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
                  course=shape.course, **step, **common)
+    combos = layout_combinations(layout)
+    if world_size is None and any(_degrees(c) > 1 for c in combos):
+        world_size = [max(_degrees(c) for c in combos)]  # the layout's ranks, no more
     jobs = []
     for n in _world_sizes(world_size, defaults["train_world_size"], device_type, "train"):
-        mine = [s for s in names if (s == "single") == (n == 1)]
+        mine = layout_items(plan, n, as_list(strategy), combos, fixed)
         if not mine:
             continue
         why = compression_unsupported(compress, common["backend"]) if "torch-ddp" in mine else None
@@ -155,6 +165,79 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
         raise SpecError("nothing to train: 'single' runs at world size 1, every other strategy "
                         "at world sizes above 1")
     return jobs
+
+
+LAYOUT_FLAGS = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual", "micro_batch")
+
+
+def layout_combinations(layout: dict) -> list[dict]:
+    """Every combination of the layout flags' values (a flag not given: its one default; a
+    looped schedule's stages per rank: 2 unless given)."""
+    from itertools import product
+
+    from lmperf.estimate.layout import LOOPED
+
+    values = {k: as_list(layout.get(k)) or [None] for k in LAYOUT_FLAGS}
+    out = []
+    for combo in product(*values.values()):
+        c = dict(zip(LAYOUT_FLAGS, combo))
+        c = {k: (1 if v is None and k not in ("pp_schedule", "pp_virtual") else v)
+             for k, v in c.items()}
+        if c["pp_virtual"] is None:
+            c["pp_virtual"] = 2 if c["pp"] > 1 and str(c["pp_schedule"]) in LOOPED else 1
+        out.append(c)
+    return out
+
+
+def _degrees(combo: dict) -> int:
+    return combo["tp"] * combo["pp"] * combo["cp"] * combo["dp_replicate"]
+
+
+def layout_items(plan: DistPlan, n: int, strategies: list[str], combos: list[dict],
+                 fixed: dict) -> list[str]:
+    """The items (items.Item keys) of `n` ranks: each layout with its strategies (plain data
+    parallelism: the strategies given, default all; a layout: 'none' where it leaves one
+    replica, else the strategies given, default fsdp2). A combination dist train cannot run is
+    refused (SpecError) when it is the only one, else skipped with a note."""
+    from lmperf.estimate.layout import Layout
+    from lmperf.questions.parallel.items import NO_STRATEGY, WITH_LAYOUT, Item, check, check_schedule
+
+    out: list[str] = []
+    refused: list[str] = []
+    for c in combos:
+        try:
+            lay = Layout(n, c["tp"], c["pp"], c["cp"], c["dp_replicate"], c["pp_schedule"],
+                         c["pp_virtual"])
+        except SpecError as exc:
+            refused.append(f"{n} ranks: {exc}")
+            continue
+        if not Item("", lay).is_layout:  # one data-parallel group over every rank
+            names = [s for s in (strategies or list(STRATEGIES)) if (s == "single") == (n == 1)]
+            for s in names:
+                choice("strategy", s, STRATEGIES)
+            out += [s for s in names if s not in out]
+            continue
+        if lay.dp == 1 and strategies:
+            plan.notes.append(f"{lay.label()} on {n} ranks leaves one data-parallel replica: "
+                              f"--strategy {' '.join(strategies)} not used there")
+        names = [NO_STRATEGY] if lay.dp == 1 else strategies or list(WITH_LAYOUT)
+        for s in names:
+            item = Item(s, lay, c["micro_batch"])
+            try:
+                check(item, num_layers=fixed["num_layers"], num_heads=fixed["num_heads"],
+                      context=fixed["context"], batch=fixed["batch"],
+                      grad_accum=fixed["grad_accum"], checkpoint=fixed["checkpoint"],
+                      compute_dtype=fixed["compute_dtype"], device=fixed["device"])
+                check_schedule(item, fixed["batch"])
+            except SpecError as exc:
+                refused.append(str(exc))
+                continue
+            if item.key() not in out:
+                out.append(item.key())
+    if refused and (len(combos) == 1 or not out):  # a sweep skips what it cannot run
+        raise SpecError(refused[0])
+    plan.notes += [f"skipped: {why}" for why in refused]
+    return out
 
 
 def _gpu_count() -> int:
