@@ -16,6 +16,10 @@ class Stage:
     now: str = "starting"
 
 
+PREFLIGHT = "checking that one step fits (simulated, pre-flight)"
+"""The stage of `estimate.preflight.check_fits`: a predicted oom row says it, not "building"."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type name."""
     text = str(exc).strip()

@@ -345,14 +345,14 @@ def _text_table(df: pd.DataFrame, shown: pd.DataFrame,
 def wrap(line: str, first: str = "", rest: str = "") -> str:
     """A line wrapped to WIDTH columns (prefixes for its first and further lines); a `code span`
     (a command to copy) and a flag with its value (--precision bf16-mixed) are never broken,
-    even where that makes their line longer, and a clause (between "; ") that fits on a line
-    is not broken either (a hint such as "run the same command with --resume" is read whole,
-    however long the path before it). A code span loses its backticks (a command copied from a
+    even where that makes their line longer, and neither is a clause (between "; ") of half a
+    line or less (a hint such as "run the same command with --resume" is read whole, however
+    long the path before it). A code span loses its backticks (a command copied from a
     terminal with them would run as a shell substitution)."""
     glued = re.sub(r"`[^`]*`|--[\w-]+ [^\s`-][^\s,;:)`]*",
                    lambda m: m.group().strip("`").replace(" ", "\0"), line)
-    room = WIDTH - max(len(first), len(rest))
-    glued = "; ".join(c.replace(" ", "\0") if len(c) < room else c for c in glued.split("; "))
+    glued = "; ".join(c.replace(" ", "\0") if len(c) <= WIDTH // 2 else c
+                      for c in glued.split("; "))
     return "\n".join(textwrap.wrap(glued, WIDTH, initial_indent=first, subsequent_indent=rest,
                                    break_on_hyphens=False, break_long_words=False)
                      ).replace("\0", " ") or first

@@ -35,6 +35,37 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def read_shape(model: nn.Module) -> dict[str, int | None]:
+    """The shape of a built model read off the module, not off what its factory was handed
+    (a factory may ignore it): d_model, num_layers, num_heads, d_ff, vocab_size and params
+    (None where it cannot be read). A transformers model's config names them; otherwise the
+    token embedding (vocab x d_model), the longest ModuleList (the blocks), the first module
+    with `num_heads`, the first block's widest matrix beside d_model (d_ff)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "hidden_size"):
+        return {"d_model": config.hidden_size, "num_layers": config.num_hidden_layers,
+                "num_heads": config.num_attention_heads,
+                "d_ff": getattr(config, "intermediate_size", None),
+                "vocab_size": config.vocab_size, "params": count_params(model)}
+    embedding = next((m.weight for m in model.modules() if type(m).__name__.endswith("Embedding")
+                      and getattr(getattr(m, "weight", None), "dim", lambda: 0)() == 2), None)
+    vocab, d_model = tuple(embedding.shape) if embedding is not None else (None, None)
+    blocks = max((m for m in model.modules() if isinstance(m, nn.ModuleList)), key=len,
+                 default=None)
+    heads = next((h for m in model.modules() for name in ("num_heads", "n_heads", "n_head")
+                  if isinstance(h := getattr(m, name, None), int)), None)
+    d_ff = max((max(p.shape) for p in blocks[0].parameters() if p.dim() == 2 and d_model in p.shape),
+               default=None) if blocks and d_model else None
+    return {"d_model": d_model, "num_layers": len(blocks) if blocks else None, "num_heads": heads,
+            "d_ff": d_ff, "vocab_size": vocab, "params": count_params(model)}
+
+
+def shape_on_meta(config: ModelConfig, custom: str | None) -> dict[str, int | None]:
+    """`read_shape` of the model built on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        return read_shape(build_model(config, custom))
+
+
 def inspect_on_meta(config: ModelConfig, custom: str | None, batch_size: int,
                     seq: int | None = None) -> int:
     """Build the model on the meta device (no memory), check it, and return its parameter count.

@@ -52,7 +52,22 @@ class ModelShape:
 
     def dims(self) -> str:
         """'d=768 L=12 H=12 ff=3072': the shape that was run, for tables and labels."""
-        return f"d={self.d_model} L={self.num_layers} H={self.num_heads} ff={self.d_ff}"
+        return dims(self.__dict__)
+
+
+def dims(fields: dict, vocab: bool = False) -> str:
+    """'d=768 L=12 H=12 ff=3072' from shape fields (a spec's, or what was read off a built
+    model: '?' where a field is None); with `vocab`, ' V=32000' after them."""
+    get = lambda name: "?" if fields.get(name) is None else fields[name]  # noqa: E731
+    return (f"d={get('d_model')} L={get('num_layers')} H={get('num_heads')} ff={get('d_ff')}"
+            + (f" V={get('vocab_size')}" if vocab else ""))
+
+
+def record_dims(record: dict) -> str:
+    """The shape a record's run had: read off its built model, vocabulary included, where the
+    record has it (`model_shape`: a user's model), else its spec's (a preset's shape)."""
+    shape = record.get("model_shape")
+    return dims(shape, vocab=True) if shape else dims(record["spec"])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ import time
 
 from lmperf.core.envelope import Run, measured
 from lmperf.core.heartbeat import beat
-from lmperf.core.outcome import first_line
+from lmperf.core.outcome import PREFLIGHT, first_line
 from lmperf.kernels import flash_configs
 from lmperf.measure.flops import (
     BACKWARD_MODES, COUNTED_CONVENTION, StepFlops, count_flops, reference_step_flops,
@@ -25,6 +25,7 @@ from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.peaks import lookup_peak
 from lmperf.workload.build import prepare
 from lmperf.estimate.preflight import check_fits
+from lmperf.model.checks import read_shape
 from lmperf.workload.probe import PhaseProbe
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES
@@ -39,8 +40,7 @@ STEP_TIMING = ("step: one device synchronisation per step, at its end (as lmperf
 def run_spec(spec: RunSpec) -> dict:
     """Run one spec in this process and return its record (status ok/oom/error/unsupported:
     never raises for a failure of the run itself, `core.envelope.measured`)."""
-    return measured(KIND, spec, _measure, precision=spec.precision,
-                    first_stage="building the model")
+    return measured(KIND, spec, _measure, precision=spec.precision, first_stage=PREFLIGHT)
 
 
 def _measure(spec: RunSpec, run: Run) -> dict:
@@ -49,7 +49,8 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     device, stage = run.device, run.stage
     # a run that cannot fit: 'oom' in seconds (one micro-batch, at its checkpointing)
     check_fits(spec, device, run.regime, run.fields, spec.checkpoint)
-    beat(stage="building the model", steps_done=0, steps=spec.steps)  # where a killed job was
+    stage.now = "building the model"
+    beat(stage=stage.now, steps_done=0, steps=spec.steps)  # where a killed job was
     prepared = prepare(spec, device, run.regime)
     state, step = prepared.state, prepared.step
 
@@ -149,4 +150,5 @@ def _measure(spec: RunSpec, run: Run) -> dict:
     })
     if searches:
         metrics["autotune"] = searches
-    return {"params": prepared.params, "metrics": metrics}
+    shape = {"model_shape": read_shape(state.model)} if spec.model else {}  # not what it was handed
+    return {"params": prepared.params, **shape, "metrics": metrics}

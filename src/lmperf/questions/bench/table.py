@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from lmperf.core.report import caption_axes, human_bytes, median_columns, status_notes
+from lmperf.model.shape import record_dims
 from lmperf.units import MIB
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
@@ -27,13 +28,6 @@ def _model_name(spec: dict) -> str:
     return spec.get("model") or spec.get("size") or "?"
 
 
-def _shape(spec: dict) -> str:
-    """The shape that was run (d_model, layers, heads, d_ff): two runs of one user model at
-    different shapes must not look alike."""
-    return (f"d={spec.get('d_model')} L={spec.get('num_layers')} H={spec.get('num_heads')} "
-            f"ff={spec.get('d_ff')}")
-
-
 def _peak_mib(metrics: dict) -> float | None:
     phases = (metrics.get("memory") or {}).get("phases") or {}
     values = [v for p in phases.values() for k, v in p.items() if k in ("allocated", "rss") and v is not None]
@@ -46,7 +40,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         spec, m = r["spec"], r.get("metrics") or {}
         row = {
-            "model": _model_name(spec), "shape": _shape(spec), "params": r.get("params"),
+            "model": _model_name(spec), "shape": record_dims(r), "params": r.get("params"),
             "context": spec.get("context"), "batch": spec.get("batch"),
             "precision": spec.get("precision"), "mode": spec.get("mode"),
             "attention": spec.get("attention"), "warmup": spec.get("warmup"),

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.core.command import err, sweep_options
-from lmperf.core.vocabulary import model_shape_note
 from lmperf.core.report import Report
 from lmperf.core.sweep import run_sweep
 from lmperf.model.presets import DEFAULT_COURSE
@@ -23,7 +22,7 @@ from lmperf.units import GIB
 def memory(size: str | None = None, *, model: str | None = None,
            context: Sequence[int] | int | None = None, batch: int = 4,
            precision: Sequence[str] | str | None = None,
-           mode: Sequence[str] | str = DEFAULT_MODES, attention: str = "naive",
+           mode: Sequence[str] | str = DEFAULT_MODES, attention: str | None = None,
            optimizer: str = "auto", warmup: int = 1, steps: int = 3, seed: int = 0,
            device: str = "auto", threads: int | None = None, model_context: int = 0,
            estimate: bool = False, gib: float | None = None, gpu: str | None = None,
@@ -43,7 +42,8 @@ def memory(size: str | None = None, *, model: str | None = None,
     step per mode, precision, context and `checkpoint` group, nothing allocated; the
     activation checkpointing trade-off over group sizes (`checkpoint`); or the summary of a
     CUDA memory snapshot file (`snapshot`; no records). `gpu`: a GPU of the peak table whose
-    memory is the budget (implies `estimate` on CUDA). `warmup`: train steps before measuring
+    memory is the budget (implies `estimate` on CUDA). `attention` None: sdpa with `gpu` (what
+    lmperf plan assumes), else naive (the course's). `warmup`: train steps before measuring
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
     `top`: rows of the largest saved activations; `plots`: a folder for the PNG. An estimate
     without `gib` or `gpu` holds its peak against the memory this machine has left for it.
@@ -65,6 +65,7 @@ def memory(size: str | None = None, *, model: str | None = None,
         if device not in ("auto", "cuda"):
             raise SpecError(f"--gpu {gpu} estimates for CUDA; --device {device} contradicts it")
         gib, device, estimate = card.memory_gib, "cuda", True
+    attention = attention or ("sdpa" if gpu is not None else "naive")
     plan = plan_memory(size=size, model=model, context=context, batch=batch,
                        precision=precision, mode=mode, attention=attention, optimizer=optimizer,
                        warmup=warmup, steps=steps, seed=seed, device=device, threads=threads,
@@ -77,8 +78,6 @@ def memory(size: str | None = None, *, model: str | None = None,
         from lmperf.results.store import ensure_folder
 
         ensure_folder(Path(plots))
-    # the shape the factory was handed, first among the findings (tables show presets' names)
-    said = [model_shape_note(model, plan.base.shape(), plan.base.size)] if model else []
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
         import torch
 
@@ -95,7 +94,6 @@ def memory(size: str | None = None, *, model: str | None = None,
                                      {"budget": f"{room[1].split(' (')[0]} on this "
                                                 f"{plan.base.device.upper()}"})
         report = build_report(_save(records, out))
-        report.findings[:0] = said
         if plots is not None:
             from lmperf.questions.memory.plots import plot_timelines
 
@@ -105,7 +103,6 @@ def memory(size: str | None = None, *, model: str | None = None,
                     err(f"plot: {path}")
         return report
     report = build_report(run_sweep(plan.jobs, out, options))
-    report.findings[:0] = said
     if plots is not None:
         from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts
 

@@ -28,8 +28,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     # One model per run: --context and --precision take lists (rows and columns of the tables).
     add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH + ("force",),
                 lists=("context", "precision"),
-                defaults={"warmup": 1, "steps": 3, "out": DEFAULT_OUT},
+                defaults={"warmup": 1, "steps": 3, "out": DEFAULT_OUT, "attention": None},
                 helps={"size": "default: mini on CPU, small on CUDA",
+                       "attention": "default: sdpa with --gpu (what lmperf plan assumes), "
+                                    "else naive (the course's)",
                        "model": "no --estimate or --checkpoint for it",
                        "context": "default: 128 256 512 on CPU; up to 1024 on CUDA",
                        "precision": "one column each (default: fp32)",

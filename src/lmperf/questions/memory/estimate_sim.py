@@ -8,6 +8,7 @@ simulated peak, so the two never give two totals (docs/commands/memory.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lmperf.errors import SpecError
@@ -131,3 +132,38 @@ def reconcile_rows(sim: dict, est: dict | None) -> list[dict]:
                      "analytic terms MiB": None,
                      "alive at the simulated peak MiB": sim["total_bytes"] / MIB})
     return rows
+
+
+def what_fits(spec: RunSpec, group: int, gib: float) -> list[dict]:
+    """What would make one step of `spec` (checkpoint groups of `group`, 0: none) fit in `gib`
+    GiB, each a simulated step as `fits` decides: sdpa for naive attention, the sqrt(N) rule's
+    checkpointing, the largest smaller batch (halving); else the three together; else the
+    GPUs lmperf plan would look for, from sharding the training states (FSDP) alone.
+    [{'flags': '--batch 1', 'gib': 64.2}, ...]; a 'plan' entry has no 'gib'."""
+    from lmperf.estimate.checkpoint_plan import sqrt_rule
+    from lmperf.estimate.fit import device_fit
+
+    def need(s: RunSpec, g: int) -> float:
+        return device_fit(s, None, g).get("peak_gib", math.inf)
+
+    lighter = spec.with_(attention="sdpa") if spec.attention == "naive" else spec
+    every = sqrt_rule(spec.num_layers) if spec.mode != "forward" and not group else group
+    tries = [("--attention sdpa", lighter, group)] if lighter is not spec else []
+    tries += [(f"--checkpoint {every}", spec, every)] if every != group else []
+    out = [{"flags": f, "gib": g} for f, s, k in tries if (g := need(s, k)) <= gib]
+    batch = spec.batch // 2
+    while batch >= 1 and not any(o["flags"].startswith("--batch") for o in out):
+        if (g := need(spec.with_(batch=batch), group)) <= gib:
+            out.append({"flags": f"--batch {batch}", "gib": g})
+        batch //= 2
+    if out:
+        return out
+    least = lighter.with_(batch=1)
+    flags = " ".join([f for f, _, _ in tries] + ["--batch 1"])
+    res = simulate_step(least, every)
+    if (g := res.total_bytes / GIB) <= gib:
+        return [{"flags": flags, "gib": g}]
+    # Sharded N ways (FSDP), the training states shrink by N and nothing else does: a floor
+    states = sum(res.composition[c] for c in ("parameters", "gradients", "optimizer state"))
+    room = gib * GIB - (res.total_bytes - states)
+    return [{"flags": flags, "gib": g, "gpus": math.ceil(states / room) if room > 0 else None}]

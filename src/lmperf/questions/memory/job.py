@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lmperf.core.outcome import Stage, failure
+from lmperf.core.outcome import PREFLIGHT, Stage, failure
 from lmperf.questions.memory.spec import MemorySpec
 from lmperf.results.schema import make_record, to_jsonable
 from lmperf.runtime import device as dev
@@ -19,6 +19,7 @@ from lmperf.runtime import env as envmod
 from lmperf.runtime.precision import get_regime
 from lmperf.names import MODES
 from lmperf.estimate.preflight import check_fits
+from lmperf.model.checks import shape_on_meta
 from lmperf.workload.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -39,11 +40,15 @@ def make_records(spec: RunSpec, analysis: str, items: list[Item], params: int | 
         # An estimate for CUDA may be made on a machine without a GPU: record this machine then.
         here = spec.device if spec.device == "cpu" or dev.cuda_available() else "cpu"
         environment = envmod.capture(torch.device(here))
+    built = {}  # a user's model: the shape and parameters its factory built, not what it was handed
+    if spec.model is not None:
+        built = {"model_shape": shape_on_meta(spec.model_config(), spec.model)}
+        params = params or built["model_shape"]["params"]
     out = []
     for changes, status, fields in items:
         s = {**spec.to_dict(), **changes, "analysis": analysis}
         extra = {"traceback": fields["traceback"]} if fields.get("traceback") else {}
-        out.append(make_record(KIND, s, status, environment, params=params,
+        out.append(make_record(KIND, s, status, environment, params=params, **built,
                                metrics=to_jsonable(fields) if status == "ok" else None,
                                message="" if status == "ok" else fields.get("message", ""),
                                **extra))
@@ -58,7 +63,7 @@ def run_job(spec: MemorySpec) -> list[dict]:
     try:
         if spec.analysis != "saved":  # saved tensors are counted on meta where they can be
             # the lightest row: when it cannot fit, no row of the job can ('oom' in seconds)
-            stage.now = "building the model"
+            stage.now = PREFLIGHT
             lightest = min(spec.modes, key=MODES.index) if spec.analysis == "phases" else None
             check_fits(spec.run.with_(context=spec.contexts[0], mode=lightest or "train-step"),
                        torch.device(spec.device), get_regime(spec.run.precision), {},

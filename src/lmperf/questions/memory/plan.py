@@ -46,19 +46,21 @@ def _device(name: str, estimate: bool) -> torch.device:
 
 def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] | int | None,
                 batch: int, precision: Sequence[str] | str | None, mode: Sequence[str] | str,
-                attention: str, optimizer: str, warmup: int, steps: int, seed: int, device: str,
+                attention: str | None, optimizer: str, warmup: int, steps: int, seed: int, device: str,
                 threads: int | None, model_context: int, estimate: bool, gib: float | None,
                 checkpoint: Sequence[int] | int | None, top: int, course: str) -> MemoryPlan:
     """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
     the only ones).
 
-    Values left None take the device's defaults (core.vocabulary.DEFAULTS["memory"]); with
+    Values left None take the device's defaults (core.vocabulary.DEFAULTS["memory"]; attention:
+    naive, `lmperf.memory` gives sdpa for --gpu); with
     `model` and no `size`, core.vocabulary.MODEL_SIZE's shape, as in every command. Raises
     SpecError, or ModelLoadError for a user model that cannot be built or has the wrong shape.
     """
     from lmperf.workload.build import check_user_models, resolve_optimizer
 
     estimate = estimate or gib is not None  # --gib asks a question only the estimate answers
+    attention = attention or "naive"
     dev_ = _device(device, estimate)
     defaults = device_defaults("memory", dev_.type, course)
     contexts = as_list(context) or list(defaults["context"])
@@ -124,7 +126,7 @@ def estimate_records(plan: MemoryPlan, gib: float | None,
     """One simulated step per (mode, precision, context, checkpoint group) as 'estimate'
     records (allocates nothing). With several groups, recursive bisection is simulated too.
     `results`, if given, receives each case's SimResult (for the timeline plots)."""
-    from lmperf.questions.memory.estimate_sim import analytic, cases, metrics, run_case
+    from lmperf.questions.memory.estimate_sim import analytic, cases, metrics, run_case, what_fits
     from lmperf.questions.memory.job import make_records
 
     base = plan.base
@@ -140,4 +142,10 @@ def estimate_records(plan: MemoryPlan, gib: float | None,
         items.append(({"context": case.context, "precision": case.precision,
                        "mode": case.mode, "checkpoint_group": case.group,
                        "checkpoint_schedule": case.schedule}, "ok", metrics(res, est, gib)))
+    misfits = [i for i, (c, _, m) in enumerate(items)
+               if m["fits"] is False and c["checkpoint_schedule"] == "uniform"]
+    if misfits:  # the largest: what would make it fit, simulated (what fits it fits the rest)
+        c, _, m = items[max(misfits, key=lambda i: items[i][2]["simulation"]["total_bytes"])]
+        m["what_fits"] = what_fits(base.with_(mode=c["mode"], precision=c["precision"],
+                                              context=c["context"]), c["checkpoint_group"], gib)
     return make_records(base, "estimate", items, params)

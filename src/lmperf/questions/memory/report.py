@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.core.report import Report
+from lmperf.model.shape import dims, record_dims
 from lmperf.questions.memory import readback
 from lmperf.units import GIB, MIB
 from lmperf.questions.memory.estimate_tables import estimate_sim_section, simulated
@@ -63,8 +64,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
         saved = m.get("saved") or {}
         row = {
             "analysis": spec.get("analysis"), "model": spec.get("model") or spec.get("size"),
-            "shape": (f"d={spec.get('d_model')} L={spec.get('num_layers')} "
-                      f"H={spec.get('num_heads')} ff={spec.get('d_ff')}"),
+            "shape": record_dims(r),
             "params": r.get("params"), "context": readback.context_of(r),
             "batch": spec.get("batch"), "precision": spec.get("precision"),
             "mode": spec.get("mode"), "attention": spec.get("attention"),
@@ -113,8 +113,7 @@ def _display(report: Report) -> tuple[pd.DataFrame, str, list[str]]:
 def setup(record: dict) -> str:
     """What a record's tables are about: the model and its shape, batch, attention, device."""
     s = record["spec"]
-    return (f"{s.get('model') or s.get('size')} (d={s.get('d_model')} L={s.get('num_layers')} "
-            f"H={s.get('num_heads')} ff={s.get('d_ff')}), batch {s.get('batch')}, "
+    return (f"{s.get('model') or s.get('size')} ({record_dims(record)}), batch {s.get('batch')}, "
             f"{s.get('attention')} attention, {s.get('device')}")
 
 
@@ -194,8 +193,50 @@ def headline(records: list[dict]) -> list[str]:
                  f"{n} fit on {fit['gpu']} ({fit['gib']:.3g} GiB)" if fit.get("gpu") else
                  f"{n} fit in {fit['gib']:.3g} GiB {fit.get('budget', '')}".rstrip())
         lines.append(f"estimated peak (simulated): {m['simulation']['total_bytes'] / GIB:.3g} GiB, "
-                     f"{m['precision']} {m['mode']} at context {m['context']}; {where}")
+                     f"{m['model'] or m['size']} {m['precision']} {m['mode']} at context "
+                     f"{m['context']}, {assumed(m)}; {where}")
+        lines += [fits_line(s) for s in sims if s.get("what_fits")]
     return lines
+
+
+def assumed(spec: dict) -> str:
+    """What an estimate assumed that changes it: batch, attention (sdpa for a GPU: lmperf
+    plan's), checkpointing, and for a training step the optimizer."""
+    group = ("bisection checkpointing" if spec.get("checkpoint_schedule") == "bisection" else
+             f"checkpointing every {spec['checkpoint_group']} blocks"
+             if spec.get("checkpoint_group") else "no checkpointing")
+    gpu = " (--gpu's default, as lmperf plan)" if spec.get("gpu") and spec["attention"] == "sdpa" else ""
+    return (f"batch {spec['batch']}, {spec['attention']} attention{gpu}, {group}"
+            + (f", AdamW {spec['optimizer']}" if spec["mode"] == "train-step" else ""))
+
+
+def fits_line(spec: dict) -> str:
+    """What would make a row that does not fit fit (`estimate_sim.what_fits`)."""
+    found = spec["what_fits"]
+    head = (f"{spec['precision']} {spec['mode']} at context {spec['context']} does not fit "
+            f"({spec['simulation']['total_bytes'] / GIB:.3g} GiB): ")
+    if "gpus" not in found[0]:
+        return head + "fits with " + "; or ".join(f"`{f['flags']}` ({f['gib']:.3g} GiB)"
+                                                  for f in found)
+    f = found[0]
+    gpus = (f"about {f['gpus']} GPUs with the states sharded (FSDP)" if f["gpus"] else
+            "more GPUs than sharding the states gives")
+    return (head + f"not on one even with `{f['flags']}` ({f['gib']:.3g} GiB); {gpus}: "
+            f"`lmperf plan --size {spec['model'] or spec['size']} --context {spec['context']}"
+            + (f" --gpu {spec['gpu']}" if spec.get("gpu") else f" --gib {spec['gib']:g}")
+            + f" --gpus {f['gpus'] or 8}` searches them")
+
+
+def built(records: list[dict]) -> list[str]:
+    """For a user's model: its shape and parameters read off the model its factory built (a
+    factory may ignore the shape it is handed), first among the findings."""
+    r = next((r for r in records if r.get("model_shape")), None)
+    if r is None:
+        return []
+    s, shape = r["spec"], r["model_shape"]
+    return [f"model {s['model']}: {dims(shape, vocab=True)}, {shape['params']:,} parameters "
+            f"(read off the model its factory built when handed {s['size']}'s shape, "
+            f"{dims(s, vocab=True)})"]
 
 
 def build_report(records: list[dict]) -> Report:
@@ -206,7 +247,8 @@ def build_report(records: list[dict]) -> Report:
     tables, findings = sections(records)
     device = next((r.get("env", {}).get("device_name") for r in records
                    if r.get("env", {}).get("device_name")), "")
-    return Report(kind=KIND, frame=records_frame(records), tables=tables, findings=findings,
+    return Report(kind=KIND, frame=records_frame(records), tables=tables,
+                  findings=built(records) + findings,
                   records=records, title=f"lmperf memory on {device}" if device else "lmperf memory",
                   display=_display, headline=headline(records),
                   brief={name: next(((cols, None) for key, cols in BRIEF.items()
