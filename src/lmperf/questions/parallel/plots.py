@@ -31,12 +31,13 @@ def _figure(width: float, height: float, panels: int):
 def plot_train(records: list[dict], path: str | Path) -> Path | None:
     """Left: step time split into its phases (timed steps); right: communication per step split
     into hidden behind compute and exposed (profiled steps: a separate pass, so the two panels
-    need not add up). One bar per (strategy, world size); None if there is nothing to draw."""
+    need not add up). One bar per (item: a strategy or a layout, world size); None if there is
+    nothing to draw."""
     df = train_frame(records)
     df = df[df["status"] == "ok"] if not df.empty else df
     if df.empty:
         return None
-    labels = [f"{s} n={n}" for s, n in zip(df["strategy"], df["world_size"])]
+    labels = [f"{s} n={n}" for s, n in zip(df["item"], df["world_size"])]
     x = list(range(len(df)))
     fig, (ax_step, ax_comm) = _figure(max(10, 1.3 * len(df)), 5, 2)
     bottom = df["forward_ms"] * 0

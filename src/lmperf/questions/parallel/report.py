@@ -65,7 +65,9 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
         held = (m.get("memory") or {}).get("per_rank") or [{}]
         check = m.get("correctness") or {}
         step = _median(m.get("step_ms"))
-        row = {"strategy": s["strategy"], "world_size": s["world_size"], "size": s["size"],
+        pipe = m.get("pipeline") or {}
+        row = {"strategy": s["strategy"], "layout": s.get("layout") or "",  # since issue 42
+               "item": _what(r), "world_size": s["world_size"], "size": s["size"],
                "context": s["context"], "batch": s["batch"],
                **{k: s.get(k, v) for k, v in (("precision", "fp32"), ("checkpoint", 0),
                                               ("grad_accum", 1))},  # since issue 35
@@ -86,7 +88,12 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
             "optimizer_mib": max(_num(h.get("optimizer_bytes")) for h in held) / MIB,
             "peak_mib": max(_num(next(iter((h.get("peak_mib") or {"x": None}).values()), None))
                             for h in held),
+            "peak_live_mib": max((_num(b) for b in m.get("peak_live_bytes") or []),
+                                 default=math.nan) / MIB,
+            "idle_share": max((i / pipe["slots"] for i in pipe.get("idle_slots") or []),
+                              default=math.nan),
             "matches_single": check.get("equal"), "max_abs_diff": _num(check.get("max_abs_diff")),
+            "max_grad_diff": _num((check.get("gradients") or {}).get("max_abs_diff")),
             "compute_dtype": m.get("compute_dtype"), "message": r.get("message", "")})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -105,12 +112,15 @@ def busbw_table(comm: pd.DataFrame, values: str = "busbw_gbps") -> pd.DataFrame:
 
 
 def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
+    per = "batch per replica" if (df["layout"] != "").any() else "batch per rank"
     axes, caption = caption_axes(df, [("size", "model"), ("context", "context"),
-                                      ("batch", "batch per rank"), ("grad_accum", "micro-batches"),
+                                      ("batch", per), ("grad_accum", "micro-batches"),
                                       ("precision", "precision"), ("checkpoint", "checkpoint"),
                                       ("device", "device"), ("backend", "backend")])
     status, notes = status_notes(df["status"], df["message"])
     out = pd.DataFrame({"strategy": df["strategy"], "n": df["world_size"], "status": status})
+    if (df["layout"] != "").any():
+        out.insert(1, "layout", df["layout"])
     # before the figures: a screen too narrow for them all leaves out the last (memory) ones
     out["= single"] = ["yes" if v is True else "NO" if v is False else "-" for v in df["matches_single"]]
     for col, _title in axes:
@@ -121,10 +131,12 @@ def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
                        ("dp_overhead_ms", "DP overhead"), ("tokens_per_s", "tokens/s"),
                        ("sent_mb", "sent MB"), ("analytic_mb", "analytic MB"),
                        ("params_mib", "params MiB"), ("grads_mib", "grads MiB"),
-                       ("optimizer_mib", "optim MiB"), ("peak_mib", "peak MiB")):
+                       ("optimizer_mib", "optim MiB"), ("peak_live_mib", "live peak MiB"),
+                       ("peak_mib", "peak MiB")):
         out[title] = df[col]
     caption += ("; times: median over steps of the slowest rank; comm/overlap/exposed from "
-                "profiled steps; sent: bus bytes per rank per step")
+                "profiled steps; sent: bus bytes per rank per step; live peak: the fullest "
+                "rank's peak of live tensor bytes")
     return out, caption, notes
 
 
@@ -154,29 +166,35 @@ def _train_findings(df: pd.DataFrame) -> list[str]:
     checked = ok[ok["matches_single"].notna()]
     if not bad.empty:
         out.append("NOT equal to single-process training: " + ", ".join(
-            f"{r.strategy} (n={r.world_size}, max diff {r.max_abs_diff:.2g})" for r in bad.itertuples()))
+            f"{r.item} (n={r.world_size}, max diff {r.max_abs_diff:.2g})" for r in bad.itertuples()))
     elif not checked.empty:
         worst = checked.loc[checked["max_abs_diff"].idxmax()]
-        how = (f"largest parameter difference {worst['max_abs_diff']:.2g}, {worst['strategy']}"
+        how = (f"largest parameter difference {worst['max_abs_diff']:.2g}, {worst['item']}"
                if worst["max_abs_diff"] > 0 else "bitwise: every difference is 0")
         out.append(f"all {len(checked)} strategy runs checked match single-process training on "
                    f"the global batch within tolerance ({how})")
+    grads = checked[checked["max_grad_diff"].notna()]
+    if not grads.empty:
+        worst = grads.loc[grads["max_grad_diff"].idxmax()]
+        out.append(f"layouts: the first step's loss and gradients checked against one process "
+                   f"too (largest gradient difference {worst['max_grad_diff']:.2g}, "
+                   f"{worst['layout']})")
     multi = ok[ok["world_size"] > 1]
     for n, group in multi.groupby("world_size"):
         fastest = group.loc[group["step_ms"].idxmin()]
-        line = f"n={n}: fastest {fastest['strategy']} ({fastest['step_ms']:.1f} ms/step"
+        line = f"n={n}: fastest {fastest['item']} ({fastest['step_ms']:.1f} ms/step"
         if not math.isnan(fastest["dp_overhead_ms"]):
             line += f", {fastest['dp_overhead_ms']:+.1f} ms vs single"
         out.append(line + ")")
         hidden = group[group["comm_ms"] > 0]
         if not hidden.empty:
             out.append(f"n={n}: share of communication hidden behind compute: " + ", ".join(
-                f"{r.strategy} {r.overlap_ms / r.comm_ms:.0%}" for r in hidden.itertuples()))
+                f"{r.item} {r.overlap_ms / r.comm_ms:.0%}" for r in hidden.itertuples()))
         for r in group.itertuples():
             if r.analytic_mb > 0 and abs(r.sent_mb / r.analytic_mb - 1) > 0.01:
                 why = (" (the backend's own collectives, costed as it runs them, predict "
                        f"{r.analytic_backend_mb:.3g} MB)" if abs(r.analytic_backend_mb - r.analytic_mb) > 1e-9 else "")
-                out.append(f"n={n}: {r.strategy} sent {r.sent_mb:.3g} MB/step, "
+                out.append(f"n={n}: {r.item} sent {r.sent_mb:.3g} MB/step, "
                            f"{r.sent_mb / r.analytic_mb:.2f}x the textbook volume {r.analytic_mb:.3g} MB{why}")
     return out
 
@@ -222,6 +240,86 @@ def _prediction_findings(df: pd.DataFrame) -> list[str]:
             f"to {ratio.max():.2f}, {df.loc[ratio.idxmax(), 'strategy']})"]
 
 
+def _what(r: dict) -> str:
+    """An item as a reader names it: 'fsdp2', 'tp 4', 'fsdp2, shard 2 x tp 2'."""
+    s = r["spec"]
+    layout = s.get("layout")
+    return layout if layout and s["strategy"] == "none" else (
+        f"{s['strategy']}, {layout}" if layout else s["strategy"])
+
+
+def collectives_table(records: list[dict]) -> pd.DataFrame:
+    """The layouts' collectives: one row per (item, collective, mesh dimension), its group's
+    size, calls and S bytes per step on each rank (the ledger's, what a plan's prediction of
+    the layout is held against)."""
+    rows = []
+    for r in records:
+        per_rank = ((r.get("metrics") or {}).get("collectives") or {}).get("per_rank")
+        if r["status"] != "ok" or not r["spec"].get("layout") or not per_rank:
+            continue
+        keys = sorted({(x["collective"], x["dim"]) for ranks in per_rank for x in ranks})
+        for c, d in keys:
+            found = [next((x for x in ranks if (x["collective"], x["dim"]) == (c, d)), None)
+                     for ranks in per_rank]
+            row = {"item": _what(r), "n": r["spec"]["world_size"], "collective": c, "dim": d,
+                   "group": max(x["group_size"] for x in found if x),
+                   "calls": max(x["calls"] for x in found if x)}
+            row.update({f"rank_{i}_bytes": x["bytes"] if x else 0 for i, x in enumerate(found)})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pipeline_table(records: list[dict]) -> pd.DataFrame:
+    """The pipelines' shapes: schedule, micro-batches, the step in slots and each rank's idle
+    slots (torch's action lists replayed, one slot per stage forward or backward) beside the
+    layout's formula."""
+    rows = []
+    for r in records:
+        pipe = (r.get("metrics") or {}).get("pipeline")
+        if r["status"] != "ok" or not pipe:
+            continue
+        row = {"item": _what(r), "n": r["spec"]["world_size"], "schedule": pipe["schedule"],
+               "micro_batches": pipe["micro_batches"], "stages": pipe["stages"],
+               "slots": pipe["slots"], "formula_idle": pipe["formula_idle_slots"]}
+        row.update({f"rank {i} idle": v for i, v in enumerate(pipe["idle_slots"] or [])})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def headline(records: list[dict]) -> list[str]:
+    """The answer: per item (up to 3) its step, tokens/s and whether it trains as one process
+    does, a pipeline's idle slots and the fullest rank's peak of live bytes; more items: how
+    many match, and the fastest."""
+    train = [r for r in records if r["spec"].get("what") == "train"]
+    ok = [r for r in train if r["status"] == "ok"]
+    if not ok:
+        return [f"no strategy ran: {len(train)} failed"] if train else []
+    same = {True: "matches one process", False: "DIFFERS from one process"}
+    if len(ok) > 3:
+        checked = [r for r in ok if r["metrics"]["correctness"]["equal"] is not None]
+        good = sum(r["metrics"]["correctness"]["equal"] for r in checked)
+        fast = min(ok, key=lambda r: r["metrics"]["step_ms"]["median"])
+        return [f"{good} of {len(checked)} runs checked match one process on the global batch; "
+                f"fastest {_what(fast)} on {fast['spec']['world_size']} ranks "
+                f"({fast['metrics']['step_ms']['median']:.1f} ms/step)"]
+    lines = []
+    for r in ok:
+        m = r["metrics"]
+        line = (f"{_what(r)} on {r['spec']['world_size']} ranks: "
+                f"{m['step_ms']['median']:.1f} ms/step, {m['tokens_per_s']:,.0f} tokens/s, "
+                + same.get(m["correctness"]["equal"], "not checked against one process"))
+        pipe = m.get("pipeline") or {}
+        if pipe.get("idle_slots"):
+            idle = sorted(set(pipe["idle_slots"]))
+            line += (f"; each rank idles {'-'.join(map(str, idle))} of {pipe['slots']} slots "
+                     f"(formula {pipe['formula_idle_slots']:g})")
+        peaks = [b for b in m.get("peak_live_bytes") or [] if b]
+        if r["spec"].get("layout") and peaks:
+            line += f"; live peak {max(peaks) / MIB:.1f} MiB (fullest rank)"
+        lines.append(line)
+    return lines
+
+
 def build_report(records: list[dict]) -> Report:
     """A Report of dist records (training and/or collectives; leaderboard steps have their own
     Report, and beside the others a table of their own)."""
@@ -241,6 +339,12 @@ def build_report(records: list[dict]) -> Report:
         tables["busbw (GB/s) by message size"] = busbw_table(comm)
     if steps:
         tables["leaderboard step"] = leaderboard.build_report(steps).frame
+    for name, table in (("collectives per step (layouts; bytes: S per rank)",
+                         collectives_table(records)),
+                        ("pipeline slots (one per stage forward or backward)",
+                         pipeline_table(records))):
+        if not table.empty:
+            tables[name] = table
     predicted = prediction_table(records)
     if not predicted.empty:
         tables["communication per step: measured vs predicted from dist comm"] = predicted
@@ -254,7 +358,8 @@ def build_report(records: list[dict]) -> Report:
     device = (records or [{}])[0].get("env", {}).get("device_name", "")
     title = "lmperf dist" + (f" on {device}" if device else "")
     return Report(kind="dist", frame=frame, tables={k: v for k, v in tables.items() if not v.empty},
-                  findings=findings, records=records, title=title, display=_display)
+                  findings=findings, records=records, title=title, display=_display,
+                  headline=headline(records))
 
 
 def summary_line(record: dict) -> str:
@@ -269,6 +374,6 @@ def summary_line(record: dict) -> str:
     comm = m.get("comm") or {}
     same = {True: "matches single", False: "DIFFERS from single"}.get(
         m["correctness"]["equal"], "not checked")
-    return (f"{s['strategy']} n={s['world_size']}: step {m['step_ms']['median']:.1f} ms, exposed "
+    return (f"{_what(record)} n={s['world_size']}: step {m['step_ms']['median']:.1f} ms, exposed "
             f"comm {comm.get('exposed_ms', 0):.1f} ms, {same}")
 
