@@ -49,5 +49,7 @@ def test_every_job_spec_names_a_runner_that_exists():
                 specs.append(obj)
                 assert callable(resolve(runner)), f"{obj.__qualname__}.runner = {runner}"
                 kind = getattr(obj, "kind", None)
+                if kind == "probe":  # core.capfloor's: what a job maps, never a written record
+                    continue
                 assert kind in BY_KIND, f"{obj.__qualname__}.kind = {kind!r} is no question's"
     assert len(specs) >= 6

@@ -142,11 +142,16 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
     `precheck` may return a record made in the parent (e.g. 'unsupported') instead of running
     the job. Returns this sweep's records in order; with `options.resume` (one round) the
     whole sweep's, the 'ok' records of the jobs done before (read from `out`) in their place. Raises ResultsFileError before running
-    anything if `out` cannot be written or (resume) holds a corrupt line, and SweepInterrupted
-    on Ctrl-C.
+    anything if `out` cannot be written or (resume) holds a corrupt line, SpecError for a CPU
+    memory cap no job can start under (core.capfloor), and SweepInterrupted on Ctrl-C.
     """
     options = options or SweepOptions()
     out = Path(out) if out is not None else None
+    if options.isolate and options.max_memory_gib and any(
+            getattr(s, "device", None) == "cpu" for s in specs):
+        from lmperf.core.capfloor import check_cap
+
+        check_cap(options.max_memory_gib, options.warm)  # a cap no job can start under
     jobs = [(spec, k) for k in range(rounds) for spec in specs]
     todo = _pending(jobs, out, options.resume, rounds)  # reads (and checks) the file first
     if out is not None:

@@ -118,7 +118,8 @@ def cap_memory(device: torch.device, gib: float) -> str:
     (cudaMalloc'd by NCCL itself) come on top, so a process can hold more than the cap, and
     running out there raises a CUDA, cuBLAS or NCCL error that `is_oom` still calls 'oom'.
     CPU: the address-space limit (RLIMIT_AS), which also counts everything the process has
-    mapped: ~0.6 GiB after importing a CPU build of torch, several GiB for a CUDA build.
+    mapped: ~0.94 GiB in a job of a CPU build of torch, several GiB for a CUDA build (the
+    sweep refuses a cap under it before anything runs: core.capfloor).
     Returns a description of the cap that was set.
     """
     if device.type == "cuda":
