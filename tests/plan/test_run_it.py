@@ -1,11 +1,11 @@
 """A plan you can run (issue 35): the winner's command runs, one GPU and two ranks; the torchtitan
-job config holds the winner's fields; one row per distinct plan; searches kept apart."""
+0.3 line holds the winner's fields (tests/plan/test_torchtitan.py parses them with torchtitan);
+one row per distinct plan; searches kept apart."""
 
 from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 
 import pytest
 
@@ -58,48 +58,47 @@ def test_two_gpu_winner_is_dist_train_that_runs_on_two_gloo_ranks(tmp_path) -> N
     assert record["spec"]["strategy"] in ("torch-ddp", "torch-zero1", "torch-zero2", "fsdp2")
 
 
-def test_the_torchtitan_config_is_the_winners(tmp_path) -> None:
+def test_the_torchtitan_line_is_the_winners(tmp_path) -> None:
     report = lmperf.plan("llama3-8b", gpu="H100-SXM", gpus=16, context=8192, global_batch=16,
                          precision="bf16-fsdp", checkpoint=[0, 1], out=tmp_path / "plan.jsonl")
     winner = report.records[0]
     s, m = winner["spec"], winner["metrics"]
     assert m["fits"] and f"{m['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in report.headline[0]
-    path = m["torchtitan_toml"]
-    assert path.startswith(str(tmp_path)) and any(path in h for h in report.headline)
-    # two nodes of 8: every node runs 8 processes, meeting at the first
-    launch = ("torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d "
-              "--rdzv-endpoint=HOST:29500 -m torchtitan.train --job.config_file ")
-    assert report.headline[1].startswith(f"run it: `{launch}{path}` (run it on every node; HOST")
-    text = open(path, encoding="utf-8").read()
-    assert f"# run: {launch}THIS_FILE (run it on every node" in text
-    config = tomllib.loads(text)
-    d = 16 // s["tp"]
-    assert config["model"] == {"name": "llama3", "flavor": "8B"}
-    assert config["training"]["local_batch_size"] == s["micro_batch"]
-    assert config["training"]["global_batch_size"] == s["micro_batch"] * d * s["grad_accum"] == 16
-    assert config["training"]["seq_len"] == 8192
-    assert config["training"]["mixed_precision_param"] == "bfloat16"
-    assert config["parallelism"]["data_parallel_shard_degree"] == d
-    assert config["parallelism"]["tensor_parallel_degree"] == s["tp"]
-    assert config["activation_checkpoint"]["mode"] == ("full" if s["checkpoint"] else "none")
-    # the file is in the records: `lmperf table` says where it is
+    line = m["torchtitan_command"]
+    # two nodes of 8: every node runs 8 processes, meeting at the first; torchtitan 0.3's own
+    # llama3_8b recipe, the plan's settings as overrides, checkpointing its subcommand
+    assert line.startswith("torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d "
+                           "--rdzv-endpoint=HOST:29500 -m torchtitan.train --module llama3 "
+                           "--config llama3_8b ")
+    shown = next(h for h in report.headline if f"`{line}`" in h)
+    assert shown.startswith(("run it: ", "on torchtitan 0.3: ")) and "run it on every node" in shown
+    words = shlex.split(line)
+    flag = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+    assert flag["--parallelism.tensor_parallel_degree"] == str(s["tp"])
+    assert flag["--parallelism.data_parallel_shard_degree"] == str(s.get("dp_shard", 16 // s["tp"]))
+    assert flag["--training.global_batch_size"] == "16" and flag["--training.seq_len"] == "8192"
+    assert flag["--training.mixed_precision_param"] == "bfloat16"
+    assert words[-1] == "activation-checkpoint:" + ("full" if s["checkpoint"] else "none")
+    # what 0.3 takes as overrides needs no config module
+    assert "torchtitan_config" not in m and not list(tmp_path.glob("*.py"))
+    # the line is in the records: `lmperf table` says it again
     (again,) = build_reports(read_records(tmp_path / "plan.jsonl"))
-    assert any(path in h for h in again.headline)
+    assert any(line in h for h in again.headline)
 
 
-def test_the_torchtitan_config_of_zero2_and_of_tp_says_what_differs() -> None:
-    from lmperf.questions.plan.run import torchtitan_toml
-
-    spec = {"size": "llama3-8b", "course": "2026", "model": None, "gpus": 8, "gpus_per_node": 8,
-            "context": 8192, "global_batch": 8}
-    row = {"micro_batch": 1, "grad_accum": 1, "checkpoint": 1, "precision": "bf16-fsdp"}
-    zero2 = torchtitan_toml(spec, {**row, "strategy": "zero2", "tp": 1})
-    assert tomllib.loads(zero2)["parallelism"]["fsdp_reshard_after_forward"] == "never"
-    assert "# run: torchrun --nnodes=1 --nproc_per_node=8 -m torchtitan.train" in zero2
-    assert "steps (torchtitan's default 10000)" in zero2 and "hf_assets_path" in zero2
-    tp = torchtitan_toml(spec, {**row, "strategy": "fsdp+tp", "tp": 2})
-    assert "fsdp_reshard_after_forward" not in tp
-    assert "sequence parallelism to the norms and loss parallelism" in tp
+def test_a_preset_torchtitan_lacks_gets_its_config_module(tmp_path) -> None:
+    report = lmperf.plan("tiny", gpu="H100-SXM", gpus=2, context=64, global_batch=4,
+                         checkpoint=0, precision="bf16-mixed", out=tmp_path / "plan.jsonl")
+    m = report.records[0]["metrics"]
+    module = m["torchtitan_config"]
+    assert module.startswith(str(tmp_path)) and module.endswith("_torchtitan.py")
+    assert any(h == f"torchtitan config module of the winner: {module}" for h in report.headline)
+    assert m["torchtitan_command"].startswith(f"PYTHONPATH={tmp_path} torchrun --nnodes=1 "
+                                              "--nproc_per_node=2 -m torchtitan.train --module ")
+    text = open(module, encoding="utf-8").read()
+    assert "lmperf's tiny (course 2026), a flavor torchtitan lacks" in text
+    assert m["torchtitan_command"] in text and "def lmperf_plan()" in text
+    assert any("no autocast" in n for n in m["torchtitan_notes"])  # bf16-mixed's nearest
 
 
 @pytest.mark.parametrize("device, optimizer", [("cuda", "fused"), ("cpu", "foreach")])
@@ -167,9 +166,16 @@ def test_searches_written_before_they_had_ids_are_kept_apart(tmp_path, capsys) -
         lmperf.plan("tiny", gpu=gpu, gpus=2, context=64, global_batch=4, checkpoint=0,
                     precision="bf16-mixed", out=new)
     lines = [json.loads(line) for line in new.read_text().splitlines()]
-    for r in lines:  # the layout before issue 35
+    for r in lines:  # the layout before issue 35 (a TOML of torchtitan 0.2.2's keys)
         del r["spec"]["search"]
-        r["metrics"].pop("torchtitan_toml", None)
+        for key in ("torchtitan_command", "torchtitan_notes", "torchtitan_config"):
+            r["metrics"].pop(key, None)
+        if r["metrics"]["rank"] == 1:
+            r["metrics"]["torchtitan_toml"] = "results/plan-x.torchtitan.toml"
     old.write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert main(["table", str(old)]) == 0
-    assert len(re.findall(r"search \S+: winner: ", capsys.readouterr().out)) == 2
+    text = capsys.readouterr().out
+    assert len(re.findall(r"search \S+: winner: ", text)) == 2
+    assert len(re.findall(r"torchtitan 0.2.2 job config of the winner: results/plan-x", text)) == 2
+    # torchtitan 0.3's line again, naming the config module a plan with --out writes
+    assert len(re.findall(r"PYTHONPATH=DIR torchrun ", text)) == 2

@@ -29,8 +29,9 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     2 4). `confirm` K > 0: runs K plans spread over the ranking at their micro-batch b and b + 1
     (on `gpus` gloo ranks of this CPU, or with `gpus` 1 each as a job of its own on the CPU or
     the GPU at hand) and scores the plan (records of kind 'plan' with planned and measured side
-    by side, then a summary). Records are appended to `out` when given, and a multi-GPU plan's
-    winner's torchtitan job config beside them. `top` (> 0): distinct plans shown.
+    by side, then a summary). Records are appended to `out` when given; a multi-GPU plan's
+    winner records its torchtitan 0.3 command line, and its config module is written beside
+    the records where it needs one. `top` (> 0): distinct plans shown.
     Nothing runs for the plan itself: every figure is PREDICTED (see each record's method).
     Raises SpecError for bad input."""
     from lmperf.estimate.host import local_gpu
@@ -72,12 +73,11 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     err(f"planning {spec.size or spec.model} for {gpus} x {gpu or 'this CPU'} ...")
     records = job.records(spec, _progress())
     winner = records[0]  # ranked: the first fits, or nothing does
-    if gpus > 1 and spec.device == "cuda" and winner["metrics"]["fits"] and path is not None:
-        from lmperf.questions.plan.run import torchtitan_toml
+    if gpus > 1 and spec.device == "cuda" and winner["metrics"]["fits"]:
+        from lmperf.questions.plan.torchtitan import write_beside
 
-        toml = path.with_name(f"{path.stem}-{winner['spec']['search']}.torchtitan.toml")
-        toml.write_text(torchtitan_toml(winner["spec"], winner["spec"]), encoding="utf-8")
-        winner["metrics"]["torchtitan_toml"] = str(toml)
+        # torchtitan 0.3's line (and its config module beside the records, where it needs one)
+        winner["metrics"].update(write_beside(winner["spec"], path))
     for r in records if path is not None else ():  # kept before --confirm's minutes start
         append_record(path, r)
     if confirm:

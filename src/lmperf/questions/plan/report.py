@@ -176,8 +176,8 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
         if titan:
             out.append(f"on torchtitan 0.3: `{titan}` ({'; '.join(said)})")
     else:
-        why = ("lmperf dist train runs no tensor, pipeline or context parallelism, no --model and "
-               "no grouped-query attention; " + "; ".join(said))
+        why = "; ".join(["lmperf dist train runs no TP, PP, CP, --model or grouped-query "
+                         "attention"] + said)
         out.append(f"run it: `{titan}` ({why})" if titan else f"run it: no command ({why})")
     if m.get("torchtitan_config"):
         out.append(f"torchtitan config module of the winner: {m['torchtitan_config']}")
