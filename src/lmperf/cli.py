@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(argv: list[str] | None = None) -> NoReturn:
     """The `lmperf` program (the console script, `python -m lmperf`): `main`, then end the
     process with its exit code, skipping the interpreter's teardown (0.5 to 1.5 s with torch
-    loaded, docs/benchmarks.md "Time to answer"): every file is written and closed by then, and
+    loaded, docs/speed.md "Time to answer"): every file is written and closed by then, and
     children have ended. atexit handlers do not run."""
     try:
         code = main(argv)

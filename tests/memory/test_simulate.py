@@ -19,7 +19,7 @@ def _spec(size: str = "tiny", context: int = 32, **kw: object) -> RunSpec:
 
 
 # The cheapest cases that still cover every path the acceptance matrix has (the full matrix,
-# tiny..small x 2 contexts x fp32/bf16-mixed x foreach/loop, is in docs/benchmarks.md).
+# tiny..small x 2 contexts x fp32/bf16-mixed x foreach/loop, is in docs/accuracy.md).
 CASES = [
     dict(context=32, precision="fp32", optimizer="foreach", mode="train-step"),
     dict(context=64, precision="fp32", optimizer="loop", mode="train-step"),

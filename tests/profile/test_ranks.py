@@ -4,7 +4,7 @@
 The whole-window numbers are checked against HTA's own output on the same files
 (HolisticTraceAnalysis 0.5, `TraceAnalysis(trace_dir, include_last_profiler_step=True)`:
 `get_temporal_breakdown()` and `get_comm_comp_overlap()`, run 2026-11-25, see
-docs/benchmarks.md). On the rank-3 trace (whole-microsecond timestamps) they agree to the
+docs/runs/2026-11-25.md). On the rank-3 trace (whole-microsecond timestamps) they agree to the
 microsecond; on the rank-0 trace HTA rounds nanosecond-resolution events down to whole
 microseconds first, so only the span is compared exactly there."""
 

@@ -156,7 +156,7 @@ _PHASE_NOTES = {
         "{n} phase(s) judged on CPU time, not wall time: {loaded}. Other processes steal wall "
         "time from a step but not the CPU time of its measuring thread (time.thread_time); they "
         "can still slow it through shared caches and memory bandwidth (false-alarm and detection "
-        "rates under load: docs/benchmarks.md). Both are shown"),
+        "rates under load: docs/accuracy.md). Both are shown"),
     ("verdict", INCONCLUSIVE): (
         "warning: {n} phase(s) changed but are 'inconclusive' (not counted by --fail-above): "
         "{loaded}, and the change is below the widened minimum effect, or there is no CPU time "

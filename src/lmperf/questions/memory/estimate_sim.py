@@ -19,7 +19,7 @@ from lmperf.workload.spec import RunSpec
 
 METHOD = ("simulated: lmperf's train step run on phantom tensors (meta storage, nothing "
           "allocated), live tensor bytes tracked op by op; checked against torch's MemTracker on "
-          "real tensors (docs/benchmarks.md)")
+          "real tensors (docs/accuracy.md)")
 # Attention kernels the simulation cannot run as they would run for real: refused in one line.
 UNSIMULATED = {
     "compiled": "torch.compile's fused kernels cannot run on phantom tensors (they would run "
