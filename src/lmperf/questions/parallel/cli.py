@@ -54,7 +54,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
                                "--estimate: the preset to estimate (default: xl)",
                        "context": "train: tokens per sequence (default: 64 on CPU, 128 on CUDA)",
-                       "batch": "train: sequences per rank per step (default: 4); --estimate: "
+                       "batch": "train: sequences per rank (per data-parallel replica in a "
+                                "layout) per step (default: 4); --estimate: "
                                 "sequences per micro-batch per replica (default 1; 0: model "
                                 "states only)",
                        "warmup": "untimed iterations (comm, default 5) or steps (train, "
