@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import statistics
 from typing import Any, Callable
 
@@ -36,34 +35,11 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
 MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
 INTERPRETER_BLOCKS = (32, 16)  # (BLOCK_Q, BLOCK_K) there: small, and unequal for the causal bounds
-WHERE_MSG = ("flash-triton runs on CUDA, or on the CPU through Triton's interpreter "
-             "(TRITON_INTERPRET=1)")
 
 
 def triton_available() -> bool:
     """Whether Triton can be imported in this environment."""
     return triton is not None
-
-
-def interpreter_enabled() -> bool:
-    """Whether TRITON_INTERPRET is set to a true value now (read as Triton reads it)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
-    """Why flash-triton cannot run on (`device`, `dtype`) here, or None when it can."""
-    if triton is None:
-        return "flash-triton needs Triton, which is not installed (pip install triton)"
-    if dtype not in SUPPORTED_DTYPES:
-        return f"flash-triton supports float32, bfloat16 and float16, not {dtype}"
-    if device.type == "cuda":
-        return None
-    if device.type == "cpu" and interpreter_enabled():
-        from lmperf.kernels import interpreter_gap
-
-        return interpreter_gap()
-    return f"{WHERE_MSG}; got a {device.type} tensor" + (
-        " and TRITON_INTERPRET is not set" if device.type == "cpu" else "")
 
 
 # --- kernels (plain functions, jitted on first use) ----------------------------------------------
@@ -299,7 +275,9 @@ def _kernels(interpret: bool) -> dict[str, Any]:
 
 def _interpreting(q: torch.Tensor) -> bool:
     """Whether q's kernels run in Triton's interpreter (any non-CUDA tensor, or the variable)."""
-    return q.device.type != "cuda" or interpreter_enabled()
+    from lmperf.kernels import triton_interpreter
+
+    return q.device.type != "cuda" or triton_interpreter()
 
 
 def launch_arguments(kernel: str, dtype: torch.dtype, head_dim: int, interpret: bool,
@@ -429,8 +407,9 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.shape[-1] > MAX_HEAD_DIM:
         raise SpecError(f"flash-triton supports d <= {MAX_HEAD_DIM} (padded to a power of two "
                         f">= {MIN_BLOCK}), got d = {q.shape[-1]}")
-    reason = unsupported_reason(q.device, q.dtype)
-    if reason:
+    from lmperf.kernels import supports  # where flash-triton runs: asked once, there
+
+    if (reason := supports("flash-triton", q.device, q.dtype)):
         raise SpecError(reason)
 
 
