@@ -23,12 +23,16 @@ def test_out_refuses_an_existing_file_that_is_not_lmperf_jsonl(tmp_path, text):
 
 
 def test_out_accepts_a_new_an_empty_and_an_lmperf_file(tmp_path):
-    ensure_writable(tmp_path / "new.jsonl")
+    new = tmp_path / "sub" / "new.jsonl"
+    ensure_writable(new)
+    assert new.is_file() and new.read_text() == ""  # its folder made, nothing written
     (tmp_path / "empty.jsonl").write_text("")
     ensure_writable(tmp_path / "empty.jsonl")
     ours = tmp_path / "ours.jsonl"
     append_record(ours, make_record("bench", {"size": "tiny"}, "oom", {}, message="m"))
+    before = ours.read_text()
     ensure_writable(ours)
+    assert ours.read_text() == before and json.loads(before)["status"] == "oom"  # untouched
 
 
 def test_bench_out_csv_is_one_line_before_anything_runs(tmp_path, capsys):

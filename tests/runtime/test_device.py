@@ -209,8 +209,10 @@ def test_cuda_versions_on_cpu_build():
 
 
 def test_synchronize_and_free_memory_are_no_ops_on_cpu():
-    dev.synchronize(CPU)
-    dev.free_memory(CPU)
+    x = torch.arange(4.0)
+    assert dev.synchronize(CPU) is None and dev.free_memory(CPU) is None
+    assert torch.equal(x, torch.arange(4.0))  # nothing held or freed on the CPU
+    assert not torch.cuda.is_initialized()  # and CUDA left alone, even on a CUDA build
 
 
 def test_make_generator_is_reproducible():
