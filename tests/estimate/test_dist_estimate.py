@@ -142,7 +142,7 @@ def test_unsplit_activations_are_the_memory_estimates(size: str, batch: int, con
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["train", "--gpu", "H100", "--tp", "2"], "--gpu, --tp: options of --estimate only"),
+    (["train", "--gpu", "H100", "--tokens", "5"], "--tokens, --gpu: options of --estimate only"),
     (["comm", "--tokens", "5"], "--tokens: an option of --estimate only"),
     (["leaderboard", "--node-bandwidth", "50"], "--node-bandwidth: an option of --estimate only")])
 def test_estimate_options_without_estimate_are_refused(argv: list[str], fragment: str,

@@ -4,7 +4,7 @@ strategy keeps: docs/commands/plan.md, "How each number is made"."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -66,19 +66,185 @@ class Timelines:
 @lru_cache(maxsize=64)
 def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
     """The affine timeline of `work` in plan precision `precision` with checkpoint groups of
-    `checkpoint` blocks (0: none): two simulations, cached for the process."""
+    `checkpoint` blocks (0: none), cached for the process: micro-batch 1 and 2 simulated, each
+    whole, or for the reference LM deeper than three groups grown from the models of two and
+    three groups (`_grown`: the same events, block for block, in seconds instead of minutes),
+    then reduced to the events that can be a peak (`_frontier`)."""
+    import time
+
+    from lmperf.errors import SpecError
     from lmperf.estimate.simulate import simulate_step
 
+    t0 = time.perf_counter()
     regime = PRECISIONS[precision]
-    one, two = (simulate_step(work.spec(b, regime), checkpoint_group=checkpoint) for b in (1, 2))
-    a, b = (r.timeline[list(_CATEGORIES + _HEAD)].to_numpy(dtype=float) for r in (one, two))
-    if a.shape != b.shape:  # the ops changed with the batch: cannot interpolate
-        from lmperf.errors import SpecError
-
+    spec = work.spec(1, regime)
+    group, layers = max(checkpoint, 1), spec.num_layers
+    short = layers % group + 2 * group  # the small models keep the last, partial group
+    lines = None
+    if work.model is None and layers > short + group:
+        try:
+            lines = [_grown(*(simulate_step(replace(work.spec(b, regime), num_layers=n),
+                                            checkpoint_group=checkpoint)
+                              for n in (short, short + group)), layers, group)
+                     for b in (1, 2)]
+        except _NotPeriodic:
+            lines = None
+    if lines is None:
+        lines = [_frame(simulate_step(work.spec(b, regime), checkpoint_group=checkpoint).timeline)
+                 for b in (1, 2)]
+    (a, phase), (b, phase2) = lines
+    if a.shape != b.shape or (phase != phase2).any():  # the ops changed with the batch
         raise SpecError("cannot plan this model: its step runs other ops at micro-batch 1 and 2")
-    phase = one.timeline["phase"].to_numpy()
-    return Timelines(a, b - a, phase == "optimizer", np.isin(phase, ("forward", "backward")),
-                     one.seconds + two.seconds, phase == "backward")
+    return _frontier(a, b - a, phase, time.perf_counter() - t0)
+
+
+class _NotPeriodic(Exception):
+    """The deeper model's events are not the shallower's with one group's inserted."""
+
+
+def _frame(timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(live bytes per column of _CATEGORIES + _HEAD at each event, each event's phase)."""
+    return (timeline[list(_CATEGORIES + _HEAD)].to_numpy(dtype=float),
+            timeline["phase"].to_numpy())
+
+
+def _grown(smaller, bigger, layers: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """The timeline (live bytes per column, phases) of the reference LM at `layers` blocks from
+    the simulations of it at three groups of `group` blocks (`bigger`, with the partial group
+    the deep model ends with) and at two (`smaller`). Both are cut at the blocks' marks
+    (`simulate._block_marks`): group 1 of the bigger model (the steady one) is repeated, in
+    forward and in backward, as often as the deep model has groups beyond three; every other
+    piece (before the blocks, the output, the optimizer) is the bigger model's with what one
+    more group adds to it over the smaller's (autocast's cached casts, one event per weight
+    tensor in the optimizer's lists) repeated as often; the start (the states) grows alike.
+    _NotPeriodic when the events do not line up."""
+    n = (layers - layers % group) // group  # the deep model's whole groups
+    (a, pa, sa), (b, pb, sb) = (_cut(r, group) for r in (smaller, bigger))
+    pieces, kinds = [], []
+    for name in sb:
+        (da, qa), (db, qb) = sa.get(name, (np.zeros((0, b.shape[1])), pb[:0])), sb[name]
+        if name.startswith("steady"):  # forward's and backward's group 1, again
+            pieces += [db] * (n - 2)
+            kinds += [qb] * (n - 2)
+        elif not name.startswith("group"):
+            grown, phases = _inserted(da, qa, db, qb, n - 3)
+            pieces.append(grown)
+            kinds.append(phases)
+        else:
+            pieces.append(db)
+            kinds.append(qb)
+    start = b[0] + (b[0] - a[0]) * (n - 3)
+    live = np.vstack([start[None, :], start + np.cumsum(np.vstack(pieces), axis=0)])
+    return live, np.concatenate([pb[:1], *kinds])
+
+
+def _cut(result, group: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(live, phases, name -> (events' changes, phases)) of a simulated step cut at its blocks'
+    marks, in order: before the blocks, forward of groups 0, 1 ('steady' in the model of three
+    groups), 2, the partial group and the output, the output's backward, the groups' backward
+    (the partial one, 2, 1, 0) and the rest (the embedding's backward, the optimizer)."""
+    live, phase = _frame(result.timeline)
+    d, q = np.diff(live, axis=0), phase[1:]
+    f, g, head = result.marks["forward"], result.marks["backward"], result.marks["head_forward"]
+    groups = len(f) // group  # 2 or 3 whole groups, then the partial one
+    fwd = [f[i * group] for i in range(groups)] + [f[groups * group] if len(f) > groups * group
+                                                   else head, head]
+    back = [g[len(f) - 1]] + [g[k * group - 1] for k in range(groups, 0, -1)] + [g[-1]]
+
+    def name(k: int, suffix: str = "") -> str:
+        return ("steady" if (k, groups) == (1, 3) else f"group {k}") + suffix
+
+    cuts = ([("before", 0, fwd[0])] + [(name(i), fwd[i], fwd[i + 1]) for i in range(groups)]
+            + [("partial", fwd[groups], head), ("output", head, int(np.argmax(q == "backward"))),
+               ("output backward", int(np.argmax(q == "backward")), back[0]),
+               ("partial backward", back[0], back[1])]
+            + [(name(k, " backward"), back[groups - k], back[groups - k + 1])
+               for k in range(groups - 1, -1, -1)] + [("after", back[-1], len(d))])
+    if any(x > y for _, x, y in cuts):
+        raise _NotPeriodic("marks out of order")
+    return live, phase, {key: (d[x:y], q[x:y]) for key, x, y in cuts}
+
+
+def _inserted(da, qa, db, qb, times: int) -> tuple[np.ndarray, np.ndarray]:
+    """The events of a piece of a model `times` groups deeper than `db`'s, from `da`'s (one
+    group shallower): `db`'s are `da`'s with runs inserted (autocast's casts, the optimizer's
+    per-tensor lists), each repeated `times` times more. _NotPeriodic when they are not."""
+    (da, qa), (db, qb) = _canonical(da, qa), _canonical(db, qb)
+    ka = [(p, *row) for p, row in zip(qa, da.tolist())]
+    kb = [(p, *row) for p, row in zip(qb, db.tolist())]
+    if ka == kb:
+        return db, qb
+    for window in (32, 8, 2):
+        try:
+            return _insert(ka, kb, db, qb, times, window)
+        except _NotPeriodic:
+            continue
+    raise _NotPeriodic("runs do not line up")
+
+
+def _canonical(d: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`d`'s events with each run of frees (or of allocations) in one phase sorted: inside such
+    a run live bytes only fall (or rise), so every event in it is at most its first (or last)
+    whatever the order, and the order autocast's cache or a finalizer frees in says nothing."""
+    sign = np.sign(d.sum(axis=1))
+    order, start = [], 0
+    for i in range(1, len(d) + 1):
+        if i == len(d) or sign[i] != sign[start] or q[i] != q[start]:
+            run = list(range(start, i))
+            order += sorted(run, key=lambda k: tuple(d[k])) if i - start > 1 else run
+            start = i
+    return d[order], q[order]
+
+
+def _insert(ka, kb, db, qb, times: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """See `_inserted`: the shortest run of `kb` after which both go on alike for `window`
+    events (or to the end) is an insertion."""
+    pieces, phases, i, j = [], [], 0, 0
+    while i < len(ka) or j < len(kb):
+        if i < len(ka) and j < len(kb) and ka[i] == kb[j]:
+            pieces.append(db[j:j + 1])
+            phases.append(qb[j:j + 1])
+            i, j = i + 1, j + 1
+            continue
+        w = min(window, len(ka) - i)
+        k = next((k for k in range(1, len(kb) - j - w + 1)
+                  if kb[j + k:j + k + w] == ka[i:i + w]), None)
+        if k is None:
+            raise _NotPeriodic(f"event {i}")
+        pieces += [db[j:j + k]] * (1 + times)
+        phases += [qb[j:j + k]] * (1 + times)
+        j += k
+    return np.vstack(pieces), np.concatenate(phases)
+
+
+def _frontier(base: np.ndarray, slope: np.ndarray, phase: np.ndarray,
+              seconds: float) -> Timelines:
+    """The Timelines of `base` and `slope`, keeping only events that can be a rank's peak:
+    within each phase (whose events a rank weights alike), an event whose live bytes and
+    slope are at most another's in every column is never the maximum of a weighted sum with
+    weights >= 0, at any micro-batch. The event before the optimizer (readable DDP's flat copy)
+    is always kept."""
+    points = np.hstack([base, slope])
+    keep = np.zeros(len(points), dtype=bool)
+    ends = np.flatnonzero(phase == "optimizer")
+    if len(ends):
+        keep[ends[0] - 1] = True
+    for name in np.unique(phase):
+        idx = np.flatnonzero(phase == name)
+        # an event followed (in its phase) by one that only adds is dominated by it
+        later = idx[1:][(points[idx[1:]] >= points[idx[:-1]]).all(axis=1)]
+        dominated = set((later - 1).tolist())
+        rest = [i for i in idx if i not in dominated]
+        rest.sort(key=lambda i: -points[i].sum())
+        front: list[int] = []
+        for i in rest:
+            if not front or not (points[front] >= points[i]).all(axis=1).any():
+                front.append(i)
+        keep[front] = True
+    idx = np.flatnonzero(keep)
+    phase = phase[idx]
+    return Timelines(base[idx], slope[idx], phase == "optimizer",
+                     np.isin(phase, ("forward", "backward")), seconds, phase == "backward")
 
 
 def block_params(shape: Shape) -> float:

@@ -70,6 +70,9 @@ class SimResult:
     schedule: str = "uniform"  # checkpointing schedule: 'uniform' groups or 'bisection'
     block_forwards: int | None = None  # forwards of the model's blocks in the step (recompute
     num_blocks: int | None = None      # included); None for a model without `layers`
+    # where each block's forward and backward begin, as the timeline's event numbers (its row
+    # r + 1 is after event r): `_block_marks`; {} for a model without `layers`
+    marks: dict = field(default_factory=dict)
 
     @property
     def recomputed_blocks(self) -> float | None:
@@ -230,9 +233,9 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
             blocks = {id(m) for m in layers} if isinstance(layers, torch.nn.ModuleList) else set()
             calls = [0]
             recursive = bisection(model) if schedule == "bisection" else contextlib.nullcontext()
-            marks: dict[str, int] = {}
-            if blocks:  # where the output (final norm, head, loss) runs: see `_head_marks`
-                hooks.append(layers[-1].register_forward_hook(_head_marks(mode, marks)))
+            marks: dict = {"forward": [], "backward": {}}
+            if blocks:  # where each block and the output run: see `_block_marks`
+                hooks += _block_marks(mode, layers, marks)
             mode.set_phase("start")
             with _module_depth(mode, blocks, calls), fp32_ops, recursive:
                 STEPS[spec.mode](state, _PhaseObserver(mode))
@@ -259,27 +262,53 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
                      f"(cuda_autocast.CUDA_FP32_OPS): {why}")
     if regime.loss_scaling:
         notes.append("loss scaling simulated without its scalars (a few bytes)")
+    start = mode.log.phase_starts["start"]
+    marks = {"forward": [i - start for i in marks["forward"]],
+             "backward": {k: i - start for k, i in marks["backward"].items()},
+             **({"head_forward": marks["head_forward"] - start} if "head_forward" in marks
+                else {})}
     return SimResult(spec.mode, spec.precision, device.type, spec.batch,
                      spec.context, checkpoint_group,
                      spec.optimizer if spec.mode == "train-step" else None, timeline,
                      mode.ops, time.perf_counter() - t0, notes, schedule,
-                     calls[0] if blocks else None, len(blocks) or None)
+                     calls[0] if blocks else None, len(blocks) or None, marks)
 
 
-def _head_marks(mode: PhantomMode, marks: dict[str, int]):
-    """A forward hook for the last block: marks the event where its forward output exists
-    (`head_forward`: the output's forward begins) and, by a hook on that output, the event where
-    its gradient does (`head_backward_end`: the output's backward is over). Between them run the
-    final norm, the head and the loss, the part of the step only a pipeline's last stage holds
-    (`fit` prices stages from it). Recompute (in backward) marks nothing."""
-    def hook(module: torch.nn.Module, inputs: object, output: object) -> None:
-        if mode.phase != "forward" or "head_forward" in marks:
-            return
-        marks["head_forward"] = len(mode.log.sid)
-        if isinstance(output, torch.Tensor) and output.requires_grad:
-            output.register_hook(lambda grad: marks.update(
-                head_backward_end=marks.get("head_backward_end", len(mode.log.sid))))
-    return hook
+def _block_marks(mode: PhantomMode, layers: torch.nn.ModuleList, marks: dict) -> list:
+    """Hooks that mark, as event indices, where each block's forward begins (`forward`, in
+    order), where the output (final norm, head, loss) begins (`head_forward`: the last block's
+    output exists), and where each block's output gradient exists in backward (`backward`: k ->
+    index; `backward[-1]`: block 0's input gradient, when the blocks' backward is over). Between
+    `head_forward` and the backward of the last block's output runs the part of the step only a
+    pipeline's last stage holds; the blocks' marks let `fit` grow a deep model's timeline from a
+    shallow one's. Recompute (in backward) marks nothing."""
+    def gradient(k: int):
+        return lambda grad: marks["backward"].setdefault(k, len(mode.log.sid)) and None
+
+    def before(k: int):
+        def hook(module: torch.nn.Module, inputs: tuple) -> None:
+            if mode.phase != "forward" or len(marks["forward"]) > k:
+                return
+            marks["forward"].append(len(mode.log.sid))
+            if k == 0 and inputs and isinstance(inputs[0], torch.Tensor) \
+                    and inputs[0].requires_grad:
+                inputs[0].register_hook(gradient(-1))
+        return hook
+
+    def after(k: int):
+        def hook(module: torch.nn.Module, inputs: object, output: object) -> None:
+            if mode.phase != "forward" or k in marks["backward"] or marks.get(("out", k)):
+                return
+            marks[("out", k)] = True
+            if k == len(layers) - 1:
+                marks["head_forward"] = len(mode.log.sid)
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(gradient(k))
+        return hook
+
+    return [h for k, block in enumerate(layers)
+            for h in (block.register_forward_pre_hook(before(k)),
+                      block.register_forward_hook(after(k)))]
 
 
 def _category(sid: int, info, fixed: dict[str, set[int]], forward_end: int) -> str:
@@ -306,7 +335,8 @@ def _timeline(mode: PhantomMode, fixed: dict[str, set[int]],
     forward_end = log.phase_starts.get("backward", log.phase_starts.get("end", n))
     marks = marks or {}
     windows = ((marks.get("head_forward", forward_end), forward_end),
-               (forward_end, marks.get("head_backward_end", forward_end)))
+               (forward_end, marks.get("backward", {}).get(len(marks.get("forward", [])) - 1,
+                                                           forward_end)))
     cat_index = {c: i for i, c in enumerate(CATEGORIES)}
     sid_cat = {}
     for sid, info in mode.storages.items():
