@@ -92,7 +92,8 @@ def cmd_table(args: argparse.Namespace) -> int:
         records = [r for r in records if r["kind"] == args.kind]
     if not records:
         what = f"{args.kind!r} records" if args.kind else "records"
-        raise LmperfError(f"{', '.join(map(str, args.file))} hold(s) no {what}")
+        verb = "holds" if len(args.file) == 1 else "hold"
+        raise LmperfError(f"{', '.join(map(str, args.file))} {verb} no {what}")
     reports = build_reports(records)
     if len(reports) == 1:
         emit(reports[0], args)

@@ -123,6 +123,9 @@ def test_ctrl_c_keeps_finished_rows_and_resume_finishes_only_the_rest(tmp_path):
     assert sorted(r["spec"]["context"] for r in rows) == [16, 32, 64]  # each exactly once
     assert all(r["status"] == "ok" for r in rows)
     assert f"resume: {len(done)} job(s) already ok" in resumed.stderr
+    left = 3 - len(done)  # issue 43: the closing line counted the earlier records as appended
+    assert (f"3 run(s): 3 ok ({len(done)} done before); {left} record{'s' * (left != 1)} "
+            "appended to") in " ".join(resumed.stderr.split())
 
 
 def test_python_dash_m_and_console_entry_point_agree(tmp_path):

@@ -95,14 +95,29 @@ def emit(report: Report, args: argparse.Namespace) -> None:
                                    getattr(args, "details", False)))
 
 
-def closing_line(report: Report, out: Path | None, noun: str = "run") -> str:
-    """'N run(s): a ok, b oom; records appended to FILE'."""
+def closing_line(report: Report, out: Path | None, noun: str = "run",
+                 appended: int | None = None) -> str:
+    """'N run(s): a ok, b oom; records appended to FILE', or after --resume 'N run(s): ...
+    (2 done before); 4 records appended to FILE' (`appended`: lines the run added to FILE)."""
     if not report.records:
         return (f"nothing to run: every job is already ok in {out}" if out else "nothing ran")
     counts = {s: sum(r["status"] == s for r in report.records) for s in STATUSES}
-    where = f"; records appended to {out}" if out else ""
+    before = len(report.records) - appended if appended is not None else 0
+    where = ("" if not out else f"; records appended to {out}" if not before else
+             f" ({before} done before); {appended} record{'s' * (appended != 1)} appended to {out}")
     return (f"{len(report.records)} {noun}(s): "
             + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + where)
+
+
+def _lines(path: object) -> int | None:
+    """Lines in a results file now (0 when there is none yet; None: no file asked for)."""
+    if not isinstance(path, (str, Path)):
+        return None
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
 
 
 def run_command(args: argparse.Namespace, produce: Callable[[], Report], noun: str = "run") -> int:
@@ -110,6 +125,8 @@ def run_command(args: argparse.Namespace, produce: Callable[[], Report], noun: s
     (failed rows are results), 130 after Ctrl-C with every finished row kept."""
     from lmperf.core.sweep import SweepInterrupted
 
+    out = getattr(args, "out", None)
+    before = _lines(out)
     try:
         report = produce()
     except SweepInterrupted as stop:
@@ -119,5 +136,6 @@ def run_command(args: argparse.Namespace, produce: Callable[[], Report], noun: s
         return 130
     emit(report, args)
     if getattr(args, "json", None) != "-":
-        err(closing_line(report, getattr(args, "out", None), noun))
+        after = _lines(out)
+        err(closing_line(report, out, noun, None if before is None else after - before))
     return 0

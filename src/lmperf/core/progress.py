@@ -53,6 +53,7 @@ class RichReporter(Reporter):
                                  transient=True)
         self.task = None
         self.runs, self.kind, self.noise = 0, "", []  # each noisy run's largest IQR/median, %
+        self.repeats: dict[tuple[str, str], int] = {}  # (status, reason) -> rows not printed
 
     def begin(self, total: int, skipped: int) -> None:
         if skipped:
@@ -66,6 +67,13 @@ class RichReporter(Reporter):
 
     def finish(self, index: int, spec, records: list[dict]) -> None:
         for record in records:
+            self.runs, self.kind = self.runs + 1, record["kind"]
+            reason = (record["status"], str(record.get("message", "")))
+            if record["status"] != "ok" and reason[1] and reason in self.repeats:
+                self.repeats[reason] += 1  # said once (the doctor's 22 CUDA checks on a CPU)
+                continue
+            if record["status"] != "ok" and reason[1]:
+                self.repeats[reason] = 0
             style = _STYLE.get(record["status"], "white")
             # escape(): messages hold brackets ("[enforce fail at alloc_cpu.cpp:127]")
             label = spec.label()
@@ -73,7 +81,6 @@ class RichReporter(Reporter):
             self.progress.console.print(f"[{style}]{record['status']:>11}[/] "
                                         f"{escape(label)}: {escape(line)}",
                                         markup=True, highlight=False, soft_wrap=True)
-            self.runs, self.kind = self.runs + 1, record["kind"]
             for w in record.get("warnings", []):
                 if (noisy := NOISE.match(w)):  # told once, at the end (the record keeps it)
                     self.noise.append(max(float(x) for x in re.findall(r"(\d+)%", noisy[1])))
@@ -86,6 +93,10 @@ class RichReporter(Reporter):
         """Stop the bar; the sweep's noisy runs in one line: "7 of 15 runs noisy, IQR/median up
         to 339%: the machine was busy; `--rounds 3` interleaves them"."""
         self.progress.stop()
+        for (status, reason), n in self.repeats.items():
+            if n:
+                self.console.print(escape(f"{status:>11} {n} more for the same reason: "
+                                          f"{_fit(reason, 42)}"), highlight=False)
         if self.noise:  # busy: above torch.utils.benchmark's 25%
             from lmperf.core.report import wrap
 

@@ -161,6 +161,11 @@ def against(keys: Sequence[tuple], base: Sequence[bool]) -> list[int | None]:
     return out
 
 
+def plural(n: float, noun: str) -> str:
+    """'1 call', '15 calls', '1.5 calls': a count and its noun, plural unless the count is 1."""
+    return f"{n:,.4g} {noun}" + ("" if n == 1 else "s")
+
+
 def numbered(labels: Sequence[str]) -> list[str]:
     """Labels made unique for reading: a label that occurs more than once gets " #1", " #2"..."""
     seen: dict[str, int] = {}

@@ -68,7 +68,9 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "params": r.get("params"), "context": readback.context_of(r),
             "batch": spec.get("batch"), "precision": spec.get("precision"),
             "mode": spec.get("mode"), "attention": spec.get("attention"),
-            "checkpoint_group": spec.get("checkpoint_group"), "warmup": spec.get("warmup"),
+            "checkpoint_group": spec.get("checkpoint_group"),
+            "checkpoint_schedule": spec.get("checkpoint_schedule"),  # bisection: group 0 too
+            "warmup": spec.get("warmup"),
             "device": spec.get("device"), "threads": spec.get("threads"),
             "status": r["status"], "message": r.get("message", ""),
             "memory_kind": readback.memory_kind(r),

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lmperf.core.report import Report
+from lmperf.core.report import Report, plural
 from lmperf.errors import SpecError, TraceFormatError
 from lmperf.questions.profile import overlap, views
 from lmperf.questions.profile.range_names import STEP
@@ -228,6 +228,6 @@ def _findings(trace: Trace, per_step: pd.DataFrame, tables: dict[str, pd.DataFra
             first = df.iloc[0]
             gemm = f" [{first['gemm']}]" if gpu and first.get("gemm") else ""
             out.append(f"Top {unit.split()[0][:-1]} of {phase}: {first['name'][:120]}{gemm} "
-                       f"({first['share']:.1%} of the phase, {first['calls_per_step']:g} calls "
-                       "per step).")
+                       f"({first['share']:.1%} of the phase, "
+                       f"{plural(first['calls_per_step'], 'call')} per step).")
     return out

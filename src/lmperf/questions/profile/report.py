@@ -11,7 +11,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from lmperf.core.report import Report, caption_axes, median_columns, numbered, status_notes
+from lmperf.core.report import Report, caption_axes, median_columns, numbered, plural, status_notes
 from lmperf.errors import LmperfError
 from lmperf.results.schema import to_jsonable
 
@@ -125,7 +125,7 @@ def top_line(tables: Mapping[str, pd.DataFrame]) -> str | None:
         return None
     first = top.iloc[0]
     line = (f"top of the step: {first['name']} {first['share']:.1%} "
-            f"({first['calls_per_step']:.4g} calls per step)")
+            f"({plural(first['calls_per_step'], 'call')} per step)")
     cats = tables.get("share of each phase by category")
     if cats is not None and "step" in cats:
         big = cats.sort_values("step", ascending=False).head(3)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.core.outcome import Stage
+from lmperf.core.report import plural
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import PHASES
 from lmperf.questions.profile import roofline, views
@@ -178,7 +179,7 @@ def _top_tables(result: ProfileResult, trace, spec: RunSpec, top: int) -> None:
     if not fwd.empty:
         first = fwd.iloc[0]
         result.notes.append(f"(b) top forward {unit.split()[0][:-1]}: {first['name']} "
-                            f"({first['share']:.1%} of forward, {first['calls_per_step']:g} calls per step).")
+                            f"({first['share']:.1%} of forward, {plural(first['calls_per_step'], 'call')} per step).")
     by = shares.set_index("category")
     lead = by["forward"].drop("matmul", errors="ignore").sort_values(ascending=False).head(3)
     if (lead > 0).any():
