@@ -79,7 +79,8 @@ def test_what_dist_train_cannot_run_is_refused_before_anything_launches(kw, word
 @pytest.mark.parametrize("schedule, p, m, v", [("GPipe", 4, 4, 1), ("1F1B", 4, 4, 1),
                                                 ("1F1B", 4, 8, 1), ("Interleaved1F1B", 2, 4, 2),
                                                 ("Interleaved1F1B", 4, 8, 2)])
-def test_idle_slots_replay_torchs_action_lists_as_the_textbook_counts_them(schedule, p, m, v) -> None:
+def test_idle_slots_replay_torchs_action_lists_as_the_textbook_counts_them(schedule, p, m,
+                                                                          v) -> None:
     from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
     counted = idle_slots(dict(enumerate(get_schedule_ops(schedule, p, m, v))), p * v)

@@ -6,8 +6,9 @@ MemTracker counts them (its module hooks refuse a module called several times in
 which gradient accumulation and a pipeline's micro-batches do). A tensor subclass (DTensor,
 FSDP2's sharded parameters) is counted by the plain tensors it wraps, so a rank counts its
 shards, not the global shapes; its ops are left to it, so that the plain ops it runs (the
-buffers of its redistributions included) come back through the mode and are counted too. Bytes are the same on a CPU rank as on a GPU one: what the plan
-predicts per rank. Used by `plan --confirm` and `dist train`.
+buffers of its redistributions included) come back through the mode and are counted too. Bytes
+are the same on a CPU rank as on a GPU one: what the plan predicts per rank. Used by `dist
+train`; `plan --confirm` has its own copy for now.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ class Item:
         lay = self.layout
         if not self.is_layout:
             return self.strategy
-        parts = [self.strategy] + [f"{n}={getattr(lay, n)}" for n in _KEYS[:4] if getattr(lay, n) > 1]
+        parts = [self.strategy] + [f"{n}={getattr(lay, n)}" for n in _KEYS[:4]
+                                   if getattr(lay, n) > 1]
         if lay.pp > 1:
             parts.append(f"pp_schedule={lay.pp_schedule}")
             parts += [f"pp_virtual={lay.pp_virtual}"] if lay.pp_virtual > 1 else []

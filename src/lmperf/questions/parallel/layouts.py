@@ -70,7 +70,8 @@ def build(item: Item, model, *, lr: float, batch: int, device):
         m = len(lay.micro_batches(lay.dp * batch, item.micro_batch))
         sched = pipeline.schedule(lay, stages, m, loss_of)
         setup.pipeline = partial(_step, sched, 0 in dict(parts))
-        setup.record["pipeline"] = _schedule_record(lay, sched, m, item.micro_batch, len(model.layers))
+        setup.record["pipeline"] = _schedule_record(lay, sched, m, item.micro_batch,
+                                                    len(model.layers))
     return setup
 
 

@@ -23,10 +23,12 @@ from lmperf.estimate.formulas import bus_factor
 OPS: dict[str, tuple[str, int]] = {
     "all_reduce": ("all_reduce", 0), "all_reduce_coalesced": ("all_reduce", 0),
     "allreduce_": ("all_reduce", 0), "allreduce_coalesced_": ("all_reduce", 0),
-    "all_gather_into_tensor": ("all_gather", -1), "all_gather_into_tensor_coalesced": ("all_gather", -1),
+    "all_gather_into_tensor": ("all_gather", -1),
+    "all_gather_into_tensor_coalesced": ("all_gather", -1),
     "_allgather_base_": ("all_gather", 0), "allgather_": ("all_gather", 0),
     "allgather_into_tensor_coalesced_": ("all_gather", 0),
-    "reduce_scatter_tensor": ("reduce_scatter", 0), "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0),
+    "reduce_scatter_tensor": ("reduce_scatter", 0),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0),
     "_reduce_scatter_base_": ("reduce_scatter", 1), "reduce_scatter_": ("reduce_scatter", 1),
     "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
     "broadcast": ("broadcast", 0), "broadcast_": ("broadcast", 0),
@@ -59,7 +61,8 @@ def _group(args: tuple, kwargs: dict):
 
 
 def _bytes(value: object) -> int:
-    return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in tree_leaves(value)
+               if isinstance(t, torch.Tensor))
 
 
 class Ledger(TorchDispatchMode):
@@ -93,7 +96,8 @@ class Ledger(TorchDispatchMode):
         # S: the named tensor argument, or (functional all-gather) the output: g x the input
         s = _bytes(out if which < 0 else args[which])
         name = group.group_name if group is not None else ""
-        dim = self.names.get(name) or ("world" if size == dist.get_world_size() else f"group of {size}")
+        dim = self.names.get(name) or (
+            "world" if size == dist.get_world_size() else f"group of {size}")
         row = self.rows.setdefault((collective, dim), {"calls": 0, "bytes": 0, "bus_bytes": 0.0,
                                                        "group_size": size})
         row["calls"] += 1

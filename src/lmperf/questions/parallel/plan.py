@@ -200,7 +200,8 @@ def layout_items(plan: DistPlan, n: int, strategies: list[str], combos: list[dic
     replica, else the strategies given, default fsdp2). A combination dist train cannot run is
     refused (SpecError) when it is the only one, else skipped with a note."""
     from lmperf.estimate.layout import Layout
-    from lmperf.questions.parallel.items import NO_STRATEGY, WITH_LAYOUT, Item, check, check_schedule
+    from lmperf.questions.parallel.items import (NO_STRATEGY, WITH_LAYOUT, Item, check,
+                                                 check_schedule)
 
     out: list[str] = []
     refused: list[str] = []
