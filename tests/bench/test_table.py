@@ -279,3 +279,20 @@ def test_mfu_column_only_when_known():
     assert "MFU" not in display_frame([ok_record()])[0].columns
     table, _, _ = display_frame([ok_record(mfu=0.4534), ok_record(context=256)])
     assert list(table["MFU"]) == ["45.3%", "-"]
+
+
+def test_two_runs_of_one_spec_are_told_apart_and_never_held_against_each_other():
+    """Issue 43 (11): `lmperf table` printed two runs of one spec as rows nothing told apart,
+    and held a bf16-mixed run against the fp32 run of another command (0.31x)."""
+    first = ok_record(precision="fp32", step=[10.0, 10.0, 10.0]) | {"sweep": "2025-01-01T10:00:00Z"}
+    again = ok_record(precision="fp32", step=[30.0, 30.0, 30.0]) | {"sweep": "2025-01-01T11:00:00Z"}
+    later = ok_record(precision="bf16-mixed", step=[3.0, 3.0, 3.0]) | {"sweep": "2025-01-01T12:00:00Z"}
+    report = build_report([first, again, later])
+    shown, _, _ = report.main()
+    assert list(shown["run"]) == ["10:00:00", "11:00:00", "12:00:00"]
+    assert not any(name.startswith("precision") for name in report.tables)  # no pair in a run
+    assert not any("bf16-mixed / fp32" in line for line in report.headline)
+    mine = ok_record(precision="bf16-mixed", step=[5.0, 5.0, 5.0]) | {"sweep": first["sweep"]}
+    report = build_report([first, again, mine])  # bf16-mixed of the first run: against it
+    (table,) = [df for name, df in report.tables.items() if name.startswith("precision")]
+    assert table["step (x fp32)"].tolist() == [0.5]

@@ -233,3 +233,31 @@ def test_run_labels_name_what_differs():
     labels = run_labels([{"spec": s} for s in specs])
     assert labels == ["tiny ctx=16 fp32 seed=0", "mini ctx=16 fp32 seed=1 #1",
                       "mini ctx=16 fp32 seed=1 #2"]
+
+
+def test_sections_follow_the_questions_and_headers_read_as_words(results, tmp_path):
+    """Issue 43 (11): sections came in the files' (alphabetical) order, and columns under their
+    raw field names (`peak_gib`, `step_s`)."""
+    out = tmp_path / "r.html"
+    _run("report", *sorted(map(str, results.values())), "-o", str(out))  # amp.jsonl first
+    html = out.read_text(encoding="utf-8")
+    ids = [i for i in re.findall(r'<section id="kind-([\w-]+)"', html) if i in KINDS]
+    assert ids == list(KINDS)  # bench, profile, memory, train, attention, amp: the questions'
+    heads = re.findall(r"<th>([^<]*)</th>", html)
+    assert heads and not [h for h in heads if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h)], heads
+
+
+def test_the_bench_plot_draws_medians_and_their_iqr(monkeypatch):
+    """The bench plot drew mean +- std where the tables give medians."""
+    from matplotlib.axes import Axes
+
+    from lmperf.questions.bench.table import records_frame
+    from lmperf.questions.writeup import figures
+    from tests.bench.test_table import ok_record
+
+    record = ok_record(step=[1.0, 2.0, 3.0, 4.0, 100.0])  # mean 22, median 3, IQR 2 .. 4
+    drawn = []
+    monkeypatch.setattr(Axes, "errorbar", lambda self, x, y, yerr=None, **k: drawn.append(
+        (list(y), [list(e) for e in yerr])))
+    assert figures.bench_latency(records_frame([record]), [record]) is not None
+    assert drawn == [([3.0], [[1.0], [1.0]])]  # the median, bars to the quartiles

@@ -8,6 +8,7 @@ records stay in memory (the Python API's default).
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,7 +139,9 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
 
     `rounds` > 1 runs the whole list that many times, round-robin (spec 1, 2, ..., n, then
     again), so that slow drift and a neighbour's burst of load hit every spec alike; each
-    record then carries its `round` (0-based) and a job id per round (see `round_id`).
+    record then carries its `round` (0-based) and a job id per round (see `round_id`). Every
+    record carries its `sweep`: when the sweep started (a --resume continues the sweep it
+    finishes), so that two runs of one spec are told apart and never held against each other.
     `precheck` may return a record made in the parent (e.g. 'unsupported') instead of running
     the job. Returns this sweep's records in order; with `options.resume` (one round) the
     whole sweep's, the 'ok' records of the jobs done before (read from `out`) in their place. Raises ResultsFileError before running
@@ -156,13 +159,15 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
     todo = _pending(jobs, out, options.resume, rounds)  # reads (and checks) the file first
     if out is not None:
         store.ensure_writable(out)
+    sweep = _sweep_id(jobs, out, rounds) if len(todo) < len(jobs) else _now()
     reporter = options.reporter
     reporter.begin(len(todo), len(jobs) - len(todo))
     finished: dict[int, list[dict]] = {}
 
     def done(i: int, new: list[dict]) -> None:
         spec, k = todo[i]
-        tag = {"job_id": round_id(spec, k, rounds)} | ({"round": k} if rounds > 1 else {})
+        tag = ({"job_id": round_id(spec, k, rounds), "sweep": sweep}
+               | ({"round": k} if rounds > 1 else {}))
         new = [{**record, **tag} for record in new]
         for record in new:
             if out is not None:
@@ -185,6 +190,19 @@ def run_sweep(specs: Sequence[JobSpec], out: Path | None, options: SweepOptions 
     if not options.resume or out is None or rounds > 1 or len(todo) == len(jobs):
         return ran
     return _whole_sweep(specs, ran, store.read_records(out))
+
+
+def _now() -> str:
+    """A sweep's id: when it started (UTC, to the second), which tells runs of one spec apart."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _sweep_id(jobs: list[tuple[JobSpec, int]], out: Path | None, rounds: int) -> str:
+    """The id of the sweep a --resume finishes: that of its jobs' latest earlier record."""
+    ids = {round_id(s, k, rounds) for s, k in jobs}
+    earlier = [r["sweep"] for r in (store.read_records(out) if out is not None else [])
+               if r.get("job_id") in ids and r.get("sweep")]
+    return earlier[-1] if earlier else _now()
 
 
 def _whole_sweep(specs: Sequence[JobSpec], ran: list[dict], earlier: list[dict]) -> list[dict]:

@@ -82,14 +82,17 @@ def ratios(frame: pd.DataFrame, axis: str) -> tuple[pd.DataFrame, list[str]]:
     if len(values) < 2:
         return pd.DataFrame(), []
     first = values[0]
-    refs = against(list(ok[[k for k in KEY if k != axis]].itertuples(index=False)),
+    # never across runs of the command: a sweep's own first value only (older records: any)
+    refs = against(list(ok[[k for k in KEY if k != axis] + ["sweep"]].itertuples(index=False)),
                    list(ok[axis] == first))
+    shown = [k for k in KEY[2:] if k != axis and ok[k].nunique(dropna=False) > 1]
     rows = []
     for (_, run), j in zip(ok.iterrows(), refs):
         if run[axis] == first or j is None:
             continue
         ref = ok.iloc[j]
-        row = {"size": run["model"], "context": run["context"], axis: run[axis], "against": first}
+        row = {"size": run["model"], "context": run["context"],
+               **{k: run[k] for k in shown if k != "context"}, axis: run[axis], "against": first}
         for phase in PHASES:  # a phase the mode does not run has no median: NaN
             a, b = (pd.to_numeric(x[f"{phase}_ms_median"]) for x in (run, ref))
             row[f"{phase} (x {first})"] = a / b if pd.notna(a) and pd.notna(b) and b else math.nan

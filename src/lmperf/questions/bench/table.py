@@ -63,6 +63,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "memory_kind": (m.get("memory") or {}).get("kind"),
             "device_name": (r.get("env") or {}).get("device_name"),
             "timestamp": (r.get("env") or {}).get("timestamp"),
+            "sweep": r.get("sweep"),  # which run of the command (None: written before issue 43)
         })
         rows.append(row)
     return pd.DataFrame(rows)
@@ -72,6 +73,14 @@ def _fmt(value: object, spec: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return format(value, spec)
+
+
+def run_times(df: pd.DataFrame) -> list[str]:
+    """When each row's command ran ('06:31:02', with the date where the rows span days): its
+    sweep's start, else (older records) the record's own time."""
+    stamps = [str(s or t or "-") for s, t in zip(df["sweep"], df["timestamp"])]
+    days = {s[:10] for s in stamps}
+    return [s[:19].replace("T", " ") if len(days) > 1 else s[11:19] or s for s in stamps]
 
 
 def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
@@ -103,6 +112,8 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     out = pd.DataFrame(index=df.index)
     for col, title in model + varying:
         out[title] = df[col]
+    if out.duplicated().any():  # runs of one spec: told apart by when their command ran
+        out["run"] = run_times(df)
     out["status"], failed = status_notes(df["status"], df["message"])  # before the figures: kept
     median_columns(out, df, PHASES)
     # TFLOP/s and MFU mean nothing without the FLOP convention (causal attention halved or not)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from lmperf.catalog import BY_COMMAND, BY_KIND
+from lmperf.catalog import QUESTIONS as ASKED
 from lmperf.errors import LmperfError, SpecError
 from lmperf.questions.writeup.sections import Section, build_section
 from lmperf.validate import choice
@@ -44,7 +45,9 @@ def _read(files: Sequence[str | Path]) -> tuple[list[dict], list[dict],
 
 def build_sections(records: list[dict]) -> list[Section]:
     """One `sections.Section` per kind of record and basis (measured, estimated, predicted:
-    never one section for both), in order of first appearance, plots drawn."""
+    never one section for both), in the order of the questions (`catalog.QUESTIONS`: bench
+    first, whatever the files' names), each kind's measurements before its estimates and
+    predictions; plots drawn."""
     from lmperf.core.kinds import build_reports
     from lmperf.questions.writeup.plots import plots_for
     from lmperf.questions.writeup.sections import basis
@@ -52,8 +55,11 @@ def build_sections(records: list[dict]) -> list[Section]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         groups.setdefault((r["kind"], basis(r)), []).append(r)
+    order = list(dict.fromkeys(k for q in ASKED for k in (q.kind, *dict(q.more_kinds))))
+    bases = ("measured", "estimated", "predicted")
     sections: list[Section] = []
-    for (kind, how), mine in groups.items():
+    for (kind, how), mine in sorted(groups.items(), key=lambda g: (
+            order.index(g[0][0]) if g[0][0] in order else len(order), bases.index(g[0][1]))):
         for rep in build_reports(mine):
             section = build_section(rep, how)
             section.plots = plots_for(rep)
@@ -84,7 +90,8 @@ def report(files: Sequence[str | Path] | str | Path, *, out: str | Path | None =
         raise SpecError("no results file given")
     records, compared, inputs = _read(files)
     if not records and not compared:
-        raise LmperfError(f"{', '.join(map(str, files))} hold(s) no records")
+        raise LmperfError(f"{', '.join(map(str, files))} hold{'s' * (len(files) == 1)} no "
+                          "records")
     path = Path(out) if out is not None else DEFAULT_OUT[format]
     if path.is_dir():
         raise LmperfError(f"cannot write the report to {path}: it is a directory")

@@ -1,5 +1,5 @@
 """The write-up's own figures, drawn from records: bench latency vs context and per-phase
-stacked bars, profile category shares. (memory, train, attention and amp draw their own: see
+stacked bars (medians, as the tables), profile category shares. (memory, train, attention and amp draw their own: see
 `lmperf.questions.writeup.plots`.) matplotlib's object API on the Agg canvas: no pyplot, no global state."""
 
 from __future__ import annotations
@@ -34,11 +34,23 @@ def _figure(width: float, height: float):
     return fig
 
 
-def bench_latency(frame: pd.DataFrame) -> bytes | None:
-    """PNG: mean step time (ms, ± std as error bars) against context length, one panel per
-    mode, one line per model size and precision (and any other axis that varies). `frame` is
-    bench's numeric frame (`lmperf.questions.bench.table.records_frame`). None without an ok row."""
-    ok = frame[(frame["status"] == "ok") & frame["step_ms_mean"].notna()]
+def bench_latency(frame: pd.DataFrame, records: list[dict]) -> bytes | None:
+    """PNG: the median step time (ms; the bars span the interquartile range of the step's
+    samples), as the tables give it, against context length, one panel per mode, one line per
+    model size and precision (and any other axis that varies). `frame` is bench's numeric
+    frame (`lmperf.questions.bench.table.records_frame`) of `records`, row for row. None
+    without an ok row."""
+    import numpy as np
+
+    quartiles = []
+    for r in records:  # from the raw samples; a record without them: the median +- IQR / 2
+        step = (r.get("metrics") or {}).get("step_ms") or {}
+        xs = step.get("samples")
+        quartiles.append(tuple(np.percentile(xs, (25, 75))) if xs else
+                         (step.get("median", math.nan) - (step.get("iqr") or 0) / 2,
+                          step.get("median", math.nan) + (step.get("iqr") or 0) / 2))
+    frame = frame.assign(q1=[q[0] for q in quartiles], q3=[q[1] for q in quartiles])
+    ok = frame[(frame["status"] == "ok") & frame["step_ms_median"].notna()]
     if ok.empty:
         return None
     modes = list(dict.fromkeys(ok["mode"]))
@@ -50,14 +62,15 @@ def bench_latency(frame: pd.DataFrame) -> bytes | None:
             line = line.sort_values("context")
             label = " ".join(str(k) for k in key[:2]) + "".join(
                 f" {a}={v}" for a, v in zip(extra, key[2:]))
-            ax.errorbar(line["context"], line["step_ms_mean"], yerr=line["step_ms_std"].fillna(0),
-                        marker="o", capsize=3, label=label)
+            median = line["step_ms_median"].astype(float)
+            spread = [(median - line["q1"]).clip(lower=0), (line["q3"] - median).clip(lower=0)]
+            ax.errorbar(line["context"], median, yerr=spread, marker="o", capsize=3, label=label)
         contexts = sorted(set(int(c) for c in rows["context"]))
         ax.set_xscale("log", base=2)
         ax.set_xticks(contexts, [str(c) for c in contexts])
         ax.minorticks_off()
-        _time_axis(ax, rows["step_ms_mean"], rows["step_ms_mean"] + rows["step_ms_std"].fillna(0))
-        ax.set(xlabel="context length T", ylabel="step time, ms (mean ± std)",
+        _time_axis(ax, rows["step_ms_median"].astype(float), rows["q3"])
+        ax.set(xlabel="context length T", ylabel="step time, ms (median, bars: IQR)",
                title=f"mode {mode}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
@@ -73,18 +86,19 @@ def _time_axis(ax, values: pd.Series, tops: pd.Series) -> None:
     if low > 0 and high / low > 10:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(ScalarFormatter())
-    else:  # `tops`: mean + std, so that no error bar leaves the axes
+    else:  # `tops`: the bars' tops, so that no error bar leaves the axes
         ax.set_ylim(0, float(tops.max()) * 1.15)
 
 
 def bench_phases(records: list[dict]) -> bytes | None:
     """PNG: one horizontal bar per ok bench run, stacked by phase (forward, backward, optimizer;
-    mean ms per step). None without an ok run that timed a phase."""
+    the median ms per step, as the tables give it). None without an ok run that timed a
+    phase."""
     pairs = [(r, label) for r, label in zip(records, run_labels(records)) if r["status"] == "ok"]
     rows = []
     for r, label in pairs[:MAX_BARS]:
         m = r.get("metrics") or {}
-        means = {p: (m.get(f"{p}_ms") or {}).get("mean") for p in PHASES}
+        means = {p: (m.get(f"{p}_ms") or {}).get("median") for p in PHASES}
         if any(v is not None for v in means.values()):
             rows.append((label, means))
     if not rows:
@@ -99,7 +113,7 @@ def bench_phases(records: list[dict]) -> bytes | None:
             ax.barh(ys, widths, left=left, label=phase, height=0.7)
             left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(ys, [label for label, _ in rows], fontsize=8)
-    title = "time per step by phase (mean ms)"
+    title = "time per step by phase (median ms)"
     if len(pairs) > MAX_BARS:
         title += f"; first {MAX_BARS} of {len(pairs)} runs"
     ax.set(xlabel="ms per step", title=title)

@@ -23,7 +23,7 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jso
 def _bench(report: Report) -> list[Plot]:
     return [
         Plot("latency vs context length, by size and precision",
-             figures.bench_latency(report.frame), "no ok run to draw"),
+             figures.bench_latency(report.frame, report.records), "no ok run to draw"),
         Plot("time per step by phase (stacked)", figures.bench_phases(report.records),
              "no ok run timed a phase"),
     ]

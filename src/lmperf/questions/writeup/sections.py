@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 # One cell format for every renderer: the HTML page shows the same digits as `lmperf table`.
-from lmperf.core.report import Report, numbered, readable
+from lmperf.core.report import Report, header, numbered, readable
 
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 # What a section's numbers are, said above its tables (never "measured" over a prediction).
@@ -126,10 +126,14 @@ def readable_table(title: str, df: pd.DataFrame, caption: str = "", notes: list[
     # Right-aligned and never wrapped: numbers, and the display's number-like strings
     # ("3.26 ± 0.74", "1,411,392", "+40.7%", "-").
     types = pd.api.types
-    numeric = frozenset(str(c) for c in df.columns
+    # headers read as words with their unit, as `lmperf table` prints them (`peak_gib` ->
+    # "peak", `step_s` -> "step (s)"); a name two columns would share stays as it is
+    names = [header(c) for c in df.columns]
+    names = [n if names.count(n) == 1 else str(c) for n, c in zip(names, df.columns)]
+    numeric = frozenset(n for n, c in zip(names, df.columns)
                         if (types.is_numeric_dtype(df[c]) and not types.is_bool_dtype(df[c]))
                         or (len(df) and all(NUMBER_LIKE.fullmatch(v) for v in shown[c])))
-    shown.columns = [str(c) for c in shown.columns]
+    shown.columns = names
     return Table(title, shown.reset_index(drop=True), caption, list(notes or []), numeric, hidden)
 
 
