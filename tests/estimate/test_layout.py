@@ -37,10 +37,10 @@ def test_a_layout_that_cannot_exist_is_refused_in_one_line(kwargs, words):
 @pytest.mark.parametrize("layout, ask, words", [
     (Layout(256, tp=16), dict(context=8192, global_batch=16), "8 K/V heads"),
     (Layout(8, tp=8), dict(context=8188, global_batch=16), "does not divide context"),
-    (Layout(8, cp=8), dict(context=8200, global_batch=8), "16 chunks"),
-    (Layout(8), dict(context=8192, global_batch=12), "data-parallel degree 8"),
+    (Layout(8, cp=8), dict(context=8200, global_batch=8), "2 cp chunks"),
+    (Layout(8), dict(context=8192, global_batch=12), "dp 8 data-parallel degree does not divide"),
     (Layout(8, pp=8, pp_schedule="Interleaved1F1B", pp_virtual=32),
-     dict(context=8192, global_batch=8), "256 stages > the model's 126 blocks"),
+     dict(context=8192, global_batch=8), "stages per rank exceed the model's 126 blocks"),
     (Layout(16, pp=2), dict(context=8192, global_batch=16, micro_batch=3), "rank's batch 2"),
 ])
 def test_what_a_model_and_a_batch_must_satisfy(layout, ask, words):

@@ -9,7 +9,8 @@ import pytest
 import lmperf
 from lmperf.cli import main
 
-FIELDS = ("precision", "checkpoint", "strategy", "tp", "micro_batch", "grad_accum")
+FIELDS = ("precision", "checkpoint", "strategy", "dp_replicate", "dp_shard", "tp", "pp", "cp",
+          "pp_schedule", "pp_virtual", "async_tp", "micro_batch", "grad_accum")
 METRICS = ("peak_gib", "fits", "step_s", "tokens_per_s_per_gpu", "mfu")
 
 
@@ -37,8 +38,13 @@ def test_every_candidate_is_a_plan_record_with_the_issue_fields(small_on_h100):
     # every micro-batch accumulates to the global batch over its data-parallel replicas
     for r in records:
         s = r["spec"]
-        per_replica = 16 // (8 // s["tp"])
-        assert s["micro_batch"] * (s["grad_accum"] - 1) < per_replica <= s["micro_batch"] * s["grad_accum"]
+        assert s["dp_replicate"] * s["dp_shard"] * s["tp"] * s["pp"] * s["cp"] == 8
+        per_replica = 16 // (s["dp_replicate"] * s["dp_shard"])
+        if s["pp"] > 1:  # the pipeline's micro-batches split the rank's batch evenly
+            assert s["grad_accum"] == 1 and per_replica % s["micro_batch"] == 0
+        else:
+            assert s["micro_batch"] * (s["grad_accum"] - 1) < per_replica <= \
+                s["micro_batch"] * s["grad_accum"]
     assert small_on_h100.headline[0].startswith("winner:")
     assert small_on_h100.headline[1].startswith("run it: `lmperf dist train --world-size 8 ")
     assert len({r["spec"]["search"] for r in records}) == 1
@@ -66,7 +72,7 @@ def test_smaller_micro_batches_are_evaluated_below_the_largest_that_fits(small_o
     by_config: dict = {}
     for r in small_on_h100.records:
         s = r["spec"]
-        by_config.setdefault((s["precision"], s["checkpoint"], s["strategy"], s["tp"]), []).append(
+        by_config.setdefault(tuple(s[k] for k in FIELDS[:-2]), []).append(
             (s["micro_batch"], r["metrics"]["largest_micro_batch"]))
     assert any(len(v) > 1 for v in by_config.values())
     for v in by_config.values():
@@ -87,7 +93,8 @@ def test_json_is_one_record_per_candidate(capsys, tmp_path):
 @pytest.mark.parametrize("argv, said", [
     (["--device", "cpu", "--gpus", "2"], "--gib"),
     (["--gpu", "NoSuchGPU"], "NoSuchGPU"),
-    (["--gpu", "H100-SXM", "--gpus", "3", "--global-batch", "4"], "does not split"),
+    (["--gpu", "H100-SXM", "--gpus", "3", "--global-batch", "4"],
+     "dp 3: data-parallel degree does not divide global batch 4"),
     (["--gpu", "H100-SXM", "--precision", "fp8"], "plan precision"),
     (["--gpu", "H100-SXM", "--host-us", "-1"], "--host-us"),
     (["--gpu", "H100-SXM", "--confirm", "2"], "GPU at hand"),

@@ -136,26 +136,35 @@ def test_equal_predictions_are_one_row_naming_the_others() -> None:
 
     import pandas as pd
 
+    layout = dict(tp=1, pp=1, cp=1, pp_schedule=None, pp_virtual=1, async_tp=False)
     rows = pd.DataFrame([
-        dict(rank=1, precision="fp32", checkpoint=0, strategy="ddp", tp=1, micro_batch=2,
-             grad_accum=1, peak_gib=1.0, fits=True, step_s=0.5, why=None),
-        dict(rank=2, precision="fp32", checkpoint=0, strategy="zero1", tp=1, micro_batch=2,
-             grad_accum=1, peak_gib=1.0, fits=True, step_s=0.5, why="1.00x"),
-        dict(rank=3, precision="fp32", checkpoint=1, strategy="ddp", tp=1, micro_batch=2,
-             grad_accum=1, peak_gib=0.5, fits=True, step_s=0.6, why="1.20x")])
-    distinct = _distinct(rows)
+        dict(rank=1, precision="fp32", checkpoint=0, strategy="ddp", dp_replicate=2, dp_shard=1,
+             **layout, micro_batch=2, grad_accum=1, peak_gib=1.0, fits=True, step_s=0.5,
+             why=None),
+        dict(rank=2, precision="fp32", checkpoint=0, strategy="zero1", dp_replicate=1,
+             dp_shard=2, **layout, micro_batch=2, grad_accum=1, peak_gib=1.0, fits=True,
+             step_s=0.5, why="1.00x"),
+        dict(rank=3, precision="fp32", checkpoint=1, strategy="ddp", dp_replicate=2, dp_shard=1,
+             **layout, micro_batch=2, grad_accum=1, peak_gib=0.5, fits=True, step_s=0.6,
+             why="1.20x")])
+    distinct = _distinct(rows, 2)
     assert list(distinct["rank"]) == [1, 3]
-    assert distinct.loc[0, "same_as"] == "zero1 fp32 ckpt 0 b 2" and pd.isna(distinct.loc[1, "same_as"])
+    assert distinct.loc[0, "same_as"] == "zero12 fp32 ckpt 0 b 2" and pd.isna(distinct.loc[1, "same_as"])
 
 
 def test_the_default_output_is_short_and_shows_the_best_of_each_strategy(capsys, tmp_path) -> None:
     assert main(["plan", "--size", "tiny", "--gpu", "H100-SXM", "--gpus", "8", "--context", "64",
                  "--global-batch", "16", "--top", "3", "--out", str(tmp_path / "p.jsonl")]) == 0
     text = capsys.readouterr().out
-    assert len(text.splitlines()) <= 30
+    assert len(text.splitlines()) <= 32
     table = text.split("(PREDICTED)\n")[1].split("\n\n")[0]
-    shown = {line.split()[3] for line in table.splitlines()[1:] if line.split()[0].isdigit()}
-    assert {"ddp", "zero1", "zero2", "fsdp"} <= shown  # each strategy's best, beyond the top 3
+    rows = [line.split() for line in table.splitlines()[1:] if line.split()[0].isdigit()]
+    layouts = [" ".join(r[3:-7]) for r in rows]
+    assert len(layouts) == len(set(layouts))  # one row per layout
+    shown = {layout.split()[0].rstrip("0123456789") for layout in layouts}
+    # each family's best, beyond the top 3: every data-parallel strategy, TP, PP
+    assert {"ddp", "zero", "fsdp"} <= shown
+    assert any(" tp" in f" {x}" for x in layouts) and any(" pp" in f" {x}" for x in layouts)
 
 
 def test_searches_written_before_they_had_ids_are_kept_apart(tmp_path, capsys) -> None:

@@ -30,6 +30,16 @@ def schedule_name(name: str) -> str:
     return found
 
 
+class LayoutError(SpecError):
+    """A layout that cannot run a model or a batch: `what` (the degree, e.g. 'tp 8') and `why`
+    ('does not divide the model's 4 attention heads'), one line together; a search counts
+    what it leaves out by `why`."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(f"{what} {why}")
+        self.what, self.why = what, why
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage: its blocks [first, first + layers), whether it holds the embedding
@@ -130,22 +140,23 @@ class Layout:
         kv = num_kv_heads or num_heads
         for what, n in (("attention heads", num_heads), ("K/V heads", kv)):
             if n % self.tp:
-                raise SpecError(f"tp {self.tp} does not divide the model's {n} {what}")
+                raise LayoutError(f"tp {self.tp}", f"does not divide the model's {n} {what}")
         if context % self.tp:
-            raise SpecError(f"tp {self.tp} (sequence parallelism) does not divide context "
-                            f"{context}")
+            raise LayoutError(f"tp {self.tp}", f"(sequence parallelism) does not divide context "
+                                               f"{context}")
         if self.cp > 1 and context % (2 * self.cp):
-            raise SpecError(f"cp {self.cp} cuts the sequence into {2 * self.cp} chunks "
-                            f"(causal load balancing): context {context} does not divide")
+            raise LayoutError(f"cp {self.cp}", f"(2 cp chunks, causal load balancing) does not "
+                                               f"divide context {context}")
         if self.stages > num_layers + 2:
-            raise SpecError(f"pp {self.pp} x {self.pp_virtual} stages per rank = {self.stages} "
-                            f"stages > the model's {num_layers} blocks + embedding + output")
+            raise LayoutError(f"pp {self.pp} x {self.pp_virtual} stages per rank",
+                              f"exceed the model's {num_layers} blocks + embedding + output")
         if global_batch % self.dp:
-            raise SpecError(f"global batch {global_batch} does not split over the data-parallel "
-                            f"degree {self.dp}")
+            raise LayoutError(f"dp {self.dp}", f"data-parallel degree does not divide global "
+                                               f"batch {global_batch}")
         if self.pp > 1 and micro_batch is not None and (global_batch // self.dp) % micro_batch:
-            raise SpecError(f"micro-batch {micro_batch} does not divide the rank's batch "
-                            f"{global_batch // self.dp} (a pipeline splits it evenly)")
+            raise LayoutError(f"micro-batch {micro_batch}", f"does not divide the rank's batch "
+                                                            f"{global_batch // self.dp} (a "
+                                                            "pipeline splits it evenly)")
 
     # --- the batch --------------------------------------------------------------------------
     def local_batch(self, global_batch: int) -> int:

@@ -16,7 +16,7 @@ from lmperf.errors import SpecError
 from lmperf.estimate.candidate import Candidate
 from lmperf.estimate.fit import PRECISIONS, Workload, fits, rank_peak, rank_shares, timelines
 from lmperf.estimate.formulas import Shape, bus_factor
-from lmperf.estimate.layout import LOOPED, Layout
+from lmperf.estimate.layout import LOOPED, Layout, LayoutError
 from lmperf.estimate.strategies import BUCKET_BYTES, DATA_PARALLEL, collectives, strategy
 from lmperf.estimate.target import GIB, Cluster
 from lmperf.names import PP_SCHEDULES
@@ -298,22 +298,23 @@ def layouts(cluster: Cluster, shape: Shape, context: int, global_batch: int, spa
         return [2**i for i in range(int(math.log2(limit)) + 1) if limit % 2**i == 0]
 
     tps = space.tp or [t for t in powers(n) if t <= cluster.per_node]
-    if space.tp is None and len(tps) < len(powers(n)):
-        left[f"tp > {cluster.per_node}: crosses nodes (its collectives are in every block's "
-             "critical path)"] += len(powers(n)) - len(tps)
+    for t in (powers(n) if space.tp is None else []):
+        if t > cluster.per_node:
+            left[f"crosses nodes ({cluster.per_node} GPUs each): TP's collectives are in every "
+                 "block's critical path", f"tp {t}"] += 1
     pps = space.pp or [p for p in powers(n) if p <= shape.num_layers + 2]
     cps = space.cp or ([c for c in powers(n)] if context >= LONG_CONTEXT else [1])
-    if space.cp is None and context < LONG_CONTEXT and n > 1:
-        left[f"cp > 1: context {context} < {LONG_CONTEXT} (attention's share is small; "
-             "--cp to price it)"] += len(powers(n)) - 1
+    if space.cp is None and context < LONG_CONTEXT:
+        for c in powers(n)[1:]:
+            left[f"context {context} < {LONG_CONTEXT}: attention's share is small (--cp to "
+                 "price it)", f"cp {c}"] += 1
     schedules = space.pp_schedule or PP_SCHEDULES
     out = []
     for t in tps:
         for p in pps:
             for c in cps:
                 if n % (t * p * c):
-                    left["degrees that do not divide the GPUs"] += 1
-                    continue
+                    continue  # powers of two that multiply past the GPUs: no layout at all
                 d = n // (t * p * c)
                 for s in (schedules if p > 1 else [None]):
                     for v in (space.pp_virtual or ([2] if s in LOOPED else [1])) if p > 1 else [1]:
@@ -325,8 +326,8 @@ def layouts(cluster: Cluster, shape: Shape, context: int, global_batch: int, spa
                                               num_heads=shape.num_heads,
                                               num_kv_heads=shape.num_kv_heads or None,
                                               context=context, global_batch=global_batch)
-                                except SpecError as exc:
-                                    left[_reason(str(exc))] += 1
+                                except LayoutError as exc:
+                                    left[exc.why, exc.what] += 1
                                     continue
                                 out.append((lay, strat))
     return out
@@ -341,8 +342,9 @@ def _data_parallel(n, t, p, c, d, s, v, a, cluster, space, left):
         pairs = [(d, "ddp"), (1, "zero1"), (1, "zero2"), (1, "fsdp")]
     else:
         pairs = [(1, "fsdp")]
-        left["ddp and zero with tensor, pipeline or context parallelism (torchtitan shards "
-             "them with FSDP)"] += 3
+        for name in ("ddp", "zero1", "zero2"):
+            left["with tensor, pipeline or context parallelism (torchtitan shards the data-"
+                 "parallel part with FSDP)", name] += 1
     if d > 1:  # HSDP: shard within a node, replicate across
         within = max(1, cluster.per_node // (t * c))
         reps = space.dp_replicate or ([d // within] if 1 < d // within < d and d % within == 0
@@ -354,16 +356,21 @@ def _data_parallel(n, t, p, c, d, s, v, a, cluster, space, left):
             continue
         if space.dp_replicate and name != "ddp" and r not in space.dp_replicate:
             continue
-        try:
-            out.append((Layout(n, t, p, c, r, s, v, a), name))
-        except SpecError as exc:
-            left[_reason(str(exc))] += 1
+        out.append((Layout(n, t, p, c, r, s, v, a), name))
     return out
 
 
-def _reason(message: str) -> str:
-    """A refusal's message with its numbers' first occurrence kept: one line per reason."""
-    return message
+def left_out_lines(left: Counter | dict) -> list[str]:
+    """One line per reason the search left candidates out, 'left out: <what>: <why>
+    (<count>)', the degrees it left out for that reason listed once each; `left`: (why, what)
+    -> count (a record's `left_out` holds "why|what" keys)."""
+    grouped: dict[str, dict[str, int]] = {}
+    for key, count in left.items():
+        why, what = key if isinstance(key, tuple) else key.split("|", 1)
+        grouped.setdefault(why, {})
+        grouped[why][what] = grouped[why].get(what, 0) + count
+    return [f"left out: {', '.join(whats)}: {why} ({sum(whats.values())})"
+            for why, whats in grouped.items()]
 
 
 def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int, space: Space,
@@ -388,7 +395,7 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
         except SpecError:  # a user's model checkpoints every layer (transformers) or not at all
             if not group:
                 raise
-            left[f"checkpoint groups of {group}: this model checkpoints every layer or none"] += 1
+            left["this model checkpoints every layer or none", f"checkpoint {group}"] += 1
             done += len(pairs)
             continue
         target = (by_precision or {}).get(precision, cluster)
@@ -411,8 +418,8 @@ def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, 
     if space.micro_batch:
         allowed = [b for b in space.micro_batch if b in allowed]
         if not allowed:
-            left[f"--micro-batch {space.micro_batch}: no value splits the rank's batch "
-                 f"{local}"] += 1
+            left[f"no value splits the rank's batch {local}",
+                 f"--micro-batch {', '.join(map(str, space.micro_batch))}"] += 1
             return []
 
     def candidate(b: int) -> Candidate:

@@ -18,7 +18,14 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
          checkpoint: Sequence[int] | int | None = None, attention: str = "sdpa",
          host_us: float | None = None, confirm: int = 0, course: str = DEFAULT_COURSE,
          out: str | Path | None = None, timeout: float | None = None,
-         top: int = 10) -> Report:
+         top: int = 10, tp: Sequence[int] | int | None = None,
+         pp: Sequence[int] | int | None = None, cp: Sequence[int] | int | None = None,
+         dp_replicate: Sequence[int] | int | None = None,
+         pp_schedule: Sequence[str] | str | None = None,
+         pp_virtual: Sequence[int] | int | None = None,
+         micro_batch: Sequence[int] | int | None = None,
+         async_tp: Sequence[bool | str] | bool | str | None = None,
+         node_bandwidth: float | None = None) -> Report:
     """Search precision x activation checkpointing x sharding x micro-batch for `size` (a
     preset of `course`) or `model` ("package.module:factory") on `gpus` GPUs of `gpu` (a name
     of the peak table: H100-SXM, A100-80GB, ...; `gib`: another memory budget per GPU) at
@@ -32,6 +39,12 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     by side, then a summary). Records are appended to `out` when given; a multi-GPU plan's
     winner records its torchtitan 0.3 command line, and its config module is written beside
     the records where it needs one. `top` (> 0): distinct plans shown.
+    The layout (`estimate.layout.Layout`): `tp`, `pp`, `cp`, `dp_replicate` (degrees),
+    `pp_schedule` (torch's names, any case), `pp_virtual` (stages per rank), `micro_batch`,
+    `async_tp` (False / True, or 'off' / 'on'): each one value or several; a dimension not given
+    is searched over all its values (one value each: "how fast will my current job run?"), and
+    what the search leaves out is said with its reason. `node_bandwidth`: GB/s per GPU between
+    nodes (default 50).
     Nothing runs for the plan itself: every figure is PREDICTED (see each record's method).
     Raises SpecError for bad input."""
     from lmperf.estimate.host import local_gpu
@@ -61,7 +74,10 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
                     global_batch=global_batch, gpus=gpus, course=course, model=model, gpu=gpu,
                     device="cpu" if on_cpu else "cuda", gpus_per_node=gpus_per_node, gib=gib,
                     precisions=precisions, checkpoints=groups, attention=attention,
-                    host_us=host_us)
+                    host_us=host_us, node_bandwidth=node_bandwidth,
+                    searched=_searched(tp=tp, pp=pp, cp=cp, dp_replicate=dp_replicate,
+                                       pp_schedule=pp_schedule, pp_virtual=pp_virtual,
+                                       micro_batch=micro_batch, async_tp=async_tp))
     here = on_cpu or (gpus == 1 and local_gpu(gpu))  # "h100-sxm", "H100" name the same
     if confirm < 0 or (confirm and not here):
         raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) here: on this CPU's "
@@ -89,6 +105,25 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
             append_record(path, r)
         records += cells
     return build_report(records, top)
+
+
+def _searched(**given) -> tuple[tuple[str, tuple], ...]:
+    """The layout dimensions given, as (name, values) pairs: schedules in torch's spelling,
+    async TP as booleans; SpecError for a value no layout takes."""
+    from lmperf.core.vocabulary import as_list, on_off
+    from lmperf.estimate.layout import schedule_name
+
+    out = []
+    for name, value in given.items():
+        values = as_list(value)
+        if not values:
+            continue
+        if name == "pp_schedule":
+            values = [schedule_name(v) for v in values]
+        elif name == "async_tp":
+            values = [on_off("--async-tp", v) for v in values]
+        out.append((name, tuple(dict.fromkeys(values))))
+    return tuple(out)
 
 
 def _progress():

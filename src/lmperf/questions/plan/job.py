@@ -26,7 +26,7 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
     """(ranked candidate rows, env, what the target is, what was left out: reason -> count) of
     `spec`; `progress(done, total, what)` is told how far the search is."""
     from lmperf.estimate.fit import PRECISIONS, Workload
-    from lmperf.estimate.plan import candidates, shape_of
+    from lmperf.estimate.plan import candidates, left_out_lines, shape_of
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
 
@@ -43,11 +43,12 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
     rows, left = candidates(work, shape_of(work), target, spec.global_batch, spec.space(),
                             progress, targets)
     if not rows:
-        why = "; ".join(f"{k} ({v})" for k, v in left.items()) or "no layout applies"
+        why = "; ".join(line.removeprefix("left out: ") for line in left_out_lines(left))
         raise SpecError(f"nothing to plan for {spec.gpus} devices and global batch "
-                        f"{spec.global_batch}: {why}")
+                        f"{spec.global_batch}: {why or 'no layout applies'}")
     return rows, capture(torch.device("cpu")), \
-        f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each", dict(left)
+        f"{spec.gpus} x {target.name}, {target.budget / 2**30:.3g} GiB each", \
+        {f"{why}|{what}": count for (why, what), count in left.items()}
 
 
 def records(spec: PlanSpec, progress=None) -> list[dict]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.core.report import Report
+from lmperf.estimate.plan import left_out_lines
 
 LAYOUT = ("dp_replicate", "dp_shard", "tp", "pp", "cp", "pp_schedule", "pp_virtual", "async_tp")
 COLUMNS = ("rank", "precision", "checkpoint", "strategy", *LAYOUT, "micro_batch", "grad_accum",
@@ -16,8 +17,9 @@ COLUMNS = ("rank", "precision", "checkpoint", "strategy", *LAYOUT, "micro_batch"
 OLD = {"dp_replicate": 1, "tp": 1, "pp": 1, "cp": 1, "pp_schedule": None, "pp_virtual": 1,
        "async_tp": False, "bubble_s": 0.0}
 TOP = 10  # distinct plans shown per search (besides the best of each strategy)
+# what a person reads: one row per layout; why each lost is in the records and `lmperf report`
 SHOWN = ("rank", "precision", "checkpoint", "layout", "micro_batch", "grad_accum", "peak_gib",
-         "fits", "step_s", "tokens_per_s_per_gpu", "mfu", "why")  # what a person reads
+         "fits", "step_s", "tokens_per_s_per_gpu", "mfu")
 SHORT = {"checkpoint": "ckpt", "micro_batch": "b", "grad_accum": "accum",
          "tokens_per_s_per_gpu": "tokens/s/GPU", "mfu": "mfu_share"}  # 120 columns
 SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "i1f1b",
@@ -106,8 +108,7 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
         m0, spec = plans[0]["metrics"], plans[0]["spec"]
         findings.append(f"{len(rows)} candidates in {m0['search_s']:.1f} s, {len(frame)} distinct, "
                         f"{int(frame['fits'].sum())} fit; every figure {m0['method']}")
-        findings += [f"left out: {why} ({count})"
-                     for why, count in (m0.get("left_out") or {}).items()]
+        findings += left_out_lines(m0.get("left_out") or {})
         best = frame.iloc[0]
         if best["fits"]:
             won = _winner(spec, plans, best)
@@ -140,13 +141,17 @@ def _distinct(frame: pd.DataFrame, gpus: int) -> pd.DataFrame:
 
 
 def _shown(frame: pd.DataFrame, top: int, gpus: int) -> pd.DataFrame:
-    """The first `top` distinct candidates and the best of each (strategy, t), laid out."""
+    """The fastest candidate of each layout, the first `top` of them and the best of each
+    family (strategy, TP, PP, CP or not), laid out (the records keep every candidate)."""
     if frame.empty:
         return frame
+    frame = frame.assign(layout=[layout_name(r, gpus) for r in frame.to_dict("records")])
+    frame = frame[frame.groupby("layout", sort=False)["rank"].transform("min") == frame["rank"]]
+    frame = frame.reset_index(drop=True)
     family = [frame["strategy"], frame["tp"] > 1, frame["pp"] > 1, frame["cp"] > 1]
     best = frame.groupby(family, sort=False)["rank"].transform("min") == frame["rank"]
     shown = frame[(frame.index < top) | best]
-    out = shown.assign(layout=[layout_name(r, gpus) for r in shown.to_dict("records")],
+    out = shown.assign(
                        mfu=shown["mfu"].astype(float),  # None (no published peak): a dash
                        why=[(f"= {same}; " if isinstance(same, str) else "")
                             + (why if isinstance(why, str) else "")
