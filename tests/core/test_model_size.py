@@ -34,4 +34,6 @@ def test_bench_and_memory_hand_the_factory_the_same_shape(device, estimate):
 
 def test_memory_estimate_names_the_shape_it_estimated():
     report = memory(model=MODEL, estimate=True, gpu="RTX-4090", context=128, mode="forward")
-    assert f"its factory receives {MODEL_SIZE}'s shape (d={PRESET.d_model} " in report.findings[0]
+    said = report.findings[0]  # what it built, read off the module, and the shape it was handed
+    assert said.startswith(f"model {MODEL}: d={PRESET.d_model} L={PRESET.num_layers} ")
+    assert f"its factory built when handed {MODEL_SIZE}'s shape, d={PRESET.d_model} " in said
