@@ -172,3 +172,20 @@ def test_confirm_takes_any_name_of_the_gpu_at_hand(monkeypatch):
         lmperf.plan("tiny", gpu=name, gpus=1, context=64, global_batch=2, checkpoint=0,
                     precision="bf16-mixed", host_us=5.0, confirm=1)
     assert ran == ["H100", "h100-sxm"]
+
+
+@pytest.mark.slow
+def test_every_reason_a_search_left_candidates_out_is_one_line(capsys, tmp_path):
+    """Issue 40: nothing dropped without a word (8B at 131,072 tokens, global batch 2)."""
+    assert main(["plan", "--size", "llama3-8b", "--gpu", "H100-SXM", "--gpus", "8", "--context",
+                 "131072", "--global-batch", "2", "--precision", "bf16-fsdp", "--checkpoint",
+                 "1", "--out", str(tmp_path / "p.jsonl")]) == 0
+    text = capsys.readouterr().out
+    (record,) = [r for r in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())
+                 if r["metrics"]["rank"] == 1]
+    reasons = {key.split("|")[0] for key in record["metrics"]["left_out"]}
+    said = [line for line in text.replace("\n  ", " ").splitlines() if "left out:" in line]
+    assert reasons and len(said) == len(reasons)
+    assert all(any(why in line for line in said) for why in reasons)
+    assert any("dp 8, dp 4: data-parallel degree does not divide global batch 2" in line
+               for line in said)

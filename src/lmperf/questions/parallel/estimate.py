@@ -202,7 +202,7 @@ def _ffn_rows(shape: Shape, card, degrees: Sequence[int], tokens: int, c_bytes: 
         d = card.gpus // t
         states, saved = _states(shape, strategy, card.gpus, t), activation_bytes(shape, tokens // d, t)
         c = candidate(strategy, card.gpus, t, 1, 1)
-        total, _, sent = communication(c, shape, card, tokens // d, [1], [(0.0, 0.0)])
+        total, _, sent = communication(c, shape, card, tokens // d, [1], [(0.0, 0.0, 0.0)])
         rows.append({"strategy": strategy, "world_size": card.gpus, "tp": t, "dp": d,
                      "params": shape.params, "memory_method": "analytic",
                      "states_gib": states / GIB, "activations_gib": saved / GIB,

@@ -1,0 +1,83 @@
+"""The plan against torchtitan's published Llama 3 runs (issue 40): each run evaluated as one
+configuration on its GPU entry (tests/data/published/torchtitan_llama3_h100.csv): the layouts
+fit, async TP and interleaved 1F1B gain what was published within half and twice, the plain
+bf16 run within 20%; searched freely, 405B on 512 GPUs has a pipeline among its three best
+layouts and 8B at 131,072 tokens searches context parallelism and fits."""
+
+from __future__ import annotations
+
+import csv
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from lmperf.estimate import plan
+from lmperf.estimate.fit import Workload
+from lmperf.estimate.target import cluster
+
+FACTS = Path(__file__).resolve().parents[1] / "data" / "published" / "torchtitan_llama3_h100.csv"
+CHECKPOINT = {"full": 1}
+
+
+def facts() -> dict[str, dict]:
+    lines = [line for line in FACTS.read_text().splitlines() if not line.startswith("#")]
+    return {row["id"]: row for row in csv.DictReader(lines)}
+
+
+@lru_cache(maxsize=None)
+def predicted(run: str) -> dict:
+    """The plan's row of published run `run`, every dimension given."""
+    r = facts()[run]
+    work = Workload(r["size"], "2026", None, int(r["context"]), "sdpa", "cuda", "fused")
+    space = plan.Space(("bf16-fsdp",), (CHECKPOINT[r["checkpoint"]],), ("fsdp",),
+                       tp=(int(r["tp"]),), pp=(int(r["pp"]),), cp=(int(r["cp"]),),
+                       dp_replicate=(1,), pp_schedule=(r["pp_schedule"],) if r["pp_schedule"]
+                       else None, pp_virtual=(int(r["pp_virtual"]),),
+                       micro_batch=(int(r["micro_batch"]),), async_tp=(r["async_tp"] == "on",))
+    rows, left = plan.candidates(work, plan.shape_of(work), cluster(r["gpu"], int(r["gpus"])),
+                                 int(r["global_batch"]), space)
+    assert len(rows) == 1, plan.left_out_lines(left)
+    return rows[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["T5a", "T5b", "T6a", "T6b", "T7a", "T7b", "T7c"])
+def test_each_published_layout_fits_its_gpu(run):
+    row = predicted(run)
+    assert row["fits"], row.get("why")
+    assert row["dp_shard"] == int(facts()[run]["dp_shard"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slow, fast", [("T5a", "T5b"), ("T6a", "T6b")])
+def test_async_tp_and_interleaving_gain_within_half_and_twice_the_published(slow, fast):
+    published = float(facts()[fast]["tokens_per_s"]) / float(facts()[slow]["tokens_per_s"])
+    gain = predicted(fast)["tokens_per_s_per_gpu"] / predicted(slow)["tokens_per_s_per_gpu"]
+    assert 1 + (published - 1) / 2 <= gain <= 1 + 2 * (published - 1)
+
+
+@pytest.mark.slow
+def test_plain_bf16_fsdp_70b_on_64_a100_within_20_percent():
+    assert predicted("T8c")["tokens_per_s_per_gpu"] / 331 == pytest.approx(1, abs=0.2)
+
+
+@pytest.mark.slow
+def test_405b_on_512_gpus_has_a_pipeline_among_its_three_best_layouts():
+    from lmperf.questions.plan.report import layout_name
+
+    work = Workload("llama3-405b", "2026", None, 8192, "sdpa", "cuda", "fused")
+    rows, _ = plan.candidates(work, plan.shape_of(work), cluster("H100-96GB", 512), 256,
+                              plan.Space(("bf16-fsdp",), (1,)))
+    best = list(dict.fromkeys(layout_name(r, 512) for r in rows if r["fits"]))[:3]
+    assert any(" pp" in f" {name}" for name in best), best
+
+
+@pytest.mark.slow
+def test_8b_at_131072_tokens_searches_context_parallelism_and_fits():
+    work = Workload("llama3-8b", "2026", None, 131072, "sdpa", "cuda", "fused")
+    rows, left = plan.candidates(work, plan.shape_of(work), cluster("H100-96GB", 8), 2,
+                                 plan.Space(("bf16-fsdp",), (1,)))
+    assert any(r["cp"] > 1 for r in rows) and rows[0]["fits"]
+    lines = plan.left_out_lines(left)
+    assert "left out: dp 8, dp 4: data-parallel degree does not divide global batch 2 (12)" in lines
