@@ -265,7 +265,7 @@ def test_predictions_written_before_the_time_model_still_render():
 
     path = Path(__file__).resolve().parents[1] / "fixtures/records/prediction-before-issue26.jsonl"
     (record,) = read_records(path)  # schema 1, written by 36465cc
-    assert record["schema"] == 2 and record["metrics"]["step"]["host_s"] is None
+    assert record["schema"] == 3 and record["metrics"]["step"]["host_s"] is None
     report = pr.build_report([record])
     assert list(report.frame["bound"]) == ["-"] and "PREDICTED" in report.render("text")
 

@@ -46,7 +46,11 @@ def test_every_candidate_is_a_plan_record_with_the_issue_fields(small_on_h100):
             assert s["micro_batch"] * (s["grad_accum"] - 1) < per_replica <= \
                 s["micro_batch"] * s["grad_accum"]
     assert small_on_h100.headline[0].startswith("winner:")
-    assert small_on_h100.headline[1].startswith("run it: `lmperf dist train --world-size 8 ")
+    winner = records[0]["spec"]
+    # lmperf runs the data-parallel winners; a bf16 layout (TP, PP) runs on torchtitan
+    runs = "lmperf dist train --world-size 8 " if winner["tp"] == winner["pp"] == 1 else \
+        "PYTHONPATH=DIR torchrun --nnodes=1 --nproc_per_node=8 -m torchtitan.train"
+    assert small_on_h100.headline[1].startswith(f"run it: `{runs}")
     assert len({r["spec"]["search"] for r in records}) == 1
 
 

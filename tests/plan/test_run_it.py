@@ -110,7 +110,7 @@ def test_the_one_device_command_runs_the_plans_optimizer(device, optimizer) -> N
     spec = PlanSpec("tiny", 64, 2, 1, gpu="H100-SXM" if device == "cuda" else None,
                     device=device, gib=1.0, precisions=("fp32",)).to_dict()
     row = {"micro_batch": 2, "grad_accum": 1, "checkpoint": 0, "precision": "bf16-mixed",
-           "strategy": "single", "tp": 1}
+           "strategy": "single", "tp": 1, "pp": 1, "cp": 1, "dp_replicate": 1, "dp_shard": 1}
     assert f" --optimizer {optimizer}" in command(spec, row)
 
 
@@ -147,7 +147,7 @@ def test_equal_predictions_are_one_row_naming_the_others() -> None:
         dict(rank=3, precision="fp32", checkpoint=1, strategy="ddp", dp_replicate=2, dp_shard=1,
              **layout, micro_batch=2, grad_accum=1, peak_gib=0.5, fits=True, step_s=0.6,
              why="1.20x")])
-    distinct = _distinct(rows, 2)
+    distinct = _distinct(rows)
     assert list(distinct["rank"]) == [1, 3]
     assert distinct.loc[0, "same_as"] == "zero12 fp32 ckpt 0 b 2" and pd.isna(distinct.loc[1, "same_as"])
 

@@ -27,7 +27,7 @@ def test_older_records_are_read_with_todays_names(name):
     assert records
     for r in records:
         assert not OLD_NAMES & set(r["spec"]), r["spec"]
-        assert r["spec"]["context"] == 16 and r["schema"] == SCHEMA_VERSION == 2
+        assert r["spec"]["context"] == 16 and r["schema"] == SCHEMA_VERSION == 3
 
 
 SCHEMA_1 = [*sorted(RECORDS.glob("*-before-issue17.jsonl")),
@@ -66,12 +66,12 @@ def test_the_job_id_follows_the_renamed_spec_where_the_spec_is_the_jobs():
     assert old == json.loads((RECORDS / "bench-before-issue17.jsonl").read_text())  # untouched
 
 
-def test_a_record_written_now_says_schema_2(tmp_path):
+def test_a_record_written_now_says_schema_3(tmp_path):
     out = tmp_path / "b.jsonl"
     lmperf.bench(size="tiny", context=16, batch=2, warmup=0, steps=1, precision="fp32",
                  mode="forward", out=out, inline=True)
     (line,) = out.read_text().splitlines()
-    assert json.loads(line)["schema"] == 2
+    assert json.loads(line)["schema"] == 3
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
@@ -100,7 +100,7 @@ def test_a_memory_job_written_before_the_renames_runs_again_on_resume(tmp_path):
     lmperf.memory(size="tiny", context=16, batch=2, precision="fp32", mode="forward", warmup=0,
                   out=out, resume=True, inline=True)
     records = read_records(out)
-    assert len(records) == 4 and {r["schema"] for r in records} == {2}
+    assert len(records) == 4 and {r["schema"] for r in records} == {3}
 
 
 def test_records_loaded_by_other_means_are_migrated_too():
@@ -111,3 +111,18 @@ def test_records_loaded_by_other_means_are_migrated_too():
     assert report.frame["context"].tolist() == [16]
     same = lmperf.compare(raw, raw)  # a list of dicts, as json.load gives them
     assert len(same.frame) > 0
+
+
+def test_a_plan_candidate_of_schema_2_names_its_whole_layout():
+    """Issue 40: 'fsdp+tp' is fsdp with its tp, 'tp' one replica of TP, ddp replicates."""
+    base = {"schema": 2, "kind": "plan", "status": "ok", "message": "", "env": {},
+            "metrics": {"rank": 1}, "warnings": []}
+    request = {"size": "tiny", "gpus": 8, "search": "s", "precision": "bf16-mixed"}
+    old = [{**base, "spec": {**request, "strategy": s, "tp": t}}
+           for s, t in (("fsdp+tp", 2), ("tp", 8), ("ddp", 1), ("zero1", 1))]
+    new = [r["spec"] for r in migrate(old)]
+    assert [(s["strategy"], s["tp"], s["dp_replicate"], s["dp_shard"]) for s in new] == [
+        ("fsdp", 2, 1, 4), ("single", 8, 1, 1), ("ddp", 1, 8, 1), ("zero1", 1, 1, 8)]
+    assert all(s["pp"] == s["cp"] == 1 and s["pp_schedule"] is None for s in new)
+    summary = migrate([{**base, "spec": {**request, "cell": "summary"}}])[0]
+    assert summary["schema"] == 3 and "pp" not in summary["spec"]

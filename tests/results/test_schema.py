@@ -21,7 +21,7 @@ def test_make_record_field_order_and_values():
         "schema": SCHEMA_VERSION, "kind": "bench", "status": "ok", "message": "", "spec": SPEC,
         "params": 1234, "env": ENV, "metrics": metrics, "warnings": ["w"],
     }
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
 
 
 def test_make_record_defaults_for_a_failed_run():

@@ -461,15 +461,11 @@ def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, 
 
 
 def candidate_of(row: dict, gpus: int) -> Candidate:
-    """The Candidate of a plan record's fields (its spec, or a row of the search); records
-    written before layouts (issue 40) have tp only and 'fsdp+tp' for FSDP x TP."""
-    name = {"fsdp+tp": "fsdp", "tp": "single"}.get(row["strategy"], row["strategy"])
-    t, p, c = row.get("tp", 1), row.get("pp", 1), row.get("cp", 1)
-    replicate = row.get("dp_replicate", gpus // (t * p * c) if name == "ddp" else 1)
-    lay = Layout(gpus, t, p, c, replicate, row.get("pp_schedule"), row.get("pp_virtual", 1),
-                 bool(row.get("async_tp", False)))
-    return Candidate(row["precision"], row["checkpoint"], name, lay, row["micro_batch"],
-                     row["grad_accum"])
+    """The Candidate of a plan record's fields (its spec, or a row of the search)."""
+    lay = Layout(gpus, row["tp"], row["pp"], row["cp"], row["dp_replicate"], row["pp_schedule"],
+                 row["pp_virtual"], bool(row["async_tp"]))
+    return Candidate(row["precision"], row["checkpoint"], row["strategy"], lay,
+                     row["micro_batch"], row["grad_accum"])
 
 
 def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, global_batch: int,

@@ -80,8 +80,25 @@ def migrate(records: list[dict]) -> list[dict]:
                   **record}
         if record["kind"] == "plan" and "search" not in record["spec"]:
             record = _plan_search(record)
-        out += _from_schema_1(record) if record.get("schema") == 1 else [record]
+        older = _from_schema_1(record) if record.get("schema") == 1 else [record]
+        out += [_from_schema_2(r) if r.get("schema") == 2 else r for r in older]
     return out
+
+
+def _from_schema_2(record: dict) -> dict:
+    """A schema-2 record in schema 3's layout: a plan candidate's (or --confirm cell's) spec
+    names its whole layout (issue 40): FSDP x TP ('fsdp+tp') is fsdp with its tp, TP over every
+    device ('tp') is one replica; the data-parallel replicate and shard degrees (DDP
+    replicates, the others shard), no pipeline and no context parallelism."""
+    spec = record["spec"]
+    if record["kind"] != "plan" or "strategy" not in spec or "pp" in spec:
+        return {**record, "schema": 3}
+    name = {"fsdp+tp": "fsdp", "tp": "single"}.get(spec["strategy"], spec["strategy"])
+    d = spec["gpus"] // spec.get("tp", 1)
+    return {**record, "schema": 3, "spec": {
+        **spec, "strategy": name, "dp_replicate": d if name == "ddp" else 1,
+        "dp_shard": 1 if name in ("ddp", "single") else d, "pp": 1, "cp": 1,
+        "pp_schedule": None, "pp_virtual": 1, "async_tp": False}}
 
 
 def _plan_search(record: dict) -> dict:
@@ -121,7 +138,7 @@ def _from_schema_1(record: dict) -> list[dict]:
     kind, spec, metrics = record["kind"], dict(record["spec"]), record["metrics"]
     renames = [(old, new) for old, new in _RENAMES_1.get(kind, ())
                if old in spec and new not in spec]
-    out = {**record, "schema": SCHEMA_VERSION, "spec": spec}
+    out = {**record, "schema": 2, "spec": spec}
     if renames:
         old_id = spec_id(kind, spec)
         for old, new in renames:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-# 2: issue 27 (schema 1's records are migrated on read: results/record.py)
-SCHEMA_VERSION = 2
+# 2: issue 27; 3: issue 40, a plan's candidate names its whole layout (older records are
+# migrated on read: results/record.py)
+SCHEMA_VERSION = 3
 STATUSES: tuple[str, ...] = ("ok", "oom", "error", "unsupported")
 
 

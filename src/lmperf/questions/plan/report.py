@@ -13,9 +13,6 @@ LAYOUT = ("dp_replicate", "dp_shard", "tp", "pp", "cp", "pp_schedule", "pp_virtu
 COLUMNS = ("rank", "precision", "checkpoint", "strategy", *LAYOUT, "micro_batch", "grad_accum",
            "peak_gib", "headroom_gib", "fits", "step_s", "compute_s", "exposed_comm_s",
            "bubble_s", "tokens_per_s_per_gpu", "mfu", "why")
-# a record written before layouts (issue 40) has tp only: the rest are one device's
-OLD = {"dp_replicate": 1, "tp": 1, "pp": 1, "cp": 1, "pp_schedule": None, "pp_virtual": 1,
-       "async_tp": False, "bubble_s": 0.0}
 TOP = 10  # distinct plans shown per search (besides the best of each strategy)
 # what a person reads: one row per layout; why each lost is in the records and `lmperf report`
 SHOWN = ("rank", "precision", "checkpoint", "layout", "micro_batch", "grad_accum", "peak_gib",
@@ -26,16 +23,12 @@ SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "i1f1b",
              "InterleavedZeroBubble": "izb", "ZBVZeroBubble": "zbv"}
 
 
-def layout_name(row: dict, gpus: int) -> str:
+def layout_name(row: dict) -> str:
     """A candidate's layout in a few characters: 'fsdp8', 'fsdp4 tp2', 'hsdp2x4 tp8 pp8 i1f1b2',
-    'ddp8', 'single', 'fsdp2 cp4', 'fsdp4 tp2 async' (a record of `gpus` GPUs; one written
-    before layouts has tp only, and 'fsdp+tp')."""
-    tp, pp, cp, rep = (int(row.get(k) or 1) for k in ("tp", "pp", "cp", "dp_replicate"))
-    strategy = {"fsdp+tp": "fsdp"}.get(row["strategy"], row["strategy"])
-    shard = row.get("dp_shard")
-    if shard is None or shard != shard:  # an old record: what the degrees leave
-        shard = max(1, gpus // (tp * pp * cp * rep))
-        rep, shard = (shard, 1) if strategy == "ddp" else (rep, shard)
+    'ddp8', 'single', 'fsdp2 cp4', 'fsdp4 tp2 async'."""
+    tp, pp, cp, rep, shard = (int(row[k]) for k in ("tp", "pp", "cp", "dp_replicate",
+                                                    "dp_shard"))
+    strategy = row["strategy"]
     parts = [{"single": "", "ddp": f"ddp{rep}", "fsdp": f"hsdp{rep}x{shard}" if rep > 1
               else f"fsdp{shard}"}.get(strategy, f"{strategy}{shard}")]
     parts += [f"{name}{degree}" for name, degree in (("tp", tp), ("cp", cp), ("pp", pp))
@@ -97,11 +90,9 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
     """(distinct candidates, the rows shown laid out, the winner's lines, the other findings)
     of one search's records."""
     plans = [r for r in records if not r["spec"].get("confirm") and r["status"] == "ok"]
-    rows = [{**{k: r["spec"].get(k, OLD.get(k)) for k in COLUMNS},
-             **{k: r["metrics"].get(k, OLD.get(k)) for k in COLUMNS if k not in r["spec"]}}
-            for r in plans]
-    gpus = records[0]["spec"]["gpus"]
-    frame = _distinct(pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("rank"), gpus) if rows \
+    rows = [{**{k: r["spec"].get(k) for k in COLUMNS},
+             **{k: r["metrics"].get(k) for k in COLUMNS if k not in r["spec"]}} for r in plans]
+    frame = _distinct(pd.DataFrame(rows, columns=list(COLUMNS)).sort_values("rank")) if rows \
         else pd.DataFrame(columns=list(COLUMNS) + ["same_as"])
     won, findings = [], []
     if rows:
@@ -123,10 +114,10 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
                         f"{m['boundary_correct']}, worst peak error {m['peak_error']}, "
                         f"Kendall tau of step times {m['kendall_tau']}, the predicted winner's "
                         f"measured step / the best of them {m['winner_vs_best']}")
-    return frame, _shown(frame, top, gpus), won, findings
+    return frame, _shown(frame, top), won, findings
 
 
-def _distinct(frame: pd.DataFrame, gpus: int) -> pd.DataFrame:
+def _distinct(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per distinct prediction (fits, peak and step equal to 4 digits): the best ranked
     kept, naming the alternatives that predict the same in `same_as`."""
     key = [frame["fits"], frame["peak_gib"].map(lambda v: f"{v:.4g}"),
@@ -134,18 +125,18 @@ def _distinct(frame: pd.DataFrame, gpus: int) -> pd.DataFrame:
     kept = []
     for _, group in frame.groupby(key, sort=False):
         first = group.iloc[0]
-        others = [f"{layout_name(o, gpus)} {o['precision']} ckpt {o['checkpoint']} b "
+        others = [f"{layout_name(o)} {o['precision']} ckpt {o['checkpoint']} b "
                   f"{o['micro_batch']}" for o in group.iloc[1:].to_dict("records")]
         kept.append(first.to_dict() | {"same_as": ", ".join(others) or None})
     return pd.DataFrame(kept).sort_values("rank").reset_index(drop=True)
 
 
-def _shown(frame: pd.DataFrame, top: int, gpus: int) -> pd.DataFrame:
+def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
     """The fastest candidate of each layout, the first `top` of them and the best of each
     family (strategy, TP, PP, CP or not), laid out (the records keep every candidate)."""
     if frame.empty:
         return frame
-    frame = frame.assign(layout=[layout_name(r, gpus) for r in frame.to_dict("records")])
+    frame = frame.assign(layout=[layout_name(r) for r in frame.to_dict("records")])
     frame = frame[frame.groupby("layout", sort=False)["rank"].transform("min") == frame["rank"]]
     frame = frame.reset_index(drop=True)
     family = [frame["strategy"], frame["tp"] > 1, frame["pp"] > 1, frame["cp"] > 1]
@@ -166,7 +157,7 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
     from lmperf.questions.plan.run import command
 
     mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{100 * best['mfu']:.2g}%"
-    out = ["winner: " + layout_name(best.to_dict(), spec["gpus"])
+    out = ["winner: " + layout_name(best.to_dict())
            + f", {best['precision']}, checkpoint groups {best['checkpoint'] or 'none'}, "
            f"micro-batch {best['micro_batch']} x {best['grad_accum']}: {best['step_s']:.3g} s "
            f"per step, {best['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {mfu}, "
@@ -181,8 +172,9 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
         if titan:
             out.append(f"on torchtitan 0.3: `{titan}` ({'; '.join(said)})")
     else:
-        why = "; ".join(["lmperf dist train runs no TP, PP, CP, --model or grouped-query "
-                         "attention"] + said)
+        why = "; ".join(["lmperf dist train runs layouts in fp32 without checkpointing or "
+                         "context parallelism, and no --model or grouped-query attention"]
+                        + said)
         out.append(f"run it: `{titan}` ({why})" if titan else f"run it: no command ({why})")
     if m.get("torchtitan_config"):
         out.append(f"torchtitan config module of the winner: {m['torchtitan_config']}")

@@ -1,6 +1,7 @@
 """What runs a plan with lmperf: the command line of a candidate (one GPU: `lmperf bench`; N GPUs
-with DDP, ZeRO or FSDP: `lmperf dist train`), from a plan record's spec (the request and the
-candidate); torchtitan's line for the engine users scale on is `plan/torchtitan.py`'s."""
+with DDP, ZeRO, FSDP or an fp32 layout of TP, PP and HSDP: `lmperf dist train`), from a plan
+record's spec (the request and the candidate); torchtitan's line for the engine users scale on
+is `plan/torchtitan.py`'s."""
 
 from __future__ import annotations
 
@@ -16,15 +17,34 @@ READABLE = {"ddp": "flat", "zero1": "zero1", "fsdp": "fsdp"}
 
 def _sizes(spec: dict, row: dict) -> tuple[int, int, int]:
     """(data-parallel degree d, sequences per replica and step, of which the last micro-batch)."""
-    d = spec["gpus"] // (row["tp"] * (row.get("pp") or 1) * (row.get("cp") or 1))
+    d = spec["gpus"] // (row["tp"] * row["pp"] * row["cp"])
     per_replica = spec["global_batch"] // d
     return d, per_replica, per_replica - row["micro_batch"] * (row["grad_accum"] - 1)
 
 
+def _layout(spec: dict, row: dict, what: str) -> str | None:
+    """`lmperf dist train`'s line for a layout (TP, PP, HSDP) where it runs it: fp32, no
+    checkpointing, no accumulation outside a pipeline, no context parallelism (torch's covers
+    CUDA kernels only); its data-parallel part FSDP2 or none; None elsewhere."""
+    if row["precision"] != "fp32" or row["checkpoint"] or row["cp"] > 1 or \
+            row["pp"] == 1 and row["grad_accum"] > 1:
+        return None
+    local = _sizes(spec, row)[1]
+    what = what.replace(f" --batch {row['micro_batch']}", f" --batch {local}")
+    flags = "".join(f" --{k.replace('_', '-')} {row[k]}" for k in ("tp", "pp", "dp_replicate")
+                    if row[k] > 1)
+    if row["pp"] > 1:
+        flags += f" --pp-schedule {row['pp_schedule']} --micro-batch {row['micro_batch']}" + (
+            f" --pp-virtual {row['pp_virtual']}" if row["pp_virtual"] > 1 else "")
+    return (f"lmperf dist train --world-size {spec['gpus']} --strategy "
+            f"{'fsdp2' if row['strategy'] == 'fsdp' else 'none'}{what}{flags} --no-reference")
+
+
 def command(spec: dict, row: dict) -> str | None:
     """The lmperf command line that runs candidate `row` of the plan whose record spec is
-    `spec`, with notes in parentheses after it; None where lmperf does not run it (FSDP x TP,
-    a --model or a preset dist train does not build: the torchtitan config is the way)."""
+    `spec`, with notes in parentheses after it; None where lmperf does not run it (a layout in
+    bf16 or checkpointed, a --model or a preset dist train does not build: torchtitan's line
+    is the way)."""
     size, b, n = spec["size"] or "mini", row["micro_batch"], row["grad_accum"]
     notes = []
     if _sizes(spec, row)[2] != b:
@@ -46,9 +66,12 @@ def command(spec: dict, row: dict) -> str | None:
     except SpecError:
         return None
     names = READABLE if spec["device"] == "cpu" else DIST
-    if (row["tp"] > 1 or (row.get("pp") or 1) > 1 or (row.get("cp") or 1) > 1
-            or (row.get("dp_replicate") or 1) > 1 and row["strategy"] != "ddp"
-            or spec["model"] or row["strategy"] not in names):
+    if spec["model"]:
+        return None
+    if row["tp"] > 1 or row["pp"] > 1 or row["cp"] > 1 or \
+            row["dp_replicate"] > 1 and row["strategy"] != "ddp":
+        return _layout(spec, row, what)
+    if row["strategy"] not in names:
         return None
     if row["strategy"] == "zero2" and n > 1:
         notes.append("torch-zero2 gathers the parameters once per micro-batch, the planned "
