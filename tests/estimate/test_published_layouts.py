@@ -81,3 +81,39 @@ def test_8b_at_131072_tokens_searches_context_parallelism_and_fits():
     assert any(r["cp"] > 1 for r in rows) and rows[0]["fits"]
     lines = plan.left_out_lines(left)
     assert "left out: dp 8, dp 4: data-parallel degree does not divide global batch 2 (12)" in lines
+
+
+# `lmperf dist train`'s collectives per step and rank (its ledger: tests/parallel/
+# test_layouts.py), mini at T 32, fp32, on 4 gloo ranks: the plan's bytes for the same layouts
+MEASURED = {  # (layout, global batch, b) -> per pipeline rank {(mesh dimension, op): bytes}
+    ("tp4", 4, 4): [{("tp", "all_gather"): 1_179_648, ("tp", "reduce_scatter"): 1_179_648}],
+    ("fsdp2 x tp2", 8, 4): [{("dp_shard", "all_gather"): 9_323_008,
+                             ("dp_shard", "reduce_scatter"): 7_221_760,
+                             ("tp", "all_gather"): 1_179_648, ("tp", "reduce_scatter"): 1_179_648,
+                             ("tp", "all_reduce"): 6_144}],
+    ("pp4", 4, 1): [{("pp", "send"): x} for x in (65_536, 131_072, 131_072, 65_536)],
+    ("fsdp2 x pp2", 8, 1): [{("dp_shard", "all_gather"): x, ("dp_shard", "reduce_scatter"): x,
+                             ("pp", "send"): 65_536} for x in (7_219_200, 7_219_712)],
+    ("hsdp 2x2", 16, 4): [{("dp_shard", "all_gather"): 18_637_312,
+                           ("dp_shard", "reduce_scatter"): 14_438_912,
+                           ("dp_replicate", "all_reduce"): 7_219_456}],
+}
+
+
+@pytest.mark.parametrize("name, global_batch, b", list(MEASURED))
+def test_the_plans_collective_bytes_are_dist_trains(name, global_batch, b):
+    """Issue 42: each layout's bytes per step equal the ledger's, per rank and mesh dimension
+    (tp 4's all-reduces aside: torch 2.13 reduces the replicated norms' gradients 3 times under
+    TP alone, the plan once: docs/accuracy.md)."""
+    from lmperf.estimate.candidate import Candidate
+    from lmperf.estimate.layout import Layout
+
+    layout = {"tp4": Layout(4, tp=4), "fsdp2 x tp2": Layout(4, tp=2),
+              "pp4": Layout(4, pp=4, pp_schedule="1F1B"),
+              "fsdp2 x pp2": Layout(4, pp=2, pp_schedule="1F1B"),
+              "hsdp 2x2": Layout(4, dp_replicate=2)}[name]
+    c = Candidate("fp32", 0, "fsdp" if layout.dp > 1 else "single", layout, b, 1)
+    work = Workload("mini", "2026", None, 32, "sdpa", "cpu", "foreach")
+    ranks = plan.layout_prediction(work, c, cluster(None, 4, gib=1), global_batch)
+    for planned, measured in zip(ranks, MEASURED[name, global_batch, b]):
+        assert {k: planned["collective_bytes"][k] for k in measured} == measured

@@ -271,12 +271,14 @@ class RankShare:
     blocks: int
 
 
-def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None) -> list[RankShare]:
+def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None,
+                every: bool = False) -> list[RankShare]:
     """The distinct ranks of candidate `c`'s layout (one without a pipeline; one per pipeline
     rank that differs in blocks, in-flight micro-batches or the output). A pipeline rank's
     stages hold their blocks' parameters and, the first the embedding, the last the output
     (V C + C); what it holds in flight is its schedule's (`Layout.in_flight`) for the step's
-    micro-batches (the rank's batch / b; `global_batch` None: as many as the pipeline needs)."""
+    micro-batches (the rank's batch / b; `global_batch` None: as many as the pipeline needs).
+    `every`: one per pipeline rank, in rank order, alike or not."""
     lay, L = c.layout, shape.num_layers
     tp = tp_params(shape, lay.tp) / shape.params if lay.tp > 1 else 1.0
     if lay.pp == 1:
@@ -296,7 +298,7 @@ def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None) -> 
         held = lay.in_flight(r, m) * blocks / len(mine)  # chunks in flight x blocks per chunk
         share = RankShare(params / shape.params * tp, held, any(s.head for s in mine), params,
                           blocks)
-        found.setdefault((share.states, share.layers, share.head), share)
+        found.setdefault(r if every else (share.states, share.layers, share.head), share)
     return list(found.values())
 
 

@@ -20,10 +20,13 @@ class Collective:
     ('shard': the ranks sharing one copy of the sharded states; 'replicate': the replicas;
     'tp'; 'cp'), `every` 'step' (once per step) or 'micro' (each micro-batch), hidden behind
     `hides` ('forward' / 'backward' of its micro-batch, 'never'), sent as `split` messages
-    ('one'; 'tensors': one per parameter tensor; 'units': one per gathered unit; 'blocks': two
-    per block and one more for the output (TP: attention and the MLP), 'attention': one per
-    block), `per` passes of that many ('forward', 'backward', 'recompute': the forward again
-    under checkpointing)."""
+    ('one'; 'tensors': one per parameter tensor; 'units': one per gathered unit, the blocks and
+    the root; 'blocks': under TP two per block and one more for the output (attention and the
+    MLP), under FSDP one per block; 'attention': one per block; 'loss': loss parallelism's 3),
+    `per` passes of that many ('forward', 'backward', 'recompute': the forward again under
+    checkpointing). Payloads beyond those above: 'block weights' (the blocks' part of
+    'weights'), 'norm grads' (the replicated norms' fp32 gradients), 'loss' (3 (b, T / cp)
+    fp32 tensors)."""
 
     op: str
     payload: str
@@ -58,10 +61,11 @@ STRATEGIES: dict[str, Strategy] = {
     "zero2": Strategy(("optimizer state", "gradients"), (
         Collective("reduce_scatter", "grads", "micro", "backward", "one"),
         Collective("all_gather", "params", "step", "never", "one"))),
-    # FSDP2 gathers a block at a time (and the root) in forward and again in backward
+    # FSDP2 gathers a block at a time (and the root: embedding, final norm, head) in forward,
+    # the blocks again in backward (the root is not resharded after forward: torchtitan's)
     "fsdp": Strategy(STATES, (
         Collective("all_gather", "weights", "micro", "forward", "units"),
-        Collective("all_gather", "weights", "micro", "backward", "units"),
+        Collective("all_gather", "block weights", "micro", "backward", "blocks"),
         Collective("reduce_scatter", "grads", "micro", "backward", "units")), gathers=True),
 }
 DATA_PARALLEL: tuple[str, ...] = ("ddp", "zero1", "zero2", "fsdp")
@@ -71,7 +75,11 @@ DATA_PARALLEL: tuple[str, ...] = ("ddp", "zero1", "zero2", "fsdp")
 # for the embedding and the output), each the other's gradient in backward, again in recompute
 TENSOR_PARALLEL = tuple(Collective(op, "activations", "micro", "never", "blocks", "tp", per)
                         for per in ("forward", "backward", "recompute")
-                        for op in ("all_gather", "reduce_scatter"))
+                        for op in ("all_gather", "reduce_scatter")) + (
+    # the norms' weights (replicated) sum their gradients over the group once a step; loss
+    # parallelism's log-softmax sums 3 (b, T) tensors (max, sum of exponents, target logits)
+    Collective("all_reduce", "norm grads", "step", "never", "one", "tp"),
+    Collective("all_reduce", "loss", "micro", "never", "loss", "tp"))
 # Context parallelism as torch's context_parallel runs SDPA (torchtitan's default rotation,
 # all-gather): each attention all-gathers the sequence's K and V, backward again (and in
 # recompute), and reduce-scatters their gradients
