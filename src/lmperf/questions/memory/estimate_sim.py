@@ -137,9 +137,9 @@ def reconcile_rows(sim: dict, est: dict | None) -> list[dict]:
 def what_fits(spec: RunSpec, group: int, gib: float) -> list[dict]:
     """What would make one step of `spec` (checkpoint groups of `group`, 0: none) fit in `gib`
     GiB, each a simulated step as `fits` decides: sdpa for naive attention, the sqrt(N) rule's
-    checkpointing, the largest smaller batch (halving); else the three together; else the
-    GPUs lmperf plan would look for, from sharding the training states (FSDP) alone.
-    [{'flags': '--batch 1', 'gib': 64.2}, ...]; a 'plan' entry has no 'gib'."""
+    checkpointing, the largest smaller batch (halving); else the three together; else, beside
+    them, about how many GPUs sharding the training states (FSDP) alone would need (`gpus`;
+    None: not even that), for lmperf plan to search. [{'flags': '--batch 1', 'gib': 64.2}]."""
     from lmperf.estimate.checkpoint_plan import sqrt_rule
     from lmperf.estimate.fit import device_fit
 
