@@ -210,9 +210,6 @@ def _flags(s: dict, layers: int, base: str) -> tuple[list[str], list[str]]:
     if s["tp"] > 1 or s["async_tp"] or base == "llama3_405b":  # 405B's recipe turns it on
         flags.append("--compile.enable_async_tensor_parallel" if s["async_tp"]
                      else "--compile.no-enable-async-tensor-parallel")
-    if s["tp"] > 1:
-        notes.append("torchtitan's TP also applies sequence parallelism to the norms and loss "
-                     "parallelism, which lmperf's prediction does not model")
     return flags, notes
 
 
