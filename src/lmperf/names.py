@@ -31,3 +31,6 @@ PP_SCHEDULES: tuple[str, ...] = ("GPipe", "1F1B", "Interleaved1F1B", "Interleave
 
 # Where a job runs (already resolved from 'auto').
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
+
+# torchao's float8 training recipes (Float8LinearConfig.from_recipe_name), and none.
+FLOAT8_RECIPES: tuple[str, ...] = ("none", "tensorwise", "rowwise")

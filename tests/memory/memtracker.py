@@ -32,11 +32,13 @@ def memtracker_peak(spec: RunSpec) -> int:
 
 def main(argv: list[str]) -> None:
     """Print simulated vs MemTracker peaks (bytes, relative error) for a grid from the shell:
-    sizes, contexts, precisions, optimizers, modes as comma lists."""
+    sizes, contexts, precisions, optimizers, modes and (optionally) checkpointing policies as
+    comma lists."""
     from lmperf.estimate.simulate import simulate_step
 
-    sizes, contexts, precisions, optimizers, modes = (a.split(",") for a in argv)
-    print("size,context,precision,optimizer,mode,simulated,memtracker,error")
+    sizes, contexts, precisions, optimizers, modes = (a.split(",") for a in argv[:5])
+    policies = argv[5].split(",") if len(argv) > 5 else ["none"]
+    print("size,context,precision,optimizer,mode,checkpoint,simulated,memtracker,error")
     for size in sizes:
         for t in map(int, contexts):
             for p in precisions:
@@ -44,12 +46,13 @@ def main(argv: list[str]) -> None:
                     for m in modes:
                         if m == "forward" and o != optimizers[0]:
                             continue  # forward has no optimizer
-                        spec = RunSpec.from_size(size, context=t, batch=4,
-                                                 precision=p, optimizer=o, mode=m)
-                        sim = simulate_step(spec).peak_bytes
-                        ref = memtracker_peak(spec)
-                        print(f"{size},{t},{p},{o},{m},{sim},{ref},{sim / ref - 1:+.4f}",
-                              flush=True)
+                        for c in policies if m != "forward" else ["none"]:
+                            spec = RunSpec.from_size(size, context=t, batch=4, precision=p,
+                                                     optimizer=o, mode=m, checkpoint=c)
+                            sim = simulate_step(spec, spec.checkpoint).peak_bytes
+                            ref = memtracker_peak(spec)
+                            print(f"{size},{t},{p},{o},{m},{c},{sim},{ref},{sim / ref - 1:+.4f}",
+                                  flush=True)
 
 
 if __name__ == "__main__":

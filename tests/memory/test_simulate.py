@@ -39,6 +39,20 @@ def test_peak_matches_memtracker_on_real_tensors(case: dict) -> None:
     assert simulated == measured
 
 
+@pytest.mark.parametrize("policy, precision", [("op", "fp32"), ("every-2", "fp32"),
+                                               ("op", "bf16-mixed")])
+def test_a_selectively_checkpointed_step_matches_memtracker_between_none_and_full(
+        policy: str, precision: str) -> None:
+    """Issue 41's acceptance: torchtitan's per-op policy (torch's selective checkpoint contexts,
+    whose dispatch modes run inside the simulation's) and one block in two, simulated, are
+    MemTracker's peak on real tensors to the byte, strictly between none's and full's."""
+    spec = _spec(context=128, precision=precision, optimizer="foreach")
+    peak = simulate_step(spec, policy).peak_bytes
+    assert peak == memtracker_peak(spec.with_(checkpoint=policy))
+    none, full = (simulate_step(spec, p).peak_bytes for p in ("none", "full"))
+    assert full < peak < none
+
+
 def test_mini_train_step_matches_memtracker() -> None:
     spec = _spec("mini", 32, precision="fp32", optimizer="foreach")
     assert abs(simulate_step(spec).peak_bytes / memtracker_peak(spec) - 1) <= 0.05

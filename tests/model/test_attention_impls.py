@@ -101,7 +101,7 @@ def test_flash_torch_under_autocast_matches_naive_under_autocast():
 def test_flash_torch_with_checkpointing_gives_the_same_gradients():
     torch.manual_seed(0)
     plain = TransformerLM(**TINY, attention="flash-torch")
-    ckpt = TransformerLM(**TINY, attention="flash-torch", checkpoint_group=1)
+    ckpt = TransformerLM(**TINY, attention="flash-torch", checkpoint="full")
     ckpt.load_state_dict(plain.state_dict())
     ids, targets = _tokens(4), _tokens(5)
     _, g1 = _logits_and_grads(plain, ids, targets)

@@ -96,11 +96,12 @@ def test_checkpointing_every_layer_is_transformers_own_and_keeps_fewer_activatio
     from lmperf.errors import SpecError
 
     spec = _spec(attention="sdpa", mode="forward-backward")  # the peak is backward's
-    off, every = (simulate_step(spec, checkpoint_group=g) for g in (0, 1))
+    off, every = (simulate_step(spec, g) for g in ("none", "full"))
     assert every.peak_bytes < off.peak_bytes
     assert every.composition["activations"] < off.composition["activations"]
-    with pytest.raises(SpecError, match="group 1, every layer"):
-        simulate_step(spec, checkpoint_group=2)
+    for policy in (2, "op", "every-2"):
+        with pytest.raises(SpecError, match="checkpoints full .every layer. or none"):
+            simulate_step(spec, policy)
 
 
 def test_op_counts_and_a_prediction_on_fake_tensors():

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from lmperf.names import COMPILE_MODES  # --compile-mode's choices (imported here by others)
+# --checkpoint's one parse (and its sort key): defined in lmperf.validate, below every layer, so
+# that the model can apply what the commands accept; every command calls it from here
+from lmperf.validate import checkpoint_order, checkpoint_phrase, checkpoint_policy  # noqa: F401
 
 # The thread policy, for the CLI and the Python API alike: on the CPU one intra-op thread unless
 # --threads says otherwise, as torch.utils.benchmark.Timer does (why: docs/architecture.md);
@@ -150,6 +153,17 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--batch", "batch size B", type=int, metavar="B", default=4),
     Option("--precision", "precision regime", metavar="REGIME",
            choices=_names("lmperf.names", "REGIME_NAMES")),
+    Option("--checkpoint", "activation checkpointing: none, full (every block, torchtitan's "
+                           "full), op (torchtitan's selective per-op policy: the outputs of "
+                           "matmuls and attention saved, every other matmul and the rest "
+                           "recomputed), every-K (one block in K, torchtitan 0.2's selective "
+                           "layer option), or G (groups of G blocks; 0 = none, 1 = full)",
+           metavar="POLICY"),
+    Option("--float8", "float8 training of the Linear layers as torchao does it "
+                       "(convert_to_float8_training with the recipe's scaling; the output head "
+                       "left out, as torchtitan does), the rest of the step in --precision (a "
+                       "bf16 regime); FP8 tensor cores: NVIDIA sm_89 and newer",
+           choices=_names("lmperf.names", "FLOAT8_RECIPES"), strict=True, default="none"),
     Option("--attention", "attention implementation", metavar="IMPL",
            choices=_names("lmperf.names", "ATTENTION_NAMES"), default="naive"),
     Option("--device", "where to run: auto (CUDA when present), cpu or cuda", default="auto",
@@ -409,6 +423,8 @@ def check_args(command: str, args: argparse.Namespace) -> None:
             resolve_preset(v, course)
         except ValueError as exc:
             raise SpecError(f"--size: {exc}{did_you_mean(v, list(EDITIONS[course]))}") from None
+    for v in values("checkpoint"):
+        checkpoint_policy(v)
     if command != "attention":
         for v in values("precision"):
             if v not in REGIME_NAMES:

@@ -39,7 +39,7 @@ def bisection(model: torch.nn.Module) -> Iterator[None]:
     if run is None or layers is None or not hasattr(model, "set_checkpointing"):
         raise SpecError(f"{type(model).__name__} has no block loop to checkpoint by bisection "
                         "(the reference LM has)")
-    before = model.checkpoint_group
+    before = model.checkpoint
 
     def recurse(x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         if stop - start <= 1:
@@ -50,7 +50,7 @@ def bisection(model: torch.nn.Module) -> Iterator[None]:
         x = checkpoint(recurse, x, start, mid, use_reentrant=False)
         return recurse(x, mid, stop)
 
-    model.set_checkpointing(0)
+    model.set_checkpointing("none")
     model._run_blocks = recurse  # instance attribute: shadows the method for this model only
     try:
         yield

@@ -61,7 +61,7 @@ class SimResult:
     device: str
     batch: int
     context: int
-    checkpoint_group: int
+    checkpoint: str | int  # the policy (lmperf.validate.checkpoint_policy's canonical value)
     optimizer: str | None
     timeline: pd.DataFrame
     ops: int
@@ -168,7 +168,7 @@ def _module_depth(mode: PhantomMode, blocks: set[int], calls: list[int]) -> Iter
             h.remove()
 
 
-def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: int):
+def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint: str | int):
     """The model (phantom parameters in the regime's dtype), inputs, targets and AdamW."""
     from lmperf.model.custom import build_model
     from lmperf.estimate.checkpoint_plan import set_checkpointing
@@ -176,7 +176,7 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: i
 
     with torch.device("meta"):  # no initialisation arithmetic, no bytes
         model = build_model(spec.model_config(), spec.model)
-    set_checkpointing(model, checkpoint_group)
+    set_checkpointing(model, checkpoint)
     shape = (spec.batch, spec.context)
     with mode:
         model._apply(lambda t: torch.empty_like(
@@ -190,16 +190,22 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint_group: i
     return model, inputs, targets, optimizer
 
 
-def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uniform") -> SimResult:
+def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str = "uniform", *,
+                  checkpoint_group: int | None = None) -> SimResult:
     """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
-    return its live bytes over time; nothing is allocated. `checkpoint_group`: activation
-    checkpointing in groups of that many blocks (0: off); `schedule` 'bisection' checkpoints
-    recursively instead (checkpoint_plan.bisection; the group is ignored). Raises SpecError
-    when the model cannot run on phantom tensors."""
+    return its live bytes over time; nothing is allocated. `checkpoint`: the activation
+    checkpointing policy (none, full, op, every-K or G blocks per group; any spelling
+    `lmperf.validate.checkpoint_policy` accepts, 0 and 1 included), not `spec.checkpoint`;
+    `schedule` 'bisection' checkpoints recursively instead (checkpoint_plan.bisection; the
+    policy is ignored). `checkpoint_group`: the older keyword of an int policy, read as
+    `checkpoint` (to go once its callers name `checkpoint`). Raises SpecError when the model
+    cannot run on phantom tensors."""
     from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
+    from lmperf.validate import checkpoint_policy
     from lmperf.workload.steps import STEPS, StepState
 
+    checkpoint = checkpoint_policy(checkpoint if checkpoint_group is None else checkpoint_group)
     if schedule not in SCHEDULES:
         raise SpecError(f"unknown checkpointing schedule {schedule!r}; accepted: "
                         f"{', '.join(SCHEDULES)}")
@@ -209,7 +215,7 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
     mode = PhantomMode(torch.device("cpu"), round_blocks=device.type == "cuda")
     notes: list[str] = []
     try:
-        model, inputs, targets, optimizer = _build(spec, regime, mode, checkpoint_group)
+        model, inputs, targets, optimizer = _build(spec, regime, mode, checkpoint)
         # A disabled scaler: loss scaling (fp16-mixed) multiplies the loss and unscales the
         # gradients in place, a few scalars of memory; its inf check reads values.
         state = StepState(model, inputs, targets, lambda: autocast(regime, torch.device("cpu")),
@@ -268,7 +274,7 @@ def simulate_step(spec: RunSpec, checkpoint_group: int = 0, schedule: str = "uni
              **({"head_forward": marks["head_forward"] - start} if "head_forward" in marks
                 else {})}
     return SimResult(spec.mode, spec.precision, device.type, spec.batch,
-                     spec.context, checkpoint_group,
+                     spec.context, checkpoint,
                      spec.optimizer if spec.mode == "train-step" else None, timeline,
                      mode.ops, time.perf_counter() - t0, notes, schedule,
                      calls[0] if blocks else None, len(blocks) or None, marks)

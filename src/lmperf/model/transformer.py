@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from lmperf.model.attention import AttentionFn, make_attention
+from lmperf.model.checkpointing import block_spans
+from lmperf.validate import checkpoint_policy
 
 
 def _trunc_normal(shape: tuple[int, ...], std: float) -> torch.Tensor:
@@ -195,14 +197,14 @@ class TransformerLM(nn.Module):
         attention: name of the attention implementation (see `lmperf.model.attention.ATTENTION`).
         num_kv_heads: K/V heads of grouped-query attention, dividing num_heads (None: num_heads).
         tie_embeddings: lm_head uses the token embedding's weight (`TiedHead`).
-        checkpoint_group: activation checkpointing, off by default; see `set_checkpointing`.
-            Not a `ModelConfig` field (a user's factory never receives it): the memory tools
+        checkpoint: activation checkpointing, 'none' by default; see `set_checkpointing`.
+            Not a `ModelConfig` field (a user's factory never receives it): the commands
             switch it on after building, through `set_checkpointing`.
     """
 
     def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
                  num_heads: int, d_ff: int, rope_theta: float = 10000.0, attention: str = "naive",
-                 checkpoint_group: int = 0, num_kv_heads: int | None = None,
+                 checkpoint: str | int = "none", num_kv_heads: int | None = None,
                  tie_embeddings: bool = False):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("context_length", context_length),
@@ -226,19 +228,20 @@ class TransformerLM(nn.Module):
         self.ln_final = RMSNorm(d_model)
         self.lm_head = (TiedHead(self.token_embeddings) if tie_embeddings
                         else Linear(d_model, vocab_size))
-        self.set_checkpointing(checkpoint_group)
+        self.set_checkpointing(checkpoint)
 
-    def set_checkpointing(self, group: int) -> None:
-        """Activation checkpointing over groups of `group` consecutive blocks (0: off).
+    def set_checkpointing(self, policy: str | int) -> None:
+        """Activation checkpointing by `policy` (`lmperf.validate.checkpoint_policy`'s values:
+        'none', 'full', 'op', 'every-K' or G; 0 and 1 mean none and full).
 
-        While grad is enabled, each group runs under `torch.utils.checkpoint` (non-reentrant):
-        autograd keeps only the group's input (B, T, C) and recomputes the group's activations
-        during backward. Parameters, state dict and results are unchanged; a group larger than
-        the model is one group of all blocks.
+        While grad is enabled, each checkpointed span of blocks (`block_spans`) runs under
+        `torch.utils.checkpoint` (non-reentrant): groups of G blocks (full: G = 1) keep only
+        the span's input (B, T, C) and recompute its activations during backward; every-K
+        does so for one block in K; op saves the outputs of the matmuls and attention it lists
+        and recomputes the rest of each block. Parameters, state dict and results are unchanged.
+        Raises ValueError (a SpecError) for a value that is no policy.
         """
-        if isinstance(group, bool) or not isinstance(group, int) or group < 0:
-            raise ValueError(f"checkpoint group must be a non-negative integer, got {group!r}")
-        self.checkpoint_group = group
+        self.checkpoint = checkpoint_policy(policy)
 
     def _run_blocks(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """Blocks start..stop-1 in order: (B, T, C) -> (B, T, C)."""
@@ -251,13 +254,14 @@ class TransformerLM(nn.Module):
         if t > self.context_length:
             raise ValueError(f"sequence length {t} exceeds context_length {self.context_length}")
         x = self.token_embeddings(token_ids)  # (B, T, C)
-        n, group = len(self.layers), self.checkpoint_group
-        if group and torch.is_grad_enabled():
-            for start in range(0, n, group):
+        n = len(self.layers)
+        if self.checkpoint != "none" and torch.is_grad_enabled():
+            for start, stop, context_fn in block_spans(self.checkpoint, n):
                 # use_reentrant=False: works with inputs that need no grad, keeps
-                # saved_tensors_hooks outside the group working, and is what torch recommends.
-                x = checkpoint(self._run_blocks, x, start, min(start + group, n),
-                               use_reentrant=False)
+                # saved_tensors_hooks outside the span working, and is what torch recommends.
+                x = (self._run_blocks(x, start, stop) if context_fn is None else
+                     checkpoint(self._run_blocks, x, start, stop, use_reentrant=False,
+                                context_fn=context_fn))
         else:
             x = self._run_blocks(x, 0, n)
         return self.lm_head(self.ln_final(x))  # (B, T, V)

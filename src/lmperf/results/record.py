@@ -86,10 +86,12 @@ def migrate(records: list[dict]) -> list[dict]:
 
 
 def _from_schema_2(record: dict) -> dict:
-    """A schema-2 record in schema 3's layout: a plan candidate's (or --confirm cell's) spec
+    """A schema-2 record in schema 3's layout: activation checkpointing named (issue 41:
+    `_checkpoint_names`, every kind); a plan candidate's (or --confirm cell's) spec
     names its whole layout (issue 40): FSDP x TP ('fsdp+tp') is fsdp with its tp, TP over every
     device ('tp') is one replica; the data-parallel replicate and shard degrees (DDP
     replicates, the others shard), no pipeline and no context parallelism."""
+    record = _checkpoint_names(record)
     spec = record["spec"]
     if record["kind"] != "plan" or "strategy" not in spec or "pp" in spec:
         return {**record, "schema": 3}
@@ -99,6 +101,38 @@ def _from_schema_2(record: dict) -> dict:
         **spec, "strategy": name, "dp_replicate": d if name == "ddp" else 1,
         "dp_shard": 1 if name in ("ddp", "single") else d, "pp": 1, "cp": 1,
         "pp_schedule": None, "pp_virtual": 1, "async_tp": False}}
+
+
+# Spec fields that held a checkpointing policy as a block-group size before issue 41: every
+# RunSpec-based kind's and dist train's `checkpoint`, memory's `checkpoint_group`, a plan
+# request's `checkpoints`.
+_CHECKPOINT_FIELDS = ("checkpoint", "checkpoint_group", "checkpoints")
+
+
+def _checkpoint_name(value: object) -> object:
+    """A group size as issue 41 names it: 0 'none', 1 'full', G >= 2 kept; else unchanged."""
+    if isinstance(value, list):
+        return [_checkpoint_name(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {0: "none", 1: "full"}.get(value, value)
+    return value
+
+
+def _checkpoint_names(record: dict) -> dict:
+    """`record` with its checkpointing fields named (`_checkpoint_name`) and, where its spec was
+    its job's (its job id is the old spec's), the job id of the named spec, so that `--resume`
+    recognises the job (a job of several records, memory's, keeps its id: its records' specs
+    are not the job's, and it runs again)."""
+    spec = record["spec"]
+    named = {k: _checkpoint_name(v) for k, v in spec.items() if k in _CHECKPOINT_FIELDS}
+    if all(named[k] == spec[k] and type(named[k]) is type(spec[k]) for k in named):
+        return record
+    new = {**spec, **named}
+    out = {**record, "spec": new}
+    job, _, round_ = str(record.get("job_id", "")).partition("-r")
+    if job and job == spec_id(record["kind"], spec):
+        out["job_id"] = spec_id(record["kind"], new) + (f"-r{round_}" if round_ else "")
+    return out
 
 
 def _plan_search(record: dict) -> dict:

@@ -153,3 +153,14 @@ def precision_warnings(names: Iterable[str], device: torch.device) -> list[str]:
         elif (slow := slowness_warning(regime, device)):
             warnings.append(slow)
     return warnings
+
+
+def require_float8(recipes: Iterable[str], device: torch.device) -> None:
+    """SpecError, in one line before anything runs, when a float8 recipe of `recipes` ('none'
+    aside) cannot run on `device`: torchao missing, a GPU without FP8 tensor cores, a CPU
+    whose torch has no float8 scaled matmul (`device.float8_unsupported_reason`)."""
+    from lmperf.errors import SpecError
+
+    for recipe in sorted(set(recipes) - {"none"}):
+        if (why := dev.float8_unsupported_reason(device, recipe)) is not None:
+            raise SpecError(f"--float8 {recipe} cannot run here: {why}")

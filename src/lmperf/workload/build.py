@@ -16,6 +16,7 @@ from lmperf.errors import SpecError
 from lmperf.model.checkpointing import set_checkpointing
 from lmperf.model.checks import inspect_on_meta
 from lmperf.model.custom import build_model
+from lmperf.model.float8 import convert_float8
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import Regime, autocast, grad_scaler, math_dtype_name
 from lmperf.workload.spec import RunSpec
@@ -54,7 +55,8 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
     with device:  # build directly on the device: no host copy of a large model
         model = build_model(config, spec.model)
     model.to(dtype=regime.param_dtype)
-    set_checkpointing(model, spec.checkpoint)  # SpecError where the model has no such groups
+    convert_float8(model, spec.float8)  # torchtitan's order: float8, checkpointing, compile
+    set_checkpointing(model, spec.checkpoint)  # SpecError where the model cannot apply it
     # shared parameters once, as model.checks.count_params (inline: a bench run visits
     # model/checks once, for the output check; docs/architecture.md)
     params = sum(p.numel() for p in model.parameters())
@@ -73,7 +75,9 @@ def prepare(spec: RunSpec, device: torch.device, regime: Regime) -> Prepared:
                       optimizer, clip=clip, accum=spec.grad_accum)
 
     def count() -> tuple[int, dict[str, int]]:
-        set_checkpointing(eager, 0)  # model FLOPs (MFU's convention): no recompute counted
+        if spec.float8 != "none":  # the same model FLOPs in float8: counted on the model before
+            return meta_flops(spec.with_(batch=shape[0]))  # conversion, on the meta device
+        set_checkpointing(eager, "none")  # model FLOPs (MFU's convention): no recompute counted
         try:
             return count_on_meta(eager, spec.mode, shape, spec.model is None)
         finally:

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
-from lmperf.validate import check_fields, positive_int
+from lmperf.validate import (FLOAT8_REGIMES, check_fields, check_float8, checkpoint_policy,
+                             positive_int)
 from lmperf.kernels import NAMES as ATTENTION  # the one attention registry
 from lmperf.names import MODES, OPTIMIZERS
 from lmperf.model.presets import (DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig, model_extras,
@@ -26,9 +27,12 @@ class RunSpec(Compiled, OnDevice, ModelShape):
     factory receives. `context` is the batch's T, `model_context` the model's maximum (RoPE
     table, >= T); `optimizer`: AdamW's 'fused', 'foreach' or 'loop' implementation;
     `num_kv_heads`: grouped-query attention's K/V heads (None: plain multi-head); `clip`: max
-    gradient norm after unscaling (0: no unscale/clip step); `checkpoint`: activation
-    checkpointing in groups of that many blocks (0: none; a transformers model: 1, every
-    layer); `grad_accum`: micro-batches of `batch` sequences per optimizer step (train-step).
+    gradient norm after unscaling (0: no unscale/clip step); `checkpoint`: the activation
+    checkpointing policy, canonical ('none', 'full', 'op', 'every-K' or G blocks per group:
+    `lmperf.validate.checkpoint_policy`; a transformers model: none or full); `float8`:
+    torchao's float8 training of the Linear layers ('none', 'tensorwise', 'rowwise'; with a
+    bf16 regime); `grad_accum`: micro-batches of `batch` sequences per optimizer step
+    (train-step).
     """
 
     kind: ClassVar[str] = "bench"
@@ -51,8 +55,9 @@ class RunSpec(Compiled, OnDevice, ModelShape):
     clip: float = 1.0
     num_kv_heads: int | None = None
     tie_embeddings: bool = False
-    checkpoint: int = 0
+    checkpoint: str | int = "none"
     grad_accum: int = 1
+    float8: str = "none"
 
     def __post_init__(self) -> None:
         self.check_shape()
@@ -61,11 +66,13 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         check_fields(self, choices={"precision": REGIMES, "mode": MODES, "attention": ATTENTION,
                                     "optimizer": OPTIMIZERS},
                      positive=("context", "batch", "steps", "vocab_size", "grad_accum"),
-                     non_negative=("warmup", "checkpoint"))
+                     non_negative=("warmup",))
+        object.__setattr__(self, "checkpoint", checkpoint_policy(self.checkpoint))
+        check_float8(self.float8, self.precision)
         if self.grad_accum > 1 and self.mode != "train-step":
             raise SpecError(f"gradient accumulation (grad_accum {self.grad_accum}) belongs to "
                             "a training step: mode train-step")
-        if self.checkpoint and self.mode == "forward":
+        if self.checkpoint != "none" and self.mode == "forward":
             raise SpecError(f"activation checkpointing (checkpoint {self.checkpoint}) saves "
                             "memory for backward: mode forward-backward or train-step")
         if (isinstance(self.clip, bool) or not isinstance(self.clip, (int, float))
@@ -136,7 +143,8 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         return (f"{name} ctx={self.context} b={self.batch} {self.precision} "
                 f"{self.mode} {self.attention}" + (f" warmup={self.warmup}" if self.warmup != 5 else "")
                 + (f" x{self.grad_accum}" if self.grad_accum > 1 else "")
-                + (f" ckpt={self.checkpoint}" if self.checkpoint else "")
+                + (f" ckpt={self.checkpoint}" if self.checkpoint != "none" else "")
+                + (f" float8 {self.float8}" if self.float8 != "none" else "")
                 + (" compiled" if self.compile else ""))
 
     def with_(self, **changes: object) -> "RunSpec":
@@ -159,20 +167,27 @@ class Grid:
     attentions: Sequence[str]
     warmups: Sequence[int] = (5,)
     compiles: Sequence[bool] = (False,)
-    checkpoints: Sequence[int] = (0,)
+    checkpoints: Sequence[str | int] = ("none",)
+    float8s: Sequence[str] = ("none",)
     fixed: dict = field(default_factory=dict)
 
     def expand(self) -> list[RunSpec]:
         """Every combination, in size-major order (the order of the course's table). A forward
-        has no backward to checkpoint for: with checkpoint 0 listed, it runs at 0 only (alone,
-        `--mode forward --checkpoint 1` is refused by RunSpec)."""
+        has no backward to checkpoint for: with checkpoint none listed, it runs at none only
+        (alone, `--mode forward --checkpoint full` is refused by RunSpec). Likewise float8
+        trains beside a bf16 regime: with float8 none listed, the other regimes run at none
+        only (alone, `--precision fp32 --float8 rowwise` is refused)."""
+        policies = [checkpoint_policy(g) for g in self.checkpoints]
         return [
             RunSpec.from_size(size, context=ctx, batch=b, precision=p, mode=m,
-                              attention=a, warmup=w, compile=c, checkpoint=g, **self.fixed)
-            for size, ctx, b, p, m, a, w, c, g in itertools.product(
+                              attention=a, warmup=w, compile=c, checkpoint=g, float8=f,
+                              **self.fixed)
+            for size, ctx, b, p, m, a, w, c, g, f in itertools.product(
                 self.sizes, self.contexts, self.batches, self.precisions, self.modes,
-                self.attentions, self.warmups, self.compiles, self.checkpoints)
-            if not (m == "forward" and g and 0 in self.checkpoints)
+                self.attentions, self.warmups, self.compiles, dict.fromkeys(policies),
+                dict.fromkeys(self.float8s))
+            if not (m == "forward" and g != "none" and "none" in policies)
+            and not (f != "none" and p not in FLOAT8_REGIMES and "none" in self.float8s)
         ]
 
 

@@ -2,7 +2,7 @@
 
 Everything else asks it and stays testable on the CPU. One module per job: `select` (which
 device, synchronisation, NVTX), `clocks` (phase timing), `memory` (OOM detection, peaks, the
-cap), `info` (names, capability, bf16, fused AdamW), `state` (TF32 and RNG), `snapshot` (CUDA
+cap), `info` (names, capability, bf16, float8, fused AdamW), `state` (TF32 and RNG), `snapshot` (CUDA
 memory history and the OOM dump), `kernel_timer` (do_bench-style per-call timing), `gpu_env`
 (driver, NCCL, clocks, power, ECC and other processes, through NVML). Every name
 is re-exported here, so `from lmperf.runtime import device as dev; dev.synchronize(...)` works;
@@ -14,7 +14,8 @@ from __future__ import annotations
 from lmperf.runtime.device.clocks import PhaseClock
 from lmperf.runtime.device.gpu_env import gpu_environment, nccl_version
 from lmperf.runtime.device.info import (
-    bf16_supported, cpu_model, cuda_capability, cuda_versions, device_name, fused_adamw_supported,
+    bf16_supported, cpu_model, cuda_capability, cuda_versions, device_name,
+    float8_unsupported_reason, fused_adamw_supported,
 )
 from lmperf.runtime.device.kernel_timer import L2_FLUSH_MIN_BYTES, l2_flush_buffer, time_cuda_calls
 from lmperf.runtime.device.memory import (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from lmperf.runtime.device.select import cuda_index
@@ -76,3 +78,42 @@ def fused_adamw_supported(device: torch.device) -> bool:
     except (RuntimeError, ValueError, TypeError):
         return False
     return True
+
+
+# FP8 tensor cores: Ada (sm_89) and Hopper (sm_90) on; torch._scaled_mm refuses older GPUs.
+FP8_CAPABILITY = (8, 9)
+
+
+def float8_unsupported_reason(device: torch.device, recipe: str) -> str | None:
+    """Why torchao's float8 training with `recipe` ('tensorwise' or 'rowwise') cannot run on
+    `device`, in one phrase; None when it can. torchao must be importable; on CUDA the device
+    needs FP8 tensor cores (compute capability 8.9 or newer); elsewhere torch must run the
+    recipe's scaled matmul (`torch._scaled_mm`, one tiny call tried once per process)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        return "torchao is not installed (pip install 'lmperf[float8]')"
+    if device.type == "cuda":
+        cap = cuda_capability(device)
+        if cap is not None and cap < FP8_CAPABILITY and not torch.version.hip:
+            return (f"{device_name(device)} (sm_{cap[0]}{cap[1]}) has no FP8 tensor cores "
+                    "(sm_89 and newer: Ada, Hopper, Blackwell)")
+        return None
+    return _scaled_mm_fails(device.type, recipe)
+
+
+@functools.cache
+def _scaled_mm_fails(device_type: str, recipe: str) -> str | None:
+    """torch._scaled_mm of float8 (16, 32) x (32, 16) with the recipe's scales on this device
+    type: None when it runs, else its error in one phrase."""
+    a = torch.ones(16, 32, device=device_type).to(torch.float8_e4m3fn)
+    b = torch.ones(16, 32, device=device_type).to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device=device_type)
+    scales = (one, one) if recipe == "tensorwise" else (
+        torch.ones(16, 1, device=device_type), torch.ones(1, 16, device=device_type))
+    try:
+        torch._scaled_mm(a, b, scale_a=scales[0], scale_b=scales[1], out_dtype=torch.bfloat16)
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        return f"torch {torch.__version__} cannot run float8 scaled matmuls on the {device_type} ({first})"
+    return None
