@@ -32,16 +32,20 @@ def bench(size: Sequence[str] | str | None = None, *,
           max_memory_gib: float | None = None, resume: bool = False,
           progress: bool = False, predict: Sequence[str] | str | None = None,
           host_us: float | None = None, force: bool = False,
-          checkpoint: Sequence[int] | int = 0, grad_accum: int = 1) -> Report:
+          checkpoint: Sequence[str | int] | str | int = "none", grad_accum: int = 1,
+          float8: Sequence[str] | str = "none") -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
     `model` may list several factories (None or "reference": the reference LM): an A/B sweep;
     with `rounds` the sides alternate run by run (README: "A/B on a busy machine").
 
-    `checkpoint` (a sweep axis) checkpoints activations in groups of that many blocks (0: none;
-    `lmperf memory --checkpoint`'s meaning); `grad_accum` > 1 makes a train step that many
-    micro-batches of `batch` sequences, one optimizer step after the last.
+    `checkpoint` (a sweep axis) is the activation checkpointing policy: none, full, op,
+    every-K or G blocks per group (`lmperf.core.vocabulary.checkpoint_policy`); `float8` (a
+    sweep axis) torchao's float8 training of the Linear layers, 'tensorwise' or 'rowwise',
+    beside a bf16 regime (refused before anything runs where the device cannot run it);
+    `grad_accum` > 1 makes a train step that many micro-batches of `batch` sequences, one
+    optimizer step after the last.
     `compile` (a sweep axis: False, True or [False, True]) runs the whole model through
     torch.compile; the compiling first step is timed apart (metrics.compile_s).
     `rounds` > 1 runs the whole grid that many times, round-robin, and pools each spec's
@@ -68,9 +72,13 @@ def bench(size: Sequence[str] | str | None = None, *,
     if predict:
         from lmperf.questions.bench.plan import models_of
 
-        if checkpoint not in (None, 0, [0], (0,)) or grad_accum not in (None, 1):
-            raise SpecError("--predict times one micro-batch without checkpointing: for "
-                            "--checkpoint and --grad-accum on a GPU, `lmperf plan` predicts them")
+        from lmperf.core.vocabulary import as_list, checkpoint_policy
+
+        if {checkpoint_policy(g) for g in as_list(checkpoint) or ["none"]} != {"none"} \
+                or grad_accum not in (None, 1) or set(as_list(float8) or ["none"]) != {"none"}:
+            raise SpecError("--predict times one micro-batch without checkpointing or float8: "
+                            "for --checkpoint, --grad-accum and --float8 on a GPU, `lmperf "
+                            "plan` predicts them")
 
         if not (model is None or isinstance(model, str)) and len(models_of(model)) > 1:
             raise SpecError("--predict takes one --model")
@@ -89,7 +97,8 @@ def bench(size: Sequence[str] | str | None = None, *,
                       mode=mode, attention=attention, warmup=warmup, steps=steps, seed=seed,
                       optimizer=optimizer, device=device, threads=threads,
                       model_context=model_context, clip=clip, course=course, compile=compile,
-                      compile_mode=compile_mode, checkpoint=checkpoint, grad_accum=grad_accum)
+                      compile_mode=compile_mode, checkpoint=checkpoint, grad_accum=grad_accum,
+                      float8=float8)
     if out is not None:  # an unwritable --out is the one line, before any note
         ensure_writable(Path(out))
     if progress:

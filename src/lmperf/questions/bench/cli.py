@@ -46,9 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clip", type=float, default=1.0, metavar="NORM",
                    help="train-step: unscale and clip gradients to this norm, as `lmperf train` "
                         "does (0: no clip step) (default: 1.0)")
-    p.add_argument("--checkpoint", type=int, nargs="+", default=[0], metavar="G",
-                   help="activation checkpointing in groups of G blocks (0: none, the default; "
-                        "as lmperf memory --checkpoint); several values sweep")
+    add_options(p, ("checkpoint", "float8"), lists=("checkpoint", "float8"),
+                defaults={"checkpoint": ["none"], "float8": ["none"]},
+                helps={"float8": "on a CPU where torch runs float8 scaled matmuls, else refused"})
     p.add_argument("--grad-accum", type=int, default=1, metavar="N",
                    help="train-step: N micro-batches of --batch per optimizer step, each loss / "
                         "N (gradient accumulation) (default: 1)")
@@ -74,5 +74,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                            out=args.out, progress=True,
                                            predict=args.predict, host_us=args.host_us,
                                            force=args.force, checkpoint=args.checkpoint,
+                                           float8=args.float8,
                                            grad_accum=args.grad_accum,
                                            **launch_kwargs(args)))

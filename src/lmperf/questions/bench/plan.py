@@ -15,7 +15,7 @@ from lmperf.core.vocabulary import (
 )
 from lmperf.model.presets import DEFAULT_COURSE
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import default_regimes, precision_warnings
+from lmperf.runtime.precision import default_regimes, precision_warnings, require_float8
 from lmperf.workload.build import check_user_models, resolve_optimizer
 from lmperf.workload.spec import Grid, RunSpec
 
@@ -51,14 +51,16 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
                steps: int = 10, seed: int = 0, optimizer: str = "auto", device: str = "auto",
                threads: int | None = None, model_context: int = 0, clip: float = 1.0,
                course: str = DEFAULT_COURSE, compile: Sequence[bool] | bool = False,
-               compile_mode: str = "default", checkpoint: Sequence[int] | int = 0,
-               grad_accum: int = 1) -> Plan:
+               compile_mode: str = "default",
+               checkpoint: Sequence[str | int] | str | int = "none", grad_accum: int = 1,
+               float8: Sequence[str] | str = "none") -> Plan:
     """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
     `course` edition's sweep). Size names mean the shapes of the `course` edition. With `model`
     and no `size`, the factory gets core.vocabulary.MODEL_SIZE's shape, as in every command. Raises SpecError, or ModelLoadError for a
-    user model that cannot be built or returns the wrong shape.
+    user model that cannot be built or returns the wrong shape, or (SpecError) float8 that this
+    device cannot run (`float8_unsupported_reason`).
     """
     dev_ = dev.resolve_device(device)
     defaults = device_defaults("bench", dev_.type, course)
@@ -75,10 +77,12 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=precisions,
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),
-                compiles=as_list(compile), checkpoints=as_list(checkpoint), fixed=fixed)
+                compiles=as_list(compile), checkpoints=as_list(checkpoint),
+                float8s=as_list(float8), fixed=fixed)
     # Several --model values are the outermost axis (an A/B sweep: with --rounds, the sides
     # alternate run by run, so both see the same load).
     specs = list(dict.fromkeys(s.with_(model=m) for m in models for s in grid.expand()))
+    require_float8({s.float8 for s in specs}, dev_)
     plan = Plan(specs=specs, device_name=dev.device_name(dev_), notes=left_out)
     for m in user:
         check_user_models([s for s in specs if s.model == m])
@@ -86,3 +90,4 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
             plan.notes.append(model_shape_note(m, shape, size_))
     plan.warnings += precision_warnings((s.precision for s in specs), dev_)
     return plan
+

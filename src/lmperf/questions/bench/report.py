@@ -10,10 +10,11 @@ from lmperf.questions.bench.rounds import latest_view
 from lmperf.questions.bench.table import PHASES, display_frame, records_frame
 from lmperf.core.report import Report, against
 
-COMPARED = ("precision", "attention", "compile")
+COMPARED = ("precision", "attention", "compile", "float8")
 """Sweep axes whose values bench holds against the first one (the question a sweep asks)."""
 KEY = ("model", "shape", "context", "batch", "mode", "precision", "attention", "compile",
-       "optimizer", "threads", "device", "course", "warmup", "checkpoint", "grad_accum")
+       "optimizer", "threads", "device", "course", "warmup", "checkpoint", "grad_accum",
+       "float8")
 
 
 def _display(report: Report):

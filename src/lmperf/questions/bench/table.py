@@ -20,8 +20,10 @@ AXES: tuple[tuple[str, str], ...] = (  # (spec field, column title): constant on
     ("batch", "batch"), ("mode", "mode"), ("attention", "attention"),
     ("warmup", "warmup"), ("optimizer", "optimizer"), ("threads", "threads"), ("device", "device"),
     ("course", "course"), ("compile", "compile"), ("checkpoint", "checkpoint"),
-    ("grad_accum", "grad_accum"),
+    ("grad_accum", "grad_accum"), ("float8", "float8"),
 )
+# axes named only where some run left their default (older records: the default)
+RARE = {"checkpoint": "none", "grad_accum": 1, "float8": "none"}
 
 
 def _model_name(spec: dict) -> str:
@@ -47,7 +49,8 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "optimizer": spec.get("optimizer"), "threads": spec.get("threads", 0),
             "course": spec.get("course"),
             "compile": "on" if spec.get("compile") else "off",
-            "checkpoint": spec.get("checkpoint", 0), "grad_accum": spec.get("grad_accum", 1),
+            "checkpoint": spec.get("checkpoint", "none"), "grad_accum": spec.get("grad_accum", 1),
+            "float8": spec.get("float8", "none"),
             "compile_s": m.get("compile_s"),
             "device": spec.get("device"), "status": r["status"], "message": r.get("message", ""),
         }
@@ -99,9 +102,8 @@ def display_frame(records: list[dict]) -> tuple[pd.DataFrame, str, list[str]]:
     if any(r["spec"].get("model") for r in records):
         model += caption_axes(df, [("shape", "shape")])[0]
     # precision stays a column where it holds one value (a CPU without native bf16 runs fp32)
-    # checkpointing and accumulation named only where some run used them
-    axes = [(t, t) for c, t in AXES if c not in ("checkpoint", "grad_accum")
-            or (df[c] != (0 if c == "checkpoint" else 1)).any()]
+    # checkpointing, accumulation and float8 named only where some run used them
+    axes = [(t, t) for c, t in AXES if c not in RARE or (df[c] != RARE[c]).any()]
     varying, caption = caption_axes(df, [("context", "context"), ("precision", "precision")]
                                     + axes, keep=("precision",))
     # each model named once, under the table: its shape and parameters
