@@ -92,10 +92,11 @@ def test_estimate_honours_every_option(tmp_path, capsys):
     keys = [(r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context"],
              r["spec"]["checkpoint_schedule"], r["spec"]["checkpoint_group"]) for r in records]
     assert len(keys) == len(set(keys)) == 2 * 2 * 2 * 3 + 2 * 2  # + bisection per training row
-    assert "lowest simulated peak with groups of" in text and "recursive bisection" in text
+    assert "lowest simulated peak with checkpointing" in text and "recursive bisection" in text
     peaks = {k: r["metrics"]["simulation"]["peak_bytes"] for k, r in zip(keys, records)}
-    assert peaks[("forward", "fp32", 32, "uniform", 1)] == peaks[("forward", "fp32", 32, "uniform", 0)]
-    assert peaks[("forward", "bf16-mixed", 32, "uniform", 0)] != peaks[("forward", "fp32", 32, "uniform", 0)]
+    none = ("forward", "fp32", 32, "uniform", "none")
+    assert peaks[("forward", "fp32", 32, "uniform", "full")] == peaks[none]
+    assert peaks[("forward", "bf16-mixed", 32, "uniform", "none")] != peaks[none]
 
     def peak(*argv: str) -> int:
         _, _, recs = run([*QUICK, "--context", "32", "--mode", "train-step", "--estimate", *argv],
@@ -130,7 +131,7 @@ def test_checkpoint_sweep_prints_the_tradeoff(tmp_path, capsys):
     text, _, records = run([*QUICK, "--context", "16", "--checkpoint", "1", "2", "--steps", "1",
                             "--warmup", "0", "--format", "markdown", "--inline"], tmp_path, capsys)
     assert "#### activation checkpointing: fp32, context 16" in text
-    assert [r["spec"]["checkpoint_group"] for r in records] == [0, 1, 2]
+    assert [r["spec"]["checkpoint_group"] for r in records] == ["none", "full", 2]
     assert all(r["metrics"]["saved_bytes"] == r["metrics"]["expected_saved_bytes"] for r in records)
     assert {r["spec"]["warmup"] for r in records} == {0}
 
@@ -193,7 +194,9 @@ def test_bare_json_is_only_the_records(tmp_path, capsys):
     (["--warmup", "-1"], "--warmup must be a non-negative integer"),
     (["--timeout", "0"], "--timeout must be a positive number"),
     (["--checkpoint", "3"], "--checkpoint 3 is larger than the model's 2 blocks"),
-    (["--checkpoint", "-1"], "must be non-negative integers"),
+    (["--checkpoint", "-1"], "unknown checkpointing policy '-1'"),
+    (["--checkpoint", "every-3"], "--checkpoint every-3 is larger than the model's 2 blocks"),
+    (["--estimate", "--float8", "rowwise", "--precision", "bf16-mixed"], "phantom tensors"),
     (["--model", "tests.fixtures.models:bigram", "--checkpoint", "1"], "reference LM only"),
     (["--estimate", "--attention", "flash-triton"], "cannot run on phantom tensors"),
     (["--estimate", "--warmup", "0"], "--warmup 0 is measured, not simulated"),

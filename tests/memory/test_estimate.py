@@ -108,6 +108,11 @@ def test_checkpointed_estimate_and_recompute():
         assert est.activation_terms["checkpointed group inputs"] == math.ceil(4 / g) * bt_c
         assert est.recompute_bytes == g * plain.block_bytes
         assert est.param_bytes == plain.param_bytes and est.optimizer_bytes == plain.optimizer_bytes
+    every = estimate(c, 2, 64, checkpoint_group="every-2")  # blocks 1 and 3 keep their input
+    assert every.activation_terms["checkpointed block inputs"] == 2 * 2 * 64 * c.d_model * 4
+    assert every.activation_bytes - every.activation_terms["checkpointed block inputs"] == \
+        plain.activation_bytes - 2 * plain.block_bytes
+    assert every.recompute_bytes == plain.block_bytes
 
 
 def test_cuda_autocast_keeps_exp_and_sum_in_fp32():
@@ -136,7 +141,8 @@ def test_the_breakdown_table():
     (dict(regime="fp8"), "unknown precision"),
     (dict(attention="flash"), "unknown attention"),
     (dict(mode="inference"), "unknown mode"),
-    (dict(checkpoint_group=-1), "non-negative"),
+    (dict(checkpoint_group=-1), "unknown checkpointing policy"),
+    (dict(checkpoint_group="op"), "no closed form for op"),
     (dict(device="tpu"), "unknown device"),
 ])
 def test_bad_input(kwargs, match):

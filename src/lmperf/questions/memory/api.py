@@ -26,7 +26,8 @@ def memory(size: str | None = None, *, model: str | None = None,
            optimizer: str = "auto", warmup: int = 1, steps: int = 3, seed: int = 0,
            device: str = "auto", threads: int | None = None, model_context: int = 0,
            estimate: bool = False, gib: float | None = None, gpu: str | None = None,
-           checkpoint: Sequence[int] | int | None = None, snapshot: str | Path | None = None,
+           checkpoint: Sequence[str | int] | str | int | None = None, float8: str = "none",
+           snapshot: str | Path | None = None,
            top: int = 10, course: str = DEFAULT_COURSE, plots: str | Path | None = None,
            out: str | Path | None = None,
            inline: bool = False, timeout: float | None = None,
@@ -39,12 +40,15 @@ def memory(size: str | None = None, *, model: str | None = None,
 
     What runs: peaks per phase for each `mode` and the saved-for-backward tensors (default);
     the estimate only (`estimate`, or `gib`: does it fit in that many GiB?): one simulated
-    step per mode, precision, context and `checkpoint` group, nothing allocated; the
-    activation checkpointing trade-off over group sizes (`checkpoint`); or the summary of a
+    step per mode, precision, context and `checkpoint` policy, nothing allocated; the
+    activation checkpointing trade-off over policies (`checkpoint`: none, full, op, every-K,
+    G blocks per group); or the summary of a
     CUDA memory snapshot file (`snapshot`; no records). `gpu`: a GPU of the peak table whose
     memory is the budget (implies `estimate` on CUDA). `attention` None: sdpa with `gpu` (what
     lmperf plan assumes), else naive (the course's). `warmup`: train steps before measuring
-    (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint size;
+    (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint policy;
+    `float8`: torchao's float8 training of the Linear layers (measured only, beside a bf16
+    regime);
     `top`: rows of the largest saved activations; `plots`: a folder for the PNG. An estimate
     without `gib` or `gpu` holds its peak against the memory this machine has left for it.
     Failed measurements (oom, error, unsupported) are rows of the Report; a job whose lower
@@ -70,7 +74,7 @@ def memory(size: str | None = None, *, model: str | None = None,
                        precision=precision, mode=mode, attention=attention, optimizer=optimizer,
                        warmup=warmup, steps=steps, seed=seed, device=device, threads=threads,
                        model_context=model_context, estimate=estimate, gib=gib,
-                       checkpoint=checkpoint, top=top, course=course)
+                       checkpoint=checkpoint, float8=float8, top=top, course=course)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     options.force = force

@@ -1,9 +1,10 @@
-"""Activation checkpointing's trade-off: saved bytes, peak memory and step time per group size.
+"""Activation checkpointing's trade-off: saved bytes, peak memory and step time per policy.
 
-For each group size g (`set_checkpointing(g)`, non-reentrant torch.utils.checkpoint): the saved
-bytes of one forward, timed train steps, then one step under the per-phase probe. The expected
-peak, ~ceil(L / g) x BTC + g x one block's activations, and its price, one more forward per
-step: docs/commands/memory.md, "Checkpointing's trade-off, measured".
+For each policy (none, full, op, every-K, groups of g blocks: `set_checkpointing`, non-reentrant
+torch.utils.checkpoint): the saved bytes of one forward, timed train steps, then one step under
+the per-phase probe. The expected peak of groups, ~ceil(L / g) x BTC + g x one block's
+activations, and its price, one more forward per step: docs/commands/memory.md,
+"Checkpointing's trade-off, measured".
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from lmperf.core.outcome import Stage, failure
 from lmperf.errors import SpecError
+from lmperf.validate import checkpoint_every, checkpoint_phrase, checkpoint_policy
 from lmperf.measure.stats import summarize
 from lmperf.questions.memory.estimate import estimate
 from lmperf.units import MIB
@@ -31,9 +33,9 @@ from lmperf.workload.steps import NO_OBSERVER, STEPS, StepState
 
 @dataclass
 class CheckpointRow:
-    """One group size. Bytes are saved-for-backward activations + autocast weight copies."""
+    """One policy. Bytes are saved-for-backward activations + autocast weight copies."""
 
-    group: int  # 0: no checkpointing
+    group: str | int  # the policy, canonical ('none': no checkpointing)
     saved_bytes: int | None  # measured during one forward (None: not measured)
     expected_saved_bytes: int | None  # the estimator's (reference LM only)
     recompute_bytes: int | None  # the estimator's transient: one group rebuilt in backward
@@ -46,25 +48,29 @@ class CheckpointRow:
     message: str = ""
 
 
-def check_groups(groups: list[int], num_layers: int) -> list[int]:
-    """Validate group sizes (0 = none); returns them with 0 first, duplicates dropped."""
-    for g in groups:
-        if isinstance(g, bool) or not isinstance(g, int) or g < 0:
-            raise SpecError(f"--checkpoint group sizes must be non-negative integers, got {g!r}")
-        if g > num_layers:
+def check_groups(groups: list[str | int], num_layers: int) -> list[str | int]:
+    """Validate checkpointing policies (any spelling `checkpoint_policy` accepts); returns them
+    canonical with 'none' first, duplicates dropped. A group or K larger than the model is
+    refused (groups: one group of all blocks is G = L; every-K would checkpoint no block)."""
+    policies = [checkpoint_policy(g) for g in groups]
+    for g in policies:
+        size = g if isinstance(g, int) else checkpoint_every(g)
+        if size is not None and size > num_layers:
+            what = (f"(use {num_layers} for one group of all blocks)" if isinstance(g, int)
+                    else "(it would checkpoint no block)")
             raise SpecError(f"--checkpoint {g} is larger than the model's {num_layers} blocks "
-                            f"(use {num_layers} for one group of all blocks)")
-    return list(dict.fromkeys([0, *groups]))
+                            f"{what}")
+    return list(dict.fromkeys(["none", *policies]))
 
 
-def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
+def sweep_checkpointing(spec: RunSpec, groups: list[str | int], steps: int = 3,
                         warmup: int = 1) -> list[CheckpointRow]:
-    """Measure every group size in `groups` (0 is added first: the baseline) for `spec`.
+    """Measure every policy in `groups` ('none' is added first: the baseline) for `spec`.
 
     `spec.mode` is ignored: a checkpoint trade-off is about training (train-step). A regime the
     device lacks gives 'unsupported' rows, a model that cannot be built 'oom' or 'error' rows,
-    and an out-of-memory step an 'oom' row for its group size. Raises SpecError for a bad group
-    size or a model without checkpointing.
+    and an out-of-memory step an 'oom' row for its policy. Raises SpecError for a bad policy
+    or a model without checkpointing.
     """
     groups = check_groups(groups, spec.num_layers)
     spec = spec.with_(mode="train-step")
@@ -88,18 +94,22 @@ def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
         set_checkpointing(state.model, groups[-1])  # fail early for a model without it
         for g in groups:
             set_checkpointing(state.model, g)
-            if on_meta:
-                report = measure_spec(spec, torch.device("meta"), checkpoint_group=g)
+            # op's saved outputs are held by torch's selective-checkpoint cache, which the
+            # saved-tensor hooks of measure_saved do not see: not measured (its peak is)
+            if g == "op":
+                report = None
+            elif on_meta:
+                report = measure_spec(spec, torch.device("meta"), checkpoint=g)
             else:
                 report = measure_saved(state.model, state.inputs, state.targets, state.autocast)
             est = (estimate(spec.model_config(), spec.batch, spec.context, regime,
                             spec.attention, "train-step", g, device=device.type)
-                   if spec.model is None else None)
-            row = CheckpointRow(g, report.total() + report.total("weight copy"),
+                   if spec.model is None and g != "op" else None)  # op: no closed form
+            row = CheckpointRow(g, report and report.total() + report.total("weight copy"),
                                 est.saved_bytes if est else None,
                                 est.recompute_bytes if est else None, None, None, kind, None,
-                                "meta" if on_meta else device.type)
-            stage = Stage(f"training with checkpoint groups of {g}")
+                                "" if report is None else "meta" if on_meta else device.type)
+            stage = Stage(f"training with {checkpoint_phrase(g)}")
             try:
                 _time_and_probe(state, row, device, steps, warmup)
             except Exception as exc:  # one group size ran out of memory, the others go on
@@ -110,7 +120,7 @@ def sweep_checkpointing(spec: RunSpec, groups: list[int], steps: int = 3,
                 row.status, row.message = outcome["status"], outcome["message"][:300]
             dev.free_memory(device)
             rows.append(row)
-        set_checkpointing(state.model, 0)
+        set_checkpointing(state.model, "none")
     return rows
 
 
@@ -135,7 +145,7 @@ def _time_and_probe(state: StepState, row: CheckpointRow, device: torch.device, 
 
 
 def tradeoff_frame(rows: list[CheckpointRow]) -> pd.DataFrame:
-    """The trade-off table: per group size, saved / peak / step time and their ratio to none."""
+    """The trade-off table: per policy, saved / peak / step time and their ratio to none."""
     base = rows[0]
 
     def ratio(a: float | None, b: float | None) -> float | None:
@@ -149,7 +159,7 @@ def tradeoff_frame(rows: list[CheckpointRow]) -> pd.DataFrame:
         step = r.step_ms["median"] if r.step_ms else None
         base_step = base.step_ms["median"] if base.step_ms else None
         out.append({
-            "group": r.group or "none",
+            "group": r.group,
             "saved MiB": mib(r.saved_bytes),
             "expected MiB": mib(r.expected_saved_bytes),
             "saved x": ratio(r.saved_bytes, base.saved_bytes),

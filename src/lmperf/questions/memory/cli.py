@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "precision": "one column each (default: fp32)",
                        "warmup": "AdamW's state exists after the first train step (0: the "
                                  "measured step creates it)",
-                       "steps": "timed steps per --checkpoint group size",
+                       "steps": "timed steps per --checkpoint policy",
                        "plots": "memory vs context (with --snapshot: active memory over time)"})
     p.add_argument("--mode", nargs="+", metavar="MODE", default=["forward", "train-step"],
                    help=f"steps to measure: {', '.join(MODES)} (default: forward train-step)")
@@ -51,8 +51,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_options(p, ("gib", "gpu"), helps={"gib": "will it fit? (implies --estimate)",
                                           "gpu": "will it fit on it? (implies --estimate "
                                                  "--device cuda)"})
-    p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
-                   help="activation checkpointing trade-off over block-group sizes (0: none)")
+    add_options(p, ("checkpoint", "float8"), lists=("checkpoint",),
+                helps={"checkpoint": "the trade-off over these policies (none first)",
+                       "float8": "measured, not with --estimate"})
     p.add_argument("--snapshot", type=Path, metavar="FILE",
                    help="summarise a CUDA memory snapshot pickle (no browser, no GPU needed)")
     p.add_argument("--top", type=int, default=10, help="rows of the top tables (default: 10)")
@@ -69,5 +70,6 @@ def cmd_memory(args: argparse.Namespace) -> int:
     kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS}
     return run_command(args, lambda: memory(
         **kwargs, mode=args.mode, optimizer=args.optimizer, model_context=args.model_context,
-        estimate=args.estimate, gib=args.gib, gpu=args.gpu, checkpoint=args.checkpoint, top=args.top,
+        estimate=args.estimate, gib=args.gib, gpu=args.gpu, checkpoint=args.checkpoint,
+        float8=args.float8, top=args.top,
         plots=args.plots, out=args.out, progress=True, force=args.force, **launch_kwargs(args)))

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.validate import positive_int
+from lmperf.validate import checkpoint_every, checkpoint_policy, positive_int
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import ModelConfig
 from lmperf.runtime.precision import REGIMES, Regime
@@ -67,7 +67,7 @@ class MemoryEstimate:
     device: str
     batch: int
     context: int
-    checkpoint_group: int
+    checkpoint_group: str | int  # the policy (lmperf.validate.checkpoint_policy's canonical)
     params: int
     param_bytes: int
     grad_bytes: int
@@ -113,8 +113,7 @@ class MemoryEstimate:
                          ignore_index=True)
 
 
-def _check(config: ModelConfig, batch: int, context: int, mode: str, attention: str,
-           checkpoint_group: int) -> None:
+def _check(config: ModelConfig, batch: int, context: int, mode: str, attention: str) -> None:
     positive_int("batch", batch)
     positive_int("context", context)
     if context > config.context_length:
@@ -124,20 +123,18 @@ def _check(config: ModelConfig, batch: int, context: int, mode: str, attention: 
         raise SpecError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
     if attention not in ATTENTION:
         raise SpecError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
-    if isinstance(checkpoint_group, bool) or not isinstance(checkpoint_group, int) \
-            or checkpoint_group < 0:
-        raise SpecError("checkpoint group must be a non-negative integer, "
-                        f"got {checkpoint_group!r}")
 
 
 def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime = "fp32",
              attention: str | None = None, mode: str = "train-step",
-             checkpoint_group: int = 0, device: str = "cpu") -> MemoryEstimate:
+             checkpoint_group: str | int = "none", device: str = "cpu") -> MemoryEstimate:
     """Estimate the memory of one step of the reference LM, allocating nothing.
 
-    `attention` defaults to the config's; `checkpoint_group` 0 is no checkpointing; `device`
-    ('cpu' or 'cuda') selects autocast's op lists. Raises SpecError for unknown names,
-    non-positive sizes or a context beyond the model's.
+    `attention` defaults to the config's; `checkpoint_group` is the checkpointing policy (none,
+    full, every-K or G blocks per group, any spelling `checkpoint_policy` accepts; op has no
+    closed form: the simulation answers it); `device` ('cpu' or 'cuda') selects autocast's op
+    lists. Raises SpecError for unknown names, op, non-positive sizes or a context beyond the
+    model's.
     """
     if device not in ("cpu", "cuda"):
         raise SpecError(f"unknown device {device!r}; accepted: cpu, cuda")
@@ -146,7 +143,11 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
             raise SpecError(f"unknown precision {regime!r}; accepted: {', '.join(REGIMES)}")
         regime = REGIMES[regime]
     attention = attention or config.attention
-    _check(config, batch, context, mode, attention, checkpoint_group)
+    _check(config, batch, context, mode, attention)
+    policy = checkpoint_group = checkpoint_policy(checkpoint_group)
+    if policy == "op":
+        raise SpecError("the analytic terms have no closed form for op checkpointing (what its "
+                        "policy saves depends on the op order): the simulated step answers it")
     B, T, C, H, F, L, V = (batch, context, config.d_model, config.num_heads, config.d_ff,
                            config.num_layers, config.vocab_size)
     BT, BTC = B * T, B * T * C
@@ -177,23 +178,29 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
     head_copies = a * C * V if mixed else 0
 
     terms: dict[str, int] = {}
-    group = min(checkpoint_group, L) if checkpoint_group else 0
+    # groups of `group` blocks (full: 1); every-K checkpoints L // K blocks, one at a time
+    group = 0 if policy == "none" or checkpoint_every(policy) else (
+        1 if policy == "full" else min(policy, L))  # type: ignore[type-var]
+    kept = L - L // checkpoint_every(policy) if checkpoint_every(policy) else L  # plain blocks
     recompute = 0
     if training:
         if group:
             terms["checkpointed group inputs"] = math.ceil(L / group) * r * BTC
             recompute = group * (block + block_copies)
         else:
-            terms["blocks: norms (fp32)"] = L * norms
-            terms["blocks: norm outputs / casts"] = L * norm_outputs
-            terms["blocks: q, k"] = L * qk
-            terms[f"blocks: attention ({attention})"] = L * attn
-            terms["blocks: SwiGLU"] = L * ffn
+            if kept < L:
+                terms["checkpointed block inputs"] = (L - kept) * r * BTC
+                recompute = block + block_copies
+            terms["blocks: norms (fp32)"] = kept * norms
+            terms["blocks: norm outputs / casts"] = kept * norm_outputs
+            terms["blocks: q, k"] = kept * qk
+            terms[f"blocks: attention ({attention})"] = kept * attn
+            terms["blocks: SwiGLU"] = kept * ffn
         terms["ln_final + lm_head input"] = 8 * BTC + 4 * BT + (a if mixed else r) * BTC
         terms["loss: log-probabilities"] = loss_b * BT * V + loss_b
     # Autocast's weight cache holds a cast of every weight (leaves requiring grad), with or
     # without grad mode; checkpointed blocks' casts are rebuilt in recompute (in `recompute`).
-    copies = (0 if group and training else L * block_copies) + head_copies
+    copies = (0 if group and training else (kept if training else L) * block_copies) + head_copies
     transient = max((a + loss_b) * BT * V, 4 * a * B * H * T * T if attention == "naive" else 0)
     return MemoryEstimate(
         mode=mode, regime=regime.name, attention=attention, device=device, batch=B, context=T,

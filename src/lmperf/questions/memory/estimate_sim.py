@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from lmperf.errors import SpecError
 from lmperf.questions.memory.estimate import MemoryEstimate, estimate
 from lmperf.units import GIB, MIB
+from lmperf.validate import checkpoint_policy
 from lmperf.estimate.simulate import CATEGORIES, SimResult, simulate_step
 from lmperf.workload.spec import RunSpec
 
@@ -30,12 +31,12 @@ UNSIMULATED = {
 
 @dataclass(frozen=True)
 class Case:
-    """One simulated step: mode, precision, context, checkpoint group (0: none), schedule."""
+    """One simulated step: mode, precision, context, checkpoint policy, schedule."""
 
     mode: str
     precision: str
     context: int
-    group: int = 0
+    group: str | int = "none"  # the policy (lmperf.validate.checkpoint_policy's canonical)
     schedule: str = "uniform"
 
     @property
@@ -56,7 +57,7 @@ def cases(modes: list[str], precisions: list[str], contexts: list[int],
             for t in contexts:
                 out += [Case(m, p, t, g) for g in groups]
                 if bisection and m != "forward":
-                    out.append(Case(m, p, t, 0, "bisection"))
+                    out.append(Case(m, p, t, "none", "bisection"))
     return out
 
 
@@ -80,7 +81,7 @@ def run_case(base: RunSpec, case: Case, cache: dict[tuple, SimResult]) -> SimRes
 
 def analytic(base: RunSpec, case: Case) -> MemoryEstimate | None:
     """The analytic terms of a case (the reference LM only; None for a user's model)."""
-    if base.model is not None or case.schedule != "uniform":
+    if base.model is not None or case.schedule != "uniform" or case.group == "op":
         return None
     return estimate(base.model_config(), base.batch, case.context, case.precision,
                     base.attention, case.mode, case.group, device=base.device)
@@ -134,8 +135,8 @@ def reconcile_rows(sim: dict, est: dict | None) -> list[dict]:
     return rows
 
 
-def what_fits(spec: RunSpec, group: int, gib: float) -> list[dict]:
-    """What would make one step of `spec` (checkpoint groups of `group`, 0: none) fit in `gib`
+def what_fits(spec: RunSpec, group: str | int, gib: float) -> list[dict]:
+    """What would make one step of `spec` (checkpoint policy `group`) fit in `gib`
     GiB, each a simulated step as `fits` decides: sdpa for naive attention, the sqrt(N) rule's
     checkpointing, the largest smaller batch (halving); else the three together; else, beside
     them, about how many GPUs sharding the training states (FSDP) alone would need (`gpus`;
@@ -147,7 +148,8 @@ def what_fits(spec: RunSpec, group: int, gib: float) -> list[dict]:
         return device_fit(s, None, g).get("peak_gib", math.inf)
 
     lighter = spec.with_(attention="sdpa") if spec.attention == "naive" else spec
-    every = sqrt_rule(spec.num_layers) if spec.mode != "forward" and not group else group
+    every = (checkpoint_policy(sqrt_rule(spec.num_layers)) if spec.mode != "forward"
+             and group == "none" else group)
     tries = [("--attention sdpa", lighter, group)] if lighter is not spec else []
     tries += [(f"--checkpoint {every}", spec, every)] if every != group else []
     out = [{"flags": f, "gib": g} for f, s, k in tries if (g := need(s, k)) <= gib]

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from lmperf.estimate.checkpoint_plan import bisection_depth, sqrt_rule
+from lmperf.validate import checkpoint_phrase, checkpoint_policy
 from lmperf.units import GIB
 from lmperf.questions.memory.estimate_sim import METHOD, reconcile_rows
 from lmperf.estimate.simulate import ALLOWANCE_NOTE, CATEGORIES
@@ -112,12 +113,13 @@ def _checkpoint_notes(records: list[dict]) -> list[str]:
         uniform = {g: v for g, v in peak.items() if g != "bisection"}
         best = min(uniform, key=lambda g: (uniform[g]["peak_bytes"], g != "none"))
         where = f"{key[0]}, {key[1]}, context {key[2]}"
-        line = (f"{where}: lowest simulated peak with groups of {best} "
+        line = (f"{where}: lowest simulated peak with {checkpoint_phrase(checkpoint_policy(best))} "
                 f"({uniform[best]['peak_bytes'] / GIB:.2f} GiB; none: "
                 f"{uniform.get('none', {}).get('peak_bytes', math.nan) / GIB:.2f} GiB)")
-        g = str(sqrt_rule(layers))
+        g = str(checkpoint_policy(sqrt_rule(layers)))
         if g in uniform:
-            line += (f"; the sqrt(N) rule (N = {layers} blocks) gives groups of {g}: "
+            line += (f"; the sqrt(N) rule (N = {layers} blocks) gives groups of "
+                     f"{sqrt_rule(layers)}: "
                      f"{uniform[g]['peak_bytes'] / GIB:.2f} GiB, +1 forward of every block")
         notes.append(line)
         if "bisection" in peak:

@@ -20,6 +20,7 @@ from lmperf.runtime.precision import get_regime
 from lmperf.names import MODES
 from lmperf.estimate.preflight import check_fits
 from lmperf.model.checks import shape_on_meta
+from lmperf.validate import checkpoint_order
 from lmperf.workload.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -67,7 +68,8 @@ def run_job(spec: MemorySpec) -> list[dict]:
             lightest = min(spec.modes, key=MODES.index) if spec.analysis == "phases" else None
             check_fits(spec.run.with_(context=spec.contexts[0], mode=lightest or "train-step"),
                        torch.device(spec.device), get_regime(spec.run.precision), {},
-                       min((g for g in spec.groups if g), default=0))  # checkpointing's lightest
+                       next((g for g in sorted(spec.groups, key=checkpoint_order)
+                             if g != "none"), "none"))  # checkpointing's lightest
             stage.now = f"running the {spec.analysis} analysis"
         measure = {"phases": _phases, "saved": _saved, "checkpoint": _checkpoint}[spec.analysis]
         items, params = measure(spec, stage)

@@ -14,7 +14,8 @@ from typing import Sequence
 
 import torch
 
-from lmperf.core.vocabulary import MODEL_SIZE, as_list, device_defaults, resolve_threads
+from lmperf.core.vocabulary import (MODEL_SIZE, as_list, checkpoint_order, checkpoint_policy,
+                                   device_defaults, resolve_threads)
 from lmperf.errors import SpecError
 from lmperf.questions.memory.spec import MemorySpec
 from lmperf.validate import non_negative_int, positive_int
@@ -33,7 +34,8 @@ class MemoryPlan:
     precisions: list[str]
     modes: list[str]
     jobs: list[MemorySpec] = field(default_factory=list)
-    groups: list[int] = field(default_factory=lambda: [0])  # --estimate's checkpoint groups
+    # --estimate's checkpoint policies (canonical: lmperf.validate.checkpoint_policy)
+    groups: list[str | int] = field(default_factory=lambda: ["none"])
 
 
 def _device(name: str, estimate: bool) -> torch.device:
@@ -48,7 +50,8 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
                 batch: int, precision: Sequence[str] | str | None, mode: Sequence[str] | str,
                 attention: str | None, optimizer: str, warmup: int, steps: int, seed: int, device: str,
                 threads: int | None, model_context: int, estimate: bool, gib: float | None,
-                checkpoint: Sequence[int] | int | None, top: int, course: str) -> MemoryPlan:
+                checkpoint: Sequence[str | int] | str | int | None, top: int, course: str,
+                float8: str = "none") -> MemoryPlan:
     """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
     the only ones).
 
@@ -76,8 +79,11 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
     modes = list(dict.fromkeys(as_list(mode) or []))
     if not modes:
         raise SpecError("--mode needs at least one of: forward, forward-backward, train-step")
-    if model and checkpoint:
+    if model and checkpoint is not None:
         raise SpecError("--checkpoint knows the reference LM only, not --model")
+    if estimate and float8 != "none":
+        raise SpecError("--estimate --float8: torchao's float8 tensors do not run on the "
+                        "simulation's phantom tensors; measure it (without --estimate)")
     if estimate:
         from lmperf.questions.memory.estimate_sim import check_attention
 
@@ -91,12 +97,16 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
         mode="train-step", attention=attention,
         optimizer=resolve_optimizer(optimizer, dev_),
         warmup=warmup, steps=steps, seed=seed, device=dev_.type, model=model,
-        threads=resolve_threads(threads, dev_.type))
+        threads=resolve_threads(threads, dev_.type), float8=float8)
     for value in precisions[1:]:
         base.with_(precision=value)  # checks the name
     for value in modes:
         base.with_(mode=value)
     plan = MemoryPlan(base, contexts, precisions, modes)
+    if float8 != "none":
+        from lmperf.runtime.precision import require_float8
+
+        require_float8({float8}, dev_)
     if model:
         check_user_models([base])
     if checkpoint is not None:
@@ -108,7 +118,8 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
             from lmperf.estimate.checkpoint_plan import sqrt_rule
 
             # The sqrt(N) rule's group joins the sweep: the course asks what it costs.
-            plan.groups = [0, *sorted({*groups[1:], sqrt_rule(base.num_layers)})]
+            plan.groups = ["none", *sorted({*groups[1:], checkpoint_policy(
+                sqrt_rule(base.num_layers))}, key=checkpoint_order)]
         return plan
     if checkpoint is not None:
         plan.jobs = [MemorySpec(base.with_(precision=p, context=t), "checkpoint", (t,),
@@ -123,8 +134,8 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
 
 def estimate_records(plan: MemoryPlan, gib: float | None,
                      results: dict | None = None) -> list[dict]:
-    """One simulated step per (mode, precision, context, checkpoint group) as 'estimate'
-    records (allocates nothing). With several groups, recursive bisection is simulated too.
+    """One simulated step per (mode, precision, context, checkpoint policy) as 'estimate'
+    records (allocates nothing). With several policies, recursive bisection is simulated too.
     `results`, if given, receives each case's SimResult (for the timeline plots)."""
     from lmperf.questions.memory.estimate_sim import analytic, cases, metrics, run_case, what_fits
     from lmperf.questions.memory.job import make_records

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 
 from lmperf.errors import SpecError
 from lmperf.questions.memory.checkpointing import CheckpointRow
+from lmperf.validate import checkpoint_order
 from lmperf.questions.memory.estimate import MemoryEstimate, estimate
 from lmperf.questions.memory.phases import PhaseRow
 from lmperf.workload.spec import RunSpec
@@ -136,7 +137,7 @@ def saved(records: list[dict]) -> dict[tuple[str, int], SavedSummary]:
 
 
 def checkpoint_rows(records: list[dict]) -> dict[tuple[str, int], list[CheckpointRow]]:
-    """(precision, context) -> the trade-off rows of the 'checkpoint' records, group 0 first."""
+    """(precision, context) -> the trade-off rows of the 'checkpoint' records, 'none' first."""
     out: dict[tuple[str, int], list[CheckpointRow]] = {}
     for r in of(records, "checkpoint"):
         if is_job_record(r):
@@ -148,4 +149,4 @@ def checkpoint_rows(records: list[dict]) -> dict[tuple[str, int], list[Checkpoin
                             m.get("memory_kind") or memory_kind(r), m.get("step_ms"),
                             m.get("saved_measured_on", ""), r["status"], r.get("message", ""))
         out.setdefault((r["spec"]["precision"], context_of(r)), []).append(row)
-    return {k: sorted(v, key=lambda row: row.group) for k, v in out.items()}
+    return {k: sorted(v, key=lambda row: checkpoint_order(row.group)) for k, v in out.items()}

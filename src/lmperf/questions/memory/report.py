@@ -10,6 +10,7 @@ from lmperf.core.report import Report
 from lmperf.model.shape import dims, record_dims
 from lmperf.questions.memory import readback
 from lmperf.units import GIB, MIB
+from lmperf.validate import checkpoint_phrase
 from lmperf.questions.memory.estimate_tables import estimate_sim_section, simulated
 from lmperf.questions.memory.tables import (
     checkpoint_section, phases_section, saved_section,
@@ -17,7 +18,7 @@ from lmperf.questions.memory.tables import (
 
 KIND = "memory"
 PHASE_NAMES: tuple[str, ...] = ("forward", "backward", "optimizer")
-INT_COLUMNS: tuple[str, ...] = ("params", "context", "batch", "checkpoint_group", "warmup",
+INT_COLUMNS: tuple[str, ...] = ("params", "context", "batch", "warmup",
                                 "threads", "saved_bytes", "saved_activation_bytes",
                                 "estimate_bytes")
 FLOAT_COLUMNS: tuple[str, ...] = ("peak_forward_mib", "peak_backward_mib", "peak_optimizer_mib",
@@ -205,8 +206,7 @@ def assumed(spec: dict) -> str:
     """What an estimate assumed that changes it: batch, attention (sdpa for a GPU: lmperf
     plan's), checkpointing, and for a training step the optimizer."""
     group = ("bisection checkpointing" if spec.get("checkpoint_schedule") == "bisection" else
-             f"checkpointing every {spec['checkpoint_group']} blocks"
-             if spec.get("checkpoint_group") else "no checkpointing")
+             checkpoint_phrase(spec.get("checkpoint_group", "none")))
     gpu = " (--gpu's default, as lmperf plan)" if spec.get("gpu") and spec["attention"] == "sdpa" else ""
     return (f"batch {spec['batch']}, {spec['attention']} attention{gpu}, {group}"
             + (f", AdamW {spec['optimizer']}" if spec["mode"] == "train-step" else ""))
@@ -270,6 +270,6 @@ def summary_line(record: dict) -> str:
     if analysis == "saved":
         return f"{where}: {m['saved']['activation_bytes'] / MIB:,.1f} MiB saved for backward"
     if analysis == "checkpoint":
-        return (f"{where}, groups of {spec.get('checkpoint_group')}: saved "
+        return (f"{where}, {checkpoint_phrase(spec.get('checkpoint_group', 'none'))}: saved "
                 f"{(m.get('saved_bytes') or 0) / MIB:,.1f} MiB")
     return where

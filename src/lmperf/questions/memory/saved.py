@@ -25,6 +25,7 @@ from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import autocast, get_regime
 from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.model.float8 import convert_float8
 from lmperf.units import MIB
 
 KINDS: tuple[str, ...] = ("activation", "weight copy", "parameter", "buffer", "input")
@@ -258,23 +259,27 @@ def measure_saved(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
 
 def meta_equivalent(spec: RunSpec) -> bool:
     """Whether the meta device saves the same bytes as the spec's device: the reference LM with
-    naive attention and no autocast (autocast has no meta device; SDPA on meta takes the math
-    path, which saves what the fused kernels do not)."""
-    return (spec.model is None and spec.attention == "naive"
+    naive attention, no autocast and no float8 (autocast has no meta device; SDPA on meta takes
+    the math path, which saves what the fused kernels do not; torchao's float8 is measured where
+    it runs)."""
+    return (spec.model is None and spec.attention == "naive" and spec.float8 == "none"
             and get_regime(spec.precision).autocast_dtype is None)
 
 
-def measure_spec(spec: RunSpec, device: torch.device, checkpoint_group: int = 0) -> SavedReport:
+def measure_spec(spec: RunSpec, device: torch.device,
+                 checkpoint: str | int = "none") -> SavedReport:
     """Build the spec's model on `device` (the meta device allocates nothing) and measure it.
 
-    Uses a random (B, T) batch of the spec (zeros on meta); `checkpoint_group` > 0 turns on the
-    reference LM's activation checkpointing and raises SpecError for a model without it.
+    Uses a random (B, T) batch of the spec (zeros on meta); `checkpoint` (a policy, not the
+    spec's) turns on activation checkpointing and raises SpecError for a model without it;
+    the spec's float8 converts its Linear layers.
     """
     with device:
         model = build_model(spec.model_config(), spec.model)
     regime = get_regime(spec.precision)
     model.to(dtype=regime.param_dtype)
-    set_checkpointing(model, checkpoint_group)
+    convert_float8(model, spec.float8)
+    set_checkpointing(model, checkpoint)
     shape = (spec.batch, spec.context)
     if device.type == "meta":
         inputs = torch.zeros(shape, dtype=torch.long, device=device)

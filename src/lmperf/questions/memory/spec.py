@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from lmperf.errors import SpecError
-from lmperf.validate import choice, positive_int
+from lmperf.validate import checkpoint_policy, choice, positive_int
 from lmperf.workload.spec import MODES, RunSpec
 
 ANALYSES: tuple[str, ...] = ("phases", "saved", "checkpoint")
@@ -30,7 +30,8 @@ class MemorySpec:
         analysis: 'phases', 'saved' or 'checkpoint'.
         contexts: the context lengths measured, ascending.
         modes: the steps of the phases analysis ('forward', 'train-step', ...).
-        groups: checkpoint group sizes (0, no checkpointing, is always measured first).
+        groups: checkpointing policies, canonical (lmperf.validate.checkpoint_policy; 'none'
+            is always measured first).
         top: rows of the largest saved activations kept in a 'saved' record.
     """
 
@@ -41,7 +42,7 @@ class MemorySpec:
     analysis: str
     contexts: tuple[int, ...]
     modes: tuple[str, ...] = ("forward", "train-step")
-    groups: tuple[int, ...] = ()
+    groups: tuple[str | int, ...] = ()
     top: int = 10
 
     def __post_init__(self) -> None:
@@ -53,6 +54,7 @@ class MemorySpec:
         for m in self.modes:
             choice("mode", m, MODES)
         positive_int("top", self.top)
+        object.__setattr__(self, "groups", tuple(checkpoint_policy(g) for g in self.groups))
 
     @property
     def device(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.questions.memory.checkpointing import CheckpointRow, tradeoff_frame
+from lmperf.validate import checkpoint_phrase
 from lmperf.questions.memory.estimate import MemoryEstimate
 from lmperf.units import MIB
 from lmperf.questions.memory.phases import MEMORY_LABELS, PhaseRow, phase_frame, two_numbers
@@ -119,14 +120,18 @@ def checkpoint_section(results: dict[tuple[str, int], list[CheckpointRow]]
         if len(ok) > 1:
             best = min(ok, key=lambda r: r.peak_mib - r.start_mib)
             notes.append(f"context {t}: the lowest peak above the step's start is with "
-                         + (f"groups of {best.group}" if best.group else "no checkpointing"))
-        notes += [f"{precision} context {t}, groups of {r.group}: {r.status} ({r.message})"
+                         + checkpoint_phrase(best.group))
+        notes += [f"{precision} context {t}, {checkpoint_phrase(r.group)}: {r.status} ({r.message})"
                   for r in rows if r.status != "ok"]
     noisy = [r.group for rows in results.values() for r in rows
              if r.step_ms and r.step_ms["n"] > 1 and r.step_ms["max"] > 1.25 * r.step_ms["min"]]
     if noisy:
-        notes.append(f"step times varied by more than 25% between steps (group sizes {noisy}): "
+        notes.append(f"step times varied by more than 25% between steps (policies {noisy}): "
                      "the machine was busy; compare times with more --steps on a quiet machine")
+    if any(r.group == "op" for rows in results.values() for r in rows):
+        notes.append("op: its saved outputs sit in torch's selective-checkpoint cache, which "
+                     "saved-tensor hooks do not see, so its saved bytes are not measured (its "
+                     "peak and time are; memory --estimate simulates them)")
     if results:
         notes.append("saved = one forward's saved tensors; recompute = the estimator's transient "
                      "of one group rebuilt in backward; step time is the median of the timed "
