@@ -19,12 +19,12 @@ def test_plan_flags_train_as_one_process_does_on_the_global_batch(capsys) -> Non
         "train", world_size=2, size="tiny", vocab_size=256, context=16, batch=2, warmup=1,
         steps=2, profile_steps=1,
         strategy=["torch-ddp", "torch-zero1", "zero1", "fsdp2", "torch-zero2", "flat", "overlap"],
-        precision="bf16-mixed", checkpoint=1, grad_accum=2, progress=False)
+        precision="bf16-mixed", checkpoint="full", grad_accum=2, progress=False)
     assert len(report.records) == 7
     for r in report.records:
         assert r["status"] == "ok", r["message"]
         assert (r["spec"]["precision"], r["spec"]["checkpoint"], r["spec"]["grad_accum"]) == (
-            "bf16-mixed", 1, 2)
+            "bf16-mixed", "full", 2)
         check = r["metrics"]["correctness"]
         assert check["equal"] and "global batch 2 x 4" in check["reference"], check
         assert "bf16 autocast" in check["reference"]

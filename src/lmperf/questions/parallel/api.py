@@ -23,7 +23,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
          timeout: float | None = None, max_memory_gib: float | None = None,
          resume: bool = False, progress: bool = False, precision: str | None = None,
-         checkpoint: int = 0, grad_accum: int = 1, attention: str | None = None,
+         checkpoint: str | int = "none", grad_accum: int = 1, attention: str | None = None,
          reference: bool = True, tp: Sequence[int] | int | None = None,
          pp: Sequence[int] | int | None = None, cp: Sequence[int] | int | None = None,
          dp_replicate: Sequence[int] | int | None = None,
@@ -36,8 +36,9 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     iterations after `warmup` (default 5). train: every strategy at each world size (strategy
     'single' at world size 1) on the reference LM preset `size` (`vocab_size` overrides its
     vocabulary), `grad_accum` micro-batches of `batch` sequences of `context` tokens per rank
-    and step, `precision` 'fp32' (default) or 'bf16-mixed' (bf16 autocast), `checkpoint` blocks
-    per checkpointed group (0: none), `attention` (default naive); `reference` False skips the
+    and step, `precision` 'fp32' (default) or 'bf16-mixed' (bf16 autocast), `checkpoint` the
+    activation checkpointing policy (none, full, op, every-K, G blocks per group), `attention`
+    (default naive); `reference` False skips the
     check against one process on the global batch. Layouts (docs/commands/dist.md): `tp`,
     `pp` (with `pp_schedule`, `pp_virtual` stages per rank and `micro_batch` sequences per
     pipeline micro-batch), `cp` (refused: CUDA only, not built) and `dp_replicate` (HSDP with

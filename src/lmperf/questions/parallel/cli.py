@@ -96,8 +96,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "precision regime (default: fp32)")
     g.add_argument("--compress", default="none", choices=COMPRESS,
                    help="torch-ddp's gradient compression hook (default: none)")
-    g.add_argument("--checkpoint", type=int, default=0, metavar="G",
-                   help="activation checkpointing in groups of G blocks (0: none, the default)")
+    add_options(g, ("checkpoint",), defaults={"checkpoint": "none"})
     g.add_argument("--grad-accum", type=int, default=1, metavar="N",
                    help="micro-batches of --batch per rank and optimizer step (default: 1)")
     g.add_argument("--no-reference", action="store_true",

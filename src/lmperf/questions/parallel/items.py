@@ -72,7 +72,7 @@ def parse(item: str, world_size: int) -> Item:
 
 
 def check(item: Item, *, num_layers: int, num_heads: int, context: int, batch: int,
-          grad_accum: int, checkpoint: int, compute_dtype: str, device: str) -> None:
+          grad_accum: int, checkpoint: str | int, compute_dtype: str, device: str) -> None:
     """Refuse, in one line (SpecError), what `dist train` cannot run for this item: a strategy
     the layout does not compose with, context parallelism, what the layout cannot split
     (`Layout.check`), and under a pipeline accumulation, checkpointing or a compute dtype."""
@@ -102,7 +102,7 @@ def check(item: Item, *, num_layers: int, num_heads: int, context: int, batch: i
     if lay.pp > 1 and grad_accum > 1:
         raise SpecError(f"--grad-accum {grad_accum}: under --pp the step's micro-batches are "
                         "the pipeline's (--batch per replica, --micro-batch each)")
-    if lay.pp > 1 and checkpoint:
+    if lay.pp > 1 and checkpoint != "none":
         raise SpecError("--checkpoint with --pp: a pipeline stage does not checkpoint its "
                         "blocks in dist train")
 

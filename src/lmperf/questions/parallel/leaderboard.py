@@ -148,7 +148,7 @@ def _setup(job: LeaderboardJob, device):
     with device:  # parameters are created on the device, not copied there
         model = build_model(config)
     if job.checkpointing:
-        model.set_checkpointing(1)  # every block recomputed in backward: only its input kept
+        model.set_checkpointing("full")  # every block recomputed in backward: only its input kept
     if job.precision == "bf16-true":
         model = model.to(torch.bfloat16)
     compute = "bf16" if job.precision == "bf16-mixed" else "fp32"  # bf16-true: nothing to cast

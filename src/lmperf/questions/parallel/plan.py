@@ -83,7 +83,7 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               threads: int | None = None, timeout: float | None = None,
               course: str | None = None, vocab_size: int | None = None,
               max_memory_gib: float | None = None, precision: str | None = None,
-              checkpoint: int = 0, grad_accum: int = 1, attention: str | None = None,
+              checkpoint: str | int = "none", grad_accum: int = 1, attention: str | None = None,
               reference: bool = True, **layout: object) -> DistPlan:
     """Check a request and build its jobs: one per (command, world size). `what` is 'comm',
     'train' or 'all' (both). None takes the device's default (core.vocabulary.DEFAULTS["dist"]).

@@ -69,7 +69,7 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
         row = {"strategy": s["strategy"], "layout": s.get("layout") or "",  # since issue 42
                "item": _what(r), "world_size": s["world_size"], "size": s["size"],
                "context": s["context"], "batch": s["batch"],
-               **{k: s.get(k, v) for k, v in (("precision", "fp32"), ("checkpoint", 0),
+               **{k: s.get(k, v) for k, v in (("precision", "fp32"), ("checkpoint", "none"),
                                               ("grad_accum", 1))},  # since issue 35
                "device": s["device"], "backend": s["backend"], "status": r["status"],
                "step_ms": step, "step_iqr_ms": _num((m.get("step_ms") or {}).get("iqr"))}

@@ -17,7 +17,7 @@ from lmperf.questions.parallel.items import check as check_item, parse as parse_
 from lmperf.errors import SpecError
 from lmperf.kernels import NAMES as ATTENTION
 from lmperf.model.shape import ModelShape
-from lmperf.validate import check_fields, choice, positive_int
+from lmperf.validate import check_fields, checkpoint_policy, choice, positive_int
 
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                 "all_to_all")
@@ -108,8 +108,9 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     only.
     `warmup`, `steps`: untimed, then timed steps; `profile_steps`: further steps under the
     profiler (communication intervals and bytes); `precision`: 'fp32' or 'bf16-mixed' (bf16
-    autocast over fp32 weights); `checkpoint`: activation checkpointing in groups of that many
-    blocks (0: none); `reference`: check the trained parameters against one process on the
+    autocast over fp32 weights); `checkpoint`: the activation checkpointing policy, canonical
+    (none, full, op, every-K or G blocks per group: lmperf.validate.checkpoint_policy);
+    `reference`: check the trained parameters against one process on the
     global batch (False: for a model one device cannot hold).
     """
 
@@ -131,7 +132,7 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     seed: int = 0
     attention: str = "naive"
     precision: str = "fp32"
-    checkpoint: int = 0
+    checkpoint: str | int = "none"
     grad_accum: int = 1
     reference: bool = True
 
@@ -141,7 +142,8 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
         self.check_strategy_options()
         check_fields(self, choices={"precision": PRECISIONS, "attention": ATTENTION},
                      positive=("vocab_size", "context", "batch", "steps", "grad_accum"),
-                     non_negative=("warmup", "profile_steps", "checkpoint"))
+                     non_negative=("warmup", "profile_steps"))
+        object.__setattr__(self, "checkpoint", checkpoint_policy(self.checkpoint))
         if not self.strategies:
             raise SpecError("a train job needs at least one strategy")
         for name in self.strategies:

@@ -60,7 +60,7 @@ def build_model(job: TrainJob, device: torch.device) -> torch.nn.Module:
                          d_model=job.d_model, num_layers=job.num_layers, num_heads=job.num_heads,
                          d_ff=job.d_ff, attention=job.attention)
     model = build(config).to(device)
-    model.set_checkpointing(job.checkpoint)  # groups of blocks rebuilt in backward (0: none)
+    model.set_checkpointing(job.checkpoint)  # the policy: none, full, op, every-K or groups
     return model
 
 
