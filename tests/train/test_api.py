@@ -32,3 +32,24 @@ def test_compile_trains_the_compiled_model_with_compile_time_apart():
     assert plain["metrics"]["summary"]["compile_s"] is None
     assert compiled["metrics"]["summary"]["compile_s"] > 0
     assert list(report.frame["precision"]) == ["fp32", "fp32 (compiled)"]
+
+
+def test_float8_trains_beside_its_bf16_regime_and_is_read_against_it():
+    """`lmperf train --precision bf16-mixed --float8 none rowwise`: the same seed and batches,
+    the float8 curve beside bf16-mixed's and its ending read against it (where float8 runs)."""
+    import pytest
+    import torch
+
+    from lmperf.runtime.device import float8_unsupported_reason
+
+    if (why := float8_unsupported_reason(torch.device("cpu"), "rowwise")) is not None:
+        pytest.skip(why)
+    report = lmperf.train(steps=3, precision=["fp32", "bf16-mixed"], float8=["none", "rowwise"],
+                          inline=True, eval_interval=3, eval_batches=1)
+    assert list(report.frame["precision"]) == ["fp32", "bf16-mixed",
+                                               "bf16-mixed + float8 rowwise"]
+    assert (report.frame["status"] == "ok").all()
+    assert list(report.table("validation loss per step").columns)[-1] == \
+        "bf16-mixed + float8 rowwise"
+    assert any(f.startswith("bf16-mixed + float8 rowwise ends at validation loss")
+               and "against bf16-mixed's" in f for f in report.findings)

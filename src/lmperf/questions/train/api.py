@@ -24,12 +24,14 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
           vocab_size: int | None = None, attention: str = "naive", device: str = "auto",
           threads: int | None = None, course: str = DEFAULT_COURSE,
           compile: Sequence[bool] | bool = False, compile_mode: str = "default",
-          plots: str | Path | None = None,
+          float8: Sequence[str] | str = "none", plots: str | Path | None = None,
           out: str | Path | None = None, inline: bool = False, timeout: float | None = None,
           max_memory_gib: float | None = None, resume: bool = False,
           progress: bool = False) -> Report:
     """Train the reference LM of preset `size` once per regime in `precision`, from the same
     seed on the same batches; each regime is one job, in its own child process unless `inline`.
+    `float8` (several: an axis) trains a bf16 regime again with torchao's float8 Linear layers
+    ('tensorwise', 'rowwise'), its curve read against the regime's own.
 
     Keywords and defaults are `lmperf train`'s flags (None: the device's default, see
     core.vocabulary.DEFAULTS["train"]), except `out` (None keeps the records in memory; the CLI
@@ -43,7 +45,7 @@ def train(size: str | None = None, *, precision: Sequence[str] | str | None = No
                       eval_interval=eval_interval, eval_batches=eval_batches, seed=seed,
                       data=data, tokens=tokens, vocab_size=vocab_size, attention=attention,
                       device=device, threads=threads, course=course, compile=compile,
-                      compile_mode=compile_mode)
+                      compile_mode=compile_mode, float8=float8)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     if plots is not None:

@@ -29,8 +29,9 @@ that outcome recorded, one that does not fit is an oom row; the others go on.
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf train`."""
     p = sub.add_parser("train", help=HELP, description=DESCRIPTION)
-    add_options(p, SPEC_OPTIONS + ("out", "format", "plots") + LAUNCH, lists=("precision",),
-                defaults={"batch": None, "out": DEFAULT_OUT, "plots": None},
+    add_options(p, SPEC_OPTIONS + ("out", "format", "plots", "float8") + LAUNCH,
+                lists=("precision", "float8"),
+                defaults={"batch": None, "out": DEFAULT_OUT, "plots": None, "float8": ["none"]},
                 helps={"size": "default: tiny on CPU, mini on CUDA",
                        "context": "tokens per window (default: 64 on CPU, 256 on CUDA)",
                        "batch": "windows per step (default: 16 on CPU, 32 on CUDA)",
@@ -39,7 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "steps": "optimizer steps per regime, each timed (default: 200 on CPU, "
                                 "500 on CUDA)",
                        "plots": "train.png is overwritten each run (default: train-plots/ beside "
-                                "--out)"})
+                                "--out)",
+                       "float8": "a bf16 regime trained again with it, its curve beside the "
+                                 "regime's (fp32 runs at none)"})
     p.add_argument("--no-plots", action="store_true", help="skip the PNG")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default: 3e-3)")
     p.add_argument("--lr-warmup", type=int, default=20, metavar="N",
@@ -73,6 +76,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     kwargs = {name: getattr(args, name) for name in SPEC_OPTIONS + TRAIN_OPTIONS}
     kwargs["compile"] = compile_values(args)
     kwargs["compile_mode"] = args.compile_mode
+    kwargs["float8"] = args.float8
     # beside the results file, not in the working directory: a run with --out elsewhere leaves
     # nothing behind here (as dist's plots and profile's traces)
     plots = None if args.no_plots else (args.plots or Path(args.out).parent / PLOTS_FOLDER)

@@ -11,7 +11,7 @@ from lmperf.core.envelope import Run, measured
 from lmperf.results.schema import to_jsonable
 from lmperf.questions.train.data import Corpus, eval_windows, load_corpus, prepare_corpus
 from lmperf.questions.train.loop import Progress, status_text, train_loop
-from lmperf.questions.train.spec import TrainSpec
+from lmperf.questions.train.spec import TrainSpec, regime_label
 from lmperf.questions.train.state import LossFault, no_fault
 
 KIND = "train"
@@ -46,7 +46,7 @@ def run_train(spec: TrainSpec, *, fault: LossFault = no_fault,
 
     record = to_jsonable(measured(KIND, spec, body, precision=spec.precision,
                                   first_stage="loading the data"))
-    progress(spec.precision, {"event": "end", "record": record})
+    progress(regime_label(spec.precision, spec.float8), {"event": "end", "record": record})
     return record
 
 

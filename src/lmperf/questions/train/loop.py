@@ -16,7 +16,7 @@ from lmperf.runtime import device as dev
 from lmperf.runtime.device.clocks import CPU_CLOCK_COVERS
 from lmperf.runtime.precision import Regime
 from lmperf.questions.train.data import Batches, Corpus
-from lmperf.questions.train.spec import TrainSpec
+from lmperf.questions.train.spec import TrainSpec, regime_label
 from lmperf.questions.train.state import LossFault, build_state, evaluate, no_fault, set_lr
 from lmperf.workload.steps import StepState, train_step
 from lmperf.measure.throughput import tokens_per_s
@@ -49,6 +49,7 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
     it is (for the message of a failure), `warnings` collects what the reader should know."""
     stage.now = "building the model"
     state, params = build_state(spec, regime, device, fault)
+    label = regime_label(regime.name, spec.float8)  # progress lines name float8 runs apart
     batches = Batches(corpus.train, spec.batch, spec.context, spec.seed)
     # One device sync per step, at its start and end (none between phases, which on CUDA would
     # stop the host from queueing the next phase's kernels): the step time bench records too.
@@ -57,7 +58,7 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
     log: list[dict] = []
     stage.now = "evaluating at step 0"
     evals = [_eval(state, val, device, 0)]  # step 0: the shared starting point of every regime
-    progress(regime.name, {"event": "start", "val_loss": evals[0]["val_loss"]})
+    progress(label, {"event": "start", "val_loss": evals[0]["val_loss"]})
     outcome, outcome_step, detail = "completed", None, ""
     first_loss, bad_grads = None, 0
     for step in range(1, spec.steps + 1):
@@ -87,7 +88,7 @@ def train_loop(spec: TrainSpec, regime: Regime, corpus: Corpus, device: torch.de
             stage.now = f"evaluating at step {step}"
             evals.append(_eval(state, val, device, step))
             val_loss = evals[-1]["val_loss"]
-        progress(regime.name, {"event": "step", **entry, "val_loss": val_loss})
+        progress(label, {"event": "step", **entry, "val_loss": val_loss})
         if stop is not None:
             (outcome, detail), outcome_step = stop, step
             break

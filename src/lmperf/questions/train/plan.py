@@ -16,7 +16,8 @@ from lmperf.core.vocabulary import device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.model.presets import VOCAB_SIZE
 from lmperf.runtime import device as dev
-from lmperf.runtime.precision import default_regimes, precision_warnings
+from lmperf.runtime.precision import default_regimes, precision_warnings, require_float8
+from lmperf.validate import FLOAT8_REGIMES
 from lmperf.questions.train.data import BYTE_VOCAB
 from lmperf.questions.train.job import load_data
 from lmperf.questions.train.spec import TrainSpec
@@ -36,13 +37,17 @@ def plan_train(*, size: str | None, precision: Sequence[str] | str | None, conte
                eps: float, eval_interval: int, eval_batches: int, seed: int,
                data: str | Path | None, tokens: str | Path | None, vocab_size: int | None,
                attention: str, device: str, threads: int | None, course: str,
-               compile: Sequence[bool] | bool, compile_mode: str) -> Plan:
+               compile: Sequence[bool] | bool, compile_mode: str,
+               float8: Sequence[str] | str = "none") -> Plan:
     """Build and check the jobs of `lmperf train` (keywords as its flags; `lmperf.train` holds
     the only defaults).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS["train"]); the
     vocabulary defaults to 256 (bytes) for text and the bundled corpus, 10000 (the course's
-    tokenizer) for a token file. A regime listed twice trains once. Raises SpecError.
+    tokenizer) for a token file. A regime listed twice trains once. Each regime trains once
+    per `float8` recipe, right after it; with 'none' among them, a regime float8 does not train
+    beside (fp32, fp16) trains at none only. Raises SpecError, also for float8 this device
+    cannot run.
     """
     dev_ = dev.resolve_device(device)
     d = device_defaults("train", dev_.type)
@@ -61,9 +66,12 @@ def plan_train(*, size: str | None, precision: Sequence[str] | str | None, conte
                   tokens=None if tokens is None else str(tokens), device=dev_.type,
                   attention=attention, threads=resolve_threads(threads, dev_.type))
     compiles = list(dict.fromkeys(compile if isinstance(compile, (list, tuple)) else [compile]))
+    float8s = list(dict.fromkeys([float8] if isinstance(float8, str) else float8))
     specs = [TrainSpec.from_size(pick(size, "size"), name, course, compile=c,
-                                 compile_mode=compile_mode, **shared)
-             for name in dict.fromkeys(names) for c in compiles]
+                                 compile_mode=compile_mode, float8=f, **shared)
+             for name in dict.fromkeys(names) for f in float8s for c in compiles
+             if f == "none" or name in FLOAT8_REGIMES or "none" not in float8s]
+    require_float8(float8s, dev_)
     # The job loads its data itself; checking it here as well makes a bad file one line
     # before anything runs rather than one error row per regime.
     corpus = load_data(specs[0])

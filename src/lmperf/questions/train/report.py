@@ -16,6 +16,7 @@ from lmperf.core.report import Report, numbered
 from lmperf.measure.stats import NOISY_IQR_RATIO
 from lmperf.runtime.precision import get_regime
 from lmperf.questions.train.loop import FINAL_LOSS_STEPS, status_text
+from lmperf.questions.train.spec import regime_label
 
 MEMORY_TITLES = {"cuda_allocator": "peak GPU MiB", "cpu_process_peak_rss": "peak RSS MiB"}
 
@@ -26,9 +27,11 @@ def num(value: object) -> float:
 
 
 def precision_of(record: dict) -> str:
-    """The precision regime of a train record, "(compiled)" after it when it was compiled."""
+    """The precision regime of a train record (' + float8 <recipe>' for a float8 run),
+    "(compiled)" after it when it was compiled."""
     spec = record["spec"]
-    return f"{spec['precision']} (compiled)" if spec.get("compile") else spec["precision"]
+    name = regime_label(spec["precision"], spec.get("float8", "none"))
+    return f"{name} (compiled)" if spec.get("compile") else name
 
 
 def steps_frame(record: dict) -> pd.DataFrame:
@@ -112,8 +115,6 @@ def findings(records: list[dict]) -> list[str]:
     """Sentences computed from the records: how each regime ended, against fp32, and why."""
     notes = []
     ok = {precision_of(r): r for r in records if r["status"] == "ok"}
-    base = ok.get("fp32")
-    base_s = base["metrics"]["summary"] if base else None
     for name, r in ok.items():
         m, s = r["metrics"], r["metrics"]["summary"]
         if m["outcome"] != "completed":
@@ -121,11 +122,13 @@ def findings(records: list[dict]) -> list[str]:
                          + (f"; {m['nonfinite_params']:,} parameter elements were non-finite by then"
                             if m.get("nonfinite_params") else "") + ".")
             notes.extend(_eps_note(r))
-        elif base_s and name != "fp32" and base["metrics"]["outcome"] == "completed":
-            v, v0 = num(s["final_val_loss"]), num(base_s["final_val_loss"])
-            ratio = num(s["step_ms"]["median"]) / num(base_s["step_ms"]["median"])
-            notes.append(f"{name} ends at validation loss {v:.3f} against fp32's {v0:.3f} "
-                         f"({(v - v0) / v0:+.2%}); its median step takes {ratio:.2f}x fp32's.")
+        elif (ref := _against(r, ok)) is not None:
+            ref_s, ref_name = ref["metrics"]["summary"], precision_of(ref)
+            v, v0 = num(s["final_val_loss"]), num(ref_s["final_val_loss"])
+            ratio = num(s["step_ms"]["median"]) / num(ref_s["step_ms"]["median"])
+            notes.append(f"{name} ends at validation loss {v:.3f} against {ref_name}'s {v0:.3f} "
+                         f"({(v - v0) / v0:+.2%}); its median step takes {ratio:.2f}x "
+                         f"{ref_name}'s.")
         if s.get("final_scale") is not None:
             notes.append(_scale_note(name, r))
     noisy = [(precision_of(r), r["metrics"]["summary"]["step_ms"]) for r in ok.values()
@@ -175,6 +178,19 @@ def headline(records: list[dict]) -> list[str]:
     return lines
 
 
+def _against(record: dict, ok: dict[str, dict]) -> dict | None:
+    """The completed run a run's ending is read against: a float8 run against its own regime
+    without float8 (bf16's: what float8 changes), where it ran, else fp32, as every other regime;
+    None for fp32 itself or when that run did not complete."""
+    spec = record["spec"]
+    names = ([precision_of({"spec": {**spec, "float8": "none"}})]
+             if spec.get("float8", "none") != "none" else []) + ["fp32"]
+    ref = next((ok[n] for n in names if n in ok), None)
+    if ref is None or ref is record or ref["metrics"]["outcome"] != "completed":
+        return None
+    return ref
+
+
 def _scale_note(name: str, record: dict) -> str:
     """What the GradScaler did: its first and last scale, skipped steps, and why it stayed put."""
     s = record["metrics"]["summary"]
@@ -193,7 +209,7 @@ def _scale_note(name: str, record: dict) -> str:
 
 def _eps_note(record: dict) -> list[str]:
     """Why a -true run hit NaN when AdamW's eps is not representable in its dtype (measured)."""
-    regime = get_regime(precision_of(record))
+    regime = get_regime(record["spec"]["precision"])
     eps = record["spec"]["eps"]
     rounded = torch.tensor(eps, dtype=regime.param_dtype).item()
     if regime.autocast_dtype is not None or regime.param_dtype == torch.float32 or rounded != 0:

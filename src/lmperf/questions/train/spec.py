@@ -12,7 +12,7 @@ from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import DEFAULT_COURSE, ModelConfig
 from lmperf.model.shape import Compiled, ModelShape, OnDevice
 from lmperf.runtime.precision import REGIMES
-from lmperf.validate import as_flag, check_fields
+from lmperf.validate import as_flag, check_fields, check_float8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +90,8 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
         data: a text file trained on byte-level, or None; tokens: a flat uint16 token file, or
             None; with neither, the bundled generated corpus. Loaded by the job itself.
         attention: the reference LM's attention.
+        float8: torchao's float8 training of the Linear layers ('none', 'tensorwise',
+            'rowwise'), beside a bf16 regime: its curve is read against that regime's.
         The rest, keyword-only, come from the bases (the seed gives the weights and the training
         windows, seed + 1 the validation windows; a compiled run's first step is compile_s).
     """
@@ -105,6 +107,7 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
     data: str | None = None
     tokens: str | None = None
     attention: str = "naive"
+    float8: str = "none"
 
     def __post_init__(self) -> None:
         self.check_shape()
@@ -115,6 +118,7 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
         check_fields(self, choices={"precision": REGIMES, "attention": ATTENTION},
                      positive=("vocab_size", "context", "batch", "steps"),
                      non_negative=("lr_warmup",), named=as_flag)
+        check_float8(self.float8, self.precision)
         if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:
             raise SpecError(f"d_model {self.d_model} must split into {self.num_heads} heads of an "
                             "even width (RoPE rotates pairs)")
@@ -173,3 +177,9 @@ def _real(value: object) -> bool:
     """A finite int or float (bools refused)."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value))
+
+
+def regime_label(precision: str, float8: str = "none") -> str:
+    """How a train run's regime is named in tables, curves and findings: the precision, with
+    ' + float8 <recipe>' after it for a float8 run."""
+    return precision if float8 == "none" else f"{precision} + float8 {float8}"

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from lmperf.model.checks import count_params
 from lmperf.model.custom import build_model
+from lmperf.model.float8 import convert_float8
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import Regime, autocast, grad_scaler
 from lmperf.questions.train.spec import TrainSpec
@@ -40,6 +41,7 @@ def build_state(spec: TrainSpec, regime: Regime, device: torch.device,
         model = build_model(spec.model_config())
     model.to(device=device, dtype=regime.param_dtype)
     params = count_params(model)
+    convert_float8(model, spec.float8)  # the same weights, its Linear layers in float8
     if spec.compile:  # compiled lazily by the first step (and evaluation) that runs it
         model = torch.compile(model, mode=spec.compile_mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr_at(1),
