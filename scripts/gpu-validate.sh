@@ -8,10 +8,12 @@
 #
 # Written for the lent machine: Python 3.12 (`python3`, or $PYTHON) with its own CUDA torch, no
 # package index. lmperf runs from this checkout (PYTHONPATH=src), nothing is installed. ijson is
-# optional (traces are then read by the json module); to carry its wheel, run here
+# optional (traces are then read by the json module), torchao too (bench's float8 runs are then
+# skipped, saying why); to carry their wheels, run here
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl ijson==3.6.0
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     --platform manylinux_2_28_x86_64 -d .whl ijson==3.6.0 torchao==0.18.0
 # and name .whl in the device tool's carry: the wheels found in .whl/ are installed into /tmp/site.
 #
 # Outputs: gpu-validate.log (everything printed, the environment included), doctor.jsonl,
@@ -23,9 +25,10 @@ cd "$(dirname "$0")/.."
 
 STEPS=(env doctor attention bench predict profile memory dist)
 # Seconds per step; the sum (540) is the 9 minutes of the budget. The H200 run of 2026-11-27
-# took env 4, doctor 102, bench 51, predict 12, profile 15, memory 34, dist 49 s.
-declare -A LIMIT=([env]=10 [doctor]=135 [attention]=125 [bench]=95 [predict]=40 [profile]=30
-                  [memory]=45 [dist]=60)
+# took env 4, doctor 102, bench 51, predict 12, profile 15, memory 34, dist 49 s; bench has
+# since gained issue 41's op checkpointing and float8 runs (5 more jobs, ~35 s estimated).
+declare -A LIMIT=([env]=10 [doctor]=125 [attention]=125 [bench]=125 [predict]=25 [profile]=30
+                  [memory]=40 [dist]=60)
 # A step whose records go into another step's file: the device tool brings back 8 files.
 declare -A INTO=([attention]=bench)
 
@@ -74,7 +77,7 @@ p = torch.cuda.get_device_properties(0)
 print("device", p.name, f"sm {p.major}.{p.minor}", f"{p.total_memory / 2**30:.1f} GiB",
       f"{p.multi_processor_count} SMs", "count", torch.cuda.device_count())
 for name in ("triton", "numpy", "pandas", "rich", "tabulate", "jinja2", "matplotlib", "ijson",
-             "nvidia-ml-py", "setuptools"):
+             "nvidia-ml-py", "torchao", "setuptools"):
     try:
         print(name, md.version(name))
     except md.PackageNotFoundError:
@@ -95,9 +98,22 @@ step_attention() {  # flash-triton against naive and SDPA (issue 37); its launch
         --out "$WORK/bench.jsonl"
 }
 
-step_bench() {
+step_bench() {  # then issue 41's levers, each beside its own baseline: op checkpointing, and
+                # float8 where the GPU has FP8 tensor cores (sm_89 and newer) and torchao is here
     lm bench --device cuda --size small --context 512 --batch 4 --precision fp32 bf16-mixed \
         --attention naive sdpa flash-triton --warmup 3 --steps 10 --timeout 60 --out "$WORK/bench.jsonl"
+    lm bench --device cuda --size small --context 512 --batch 4 --precision bf16-mixed \
+        --attention sdpa --checkpoint none op --warmup 3 --steps 10 --timeout 60 \
+        --out "$WORK/bench.jsonl"
+    why=$("$PY" -c 'import torch; from lmperf.runtime.device import float8_unsupported_reason as f
+print(f(torch.device("cuda"), "rowwise") or "")' 2>&1 | tail -n 1)
+    if [[ -z "$why" ]]; then
+        lm bench --device cuda --size small --context 512 --batch 4 --precision bf16-mixed \
+            --attention sdpa --float8 none tensorwise rowwise --warmup 3 --steps 10 --timeout 60 \
+            --out "$WORK/bench.jsonl"
+    else
+        echo "bench --float8: skipped: $why"
+    fi
 }
 
 step_predict() {  # the same specs, predicted for this GPU: counted on the CPU, the host's time
