@@ -126,3 +126,41 @@ def test_a_plan_candidate_of_schema_2_names_its_whole_layout():
     assert all(s["pp"] == s["cp"] == 1 and s["pp_schedule"] is None for s in new)
     summary = migrate([{**base, "spec": {**request, "cell": "summary"}}])[0]
     assert summary["schema"] == 3 and "pp" not in summary["spec"]
+
+
+def test_checkpoint_group_sizes_read_back_as_issue_41s_names_with_their_job_ids():
+    """0 -> 'none', 1 -> 'full', G kept, in every kind's `checkpoint`, memory's
+    `checkpoint_group` and a plan request's `checkpoints`; where the spec was its job's, the job
+    id (and a round's) follows the named spec, a memory job's id stays."""
+    base = {"schema": 2, "status": "ok", "message": "", "env": {}, "metrics": {},
+            "warnings": []}
+    bench = {"size": "tiny", "precision": "fp32", "checkpoint": 0}
+    old = [{**base, "kind": "bench", "spec": {**bench, "checkpoint": g},
+            "job_id": spec_id("bench", {**bench, "checkpoint": g}) + suffix}
+           for g, suffix in ((0, ""), (1, "-r2"), (4, ""))]
+    new = migrate(old)
+    assert [r["spec"]["checkpoint"] for r in new] == ["none", "full", 4]
+    assert [r["job_id"] for r in new] == [spec_id("bench", {**bench, "checkpoint": "none"}),
+                                          spec_id("bench", {**bench, "checkpoint": "full"}) + "-r2",
+                                          old[2]["job_id"]]
+    memory = {**base, "kind": "memory", "job_id": "0123456789abcdef",
+              "spec": {**bench, "analysis": "checkpoint", "checkpoint_group": 1}}
+    (m,) = migrate([memory])
+    assert (m["spec"]["checkpoint"], m["spec"]["checkpoint_group"], m["job_id"]) == (
+        "none", "full", "0123456789abcdef")
+    plan = {**base, "kind": "plan", "spec": {"search": "s", "checkpoints": [0, 1, 2],
+                                             "checkpoint": 1}}
+    (p,) = migrate([plan])
+    assert (p["spec"]["checkpoints"], p["spec"]["checkpoint"]) == (["none", "full", 2], "full")
+
+
+def test_resume_recognises_bench_jobs_written_with_group_sizes(tmp_path):
+    """Real records of `lmperf bench --size tiny --context 64 --batch 2 --precision fp32
+    bf16-mixed --checkpoint 0 1 --steps 3 --warmup 1` (2026-11-28, schema 2): the same command
+    today (`--checkpoint none full` or its aliases) runs nothing again."""
+    out = tmp_path / "b.jsonl"
+    shutil.copy(Path(__file__).parents[1] / "bench" / "data" / "tiny_checkpoint_0_1.jsonl", out)
+    before = out.read_text()
+    lmperf.bench(size="tiny", context=64, batch=2, precision=["fp32", "bf16-mixed"],
+                 checkpoint=["none", 1], steps=3, warmup=1, resume=True, out=out, inline=True)
+    assert out.read_text() == before
