@@ -101,8 +101,9 @@ def check_float8(recipe: object, precision: str) -> str:
         raise SpecError(f"--float8: unknown recipe {recipe!r}; accepted: "
                         f"{', '.join(FLOAT8_RECIPES)}")
     if recipe != "none" and precision not in FLOAT8_REGIMES:
-        raise SpecError(f"--float8 {recipe} trains beside a bf16 regime ({' or '.join(FLOAT8_REGIMES)}"
-                        f"), not {precision}: its Linear layers cast bf16 to float8 and back")
+        raise SpecError(f"--float8 {recipe} trains beside a bf16 regime "
+                        f"({' or '.join(FLOAT8_REGIMES)}), not {precision}: its Linear layers "
+                        "cast bf16 to float8 and back")
     return recipe
 
 

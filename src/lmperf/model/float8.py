@@ -46,8 +46,9 @@ def _torch_linears(model: nn.Module) -> None:
 
 
 def _import_torchao():
-    """torchao.float8 and its Float8Linear, the import's chatter (missing CUDA extensions of a CPU build, printed
-    and logged) kept off the terminal; SpecError in one line when torchao is missing."""
+    """torchao.float8 and its Float8Linear, the import's chatter (missing CUDA extensions of a
+    CPU build, printed and logged) kept off the terminal; SpecError in one line when torchao is
+    missing."""
     loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
     levels = [log.level for log in loggers]
     for log in loggers:

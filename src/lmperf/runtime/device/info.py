@@ -115,5 +115,6 @@ def _scaled_mm_fails(device_type: str, recipe: str) -> str | None:
         torch._scaled_mm(a, b, scale_a=scales[0], scale_b=scales[1], out_dtype=torch.bfloat16)
     except (RuntimeError, NotImplementedError, TypeError, AttributeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        return f"torch {torch.__version__} cannot run float8 scaled matmuls on the {device_type} ({first})"
+        return (f"torch {torch.__version__} cannot run float8 scaled matmuls on the "
+                f"{device_type} ({first})")
     return None
