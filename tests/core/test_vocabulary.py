@@ -71,3 +71,27 @@ def test_the_removed_flags_example(capsys):
 def test_help_lists_accepted_names():
     text = parser().format_help()
     assert "fp32" in text and "tiny" in text and "(0 allowed)" in text
+
+
+def test_checkpoint_is_one_option_parsed_by_one_function():
+    """Issue 41: --checkpoint is declared once (bench, memory and dist train add the same
+    Option) and every spelling goes through `checkpoint_policy` to its canonical value."""
+    from lmperf.cli import build_parser
+    from lmperf.errors import SpecError
+
+    cases = {0: "none", "0": "none", 1: "full", "1": "full", "every-1": "full", "full": "full",
+             "OP": "op", "every-3": "every-3", 4: 4, "4": 4, "none": "none"}
+    for given, canonical in cases.items():
+        assert voc.checkpoint_policy(given) == canonical
+    for bad in (-1, "every-0", "every-", "groups", 2.5, True, None):
+        with pytest.raises(SpecError, match="--checkpoint: unknown checkpointing policy"):
+            voc.checkpoint_policy(bad)
+    assert sorted(["op", 2, "none", "every-2", "full", 8], key=voc.checkpoint_order) == [
+        "none", "full", 2, 8, "every-2", "op"]
+    for command in ("bench", "memory", "dist"):
+        parser = build_parser(command)
+        helps = [a.help for p in [parser, *[c for a in parser._actions if a.choices and
+                                            isinstance(a.choices, dict)
+                                            for c in a.choices.values()]]
+                 for a in p._actions if "--checkpoint" in a.option_strings]
+        assert helps and all(h.startswith(voc.OPTIONS["checkpoint"].help) for h in helps), command
