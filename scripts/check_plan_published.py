@@ -29,10 +29,8 @@ def facts() -> dict[str, dict]:
 
 
 def priced(run: str) -> bool:
-    """Whether the plan prices everything run `run` used (checkpoint policies, compile and
-    float8 are issue 41's)."""
-    r = facts()[run]
-    return r["checkpoint"] in CHECKPOINT and r["compile"] == "off" and r["float8"] == "none"
+    """Whether the plan prices everything run `run` used."""
+    return facts()[run]["checkpoint"] in CHECKPOINT
 
 
 @lru_cache(maxsize=None)
@@ -50,7 +48,8 @@ def predicted(run: str) -> dict:
                        dp_replicate=(1,),
                        pp_schedule=(r["pp_schedule"],) if r["pp_schedule"] else None,
                        pp_virtual=(int(r["pp_virtual"]),), micro_batch=(int(r["micro_batch"]),),
-                       async_tp=(r["async_tp"] == "on",))
+                       async_tp=(r["async_tp"] == "on",), compile=(r["compile"] == "on",),
+                       float8=(r["float8"],))
     rows, left = plan.candidates(work, plan.shape_of(work), cluster(r["gpu"], int(r["gpus"])),
                                  int(r["global_batch"]), space)
     if len(rows) != 1:

@@ -49,7 +49,8 @@ def test_every_row_is_the_plans_prediction_of_that_configuration(tiny_rows) -> N
 
     work = Workload("tiny", "2026", None, 64, "sdpa", "cuda")
     rows, _ = candidates(work, shape_of(work), cluster("H100-SXM", 8), 16,
-                         Space(("bf16-mixed",), (0,), pp=(1,), cp=(1,), async_tp=(False,)))
+                         Space(("bf16-mixed",), (0,), pp=(1,), cp=(1,), async_tp=(False,),
+                               compile=(False,), float8=("none",)))
     df = tiny_rows.frame.set_index(["strategy", "tp"])
     compared = 0
     for r in rows:

@@ -26,7 +26,8 @@ def test_one_gpu_is_one_strategy_and_every_record_a_distinct_plan():
     # lmperf plan --size medium --gpu H100-SXM --gpus 1 --context 512 --global-batch 8 (issue 35)
     work = Workload("medium", "2026", None, 512, "sdpa", "cuda")
     rows = _search(work, cluster("H100-SXM", 1), 8)
-    keys = [(r["precision"], r["checkpoint"], r["micro_batch"]) for r in rows]
+    keys = [(r["precision"], r["checkpoint"], r["micro_batch"], r["compile"], r["float8"])
+            for r in rows]
     assert len(keys) == len(set(keys)) and len(keys) > 4
     assert {r["strategy"] for r in rows} == {"single"} and {r["tp"] for r in rows} == {1}
     # FSDP's policy needs FSDP: one GPU's bf16 plan is bf16-mixed

@@ -34,7 +34,7 @@ def test_ideal_and_typical_per_phase():
     f = t["forward"]
     # mm: max(2 s compute, 1 ms memory); mul: 3 GB at 1 TB/s = 3 ms
     assert f.ideal_s == pytest.approx(2.0 + 3e-3)
-    assert f.device_s == pytest.approx(2.0 / 0.7 + 3e-3 / 0.5)
+    assert f.device_s == pytest.approx(2.0 / 0.7 + 3e-3 / 0.8)
     assert (f.flops, f.bytes, f.calls, f.host_s) == (2e12, 4e9, 4, pytest.approx(4e-3))
     # the host issues the mm first (1 ms), the device then runs everything back to back
     assert f.typical_s == pytest.approx(1e-3 + f.device_s)
@@ -65,7 +65,7 @@ def test_the_issue_order_decides_where_the_host_shows():
     early = _costs({"forward": [0, 1, 1, 1]})
     host = 0.5  # s per op: the muls' issue time hides behind the mm only when the mm is first
     assert time_model.phase_times(early, _gpu(host))["forward"].typical_s == pytest.approx(
-        0.5 + 2 / 0.7 + 3 * 2e-3)
+        0.5 + 2 / 0.7 + 3 * 3e-3 / 3 / 0.8)
     assert time_model.phase_times(late, _gpu(host))["forward"].typical_s == pytest.approx(
         4 * 0.5 + 2 / 0.7)
 

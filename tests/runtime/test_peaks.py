@@ -55,14 +55,16 @@ def test_h200():
 
 
 def test_unknown_dtype_gets_none():
-    assert lookup_peak("NVIDIA H100 80GB HBM3", "fp8") is None
     assert lookup_peak("NVIDIA H100 80GB HBM3", "int8") is None
+    # FP8 tensor cores: sm_89 and newer (an A100 has none), the datasheet's dense figure
+    assert lookup_peak("NVIDIA A100-SXM4-80GB", "fp8") is None
+    assert lookup_peak("NVIDIA H100 80GB HBM3", "fp8").tflops == 1978.9
 
 
 def test_every_peak_has_a_source_and_a_positive_figure():
     for key, table in PEAKS:
         for dtype, peak in table.items():
-            assert dtype in ("bf16", "fp16", "tf32", "fp32"), key
+            assert dtype in ("bf16", "fp16", "tf32", "fp32", "fp8"), key
             assert peak.tflops > 0 and peak.source, key
 
 

@@ -11,6 +11,7 @@ from lmperf.estimate.layout import Layout
 # the data-parallel strategies a plan prices: what each keeps of the states is in
 # `estimate.strategies`; hsdp is fsdp with layout.dp_replicate > 1
 STRATEGY_NAMES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "fsdp")
+FLOAT8: tuple[str, ...] = ("none", "tensorwise", "rowwise")  # torchao's recipes
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,8 @@ class Candidate:
     """A configuration: `layout`, `strategy` over its data-parallel degree ('single' when it is
     1), `precision` (a plan precision: fp32, bf16-mixed, bf16-fsdp), `checkpoint` (block-group
     size, 0 none), `micro_batch` sequences per forward on a rank and `grad_accum` micro-batches
-    per step outside a pipeline. SpecError when the strategy does not fit the layout: DDP
+    per step outside a pipeline, `compile` (torch.compile of the model), `float8` (torchao's
+    recipe for the blocks' Linear layers, or 'none'). SpecError when the strategy does not fit the layout: DDP
     replicates (no shard degree), ZeRO shards over every replica, FSDP needs a shard group
     (dp_shard x cp > 1: torchtitan shards over both)."""
 
@@ -28,6 +30,8 @@ class Candidate:
     layout: Layout
     micro_batch: int
     grad_accum: int
+    compile: bool = False
+    float8: str = "none"
 
     def __post_init__(self) -> None:
         lay, s = self.layout, self.strategy
@@ -42,6 +46,12 @@ class Candidate:
             raise SpecError(f"{s} does not fit the layout {lay.label()}")
         if self.precision == "bf16-fsdp" and s != "fsdp":
             raise SpecError("bf16-fsdp is FSDP's mixed-precision policy: it needs fsdp")
+        if self.float8 not in FLOAT8:
+            raise SpecError(f"unknown float8 recipe {self.float8!r}; accepted: "
+                            f"{', '.join(FLOAT8)}")
+        if self.float8 != "none" and self.precision == "fp32":
+            raise SpecError("float8 trains the Linear layers in float8 beside a bf16 step: "
+                            "not with fp32")
 
     @property
     def shard_degree(self) -> int:
@@ -56,7 +66,8 @@ class Candidate:
         grad_accum."""
         return {"precision": self.precision, "checkpoint": self.checkpoint,
                 "strategy": self.strategy, **self.layout.fields(),
-                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum}
+                "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
+                "compile": self.compile, "float8": self.float8}
 
     def label(self) -> str:
         """'fsdp 8 x tp 2, bf16-fsdp, checkpoint 1, micro-batch 1 x 4'."""

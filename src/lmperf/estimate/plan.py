@@ -41,6 +41,8 @@ class Space:
     pp_virtual: tuple[int, ...] | None = None
     micro_batch: tuple[int, ...] | None = None
     async_tp: tuple[bool, ...] | None = None
+    compile: tuple[bool, ...] | None = None
+    float8: tuple[str, ...] | None = None
 
 
 def shape_of(work: Workload) -> Shape:
@@ -60,17 +62,20 @@ def shape_of(work: Workload) -> Shape:
 
 
 # --- time -------------------------------------------------------------------------------------
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=2048)
 def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: int = 1,
-           layers: int | None = None) -> tuple[dict, int]:
+           layers: int | None = None, compile: bool = False,
+           float8: str = "none") -> tuple[dict, int]:
     """(phase -> predicted seconds, forward + backward FLOPs) of one micro-batch of `batch`
     sequences on one device of `target`, as one rank of `t`-way tensor and `cp`-way context
     parallelism runs it, for the model at `layers` blocks (None: its own). Sequence and tensor
     parallelism split every op's work t ways (the matmuls by Megatron's plan, the rest by
     sequence) and the rank still issues every op; context parallelism runs the step at T / cp
-    tokens, its attention against the whole sequence (x cp of attention at T / cp). Cached by
-    value: a Target is frozen and compares by its figures."""
-    from lmperf.estimate.time_model import op_times, phase_times
+    tokens, its attention against the whole sequence (x cp of attention at T / cp). `compile`:
+    torch.compile's fused elementwise runs (`time_model.fused`); `float8`: the blocks' Linear
+    layers in float8 (`_float8`). Cached by value: a Target is frozen and compares by its
+    figures."""
+    from lmperf.estimate.time_model import fused, op_times, phase_times
 
     costs = _counted(work, precision, batch, layers)
     if t > 1 or cp > 1:
@@ -79,14 +84,54 @@ def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: i
         for column in ("flops", "bytes_read", "bytes_written"):
             table[column] = (table[column] * share).round().astype("int64")
         costs = replace(costs, table=table)
+    if compile:
+        costs = fused(costs)
+    casts: dict[str, float] = {}
+    if float8 != "none":
+        head = batch * work.context * work.spec(1, "fp32").vocab_size * 2 / t
+        costs, casts = _float8(costs, target, head, compile)
     table = costs.table
-    times = {p: x.typical_s for p, x in phase_times(costs, target).items()}
+    times = {p: x.typical_s + casts.get(p, 0.0) for p, x in phase_times(costs, target).items()}
     # the matmuls' own device time per phase: what async TP can hide TP's collectives behind
     _, _, device = op_times(table, target)
     for p in ("forward", "backward"):
         rows = ((table["phase"] == p) & (table["op_class"] == "matmul")).to_numpy()
         times[f"matmul {p}"] = float(device[rows].sum())
     return times, int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum())
+
+
+def _float8(costs, target, head: float, compiled: bool):
+    """(`costs` with the blocks' Linear layers in float8, as torchao trains them, seconds of
+    casting per phase). Each of their forward and backward GEMMs (the output head's aside: a
+    call moving at least `head` bytes, the (b T, V / t) logits; torchtitan keeps it in bf16)
+    runs at the target's FP8 rate (the matmul class's attained fraction, assumed as bf16's) on
+    one-byte operands, writing bf16; before it both operands are cast: an amax pass (read) and a
+    scaled cast (read, write one byte) per element, eager, 2 + 2 + 1 bytes per bf16 element;
+    compiled, the amax fused into the producer's epilogue, 2 + 1 (torchao's Float8Linear casts
+    the input and the weight for the forward, the gradient twice and the weight and the input
+    again for the backward's two GEMMs; it saves the high-precision input and weight, so the
+    activations a step keeps do not change). Tensorwise and rowwise scaling are priced alike.
+    SpecError where the target has no FP8 tensor cores."""
+    import numpy as np
+
+    from lmperf.estimate.target import FRACTIONS
+
+    if not target.flops_per_s.get("fp8"):
+        raise SpecError(f"float8 needs FP8 tensor cores (sm_89 and newer): {target.name} has none")
+    table = costs.table.copy()
+    calls = table["calls"].to_numpy(dtype=float)
+    per_call = ((table["bytes_read"] + table["bytes_written"]).to_numpy(dtype=float)
+                / np.maximum(calls, 1))
+    gemm = ((table["op_class"] == "matmul") & table["phase"].isin(("forward", "backward"))
+            & (per_call < 0.99 * head)).to_numpy()
+    elements = table["bytes_read"].to_numpy(dtype=float) / 2  # bf16 operands
+    cast = elements * (3 if compiled else 5) * gemm
+    casts = {p: float(cast[(table["phase"] == p).to_numpy()].sum())
+             / (target.bandwidth * FRACTIONS["elementwise/norm"].memory)
+             for p in ("forward", "backward")}
+    table.loc[gemm, "dtype"] = "fp8"
+    table.loc[gemm, "bytes_read"] = (table.loc[gemm, "bytes_read"] // 2).astype("int64")
+    return replace(costs, table=table, method=costs.method + "; float8 GEMMs"), casts
 
 
 @lru_cache(maxsize=128)
@@ -122,8 +167,8 @@ def sequence_flops(work: Workload) -> int | None:
 
 
 def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[tuple]:
-    """Per distinct rank: (forward s, backward s, recompute s, FLOPs, matmul s: the part of
-    the three its matmuls take) of one micro-batch of `b` sequences. Without a pipeline the
+    """Per distinct rank: (forward s, backward s, recompute s, FLOPs, matmul s: the forward
+    passes' matmuls, in forward and in recompute) of one micro-batch of `b` sequences. Without a pipeline the
     rank runs the whole model; a pipeline rank its stages' blocks, the output on the last (a
     block's time is the 2-block model's less the 1-block model's, the output's what the
     1-block model has beyond its block). Checkpointing runs the blocks' forward again, not
@@ -134,23 +179,25 @@ def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[t
     keys = ("forward", "backward", "matmul forward", "matmul backward")
 
     def at(layers):
-        times, flops = phases(cp_work, c.precision, b, target, lay.tp, lay.cp, layers)
+        times, flops = phases(cp_work, c.precision, b, target, lay.tp, lay.cp, layers,
+                              c.compile, c.float8)
         return [times.get(k, 0.0) for k in keys] + [flops]
 
+    if lay.pp == 1 and not recompute:
+        whole = at(None)
+        return [(whole[0], whole[1], 0.0, whole[4], whole[2])]
     one, two = at(1), at(2) if shape.num_layers > 1 else None
     per = [y - x for x, y in zip(one, two)] if two else one  # one block's
     head = [x - y for x, y in zip(one, per)]
     if lay.pp == 1:
         whole = at(None)
-        again = per[0] * shape.num_layers if recompute else 0.0
-        mm = whole[2] + whole[3] + (per[2] * shape.num_layers if recompute else 0.0)
+        again, mm = per[0] * shape.num_layers, whole[2] + per[2] * shape.num_layers
         return [(whole[0], whole[1], again, whole[4], mm)]
     out = []
     for share in rank_shares(shape, c):
-        fwd, bwd, mf, mb, flops = (share.blocks * p + h * share.head for p, h in zip(per, head))
+        fwd, bwd, mf, _, flops = (share.blocks * p + h * share.head for p, h in zip(per, head))
         again = share.blocks * per[0] if recompute else 0.0
-        out.append((fwd, bwd, again, flops, mf + mb + (share.blocks * per[2] if recompute
-                                                       else 0.0)))
+        out.append((fwd, bwd, again, flops, mf + (share.blocks * per[2] if recompute else 0.0)))
     return out
 
 
@@ -311,8 +358,12 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
                     / (c.shard_degree if x.group == "replicate" and c.strategy == "fsdp" else 1),
                     "weights": weights, "params": 4 * params,
                     "block weights": weights * min(1.0, blocks * block / params),
-                    # each of TP's collectives gathers (or scatters) the (b T / cp, C) activations
-                    "activations": messages * tokens * shape.d_model * c_bytes,
+                    # each of TP's collectives gathers (or scatters) the (b T / cp, C)
+                    # activations; tensorwise float8 gathers the forward's in float8
+                    # (torchtitan's Float8ColwiseParallel: cast before the all-gather)
+                    "activations": messages * tokens * shape.d_model * (
+                        1 if c.float8 == "tensorwise" and x.op == "all_gather"
+                        and x.per != "backward" else c_bytes),
                     # each layer's K and V over the whole sequence, split by TP's heads
                     "kv": messages * sizes[i] * context * 2 * kv / t * c_bytes,
                     "norm grads": 4 * (shape.replicated_params if blocks == shape.num_layers
@@ -507,8 +558,25 @@ def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, 
     else:
         tried = sorted({largest or allowed[0],
                         *(b for b in allowed if b < (largest or 1) and b & (b - 1) == 0)})
-    return [evaluate(candidate(b), work, shape, cluster, global_batch, peak(b), largest)
-            for b in tried]
+    # compile and float8 change the time, not the memory the plan models: one peak serves them
+    return [evaluate(replace(candidate(b), compile=comp, float8=f8), work, shape, cluster,
+                     global_batch, peak(b), largest)
+            for b in tried for comp in space.compile or (False, True)
+            for f8 in _float8_recipes(space, precision, cluster, left)]
+
+
+def _float8_recipes(space: Space, precision: str, cluster: Cluster, left: Counter) -> tuple:
+    """The float8 recipes searched for `precision` on `cluster`: those given, else none and
+    rowwise (torchtitan 0.3's; tensorwise is priced alike); none where the target has no FP8
+    tensor cores or the precision is fp32 (said once in `left`)."""
+    given = space.float8 or ("none", "rowwise")
+    if cluster.target.flops_per_s.get("fp8") and precision != "fp32":
+        return given
+    if any(f != "none" for f in given):
+        why = (f"{cluster.target.name} has no FP8 tensor cores (sm_89 and newer)"
+               if precision != "fp32" else "an fp32 step trains no Linear layer in float8")
+        left[why, "float8"] = 1
+    return ("none",)
 
 
 def candidate_of(row: dict, gpus: int) -> Candidate:
@@ -516,7 +584,8 @@ def candidate_of(row: dict, gpus: int) -> Candidate:
     lay = Layout(gpus, row["tp"], row["pp"], row["cp"], row["dp_replicate"], row["pp_schedule"],
                  row["pp_virtual"], bool(row["async_tp"]))
     return Candidate(row["precision"], row["checkpoint"], row["strategy"], lay,
-                     row["micro_batch"], row["grad_accum"])
+                     row["micro_batch"], row["grad_accum"], bool(row.get("compile")),
+                     row.get("float8") or "none")
 
 
 def evaluate(c: Candidate, work: Workload, shape: Shape, cluster: Cluster, global_batch: int,

@@ -35,9 +35,15 @@ class Cluster:
 FRACTIONS: dict[str, Fraction] = {
     "matmul": Fraction(0.7, 0.7, "GEMMs of LM shapes: 60-80% of peak (NVIDIA DL Perf. Guide)"),
     "attention": Fraction(0.5, 0.5, "FlashAttention-2 (Dao 2023): 50-73% of A100 peak forward"),
-    "elementwise/norm": Fraction(1.0, 0.5, "assumed: ~50% of DRAM peak (STREAM copies: 80-90%)"),
+    "elementwise/norm": Fraction(1.0, 0.8, "streaming kernels: 80-90% of DRAM peak (STREAM, BabelStream)"),
     "optimizer": Fraction(1.0, 0.6, "assumed: fused AdamW streams its state at ~60% of DRAM"),
 }
+# Hopper runs torch's flash attention (FlashAttention-2's kernels, no TMA or wgmma) at a lower
+# share of its peak: "FlashAttention-2 ... achieving only 35% utilization on the H100 GPU"
+# (FlashAttention-3, Shah et al. 2024)
+HOPPER = ("H100-SXM", "H100-PCIe", "H100-96GB", "H200")
+HOPPER_ATTENTION = Fraction(0.35, 0.35, "FlashAttention-2 on H100: 35% of peak (FlashAttention-3"
+                                        " paper, Shah et al. 2024)")
 
 
 def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = None,
@@ -63,7 +69,9 @@ def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = No
         if not flops.get("bf16") and not flops.get("fp16"):
             raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from"
                             " (give --tflops)")
-        out.append(Target(spec.name, flops, spec.memory_bandwidth, FRACTIONS, host_op_s, source,
+        fractions = {**FRACTIONS, "attention": HOPPER_ATTENTION} if spec.name in HOPPER \
+            else FRACTIONS
+        out.append(Target(spec.name, flops, spec.memory_bandwidth, fractions, host_op_s, source,
                           False, spec.source))
     return out
 

@@ -119,3 +119,55 @@ def phase_times(costs, target: Target, tf32: bool = False) -> dict[str, PhaseTim
         out[phase] = PhaseTime(float(ideal[rows].sum()), typical, busy, host,
                                int(table["flops"].to_numpy()[rows].sum()), nbytes, n)
     return out
+
+
+def fused(costs):
+    """`costs` (an `OpCosts`) as torch.compile runs its step: each maximal run of elementwise
+    and norm calls in a phase's issue order is one kernel (one launch) that reads what the run's
+    first call that moves bytes reads and writes what its last one writes (its intermediates
+    stay in registers: "a fused pointwise chain costs one pass over its inputs and outputs"),
+    its FLOPs the run's; matmuls, attention and the optimizer (which torchtitan does not
+    compile) unchanged. One row per call of the result; a phase without an issue order stays."""
+    from dataclasses import replace
+
+    table = costs.table.reset_index(drop=True)
+    calls = np.maximum(table["calls"].to_numpy(dtype=float), 1)
+    per = np.stack([table[c].to_numpy(dtype=float) / calls
+                    for c in ("flops", "bytes_read", "bytes_written")], axis=1)
+    pointwise = (table["op_class"] == "elementwise/norm").to_numpy()
+    frames, order, at = [], {}, 0
+    for phase, seq in costs.order.items():
+        seq = np.asarray(seq, dtype=int)
+        if not len(seq):
+            continue
+        kind = pointwise[seq]
+        # a run starts at a pointwise call after a non-pointwise one (or the phase's start);
+        # every other call is a group of its own
+        new = ~kind | np.concatenate([[True], ~kind[:-1]])
+        group = np.cumsum(new) - 1  # (calls,) -> its kernel
+        moves = per[seq, 1] + per[seq, 2] > 0
+        idx = np.arange(len(seq))
+        first = np.full(group[-1] + 1, -1)
+        last = np.full(group[-1] + 1, -1)
+        np.maximum.at(last, group[moves], idx[moves])
+        first_rev = np.full(group[-1] + 1, len(seq))
+        np.minimum.at(first_rev, group[moves], idx[moves])
+        lead = np.searchsorted(group, np.arange(group[-1] + 1))  # each kernel's first call
+        flops = np.add.reduceat(per[seq, 0], lead)
+        has = last >= 0
+        read = np.where(has, per[seq[np.minimum(first_rev, len(seq) - 1)], 1], 0.0)
+        write = np.where(has, per[seq[np.maximum(last, 0)], 2], 0.0)
+        rows = table.iloc[seq[lead]][["phase", "op", "dtype", "op_class"]].reset_index(drop=True)
+        runs = kind[lead] & (np.diff(np.append(lead, len(seq))) > 1)
+        rows.loc[runs, "op"] = "fused"
+        rows["calls"] = 1
+        rows["flops"], rows["bytes_read"], rows["bytes_written"] = flops, read, write
+        frames.append(rows)
+        order[phase] = list(range(at, at + len(rows)))
+        at += len(rows)
+    unordered = table[~table["phase"].isin(list(order))]
+    out = pd.concat(frames + [unordered], ignore_index=True)
+    for c in ("flops", "bytes_read", "bytes_written"):
+        out[c] = out[c].round().astype("int64")
+    return replace(costs, table=out[list(table.columns)], order=order,
+                   method=costs.method + "; elementwise runs fused (torch.compile)")

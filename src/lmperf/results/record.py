@@ -90,11 +90,13 @@ def _from_schema_2(record: dict) -> dict:
     `_checkpoint_names`, every kind); a plan candidate's (or --confirm cell's) spec
     names its whole layout (issue 40): FSDP x TP ('fsdp+tp') is fsdp with its tp, TP over every
     device ('tp') is one replica; the data-parallel replicate and shard degrees (DDP
-    replicates, the others shard), no pipeline and no context parallelism."""
+    replicates, the others shard), no pipeline and no context parallelism; no compile, no
+    float8 (issue 41)."""
     record = _checkpoint_names(record)
     spec = record["spec"]
     if record["kind"] != "plan" or "strategy" not in spec or "pp" in spec:
         return {**record, "schema": 3}
+    spec = {"compile": False, "float8": "none", **spec}
     name = {"fsdp+tp": "fsdp", "tp": "single"}.get(spec["strategy"], spec["strategy"])
     d = spec["gpus"] // spec.get("tp", 1)
     return {**record, "schema": 3, "spec": {

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from lmperf.errors import SpecError
 
 GB = 1e9
-DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32")
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp32", "fp8")
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,16 @@ class DeviceSpec:
 
 
 def _peaks(source: str, fp32: float, tf32: float | None, bf16: float | None,
-           fp16: float | None) -> dict[str, Peak]:
-    """{dtype: Peak} for the figures a datasheet gives (None: the device has no such math)."""
-    figures = {"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32}
+           fp16: float | None, fp8: float | None = None) -> dict[str, Peak]:
+    """{dtype: Peak} for the figures a datasheet gives (None: the device has no such math;
+    fp8: FP8 tensor cores, sm_89 and newer, e4m3 with fp32 accumulation)."""
+    figures = {"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32, "fp8": fp8}
     return {d: Peak(v, source) for d, v in figures.items() if v is not None}
 
 
 # Sources (titles as published; URLs where NVIDIA / AMD host them).
-_B200 = ("NVIDIA HGX B200 datasheet (8 GPUs: FP16/BF16 36 PFLOPS and TF32 18 PFLOPS with "
-         "sparsity, FP32 600 TFLOPS, 1.4 TB HBM3e, 64 TB/s, NVLink 5 1.8 TB/s per GPU), per "
+_B200 = ("NVIDIA HGX B200 datasheet (8 GPUs: FP8 72 PFLOPS, FP16/BF16 36 PFLOPS and TF32 18 "
+         "PFLOPS with sparsity, FP32 600 TFLOPS, 1.4 TB HBM3e, 64 TB/s, NVLink 5 1.8 TB/s per GPU), per "
          "GPU and dense, https://www.nvidia.com/en-us/data-center/hgx/")
 _H100_SXM = ("NVIDIA H100 Tensor Core GPU datasheet (H100 SXM), dense, "
              "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet")
@@ -63,7 +64,8 @@ _H100_PCIE = ("NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe), dense, "
 # paper, arXiv 2410.06511): "The H100 GPUs used for the experiments are non-standard. They have
 # HBM2e and are limited to a lower TDP. The actual peak TFLOPs should be between SXM and NVL, and
 # we don't know the exact value." Taken here: the midpoint of the H100 SXM's and the H100 NVL's
-# dense figures (NVL: BF16 1,671, TF32 835 TFLOPS with sparsity, FP32 60), so a compute-bound
+# dense figures (NVL: FP8 3,341, BF16 1,671, TF32 835 TFLOPS with sparsity, FP32 60), so a
+# compute-bound
 # prediction is within +-8.5% of either bound; 96 GB of HBM2e at 2.4 TB/s, 500 W, NVLink 4
 _H100_96GB = ("H100 96GB HBM2e (Meta's, torchtitan's benchmarks): peaks the midpoint of the H100 "
               "SXM's and NVL's dense figures (the TorchTitan paper, arXiv 2410.06511: 'between "
@@ -107,16 +109,16 @@ _PCIE4 = "PCIe Gen4 x16: 64 GB/s bidirectional; no NVLink"
 # (H100 matches "NVIDIA H100 PCIe") comes after that device.
 _TABLE: tuple[DeviceSpec, ...] = (
     DeviceSpec("B200", 180, 8000 * GB, 900 * GB, "NVLink 5: 1.8 TB/s bidirectional (NVSwitch)",
-               _peaks(_B200, 75.0, 1125.0, 2250.0, 2250.0), _B200, ("B200",)),
+               _peaks(_B200, 75.0, 1125.0, 2250.0, 2250.0, 4500.0), _B200, ("B200",)),
     DeviceSpec("H200", 141, 4800 * GB, 450 * GB, _NVLINK4,
-               _peaks(_H200, 66.9, 494.7, 989.4, 989.4), _H200, ("H200",), ("H200-SXM",)),
+               _peaks(_H200, 66.9, 494.7, 989.4, 989.4, 1978.9), _H200, ("H200",), ("H200-SXM",)),
     DeviceSpec("H100-PCIe", 80, 2000 * GB, 64 * GB,
                "PCIe Gen5 x16: 128 GB/s bidirectional; NVLink bridge (pairs only): 600 GB/s",
-               _peaks(_H100_PCIE, 51.0, 378.0, 756.0, 756.0), _H100_PCIE, ("H100 PCIe",)),
+               _peaks(_H100_PCIE, 51.0, 378.0, 756.0, 756.0, 1513.0), _H100_PCIE, ("H100 PCIe",)),
     DeviceSpec("H100-SXM", 80, 3350 * GB, 450 * GB, _NVLINK4,
-               _peaks(_H100_SXM, 66.9, 494.7, 989.4, 989.4), _H100_SXM, ("H100",), ("H100",)),
+               _peaks(_H100_SXM, 66.9, 494.7, 989.4, 989.4, 1978.9), _H100_SXM, ("H100",), ("H100",)),
     DeviceSpec("H100-96GB", 96, 2400 * GB, 450 * GB, _NVLINK4,
-               _peaks(_H100_96GB, 63.45, 456.1, 912.45, 912.45), _H100_96GB, (),
+               _peaks(_H100_96GB, 63.45, 456.1, 912.45, 912.45, 1824.7), _H100_96GB, (),
                ("H100-96G", "H100-HBM2e")),
     DeviceSpec("A100-80GB", 80, 2039 * GB, 300 * GB, _NVLINK3, _A100_PEAKS, _A100 + " (80GB SXM)",
                ("A100-SXM4-80GB",), ("A100-SXM4-80GB", "A100-80GB-SXM")),
@@ -129,13 +131,13 @@ _TABLE: tuple[DeviceSpec, ...] = (
                "PCIe Gen4 x16: 64 GB/s bidirectional; NVLink bridge (pairs only): 600 GB/s",
                _A100_PEAKS, _A100 + " (40GB PCIe)", ("A100-PCIE-40GB",)),
     DeviceSpec("L40S", 48, 864 * GB, 32 * GB, _PCIE4,
-               _peaks(_L40S, 91.6, 183.0, 362.05, 362.05), _L40S, ("L40S",)),
+               _peaks(_L40S, 91.6, 183.0, 362.05, 362.05, 733.0), _L40S, ("L40S",)),
     DeviceSpec("L4", 24, 300 * GB, 32 * GB, _PCIE4,
-               _peaks(_L4, 30.3, 60.0, 121.0, 121.0), _L4, ("L4",)),
+               _peaks(_L4, 30.3, 60.0, 121.0, 121.0, 242.5), _L4, ("L4",)),
     DeviceSpec("A10G", 24, 600 * GB, 32 * GB, _PCIE4, {}, _A10G, ("A10G",)),
     DeviceSpec("RTX-4090", 24, 1008 * GB, 32 * GB,
                "PCIe Gen4 x16: 64 GB/s bidirectional; no NVLink, no peer-to-peer",
-               _peaks(_ADA, 82.6, 82.6, 165.2, 165.2), _ADA, ("RTX 4090",)),
+               _peaks(_ADA, 82.6, 82.6, 165.2, 165.2, 330.3), _ADA, ("RTX 4090",)),
     DeviceSpec("RTX-3090", 24, 936 * GB, 32 * GB,
                "PCIe Gen4 x16: 64 GB/s bidirectional; NVLink bridge (pairs only): 112.5 GB/s",
                _peaks(_GA102, 35.6, 35.6, 71.0, 71.0), _GA102, ("RTX 3090",)),
@@ -153,7 +155,7 @@ _TABLE: tuple[DeviceSpec, ...] = (
                _V100_PCIE_PEAKS, _V100, ("V100-PCIE-16GB",)),
     DeviceSpec("MI300X", 192, 5300 * GB, 448 * GB,
                "AMD Infinity Fabric: 7 links x 128 GB/s bidirectional = 896 GB/s; PCIe Gen5 x16",
-               _peaks(_MI300X, 163.4, 653.7, 1307.4, 1307.4), _MI300X, ("MI300X",)),
+               _peaks(_MI300X, 163.4, 653.7, 1307.4, 1307.4, 2614.9), _MI300X, ("MI300X",)),
 )
 
 DEVICES: dict[str, DeviceSpec] = {d.name: d for d in _TABLE}

@@ -21,7 +21,7 @@ CPU_DEFAULT = ("fp32",)
 RUNNABLE_ON_CPU = ("single", "ddp", "zero1", "fsdp")  # what --confirm can run here
 # the layout dimensions a plan request may fix (core.vocabulary.LAYOUT; estimate.plan.Space)
 LAYOUT_DIMENSIONS = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual",
-                     "micro_batch", "async_tp")
+                     "micro_batch", "async_tp", "compile", "float8")
 OPTIMIZER = ADAMW_ON  # AdamW's as dist train runs it (strategies.ADAMW)
 
 
@@ -76,7 +76,7 @@ class PlanSpec:
         for name, values in self.searched:
             if name not in LAYOUT_DIMENSIONS:
                 raise SpecError(f"unknown layout dimension {name!r}")
-            if name in ("pp_schedule", "async_tp"):
+            if name in ("pp_schedule", "async_tp", "compile", "float8"):
                 continue
             for v in values:
                 positive_int(f"--{name.replace('_', '-')}", v)
@@ -91,7 +91,8 @@ class PlanSpec:
 
         given = dict(self.searched)
         if self.device == "cpu":  # what this machine's ranks run unless the layout is given
-            given = {"tp": (1,), "pp": (1,), "cp": (1,), **given}
+            given = {"tp": (1,), "pp": (1,), "cp": (1,), "compile": (False,),
+                     "float8": ("none",), "async_tp": (False,), **given}  # CUDA's own
         return Space(self.precisions, self.checkpoints,
                      RUNNABLE_ON_CPU if self.device == "cpu" else None, **given)
 
@@ -134,8 +135,10 @@ class ConfirmJob(RankJob, Ranks):
         """The record spec of one cell: the plan request and the candidate run."""
         cell = self.cell(item)
         return {**json.loads(self.plan), "confirm": True,
-                **{k: cell[k] for k in ("cell", "precision", "checkpoint", "strategy", "tp",
-                                        "micro_batch", "grad_accum", "run_batch")}}
+                **{k: cell.get(k) for k in ("cell", "precision", "checkpoint", "strategy",
+                                            "dp_replicate", "dp_shard", "tp", "pp", "cp",
+                                            "pp_schedule", "pp_virtual", "micro_batch",
+                                            "grad_accum", "run_batch", "runner")}}
 
     def with_items(self, items: list[str]) -> "ConfirmJob":
         """Only the cells in `items`."""
