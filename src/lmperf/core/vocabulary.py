@@ -365,9 +365,15 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str], *,
         add_options(parser, ("details",))
 
 
-def add_compile(parser: argparse.ArgumentParser, many: bool) -> None:
+def add_compile(parser: argparse.ArgumentParser, many: bool, *, searched: bool = False) -> None:
     """--compile off|on (with `many`, both: a sweep axis) and --compile-mode: run the whole model
-    through torch.compile; the compiling first step is timed apart (compile_s)."""
+    through torch.compile; the compiling first step is timed apart (compile_s). `searched`
+    (`plan`): the values a search prices, both when not given, and no --compile-mode."""
+    if searched:
+        parser.add_argument("--compile", nargs="+", choices=["off", "on"], default=None,
+                            help="torch.compile of the model: the values searched (default: "
+                                 "on; off is never faster in the plan's model)")
+        return
     parser.add_argument("--compile", nargs="+" if many else None, choices=["off", "on"],
                         default=["off"] if many else "off",
                         help="torch.compile the whole model: off or on" + (

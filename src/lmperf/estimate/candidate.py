@@ -17,15 +17,15 @@ FLOAT8: tuple[str, ...] = ("none", "tensorwise", "rowwise")  # torchao's recipes
 @dataclass(frozen=True)
 class Candidate:
     """A configuration: `layout`, `strategy` over its data-parallel degree ('single' when it is
-    1), `precision` (a plan precision: fp32, bf16-mixed, bf16-fsdp), `checkpoint` (block-group
-    size, 0 none), `micro_batch` sequences per forward on a rank and `grad_accum` micro-batches
+    1), `precision` (a plan precision: fp32, bf16-mixed, bf16-fsdp), `checkpoint` (a policy:
+    none, full, op, every-K, groups of G; any spelling `validate.checkpoint_policy` reads), `micro_batch` sequences per forward on a rank and `grad_accum` micro-batches
     per step outside a pipeline, `compile` (torch.compile of the model), `float8` (torchao's
     recipe for the blocks' Linear layers, or 'none'). SpecError when the strategy does not fit the layout: DDP
     replicates (no shard degree), ZeRO shards over every replica, FSDP needs a shard group
     (dp_shard x cp > 1: torchtitan shards over both)."""
 
     precision: str
-    checkpoint: int
+    checkpoint: str | int
     strategy: str
     layout: Layout
     micro_batch: int
@@ -34,6 +34,9 @@ class Candidate:
     float8: str = "none"
 
     def __post_init__(self) -> None:
+        from lmperf.validate import checkpoint_policy
+
+        object.__setattr__(self, "checkpoint", checkpoint_policy(self.checkpoint))
         lay, s = self.layout, self.strategy
         if s not in STRATEGY_NAMES:
             raise SpecError(f"unknown strategy {s!r}; accepted: {', '.join(STRATEGY_NAMES)}")
@@ -73,5 +76,5 @@ class Candidate:
         """'fsdp 8 x tp 2, bf16-fsdp, checkpoint 1, micro-batch 1 x 4'."""
         lay = self.layout
         name = self.strategy if self.strategy != "fsdp" or lay.dp_replicate == 1 else "hsdp"
-        return (f"{name} ({lay.label()}), {self.precision}, checkpoint "
-                f"{self.checkpoint or 'none'}, micro-batch {self.micro_batch} x {self.grad_accum}")
+        return (f"{name} ({lay.label()}), {self.precision}, checkpoint {self.checkpoint}, "
+                f"micro-batch {self.micro_batch} x {self.grad_accum}")

@@ -31,7 +31,7 @@ class Space:
     flags of the shared vocabulary, one value each to evaluate one configuration."""
 
     precisions: tuple[str, ...]
-    checkpoints: tuple[int, ...] = (0, 1, 2, 4)
+    checkpoints: tuple[str | int, ...] = ("none", "op", "full")
     strategies: tuple[str, ...] | None = None
     tp: tuple[int, ...] | None = None
     pp: tuple[int, ...] | None = None
@@ -92,11 +92,13 @@ def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: i
         costs, casts = _float8(costs, target, head, compile)
     table = costs.table
     times = {p: x.typical_s + casts.get(p, 0.0) for p, x in phase_times(costs, target).items()}
-    # the matmuls' own device time per phase: what async TP can hide TP's collectives behind
+    # the matmuls' own device time per phase (what async TP can hide TP's collectives behind),
+    # the forward's elementwise ops' (what `op` checkpointing recomputes with some matmuls)
     _, _, device = op_times(table, target)
     for p in ("forward", "backward"):
-        rows = ((table["phase"] == p) & (table["op_class"] == "matmul")).to_numpy()
-        times[f"matmul {p}"] = float(device[rows].sum())
+        for kind in ("matmul", "elementwise/norm"):
+            rows = ((table["phase"] == p) & (table["op_class"] == kind)).to_numpy()
+            times[f"{kind.split('/')[0]} {p}"] = float(device[rows].sum())
     return times, int(table.loc[table["phase"].isin(("forward", "backward")), "flops"].sum())
 
 
@@ -161,7 +163,9 @@ def sequence_flops(work: Workload) -> int | None:
     from lmperf.workload.build import meta_flops
 
     spec = work.spec(1, "fp32")
-    counted, _ = meta_flops(spec)  # attention left out
+    # attention left out; counted at 1 and 2 blocks and extrapolated (identical blocks: exact)
+    one, two = (meta_flops(replace(spec, num_layers=n))[0] for n in (1, 2))
+    counted = one + (spec.num_layers - 1) * (two - one)
     return reference_step_flops(counted, True, spec.d_model, spec.num_layers, spec.d_ff,
                                 spec.vocab_size, 1, work.context, spec.mode).flops
 
@@ -175,30 +179,61 @@ def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[t
     the output's."""
     lay = c.layout
     cp_work = work if lay.cp == 1 else replace(work, context=work.context // lay.cp)
-    recompute = c.checkpoint > 0
-    keys = ("forward", "backward", "matmul forward", "matmul backward")
+    keys = ("forward", "backward", "matmul forward", "matmul backward", "elementwise forward")
 
     def at(layers):
         times, flops = phases(cp_work, c.precision, b, target, lay.tp, lay.cp, layers,
                               c.compile, c.float8)
         return [times.get(k, 0.0) for k in keys] + [flops]
 
-    if lay.pp == 1 and not recompute:
+    if lay.pp == 1 and c.checkpoint == "none":
         whole = at(None)
-        return [(whole[0], whole[1], 0.0, whole[4], whole[2])]
+        return [(whole[0], whole[1], 0.0, whole[5], whole[2])]
     one, two = at(1), at(2) if shape.num_layers > 1 else None
     per = [y - x for x, y in zip(one, two)] if two else one  # one block's
     head = [x - y for x, y in zip(one, per)]
+    # one block's forward again: whole (full, groups, every-K's checkpointed blocks), or what
+    # `op` does not save (its elementwise ops and every other matmul), and the matmuls in it
+    again, again_mm = recompute_of(c.checkpoint, shape, per[0], per[2], per[4])
     if lay.pp == 1:
-        whole = at(None)
-        again, mm = per[0] * shape.num_layers, whole[2] + per[2] * shape.num_layers
-        return [(whole[0], whole[1], again, whole[4], mm)]
+        whole, n = at(None), checkpointed(c.checkpoint, shape.num_layers)
+        return [(whole[0], whole[1], again * n, whole[5], whole[2] + again_mm * n)]
     out = []
     for share in rank_shares(shape, c):
-        fwd, bwd, mf, _, flops = (share.blocks * p + h * share.head for p, h in zip(per, head))
-        again = share.blocks * per[0] if recompute else 0.0
-        out.append((fwd, bwd, again, flops, mf + (share.blocks * per[2] if recompute else 0.0)))
+        fwd, bwd, mf, _, _, flops = (share.blocks * p + h * share.head
+                                     for p, h in zip(per, head))
+        n = checkpointed(c.checkpoint, share.blocks)
+        out.append((fwd, bwd, again * n, flops, mf + again_mm * n))
     return out
+
+
+def checkpointed(policy: str | int, blocks: int) -> int:
+    """Blocks of `blocks` a checkpointing policy recomputes in backward: every one, but every-K's
+    one in K (the K-th, 2K-th, ...) and none's."""
+    from lmperf.estimate.fit import period
+
+    if policy == "none":
+        return 0
+    return blocks // period(policy) if str(policy).startswith("every-") else blocks
+
+
+def recompute_of(policy: str | int, shape: Shape, forward: float, matmul: float,
+                 elementwise: float) -> tuple[float, float]:
+    """(seconds one checkpointed block's recompute takes, of which its matmuls) for a block
+    whose forward takes `forward` s, `matmul` s of it in matmuls, `elementwise` s in the rest
+    but attention: the whole forward again, or under `op` (torchtitan's per-op policy:
+    attention's and every other matmul's outputs saved, the rest recomputed) its elementwise
+    ops and the 2nd, 4th, ... matmuls, in the reference LM k, the output projection and w3
+    (model/checkpointing.op_policy): (C Hkv D + C^2 + C F) / (2 C^2 + 2 C Hkv D + 3 C F) of its
+    matmul FLOPs."""
+    if policy == "none":
+        return 0.0, 0.0
+    if policy != "op":
+        return forward, matmul
+    C, F = shape.d_model, shape.d_ff
+    kv = C * shape.num_kv_heads // shape.num_heads if shape.num_kv_heads else C  # Hkv D
+    share = (C * kv + C * C + C * F) / (2 * C * C + 2 * C * kv + 3 * C * F)
+    return elementwise + matmul * share, matmul * share
 
 
 def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
@@ -344,7 +379,7 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     async_tp = [0.0] * len(sizes)  # a micro-batch's TP collectives, behind its matmuls
     for x in table:
         group = groups[x.group]
-        if group <= 1 or (x.per == "recompute" and not c.checkpoint):
+        if group <= 1 or (x.per == "recompute" and c.checkpoint == "none"):
             continue
         link = _group_link(cluster, x.op, x.group, c)
         messages = {"one": 1, "tensors": shape.param_tensors, "units": units, "loss": 3,
@@ -498,7 +533,10 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
     left: Counter = Counter()
     precisions = [p for p in space.precisions if cluster.gpus > 1 or p != "bf16-fsdp"]
     pairs = layouts(cluster, shape, work.context, global_batch, space, left)
-    todo = [(p, g) for p in precisions for g in dict.fromkeys(space.checkpoints)]
+    from lmperf.validate import checkpoint_policy
+
+    todo = [(p, g) for p in precisions
+            for g in dict.fromkeys(checkpoint_policy(g) for g in space.checkpoints)]
     total, done, rows = len(todo) * len(pairs), 0, []
     for precision, group in todo:
         if progress:
@@ -506,7 +544,7 @@ def candidates(work: Workload, shape: Shape, cluster: Cluster, global_batch: int
         try:
             lines = timelines(work, precision, group)
         except SpecError:  # a user's model checkpoints every layer (transformers) or not at all
-            if not group:
+            if group == "none":
                 raise
             left["this model checkpoints every layer or none", f"checkpoint {group}"] += 1
             done += len(pairs)
@@ -558,10 +596,14 @@ def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, 
     else:
         tried = sorted({largest or allowed[0],
                         *(b for b in allowed if b < (largest or 1) and b & (b - 1) == 0)})
-    # compile and float8 change the time, not the memory the plan models: one peak serves them
+    # compile and float8 change the time, not the memory the plan models: one peak serves them;
+    # compile off is never faster than on here (the same ops, fused): priced when asked for
+    if space.compile is None:
+        left["the same memory and never faster than compile on here (--compile off on prices "
+             "both)", "compile off"] += len(tried)
     return [evaluate(replace(candidate(b), compile=comp, float8=f8), work, shape, cluster,
                      global_batch, peak(b), largest)
-            for b in tried for comp in space.compile or (False, True)
+            for b in tried for comp in space.compile or (True,)
             for f8 in _float8_recipes(space, precision, cluster, left)]
 
 

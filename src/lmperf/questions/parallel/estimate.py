@@ -102,7 +102,7 @@ def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_byt
     if tokens % context:
         raise SpecError(f"--tokens {tokens} is not a whole number of {context}-token sequences")
     sequences, b = tokens // context, max(batch, 1)
-    lines = timelines(work, PRECISION, 0) if batch else None
+    lines = timelines(work, PRECISION, "none") if batch else None
 
     def memory(strategy: str, n: int, t: int, accum: int) -> tuple[float, float, float]:
         """(model states, peak, allowance) of one rank, in bytes."""

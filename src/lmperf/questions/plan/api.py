@@ -15,7 +15,7 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
          gpus: int = 1, gpus_per_node: int = 8, gib: float | None = None, device: str = "auto",
          context: int = 2048, global_batch: int = 8,
          precision: Sequence[str] | str | None = None,
-         checkpoint: Sequence[int] | int | None = None, attention: str = "sdpa",
+         checkpoint: Sequence[str | int] | str | int | None = None, attention: str = "sdpa",
          host_us: float | None = None, confirm: int = 0, course: str = DEFAULT_COURSE,
          out: str | Path | None = None, timeout: float | None = None,
          top: int = 10, tp: Sequence[int] | int | None = None,
@@ -25,6 +25,8 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
          pp_virtual: Sequence[int] | int | None = None,
          micro_batch: Sequence[int] | int | None = None,
          async_tp: Sequence[bool | str] | bool | str | None = None,
+         compile: Sequence[bool | str] | bool | str | None = None,
+         float8: Sequence[str] | str | None = None,
          node_bandwidth: float | None = None) -> Report:
     """Search precision x activation checkpointing x sharding x micro-batch for `size` (a
     preset of `course`) or `model` ("package.module:factory") on `gpus` GPUs of `gpu` (a name
@@ -32,8 +34,11 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     `context` tokens and `global_batch` sequences per step, and rank what fits by predicted step
     time. `device` "cpu" plans for this machine's ranks (gloo; `gib` required), "auto" for `gpu`
     when named. `precision`: bf16-mixed and bf16-fsdp on GPUs (default both), fp32 (default) and
-    bf16-mixed on the CPU (its time model ranks bf16-mixed 1.5-2x too fast, docs/accuracy.md); `checkpoint`: block-group sizes (0 none, 1 every block; default 0 1
-    2 4). `confirm` K > 0: runs K plans spread over the ranking at their micro-batch b and b + 1
+    bf16-mixed on the CPU (its time model ranks bf16-mixed 1.5-2x too fast, docs/accuracy.md);
+    `checkpoint`: policies (none, full, op, every-K, G blocks a group; default none op full,
+    torchtitan's); `compile` (False / True, 'off' / 'on'; default on: off is never faster here)
+    and `float8` ('none', 'tensorwise', 'rowwise'; default none and rowwise where the GPU has
+    FP8 tensor cores) are searched as the layout's dimensions are. `confirm` K > 0: runs K plans spread over the ranking at their micro-batch b and b + 1
     (on `gpus` gloo ranks of this CPU, or with `gpus` 1 each as a job of its own on the CPU or
     the GPU at hand) and scores the plan (records of kind 'plan' with planned and measured side
     by side, then a summary). Records are appended to `out` when given; a multi-GPU plan's
@@ -47,6 +52,7 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     nodes (default 50).
     Nothing runs for the plan itself: every figure is PREDICTED (see each record's method).
     Raises SpecError for bad input."""
+    from lmperf.core.vocabulary import as_list
     from lmperf.estimate.host import local_gpu
     from lmperf.questions.plan import job
     from lmperf.questions.plan.report import build_report
@@ -69,7 +75,7 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
     if gpus == 1 and precision and "bf16-fsdp" in precisions:
         raise SpecError("bf16-fsdp is FSDP's mixed-precision policy and one GPU runs no FSDP: "
                         "plan bf16-mixed (--precision bf16-mixed)")
-    groups = tuple([checkpoint] if isinstance(checkpoint, int) else checkpoint or (0, 1, 2, 4))
+    groups = tuple(as_list(checkpoint) or ("none", "op", "full"))
     spec = PlanSpec(size=None if model and not size else (size or "mini"), context=context,
                     global_batch=global_batch, gpus=gpus, course=course, model=model, gpu=gpu,
                     device="cpu" if on_cpu else "cuda", gpus_per_node=gpus_per_node, gib=gib,
@@ -77,7 +83,8 @@ def plan(size: str | None = None, *, model: str | None = None, gpu: str | None =
                     host_us=host_us, node_bandwidth=node_bandwidth,
                     searched=_searched(tp=tp, pp=pp, cp=cp, dp_replicate=dp_replicate,
                                        pp_schedule=pp_schedule, pp_virtual=pp_virtual,
-                                       micro_batch=micro_batch, async_tp=async_tp))
+                                       micro_batch=micro_batch, async_tp=async_tp,
+                                       compile=compile, float8=float8))
     here = on_cpu or (gpus == 1 and local_gpu(gpu))  # "h100-sxm", "H100" name the same
     if confirm < 0 or (confirm and not here):
         raise SpecError(f"--confirm K runs K >= 1 plans (got {confirm}) here: on this CPU's "
@@ -120,8 +127,13 @@ def _searched(**given) -> tuple[tuple[str, tuple], ...]:
             continue
         if name == "pp_schedule":
             values = [schedule_name(v) for v in values]
-        elif name == "async_tp":
-            values = [on_off("--async-tp", v) for v in values]
+        elif name in ("async_tp", "compile"):
+            values = [on_off(f"--{name.replace('_', '-')}", v) for v in values]
+        elif name == "float8":
+            from lmperf.estimate.candidate import FLOAT8
+            from lmperf.validate import choice
+
+            values = [choice("--float8 recipe", v, FLOAT8) for v in values]
         out.append((name, tuple(dict.fromkeys(values))))
     return tuple(out)
 

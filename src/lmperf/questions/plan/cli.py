@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from lmperf.core.command import run_command
-from lmperf.core.vocabulary import LAYOUT, add_options
+from lmperf.core.vocabulary import LAYOUT, add_compile, add_options
 
 DEFAULT_OUT = Path("results") / "plan.jsonl"
 HELP = "what to run, will it fit, how fast: the fastest configuration that fits (predicted)"
@@ -39,8 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="sequences per optimizer step over all ranks")
     p.add_argument("--precision", nargs="+", metavar="P", dest="plan_precision",
                    help="bf16-mixed, bf16-fsdp (GPU default: both); fp32 (CPU default), bf16-mixed")
-    p.add_argument("--checkpoint", type=int, nargs="+", metavar="G",
-                   help="activation checkpointing group sizes to try (0: none; default 0 1 2 4)")
+    add_options(p, ("checkpoint", "float8"), lists=("checkpoint", "float8"),
+                defaults={"checkpoint": None, "float8": None},
+                helps={"checkpoint": "the policies searched (default: none op full)",
+                       "float8": "the recipes searched (default: none rowwise where the GPU has "
+                                 "FP8 tensor cores)"})
+    add_compile(p, True, searched=True)
     p.add_argument("--confirm", type=int, default=0, metavar="K",
                    help="run K plans here (CPU ranks, --gib per rank; or --gpus 1: this CPU or "
                         "the GPU at hand) at b and b + 1; score the plan")
@@ -61,4 +65,5 @@ def cmd_plan(args: argparse.Namespace) -> int:
         global_batch=args.global_batch, precision=args.plan_precision, checkpoint=args.checkpoint,
         attention=args.attention, host_us=args.host_us, confirm=args.confirm,
         course=args.course, out=args.out, timeout=args.timeout, top=args.top,
-        node_bandwidth=args.node_bandwidth, **{name: getattr(args, name) for name in LAYOUT}))
+        node_bandwidth=args.node_bandwidth, compile=args.compile, float8=args.float8,
+        **{name: getattr(args, name) for name in LAYOUT}))

@@ -10,7 +10,8 @@ from lmperf.core.report import Report
 from lmperf.estimate.plan import left_out_lines
 
 LAYOUT = ("dp_replicate", "dp_shard", "tp", "pp", "cp", "pp_schedule", "pp_virtual", "async_tp")
-COLUMNS = ("rank", "precision", "checkpoint", "strategy", *LAYOUT, "micro_batch", "grad_accum",
+COLUMNS = ("rank", "precision", "compile", "float8", "checkpoint", "strategy", *LAYOUT,
+           "micro_batch", "grad_accum",
            "peak_gib", "headroom_gib", "fits", "step_s", "compute_s", "exposed_comm_s",
            "bubble_s", "tokens_per_s_per_gpu", "mfu", "why")
 TOP = 10  # distinct plans shown per search (besides the best of each strategy)
@@ -21,6 +22,14 @@ SHORT = {"checkpoint": "ckpt", "micro_batch": "b", "grad_accum": "accum",
          "tokens_per_s_per_gpu": "tokens/s/GPU", "mfu": "mfu_share"}  # 120 columns
 SCHEDULES = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "i1f1b",
              "InterleavedZeroBubble": "izb", "ZBVZeroBubble": "zbv"}
+
+
+def precision_name(row: dict) -> str:
+    """A candidate's precision and levers: 'bf16-fsdp', 'bf16-fsdp+compile',
+    'bf16-fsdp+compile+f8r' (float8 rowwise; f8t tensorwise)."""
+    float8 = row.get("float8") or "none"
+    return (row["precision"] + ("+compile" if row.get("compile") is True else "")
+            + (f"+f8{float8[0]}" if float8 != "none" else ""))
 
 
 def layout_name(row: dict) -> str:
@@ -125,7 +134,7 @@ def _distinct(frame: pd.DataFrame) -> pd.DataFrame:
     kept = []
     for _, group in frame.groupby(key, sort=False):
         first = group.iloc[0]
-        others = [f"{layout_name(o)} {o['precision']} ckpt {o['checkpoint']} b "
+        others = [f"{layout_name(o)} {precision_name(o)} ckpt {o['checkpoint']} b "
                   f"{o['micro_batch']}" for o in group.iloc[1:].to_dict("records")]
         kept.append(first.to_dict() | {"same_as": ", ".join(others) or None})
     return pd.DataFrame(kept).sort_values("rank").reset_index(drop=True)
@@ -142,7 +151,7 @@ def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
     family = [frame["strategy"], frame["tp"] > 1, frame["pp"] > 1, frame["cp"] > 1]
     best = frame.groupby(family, sort=False)["rank"].transform("min") == frame["rank"]
     shown = frame[(frame.index < top) | best]
-    out = shown.assign(
+    out = shown.assign(precision=[precision_name(r) for r in shown.to_dict("records")],
                        mfu=shown["mfu"].astype(float),  # None (no published peak): a dash
                        why=[(f"= {same}; " if isinstance(same, str) else "")
                             + (why if isinstance(why, str) else "")
@@ -158,7 +167,7 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
 
     mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{100 * best['mfu']:.2g}%"
     out = ["winner: " + layout_name(best.to_dict())
-           + f", {best['precision']}, checkpoint groups {best['checkpoint'] or 'none'}, "
+           + f", {precision_name(best.to_dict())}, checkpoint {best['checkpoint']}, "
            f"micro-batch {best['micro_batch']} x {best['grad_accum']}: {best['step_s']:.3g} s "
            f"per step, {best['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {mfu}, "
            f"{best['peak_gib']:.3g} GiB per rank (predicted)"]

@@ -26,7 +26,7 @@ def _layout(spec: dict, row: dict, what: str) -> str | None:
     """`lmperf dist train`'s line for a layout (TP, PP, HSDP) where it runs it: fp32, no
     checkpointing, no accumulation outside a pipeline, no context parallelism (torch's covers
     CUDA kernels only); its data-parallel part FSDP2 or none; None elsewhere."""
-    if row["precision"] != "fp32" or row["checkpoint"] or row["cp"] > 1 or \
+    if row["precision"] != "fp32" or row["checkpoint"] not in ("none", 0) or row["cp"] > 1 or \
             row["pp"] == 1 and row["grad_accum"] > 1:
         return None
     local = _sizes(spec, row)[1]
@@ -53,14 +53,19 @@ def command(spec: dict, row: dict) -> str | None:
     what = (f" --size {size}" + (f" --course {spec['course']}" if spec["course"] != DEFAULT_COURSE
                                  else "")
             + f" --context {spec['context']} --batch {b}" + (f" --grad-accum {n}" if n > 1 else "")
-            + (f" --checkpoint {row['checkpoint']}" if row["checkpoint"] else "")
+            + (f" --checkpoint {row['checkpoint']}" if row["checkpoint"] not in ("none", 0)
+               else "")
             + f" --attention {spec['attention']}" + (" --device cpu" if spec["device"] == "cpu"
                                                      else ""))
+    levers = (" --compile on" if row.get("compile") else "") + (
+        f" --float8 {row['float8']}" if row.get("float8", "none") != "none" else "")
     if spec["gpus"] == 1:
         model = f" --model {spec['model']}" if spec["model"] else ""
         return (f"lmperf bench --mode train-step{model}{what} --precision {row['precision']}"
-                f" --optimizer {OPTIMIZER[spec['device']]}"
+                f" --optimizer {OPTIMIZER[spec['device']]}{levers}"
                 + (f"  ({'; '.join(notes)})" if notes else ""))
+    if levers:  # dist train compiles nothing and runs no float8: torchtitan's line
+        return None
     try:
         require_plain(size, spec["course"], "dist train")
     except SpecError:

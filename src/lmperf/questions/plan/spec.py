@@ -11,7 +11,7 @@ from typing import ClassVar
 from lmperf.errors import SpecError
 from lmperf.names import ADAMW_ON
 from lmperf.core.rank import RankJob, Ranks
-from lmperf.validate import positive_int
+from lmperf.validate import checkpoint_policy, positive_int
 
 CUDA_PRECISIONS = ("bf16-mixed", "bf16-fsdp")
 CPU_PRECISIONS = ("fp32", "bf16-mixed")
@@ -30,7 +30,8 @@ class PlanSpec:
     """One plan request. `size` of the `course` edition (or a `model` factory), `context`,
     `global_batch` sequences per step over all ranks; the target: `gpus` devices of `gpu` (None:
     the device at hand, `device`), `gpus_per_node` per node, `gib` per device (None: the GPU's
-    memory); what is searched: `precisions`, `checkpoints` (block-group sizes, 0: none);
+    memory); what is searched: `precisions`, `checkpoints` (checkpointing policies: none, full,
+    op, every-K, G);
     `attention`; `host_us`: the host's time per op (None: the default); `searched`: the
     layout dimensions given, (flag name, values) pairs (the rest are searched over all their
     values: `estimate.plan.Space`); `node_bandwidth`: GB/s per GPU between nodes."""
@@ -48,7 +49,7 @@ class PlanSpec:
     gpus_per_node: int = 8
     gib: float | None = None
     precisions: tuple[str, ...] = CUDA_PRECISIONS
-    checkpoints: tuple[int, ...] = (0, 1, 2, 4)
+    checkpoints: tuple[str | int, ...] = ("none", "op", "full")
     attention: str = "sdpa"
     host_us: float | None = None
     searched: tuple[tuple[str, tuple], ...] = ()
@@ -70,9 +71,8 @@ class PlanSpec:
             if p not in allowed:
                 raise SpecError(f"unknown plan precision {p!r} on {self.device}; accepted: "
                                 f"{', '.join(allowed)}")
-        for g in self.checkpoints:
-            if isinstance(g, bool) or not isinstance(g, int) or g < 0:
-                raise SpecError(f"checkpoint groups are block counts >= 0, got {g!r}")
+        object.__setattr__(self, "checkpoints", tuple(dict.fromkeys(
+            checkpoint_policy(g) for g in self.checkpoints)))
         for name, values in self.searched:
             if name not in LAYOUT_DIMENSIONS:
                 raise SpecError(f"unknown layout dimension {name!r}")
