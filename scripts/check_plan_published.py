@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 FACTS = Path(__file__).resolve().parents[1] / "tests/data/published/torchtitan_llama3_h100.csv"
-CHECKPOINT = {"none": 0, "full": 1}
+CHECKPOINT = ("none", "full", "op")
 
 
 def facts() -> dict[str, dict]:
@@ -43,7 +43,7 @@ def predicted(run: str) -> dict:
 
     r = facts()[run]
     work = Workload(r["size"], "2026", None, int(r["context"]), "sdpa", "cuda", "fused")
-    space = plan.Space(("bf16-fsdp",), (CHECKPOINT.get(r["checkpoint"], 1),), ("fsdp",),
+    space = plan.Space(("bf16-fsdp",), (r["checkpoint"],), ("fsdp",),
                        tp=(int(r["tp"]),), pp=(int(r["pp"]),), cp=(int(r["cp"]),),
                        dp_replicate=(1,),
                        pp_schedule=(r["pp_schedule"],) if r["pp_schedule"] else None,
