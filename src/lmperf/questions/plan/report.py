@@ -112,8 +112,12 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
         best = frame.iloc[0]
         if best["fits"]:
             won = _winner(spec, plans, best)
-        else:  # the candidate closest to fitting says by how much
+        else:  # the candidate closest to fitting says by how much, and where it would fit
             won = ["nothing fits: " + str(frame.loc[frame["peak_gib"].idxmin(), "why"])]
+            n = m0.get("fits_on_gpus")
+            if n:
+                won.append(f"it fits on {n} GPUs (FSDP, every block checkpointed, micro-batch "
+                           f"1): `{_again(spec, n)}`")
     for s in [r for r in records if r["spec"].get("cell") == "summary"]:
         m = {k: "n/a" if v is None else format(v, f) for k, f, v in (  # None: no cells, one plan
             (k, f, s["metrics"].get(k)) for k, f in (
@@ -157,6 +161,13 @@ def _shown(frame: pd.DataFrame, top: int) -> pd.DataFrame:
                             + (why if isinstance(why, str) else "")
                             for same, why in zip(shown["same_as"], shown["why"])])
     return out[list(SHOWN)].rename(columns=SHORT)
+
+
+def _again(spec: dict, gpus: int) -> str:
+    """The plan's request again on `gpus` GPUs (a command line)."""
+    what = f"--model {spec['model']}" if spec["model"] else f"--size {spec['size']}"
+    return (f"lmperf plan {what} --gpu {spec['gpu']} --gpus {gpus} --context {spec['context']}"
+            f" --global-batch {max(spec['global_batch'], gpus)}")
 
 
 def _winner(spec: dict, plans: list[dict], best) -> list[str]:
