@@ -621,6 +621,27 @@ def _float8_recipes(space: Space, precision: str, cluster: Cluster, left: Counte
     return ("none",)
 
 
+def fewest_gpus(work: Workload, shape: Shape, cluster_of: Callable[[int], Cluster],
+                precision: str, start: int, limit: int = 2**16) -> int | None:
+    """The fewest GPUs (a power of two, from `start`) on which one rank of the most frugal
+    layouts fits: FSDP over all of them, or FSDP x TP (t 2, 4, 8 within a node), every block
+    checkpointed, micro-batch 1; None up to `limit`. What "nothing fits" points to."""
+    lines = timelines(work, precision, "full")
+    n = max(2, start)
+    while n <= limit:
+        cluster = cluster_of(n)
+        for t in (1, 2, 4, 8):
+            if n % t or t > cluster.per_node or n // t < 2 or shape.num_heads % t or \
+                    (shape.num_kv_heads or shape.num_heads) % t:
+                continue
+            c = Candidate(precision, "full", "fsdp", Layout(n, tp=t), 1, 1)
+            if fits(sum(rank_peak(lines, shape, c, work.context, cluster.device)),
+                    cluster.budget):
+                return n
+        n *= 2
+    return None
+
+
 def candidate_of(row: dict, gpus: int) -> Candidate:
     """The Candidate of a plan record's fields (its spec, or a row of the search)."""
     lay = Layout(gpus, row["tp"], row["pp"], row["cp"], row["dp_replicate"], row["pp_schedule"],
