@@ -13,9 +13,9 @@ from dataclasses import replace
 import torch
 
 from lmperf.runtime.precision import Regime
+from lmperf.units import GIB
 from lmperf.workload.spec import RunSpec
 
-GIB = 2**30
 # A run is refused when what it needs exceeds the memory available by more than this fraction.
 MARGIN = 0.05
 # Set (to 1) in a job's environment by the launcher for `--force`: run whatever the check says.

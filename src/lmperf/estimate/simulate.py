@@ -16,10 +16,9 @@ import torch
 from lmperf.errors import LmperfError, SpecError
 from lmperf.estimate.phantom import PhantomError, PhantomMode
 from lmperf.runtime.precision import Regime, autocast, get_regime
+from lmperf.units import GIB, MIB
 from lmperf.workload.spec import RunSpec
 
-GIB = 2**30
-MIB = 2**20
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer state", "activations",
                                "autocast copies", "temporaries", "inputs & buffers")
 PHASE_AFTER = {"forward": "backward", "backward": "optimizer", "optimizer": "end"}

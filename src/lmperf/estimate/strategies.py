@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from lmperf.units import MIB
+
 STATES: tuple[str, ...] = ("parameters", "gradients", "optimizer state")
-BUCKET_BYTES = 25 * 2**20  # DDP's default bucket: the last one is exposed
+BUCKET_BYTES = 25 * MIB  # DDP's default bucket: the last one is exposed
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from lmperf.errors import SpecError
 from lmperf.estimate.host import GIVEN, HOST_OP_S, HOST_OP_SOURCE  # noqa: F401 (re-exported)
 from lmperf.estimate.time_model import Fraction, Target
+from lmperf.units import GIB
 
-GIB = 2**30
 
 
 @dataclass(frozen=True)

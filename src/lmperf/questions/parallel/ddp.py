@@ -22,6 +22,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from lmperf.units import MIB
+
 if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):  # torch < 2.1
     raise ImportError("lmperf.dist needs Tensor.register_post_accumulate_grad_hook (torch >= 2.1)")
 
@@ -129,7 +131,7 @@ class BucketedDDP(DataParallel):
     def __init__(self, module: nn.Module, bucket_size_mb: float):
         super().__init__(module)
         self.bucket_size_mb = bucket_size_mb
-        self.buckets = self._make_buckets(bucket_size_mb * 2**20)
+        self.buckets = self._make_buckets(bucket_size_mb * MIB)
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
         self._hooks = [p.register_post_accumulate_grad_hook(self._ready) for p in self.trainable()]
         self._quiet = False

@@ -13,8 +13,8 @@ from lmperf.core.report import Report
 from lmperf.errors import SpecError
 from lmperf.estimate.formulas import Shape, activation_bytes, ffn_only_shape, tp_params
 from lmperf.estimate.strategies import DATA_PARALLEL, strategy as strategy_of
+from lmperf.units import GIB
 
-GIB = 2**30
 PRECISION = "bf16-mixed"  # what every row prices: bf16 autocast over fp32 weights, as plan's
 COMM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 

@@ -17,8 +17,8 @@ import pandas as pd
 from lmperf.core.report import Report, caption_axes, human_bytes, status_notes
 from lmperf.measure.stats import NOISY_IQR_RATIO, VERY_NOISY_IQR_RATIO
 from lmperf.questions.parallel.predict import prediction_table
+from lmperf.units import MIB
 
-MIB = 2**20
 _SHAPE_KEYS = ("size", "context", "batch", "device", "backend", "seed", "lr")
 
 
