@@ -17,6 +17,7 @@ import pandas as pd
 from lmperf.core.report import Report, caption_axes, human_bytes, status_notes
 from lmperf.measure.stats import NOISY_IQR_RATIO, VERY_NOISY_IQR_RATIO
 from lmperf.questions.parallel.predict import prediction_table
+from lmperf.questions.parallel.spec import SHARDED
 from lmperf.units import MIB
 
 _SHAPE_KEYS = ("size", "context", "batch", "device", "backend", "seed", "lr")
@@ -71,6 +72,9 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
                "context": s["context"], "batch": s["batch"],
                **{k: s.get(k, v) for k, v in (("precision", "fp32"), ("checkpoint", "none"),
                                               ("grad_accum", 1))},  # since issue 35
+               # a sharded strategy computes in --compute-dtype (bf16: its MixedPrecisionPolicy)
+               "compute": s.get("compute_dtype", "fp32") if s["strategy"] in SHARDED
+               else "fp32",
                "device": s["device"], "backend": s["backend"], "status": r["status"],
                "step_ms": step, "step_iqr_ms": _num((m.get("step_ms") or {}).get("iqr"))}
         for phase in ("forward", "backward", "sync", "optimizer"):
@@ -115,7 +119,8 @@ def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
     per = "batch per replica" if (df["layout"] != "").any() else "batch per rank"
     axes, caption = caption_axes(df, [("size", "model"), ("context", "context"),
                                       ("batch", per), ("grad_accum", "micro-batches"),
-                                      ("precision", "precision"), ("checkpoint", "checkpoint"),
+                                      ("precision", "precision"), ("compute", "compute dtype"),
+                                      ("checkpoint", "checkpoint"),
                                       ("device", "device"), ("backend", "backend")])
     status, notes = status_notes(df["status"], df["message"])
     out = pd.DataFrame({"strategy": df["strategy"], "n": df["world_size"], "status": status})
@@ -125,10 +130,15 @@ def _display_train(df: pd.DataFrame) -> tuple[pd.DataFrame, str, list[str]]:
     out["= single"] = ["yes" if v is True else "NO" if v is False else "-" for v in df["matches_single"]]
     for col, _title in axes:
         out[col] = df[col]
+    # the step over one rank's: only where a single-rank run of the same shape was measured
+    overhead = [("dp_overhead_ms", "DP overhead")] if df["dp_overhead_ms"].notna().any() else []
+    if not overhead:
+        notes = notes + ["DP overhead (the step over one rank's) needs a run on one rank: "
+                         "--world-size 1 and more"]
     for col, title in (("step_ms", "step ms"), ("forward_ms", "fwd"), ("backward_ms", "bwd"),
                        ("sync_ms", "sync"), ("optimizer_ms", "opt"), ("comm_ms", "comm ms"),
                        ("overlap_ms", "overlap"), ("exposed_ms", "exposed"),
-                       ("dp_overhead_ms", "DP overhead"), ("tokens_per_s", "tokens/s"),
+                       *overhead, ("tokens_per_s", "tokens/s"),
                        ("sent_mb", "sent MB"), ("analytic_mb", "analytic MB"),
                        ("params_mib", "params MiB"), ("grads_mib", "grads MiB"),
                        ("optimizer_mib", "optim MiB"), ("peak_live_mib", "live peak MiB"),
