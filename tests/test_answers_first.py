@@ -26,6 +26,11 @@ COMMANDS: dict[str, list[str]] = {
                   "--warmup", "0", "--steps", "2", "--inline"],
     "doctor": ["doctor", "--check", "peak table entry", "GradScaler disabled path"],
     "compare --by": ["compare", str(DATA / "base.jsonl"), "--by", "precision"],
+    "dist train": ["dist", "train", "--world-size", "2", "--strategy", "flat", *TINY,
+                   "--warmup", "1", "--steps", "2", "--no-plots"],
+    "dist --estimate": ["dist", "--estimate", "--size", "tiny", "--context", "64", "--gpus", "8"],
+    "plan": ["plan", "--size", "tiny", "--gpu", "H100-SXM", "--gpus", "8", "--context", "64",
+             "--global-batch", "16", "--checkpoint", "none"],
     **{f"amp {name}": ["amp", name] for name in EXPERIMENT_NAMES},
 }
 NO_OUT = ("compare --by",)  # reads records, writes none
@@ -41,4 +46,4 @@ def test_the_first_line_is_the_answer_and_no_line_is_cut(name, tmp_path, capsys,
     # a sentence with figures, not a title ("lmperf bench on ...", "amp formats: formats")
     assert re.search(r"\d", first) and not first.startswith(("lmperf ", "amp ")), first
     for line in (captured.out + captured.err).splitlines():  # a command kept whole may be longer
-        assert len(line) <= 120 or re.search(r"lmperf \w+ (--|\w)", line), line
+        assert len(line) <= 120 or re.search(r"(lmperf \w+|torchrun) (--|\w)", line), line

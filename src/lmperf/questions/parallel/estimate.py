@@ -79,8 +79,33 @@ def estimate(*, world_size: Sequence[int] | int | None = None, size: str | None 
                f"nodes, {card.budget / GIB:g} GiB, dense bf16 "
                f"{card.target.flops_per_s['bf16'] / 1e12:g} TFLOP/s, host "
                f"{card.target.host_op_s * 1e6:g} us/op); comm_gb in {comm_dtype}; {said}")
-    return Report(kind="dist", frame=pd.DataFrame(rows),
-                  title=f"lmperf dist --estimate: {caption}", findings=_findings(rows))
+    frame = pd.DataFrame(rows)
+    return Report(kind="dist", frame=frame, title=f"lmperf dist --estimate: {caption}",
+                  findings=_findings(rows), headline=_headline(frame, card.name),
+                  answer=("total", "fits", "step (ms)"))
+
+
+def _headline(frame: pd.DataFrame, gpu: str) -> list[str]:
+    """Per device count, the fastest configuration that fits (or the smallest need), with its
+    step and per-rank memory: the answer, first."""
+    parts = []
+    if "step_ms" not in frame:  # the accounting model: memory and communication only
+        for n, group in frame.groupby("world_size", sort=False):
+            best = group.loc[group["total_gib"].idxmin()]
+            parts.append(f"{n}: {best['strategy']} needs the least, {best['total_gib']:.3g} GiB")
+        return ["per rank (estimated) on " + "; ".join(parts)]
+    for n, group in frame.groupby("world_size", sort=False):
+        fit = group[group["fits"] == True]  # noqa: E712 (None: no budget)
+        if fit.empty:
+            best = group.loc[group["total_gib"].idxmin()]
+            parts.append(f"{n}: none fits (least {best['total_gib']:.3g} GiB per rank, "
+                         f"{best['strategy']})")
+            continue
+        best = fit.loc[fit["step_ms"].idxmin()]
+        name = best["strategy"] + (f" t={best['tp']}" if best["strategy"] == "fsdp+tp" else "")
+        parts.append(f"{n}: {name} {best['step_ms'] / 1e3:.3g} s per step, "
+                     f"{best['total_gib']:.3g} GiB per rank")
+    return [f"fastest that fits (estimated) on {gpu} x " + "; x ".join(parts)]
 
 
 def _pairs(n: int, degrees: Sequence[int]) -> list[tuple[str, int]]:
