@@ -100,8 +100,10 @@ def check_logits(out: object, batch: int, seq: int, vocab: int, custom: str | No
     expected = (batch, seq, vocab)
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        hint = (f": its vocabulary is {got[-1]}, give --vocab-size {got[-1]}"
+                if isinstance(got, tuple) and len(got) == 3 and got[:2] == expected[:2] else "")
         raise ModelLoadError(f"--model {custom!r}: forward must return logits of shape "
-                             f"{expected} (B, T, vocab), got {got}")
+                             f"{expected} (B, T, vocab), got {got}{hint}")
 
 
 def check_output(model: nn.Module, inputs: torch.Tensor, autocast: Callable[[], ContextManager],
