@@ -116,8 +116,10 @@ def test_gpu_name_is_the_budget(tmp_path, capsys):
     assert records[0]["spec"]["device"] == "cuda" and m["gpu"] == "T4"
     assert m["gib"] == require_device("T4").memory_gib and m["fits"] is True
     assert f"1 of 1 fit on T4 ({m['gib']:g} GiB)" in " ".join(text.split("\n\n")[0].split())
-    code = main(["memory", *QUICK, "--gpu", "T4", "--gib", "8"])
-    assert code == 2 and "give one" in capsys.readouterr().err
+    # --gib replaces the GPU's memory, the one rule of plan and dist --estimate
+    _, _, records = run([*QUICK, "--context", "16", "--mode", "train-step", "--gpu", "t4",
+                         "--gib", "8"], tmp_path / "eight", capsys)
+    assert records[0]["metrics"]["gpu"] == "T4" and records[0]["metrics"]["gib"] == 8
 
 
 def test_estimate_simulates_a_users_model(tmp_path, capsys):

@@ -151,6 +151,8 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
                       f"it gets {MODEL_SIZE}'s shape, in every command", metavar="PKG.MOD:FACTORY"),
     Option("--context", "sequence length T", type=int, metavar="T"),
     Option("--batch", "batch size B", type=int, metavar="B", default=4),
+    Option("--grad-accum", "N micro-batches of --batch per optimizer step, each loss / N "
+                           "(gradient accumulation)", type=int, metavar="N", default=1),
     Option("--precision", "precision regime", metavar="REGIME",
            choices=_names("lmperf.names", "REGIME_NAMES")),
     Option("--checkpoint", "activation checkpointing: none, full (every block, torchtitan's "
@@ -184,8 +186,10 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
            type=None),
     Option("--timeout", "kill a job after S seconds (an error row)", type=float, metavar="S"),
     Option("--max-memory-gib", "cap each job's memory so that a job that does not fit is an oom "
-                               "row (CPU: address space, incl. ~0.6 GiB for a CPU build of "
-                               "torch, ~3 for a CUDA build; CUDA: the allocator's limit)",
+                               "row (CPU: the address space, which includes what a job maps "
+                               "before it runs, about 0.94 GiB with a CPU build of torch and ~3 "
+                               "GiB with a CUDA build; a cap within 256 MiB of it is refused "
+                               "before anything runs; CUDA: the allocator's limit)",
            type=float, metavar="G"),
     Option("--resume", "skip jobs already 'ok' in --out", type=None),
     Option("--force", "run a job even when its pre-flight (one step simulated, as memory "

@@ -49,9 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_options(p, ("checkpoint", "float8"), lists=("checkpoint", "float8"),
                 defaults={"checkpoint": ["none"], "float8": ["none"]},
                 helps={"float8": "on a CPU where torch runs float8 scaled matmuls, else refused"})
-    p.add_argument("--grad-accum", type=int, default=1, metavar="N",
-                   help="train-step: N micro-batches of --batch per optimizer step, each loss / "
-                        "N (gradient accumulation) (default: 1)")
+    add_options(p, ("grad_accum",), helps={"grad_accum": "train-step"})
     p.add_argument("--predict", nargs="+", metavar="DEVICE", default=None,
                    help="run nothing: PREDICT each phase's time on these devices (GPUs of the "
                         "peak table, e.g. H100 B200 A100, or cpu: this machine's measured "

@@ -64,11 +64,10 @@ def memory(size: str | None = None, *, model: str | None = None,
         from lmperf.runtime.peaks import require_device
 
         card = require_device(gpu)
-        if gib is not None:
-            raise SpecError("--gpu and --gib both set the memory budget: give one")
         if device not in ("auto", "cuda"):
             raise SpecError(f"--gpu {gpu} estimates for CUDA; --device {device} contradicts it")
-        gib, device, estimate = card.memory_gib, "cuda", True
+        # one rule with plan and dist (estimate.target.cluster): --gib replaces its memory
+        gib, device, estimate = gib if gib is not None else card.memory_gib, "cuda", True
     attention = attention or ("sdpa" if gpu is not None else "naive")
     plan = plan_memory(size=size, model=model, context=context, batch=batch,
                        precision=precision, mode=mode, attention=attention, optimizer=optimizer,

@@ -87,8 +87,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="steps under torch.profiler for communication / overlap / bytes (0: none) "
                         "(default: 2)")
     g.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
-    g.add_argument("--vocab-size", type=int, metavar="V",
-                   help="override the preset's vocabulary (default: the preset's, 10000)")
+    add_options(g, ("vocab_size",), helps={"vocab_size": "train: the preset's (default: its own)"})
     g.add_argument("--bucket-mb", type=float, default=1.0, metavar="MIB",
                    help="bucket size of bucketed, torch-ddp, zero1, torch-zero1 (default: 1)")
     g.add_argument("--compute-dtype", default="fp32", choices=DTYPES,
@@ -96,9 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "precision regime (default: fp32)")
     g.add_argument("--compress", default="none", choices=COMPRESS,
                    help="torch-ddp's gradient compression hook (default: none)")
-    add_options(g, ("checkpoint",), defaults={"checkpoint": "none"})
-    g.add_argument("--grad-accum", type=int, default=1, metavar="N",
-                   help="micro-batches of --batch per rank and optimizer step (default: 1)")
+    add_options(g, ("checkpoint", "grad_accum"), defaults={"checkpoint": "none"},
+                helps={"grad_accum": "--batch is per rank"})
     g.add_argument("--no-reference", action="store_true",
                    help="skip the check against one process on the global batch (and gathering "
                         "the full parameters): a model one device cannot hold")
@@ -115,9 +113,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("--estimate")
     add_options(g, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), lists=("gpus",),
                 helps={"gpu": "default: H100-SXM", "gpus": "one row each (default: 8 64 512)"})
-    g.add_argument("--d-model", type=int, metavar="C", help="model width (with --d-ff, --num-layers)")
-    g.add_argument("--d-ff", type=int, metavar="F", help="feed-forward width")
-    g.add_argument("--num-layers", type=int, metavar="L", help="blocks")
+    add_options(g, ("d_model", "d_ff", "num_layers"),
+                helps={"d_model": "with --d-ff, --num-layers and --ffn-only"})
     g.add_argument("--ffn-only", action="store_true",
                    help="the course's accounting model: two Linear layers per block, nothing else")
     g.add_argument("--tokens", type=int, default=2**20, metavar="T",
@@ -127,9 +124,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default: --gpu's)")
     g.add_argument("--tflops", type=float, metavar="C",
                    help="dense bf16 TFLOP/s per device (default: --gpu's datasheet peak)")
-    g.add_argument("--node-bandwidth", type=float, metavar="GB/s",
-                   help="bandwidth per device and direction between nodes, for collectives "
-                        "whose group spans more than --gpus-per-node devices (default: 50)")
+    add_options(g, ("node_bandwidth",))
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
                    help="the dtype of the course's accounting column comm_gb (every message "
                         "in it); the times are the one model's (default: bf16)")

@@ -9,11 +9,12 @@ from lmperf.core.command import err
 from lmperf.core.report import Report
 from lmperf.errors import SpecError
 from lmperf.model.presets import DEFAULT_COURSE
+from lmperf.questions.plan.spec import CONTEXT, GLOBAL_BATCH
 
 
 def plan(size: str | None = None, *, model: str | None = None, gpu: str | None = None,
          gpus: int = 1, gpus_per_node: int = 8, gib: float | None = None, device: str = "auto",
-         context: int = 2048, global_batch: int = 8,
+         context: int = CONTEXT, global_batch: int = GLOBAL_BATCH,
          precision: Sequence[str] | str | None = None,
          checkpoint: Sequence[str | int] | str | int | None = None, attention: str = "sdpa",
          host_us: float | None = None, confirm: int = 0, course: str = DEFAULT_COURSE,

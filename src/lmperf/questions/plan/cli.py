@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lmperf.core.command import run_command
 from lmperf.core.vocabulary import LAYOUT, add_compile, add_options
+from lmperf.questions.plan.spec import CONTEXT, GLOBAL_BATCH
 
 DEFAULT_OUT = Path("results") / "plan.jsonl"
 HELP = "what to run, will it fit, how fast: the fastest configuration that fits (predicted)"
@@ -34,9 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_options(g, LAYOUT, lists=LAYOUT)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="cpu: plan for this machine's ranks (gloo), as --confirm runs them")
-    p.add_argument("--context", type=int, default=2048, metavar="T", help="tokens per sequence")
-    p.add_argument("--global-batch", type=int, default=8, metavar="B",
-                   help="sequences per optimizer step over all ranks")
+    p.add_argument("--context", type=int, default=CONTEXT, metavar="T",
+                   help=f"tokens per sequence (default: {CONTEXT})")
+    p.add_argument("--global-batch", type=int, default=GLOBAL_BATCH, metavar="B",
+                   help=f"sequences per optimizer step over all ranks (default: {GLOBAL_BATCH})")
     p.add_argument("--precision", nargs="+", metavar="P", dest="plan_precision",
                    help="bf16-mixed, bf16-fsdp (GPU default: both); fp32 (CPU default), bf16-mixed")
     add_options(p, ("checkpoint", "float8"), lists=("checkpoint", "float8"),

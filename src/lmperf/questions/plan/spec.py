@@ -23,6 +23,7 @@ RUNNABLE_ON_CPU = ("single", "ddp", "zero1", "fsdp")  # what --confirm can run h
 LAYOUT_DIMENSIONS = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual",
                      "micro_batch", "async_tp", "compile", "float8")
 OPTIMIZER = ADAMW_ON  # AdamW's as dist train runs it (strategies.ADAMW)
+CONTEXT, GLOBAL_BATCH = 2048, 8  # the request's defaults (CLI and API alike)
 
 
 @dataclass(frozen=True)
