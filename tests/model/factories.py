@@ -43,6 +43,11 @@ def wrong_vocab(config: ModelConfig) -> nn.Module:
     return _WrongVocab(config.vocab_size)
 
 
+def own_vocab(config: ModelConfig) -> nn.Module:
+    """A model with its own vocabulary (512), whatever it is handed (a pretrained one's)."""
+    return Bigram(512)
+
+
 class _LastPositionOnly(Bigram):
     def forward(self, ids):
         return self.table(ids)[:, -1]  # (B, V): drops the sequence axis

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -124,3 +126,20 @@ def test_inspect_on_meta_uses_no_real_memory(monkeypatch):
     monkeypatch.setattr(factories, "spy", spy, raising=False)
     inspect_on_meta(CFG, f"{F}:spy", batch_size=1)
     assert seen == [{"meta"}]
+
+
+@pytest.mark.parametrize("command", ["bench", "memory"])
+def test_a_models_own_vocabulary_is_named_and_then_taken(command, tmp_path, capsys):
+    """Issue 43, item 5: a model with another vocabulary is refused with the flag that fixes
+    it, in one line; with that flag it runs."""
+    from lmperf.cli import main
+
+    argv = [command, "--model", f"{F}:own_vocab", "--context", "16", "--precision", "fp32",
+            "--steps", "1", "--warmup", "1", "--inline", "--out", str(tmp_path / "r.jsonl")]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "give --vocab-size 512" in lines[0]
+    assert main([*argv, "--vocab-size", "512"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert records and all(r["status"] == "ok" and r["spec"]["vocab_size"] == 512
+                           for r in records)

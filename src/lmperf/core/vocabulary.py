@@ -233,7 +233,8 @@ OPTIONS: dict[str, Option] = {o.dest: o for o in [
     Option("--num-layers", "blocks", type=int, metavar="L"),
     Option("--num-heads", "attention heads", type=int, metavar="H"),
     Option("--num-kv-heads", "K/V heads (grouped-query attention)", type=int, metavar="H"),
-    Option("--vocab-size", "vocabulary (logits' columns)", type=int, metavar="V"),
+    Option("--vocab-size", "vocabulary (logits' columns; a user's model's own when it differs "
+                           "from the default)", type=int, metavar="V"),
 ]}
 
 LAUNCH = ("inline", "timeout", "max_memory_gib", "resume")

@@ -33,7 +33,7 @@ def bench(size: Sequence[str] | str | None = None, *,
           progress: bool = False, predict: Sequence[str] | str | None = None,
           host_us: float | None = None, force: bool = False,
           checkpoint: Sequence[str | int] | str | int = "none", grad_accum: int = 1,
-          float8: Sequence[str] | str = "none") -> Report:
+          float8: Sequence[str] | str = "none", vocab_size: int | None = None) -> Report:
     """Benchmark the reference LM (or `model`, "package.module:factory") over the cartesian
     product of every list argument; each run in its own child process unless `inline`.
 
@@ -45,7 +45,8 @@ def bench(size: Sequence[str] | str | None = None, *,
     sweep axis) torchao's float8 training of the Linear layers, 'tensorwise' or 'rowwise',
     beside a bf16 regime (refused before anything runs where the device cannot run it);
     `grad_accum` > 1 makes a train step that many micro-batches of `batch` sequences, one
-    optimizer step after the last.
+    optimizer step after the last. `vocab_size`: the vocabulary (a preset's or 10,000 when
+    None; a user's model whose logits have another width is refused naming it).
     `compile` (a sweep axis: False, True or [False, True]) runs the whole model through
     torch.compile; the compiling first step is timed apart (metrics.compile_s).
     `rounds` > 1 runs the whole grid that many times, round-robin, and pools each spec's
@@ -80,6 +81,9 @@ def bench(size: Sequence[str] | str | None = None, *,
                             "for --checkpoint, --grad-accum and --float8 on a GPU, `lmperf "
                             "plan` predicts them")
 
+        if vocab_size is not None:
+            raise SpecError("--predict counts a preset's or the model's own vocabulary: "
+                            "leave out --vocab-size")
         if not (model is None or isinstance(model, str)) and len(models_of(model)) > 1:
             raise SpecError("--predict takes one --model")
         model = models_of(model)[0]
@@ -98,7 +102,7 @@ def bench(size: Sequence[str] | str | None = None, *,
                       optimizer=optimizer, device=device, threads=threads,
                       model_context=model_context, clip=clip, course=course, compile=compile,
                       compile_mode=compile_mode, checkpoint=checkpoint, grad_accum=grad_accum,
-                      float8=float8)
+                      float8=float8, vocab_size=vocab_size)
     if out is not None:  # an unwritable --out is the one line, before any note
         ensure_writable(Path(out))
     if progress:

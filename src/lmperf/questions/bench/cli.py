@@ -10,7 +10,7 @@ from lmperf.core.vocabulary import LAUNCH, add_compile, add_options, compile_val
 
 DEFAULT_OUT = Path("results") / "bench.jsonl"
 SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention",
-                "device", "threads", "warmup", "steps", "seed")
+                "device", "threads", "warmup", "steps", "seed", "vocab_size")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

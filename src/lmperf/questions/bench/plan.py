@@ -53,7 +53,7 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
                course: str = DEFAULT_COURSE, compile: Sequence[bool] | bool = False,
                compile_mode: str = "default",
                checkpoint: Sequence[str | int] | str | int = "none", grad_accum: int = 1,
-               float8: Sequence[str] | str = "none") -> Plan:
+               float8: Sequence[str] | str = "none", vocab_size: int | None = None) -> Plan:
     """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
@@ -74,6 +74,8 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
                  optimizer=resolve_optimizer(optimizer, dev_), steps=steps, seed=seed,
                  device=dev_.type, threads=resolve_threads(threads, dev_.type),
                  clip=clip, course=course, compile_mode=compile_mode, grad_accum=grad_accum)
+    if vocab_size is not None:  # else a preset's own or the course's 10,000
+        fixed["vocab_size"] = vocab_size
     grid = Grid(sizes=sizes, contexts=as_list(context) or defaults["context"],
                 batches=as_list(batch), precisions=precisions,
                 modes=as_list(mode), attentions=as_list(attention), warmups=as_list(warmup),

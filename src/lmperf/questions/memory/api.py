@@ -32,7 +32,8 @@ def memory(size: str | None = None, *, model: str | None = None,
            out: str | Path | None = None,
            inline: bool = False, timeout: float | None = None,
            max_memory_gib: float | None = None, resume: bool = False,
-           progress: bool = False, force: bool = False) -> Report:
+           progress: bool = False, force: bool = False,
+           vocab_size: int | None = None) -> Report:
     """Measure where the memory of the reference LM (or `model`) goes, over `context` x
     `precision`; keywords and defaults are `lmperf memory`'s flags (None: the device's
     default, see core.vocabulary.DEFAULTS["memory"]), except `out`: None keeps the records in
@@ -48,7 +49,7 @@ def memory(size: str | None = None, *, model: str | None = None,
     lmperf plan assumes), else naive (the course's). `warmup`: train steps before measuring
     (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint policy;
     `float8`: torchao's float8 training of the Linear layers (measured only, beside a bf16
-    regime);
+    regime); `vocab_size`: the vocabulary (None: a preset's own, else 10,000);
     `top`: rows of the largest saved activations; `plots`: a folder for the PNG. An estimate
     without `gib` or `gpu` holds its peak against the memory this machine has left for it.
     Failed measurements (oom, error, unsupported) are rows of the Report; a job whose lower
@@ -73,7 +74,8 @@ def memory(size: str | None = None, *, model: str | None = None,
                        precision=precision, mode=mode, attention=attention, optimizer=optimizer,
                        warmup=warmup, steps=steps, seed=seed, device=device, threads=threads,
                        model_context=model_context, estimate=estimate, gib=gib,
-                       checkpoint=checkpoint, float8=float8, top=top, course=course)
+                       checkpoint=checkpoint, float8=float8, top=top, course=course,
+                       vocab_size=vocab_size)
     options = sweep_options(inline=inline, timeout=timeout, max_memory_gib=max_memory_gib,
                             resume=resume, progress=progress)
     options.force = force

@@ -17,7 +17,7 @@ DESCRIPTION = (
     "trade-off (--checkpoint) and CUDA snapshot summaries (--snapshot). Measurements run in a "
     "child process per precision and analysis. CPU figures are process RSS, never GPU memory.")
 SPEC_OPTIONS = ("size", "course", "model", "context", "batch", "precision", "attention", "device",
-                "threads", "warmup", "steps", "seed")
+                "threads", "warmup", "steps", "seed", "vocab_size")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

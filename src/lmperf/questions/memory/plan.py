@@ -51,7 +51,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
                 attention: str | None, optimizer: str, warmup: int, steps: int, seed: int, device: str,
                 threads: int | None, model_context: int, estimate: bool, gib: float | None,
                 checkpoint: Sequence[str | int] | str | int | None, top: int, course: str,
-                float8: str = "none") -> MemoryPlan:
+                float8: str = "none", vocab_size: int | None = None) -> MemoryPlan:
     """Check the request and build its jobs (keywords as `lmperf.memory`'s, whose defaults are
     the only ones).
 
@@ -97,7 +97,8 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
         mode="train-step", attention=attention,
         optimizer=resolve_optimizer(optimizer, dev_),
         warmup=warmup, steps=steps, seed=seed, device=dev_.type, model=model,
-        threads=resolve_threads(threads, dev_.type), float8=float8)
+        threads=resolve_threads(threads, dev_.type), float8=float8,
+        **({} if vocab_size is None else {"vocab_size": vocab_size}))
     for value in precisions[1:]:
         base.with_(precision=value)  # checks the name
     for value in modes:

@@ -63,8 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data.add_argument("--tokens", type=Path, metavar="FILE",
                       help="train on a token file: a flat uint16 array of ids (raw, as "
                            "ids.tofile(), or .npy), read by memory map")
-    p.add_argument("--vocab-size", type=int, metavar="V",
-                   help="model vocabulary (default: 256 for text, 10000 for --tokens)")
+    add_options(p, ("vocab_size",), helps={"vocab_size": "default: 256 for text, 10000 for "
+                                                         "--tokens"})
     add_compile(p, many=True)  # a second axis beside --precision
     p.set_defaults(func=cmd_train)
 
