@@ -92,3 +92,20 @@ def test_table_and_compare_read_a_json_array_of_records(capsys):
     assert main(["table", str(DATA / "compare.json")]) == 2  # rows of a comparison, not runs
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "lmperf compare's rows: `lmperf report` shows them" in err[0]
+
+
+def test_each_section_gives_its_answer_before_its_table(tmp_path):
+    """Issue 43, item 11: a section's findings (the command's headline first) come before the
+    table behind them, in HTML and Markdown."""
+    files = sorted(DATA.glob("*.jsonl"))
+    page = report(files, out=tmp_path / "r.html").read_text()
+    checked = 0
+    for anchor, html in _sections(page).items():
+        if "<h3>findings</h3>" in html and "<table" in html:
+            assert html.index("<h3>findings</h3>") < html.index("<table"), anchor
+            checked += 1
+    assert checked >= 3
+    text = report(files, out=tmp_path / "r.md", format="markdown").read_text()
+    for part in text.split("\n## ")[1:]:
+        if "### findings" in part and "\n|" in part:
+            assert part.index("### findings") < part.index("\n|"), part.splitlines()[0]

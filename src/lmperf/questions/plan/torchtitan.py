@@ -67,7 +67,8 @@ def _stages(layers: int, stages: int) -> tuple[str, list[str]]:
         parts.append(",".join((["tok_embeddings"] if i == 0 else []) + names
                               + (["norm", "lm_head"] if i == stages - 1 else [])))
     return ("--parallelism.module_fqns_per_model_part " + " ".join(parts),
-            [f"no layers_per_stage makes {stages} stages of {layers} layers: stages listed"])
+            [f"no layers_per_stage splits {layers} layers into {stages} stages: the stages are "
+             "listed"])
 
 
 def _checkpoint(value: int | str) -> tuple[str, list[str]]:

@@ -131,8 +131,8 @@ def badges(counts: dict[str, int]) -> str:
 
 
 def section_html(section: Section, question: str) -> str:
-    """One kind's section: what its numbers are (measured, estimated, predicted), main table,
-    findings, plots, failed runs, warnings, further tables, environment."""
+    """One kind's section: what its numbers are (measured, estimated, predicted), its findings
+    (the answer first, as every command prints it), the main table behind them, plots, failed runs, warnings, further tables, environment."""
     kind = section.kind + (f" ({section.basis})" if section.anchor.endswith(section.basis) else "")
     out = [f'<section id="{anchor(section.anchor or section.kind)}">',
            f"<h2>{_e(kind)}: {_e(question)}</h2>",
@@ -140,13 +140,13 @@ def section_html(section: Section, question: str) -> str:
            f'<p class="counts">{sum(section.counts.values())} record(s) '
            f"{badges(section.counts)}</p>"]
     out += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
-    if section.tables:
-        main = section.tables[0]
-        out += [f"<h3>{_e(main.title)}</h3>", table_html(main, ("message",))]
     if section.findings:
         out.append("<h3>findings</h3>")
         out.append('<ul class="findings">' + "".join(f"<li>{_e(f)}</li>" for f in section.findings)
                    + "</ul>")
+    if section.tables:
+        main = section.tables[0]
+        out += [f"<h3>{_e(main.title)}</h3>", table_html(main, ("message",))]
     if section.plots:
         out.append("<h3>plots</h3>")
         figures = "\n".join(plot_html(p) for p in section.plots)

@@ -46,10 +46,10 @@ def section_md(section: Section, question: str, stem: str, folder: Path) -> str:
     out = [f"## {md(kind)}: {md(question)}", f"**{md(BASES[section.basis])}**",
            f"{sum(section.counts.values())} record(s): {counts}"]
     out += [f"> {md(n)}" for n in section.notes]
+    if section.findings:  # the answer first, then the table behind it (as every command)
+        out += ["### findings", "\n".join(f"- {md(f)}" for f in section.findings)]
     if section.tables:
         out += [f"### {md(section.tables[0].title)}", table_md(section.tables[0])]
-    if section.findings:
-        out += ["### findings", "\n".join(f"- {md(f)}" for f in section.findings)]
     if section.plots:
         out.append("### plots")
         for i, plot in enumerate(section.plots, start=1):
