@@ -57,7 +57,10 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     # 100 + 100 + 50 + 25 = 275, backward 100 + 100 + 50 + 60 = 310, forward 100 + 50 + 150 = 300
     assert rank("zero1") == 310 + 100
     assert rank("zero2") == 100 + 50 + 150  # now forward
-    assert rank("fsdp") == 25 + 50 + 150 + 2 * 4 * 168
+    # FSDP2 reduce-scatters the root unit last: backward (the toy's one event makes the head's
+    # and the embedding's gradients) holds both unsharded, V C fp32 = 160 each, with the shards'
+    # 25 + 25 + 50, the activations 60 and two units gathered: 480 + 1344 > forward 225 + 1344
+    assert rank("fsdp") == 25 + 25 + 50 + 60 + 2 * 160 + 2 * 4 * 168
     assert rank("fsdp", readable=True) == 25 + 50 + 150  # its gathered units left out
     # tp, t = 2 with sequence parallelism: states x P_t / P = 220 / 420, every token-sized
     # tensor / 2, and the all-gathered matmul inputs kept whole for backward: 2 (b T, C) bf16
@@ -65,8 +68,11 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     s = 220 / 420
     # optimizer step (400 + 100) s = 261.9 < forward 300 s + 150 / 2 + 160 = 392.1: it moves
     assert rank("tp", 2, 2) == pytest.approx(300 * s + 150 / 2 + 160)
-    assert rank("fsdp+tp", 4, 2) == pytest.approx((100 + 200) * s / 2 + 150 / 2 + 160
-                                                   + 8 * 168 / 2)
+    # FSDP x TP: backward, with the root's gradients unsharded (the head's 1/t, 80; the
+    # embedding's whole and its TP shard copied out, 160 x 1.5) and the gathered matmul inputs
+    # of the activations held then (160 x 60 / 150), beats forward's 300 s / 2 + 75 + 160
+    assert rank("fsdp+tp", 4, 2) == pytest.approx((100 + 100 + 200) * s / 2 + 60 / 2
+                                                   + 160 * 60 / 150 + 80 + 240 + 8 * 168 / 2)
 
 
 def test_accumulation_keeps_the_gradients_through_forward() -> None:

@@ -262,23 +262,30 @@ class RankShare:
     stages' share, its 1/t of the split weights), `layers` blocks' activations of one
     micro-batch held at once (in-flight chunks x their blocks; the step's L without a
     pipeline), whether it runs the output (`head`), `params` its stages' parameters, `blocks`
-    the blocks it runs."""
+    the blocks it runs; under a pipeline, whether it runs the embedding (`embedding`), the
+    stage forwards it holds at once (`in_flight`, `Layout.in_flight`), its stages (`chunks`)
+    and the step's micro-batches (`micro_batches`)."""
 
     states: float
     layers: float
     head: bool
     params: float
     blocks: int
+    embedding: bool = True
+    in_flight: int = 1
+    chunks: int = 1
+    micro_batches: int = 1
 
 
+@lru_cache(maxsize=4096)
 def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None,
                 every: bool = False) -> list[RankShare]:
     """The distinct ranks of candidate `c`'s layout (one without a pipeline; one per pipeline
-    rank that differs in blocks, in-flight micro-batches or the output). A pipeline rank's
-    stages hold their blocks' parameters and, the first the embedding, the last the output
-    (V C + C); what it holds in flight is its schedule's (`Layout.in_flight`) for the step's
-    micro-batches (the rank's batch / b; `global_batch` None: as many as the pipeline needs).
-    `every`: one per pipeline rank, in rank order, alike or not."""
+    rank that differs in blocks, in-flight micro-batches, the embedding or the output). A
+    pipeline rank's stages hold their blocks' parameters and, the first the embedding, the last
+    the output (V C + C); what it holds in flight is its schedule's (`Layout.in_flight`) for the
+    step's micro-batches (the rank's batch / b; `global_batch` None: as many as the pipeline
+    needs). `every`: one per pipeline rank, in rank order, alike or not."""
     lay, L = c.layout, shape.num_layers
     tp = tp_params(shape, lay.tp) / shape.params if lay.tp > 1 else 1.0
     if lay.pp == 1:
@@ -293,12 +300,14 @@ def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None,
     for r in range(lay.pp):
         mine = [stages[i] for i in lay.rank_stages(r)]
         blocks = sum(s.layers for s in mine)
-        params = (blocks * block + embed * any(s.embedding for s in mine)
-                  + (outside - embed) * any(s.head for s in mine))
-        held = lay.in_flight(r, m) * blocks / len(mine)  # chunks in flight x blocks per chunk
-        share = RankShare(params / shape.params * tp, held, any(s.head for s in mine), params,
-                          blocks)
-        found.setdefault(r if every else (share.states, share.layers, share.head), share)
+        first, last = any(s.embedding for s in mine), any(s.head for s in mine)
+        params = blocks * block + embed * first + (outside - embed) * last
+        chunks = lay.in_flight(r, m)
+        held = chunks * blocks / len(mine)  # chunks in flight x blocks per chunk
+        share = RankShare(params / shape.params * tp, held, last, params, blocks, first, chunks,
+                          len(mine), m)
+        found.setdefault(r if every else (share.states, share.layers, share.head,
+                                          share.embedding, share.in_flight), share)
     return list(found.values())
 
 
@@ -327,10 +336,24 @@ def rank_peak(lines: Timelines, shape: Shape, c: Candidate, context: int, device
 
 def _rank_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare, context: int,
                readable: bool) -> float:
-    """One rank's peak (see `rank_peak`)."""
+    """One rank's peak (see `rank_peak`): the larger of the step's first micro-batch and, when
+    the step accumulates (`grad_accum` > 1, or a pipeline's micro-batches), a later one, which
+    runs with the earlier micro-batches' gradients held (`_micro_batch_peak`)."""
+    first = _micro_batch_peak(lines, shape, c, share, context, readable, later=False)
+    if c.grad_accum == 1 and c.layout.pp == 1:
+        return first
+    return max(first, _micro_batch_peak(lines, shape, c, share, context, readable, later=True))
+
+
+def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare,
+                      context: int, readable: bool, later: bool) -> float:
+    """One rank's peak while it runs the step's first micro-batch (`later` False: its gradients
+    are the timeline's own, made as backward goes) or a later one (the earlier ones' gradients
+    held, `later`), then its optimizer step. The derivations: docs/commands/plan.md, "Memory"."""
     lay, b, strategy = c.layout, c.micro_batch, strategy_of(c.strategy)
     t, L, S = lay.tp, shape.num_layers, c.shard_degree
     tokens = 1 / (t * lay.cp)  # each token-sized tensor's share
+    a = 4 if c.precision == "fp32" else 2  # bytes of an activation in the compute dtype
     unit = max(4 * shape.d_model ** 2 + 3 * shape.d_model * shape.d_ff + 2 * shape.d_model,
                shape.vocab_size * shape.d_model)  # the largest FSDP unit, in parameters
     keep = {cat: share.states / (S if cat in strategy.shards else 1) for cat in STATES}
@@ -342,8 +365,9 @@ def _rank_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare, c
     if c.precision == "bf16-fsdp":  # bf16 states simulated, fp32 shards held: x 2
         scale = 2.0
         extra = (2 * 2 * unit + 2 * unit) / t  # two units' bf16 weights, one unit's bf16 gradients
-    if strategy.gathers and lay.pp > 1:  # the stages' weights and fp32 gradients, whole
-        extra = share.params / t * ((2 if c.precision != "fp32" else 4) + 4)
+    staged = strategy.gathers and lay.pp > 1  # FSDP2 under PP: whole stages, below
+    if staged:
+        extra = 0.0
     if readable and c.strategy == "zero1":  # whole tensors to owners: the largest owner's share
         keep["optimizer state"] = opt_temps = shape.owner_share(lay.dp)
     if readable and strategy.gathers:  # weights gathered in the compute dtype, never copies
@@ -356,30 +380,111 @@ def _rank_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare, c
                         for cat in _CATEGORIES])
     weighted = live[:, :cats] * weights
     act, tmp = _CATEGORIES.index("activations"), _CATEGORIES.index("temporaries")
-    # the blocks' activations held (share.layers of L) and the output's where the rank has it
+    g, p = _CATEGORIES.index("gradients"), _CATEGORIES.index("parameters")
+    backward = lines.backward if lines.backward is not None else np.zeros(len(live), bool)
+    # The micro-batch the rank runs now is the timeline's (its blocks' share of the blocks'
+    # activations, the output's where the rank has it): while its backward starts every stage
+    # forward of it on the rank is held. A pipeline rank also holds `others` stage forwards of
+    # other micro-batches whole: its schedule's in flight (`Layout.in_flight`, capped by the
+    # step's m v stage forwards) less this micro-batch's (v, one per stage), or less one at the
+    # end of its backward (its first stage's: the embedding's event), each of a stage that is
+    # not the output's (its forward is followed by its backward at once, but under GPipe); once
+    # a micro-batch's backward has run (`later`) one fewer can be in flight (1F1B: F_k ..
+    # F_(k+p-r-1) around B_k, k >= 1).
     body = live[:, act] - head_act
-    weighted[:, act] = tokens * (body * share.layers / L + head_act * share.head)
+    # The gradients each weight's backward makes, in event order: the output's first, the
+    # embedding's last (a block's in between), in the dtype autograd makes them in (the
+    # weights' in compute: bf16 under FSDP's bf16 policy, else fp32)
+    made = np.diff(live[:, g], prepend=live[0, g]).clip(min=0) * backward
+    order = np.flatnonzero(made)
+    forwards = share.micro_batches * share.chunks  # the step's stage forwards on this rank
+    in_flight = share.in_flight if not later else min(share.in_flight, forwards - 1)
+    others = np.full(len(live), max(0, in_flight - share.chunks), dtype=float)
+    if order.size:
+        others[order[-1]] = max(0, in_flight - 1)
+    if later and share.embedding and order.size and share.in_flight >= forwards:
+        # every forward first (GPipe, or a warm-up that covers them all): the embedding's stage
+        # runs the rank's last backwards, only its own later micro-batches still in flight
+        others[order[-1]] = max(0, share.micro_batches - 2)
+    # blocks of another micro-batch's stage forward (the output's stage aside)
+    per_chunk = share.blocks / max(1, share.chunks - share.head) if share.chunks > 1 \
+        else share.blocks
+    # only GPipe runs every forward first: its output stage holds other micro-batches' outputs
+    heads = others if lay.pp_schedule == "GPipe" else 0
+    step = lines.training  # what is in flight lives through forward and backward only
+    weighted[:, act] = tokens * (body * share.blocks / L + head_act * share.head + step * (
+        others * per_chunk / L * body.max() + heads * head_act.max() * share.head))
+    if lay.pp > 1:  # each stage forward in flight keeps its output for its backward (torch's
+        # PipelineStage.fwd_cache): the logits (b, T / cp, V / t) on the output's stage, else the
+        # sequence-split (b, T / (cp t), C) the next stage receives
+        outputs, logits = 1 + others, share.head * (1 + heads)
+        weighted[:, act] += step * b * context / lay.cp * a / t * (
+            logits * shape.vocab_size + (outputs - logits) * shape.d_model)
+        # and torch's PipelineStage allocates its receive buffers once for all m micro-batches
+        # (_prepare_forward_infra / _prepare_backward_infra): the activation into every stage
+        # but the first, its output's gradient into every stage but the last, (b, T / cp, C / t)
+        buffers = 2 * share.chunks - share.embedding - share.head
+        weighted[:, act] += share.micro_batches * buffers * b * context / lay.cp * shape.d_model \
+            * a / t
     if t > 1:  # SequenceParallel's all-gathered matmul inputs (2 (b T / cp, C) a block), kept
         # whole for backward by the blocks not checkpointed, and by a recomputed group
-        a = 4 if c.precision == "fp32" else 2
         gathered = 2 * b * context / lay.cp * shape.d_model * a * (1 - 1 / t)
-        if not c.checkpoint:  # as many as the blocks' activations held at each event
-            weighted[:, act] += gathered * share.layers * body / max(body.max(), 1.0)
+        if c.checkpoint in ("none", 0):  # as many as the blocks' activations held at a time
+            held = share.blocks * body / max(body.max(), 1.0) + step * others * per_chunk
+            weighted[:, act] += gathered * held
         elif lines.backward is not None:
-            weighted[lines.backward, act] += gathered * min(c.checkpoint, share.blocks)
+            group = c.checkpoint if isinstance(c.checkpoint, int) else 1  # G blocks
+            weighted[lines.backward, act] += gathered * min(group, share.blocks)
     weighted[:, tmp] = tokens * (live[:, tmp] - head_tmp + head_tmp * share.head)
+    if t > 1 and share.head and head_tmp[backward].max(initial=0.0) > 0:
+        # loss parallelism's backward (torch's _nll_loss_and_log_softmax_backward) holds one
+        # more (b, T / cp, V / t) fp32 tensor than aten's: zeros_like + exp + their sum beside
+        # the saved log-softmax, where nll_loss_backward and _log_softmax_backward_data hold two
+        at = np.flatnonzero(backward)[np.argmax(head_tmp[backward])]
+        weighted[at, tmp] += b * context / lay.cp * shape.vocab_size / t * 4
     weighted[lines.optimizer, tmp] = live[lines.optimizer, tmp] * opt_temps
-    g = _CATEGORIES.index("gradients")
-    if c.grad_accum > 1 or lay.pp > 1:  # earlier micro-batches' gradients stay to the end
-        full = weighted[:, g].max()
-        weighted[lines.training, g] = np.maximum(weighted[lines.training, g], full)
+    own = weighted[:, g].copy()
+    if staged:  # FSDP2 under PP keeps the stage's weights gathered (in the compute dtype) and
+        # its gradients whole (fp32) through every micro-batch (torchtitan: no reshard after
+        # forward, one reduce-scatter per step); its shards' gradients exist from those
+        # reduce-scatters on, after backward
+        whole = share.params / t
+        so_far = live[:, g] / max(live[:, g].max(), 1.0)  # the step's gradients made by now
+        weighted[lines.training, g] = 4 * whole * (1.0 if later else so_far[lines.training])
+        weighted[lines.training, p] += whole * (2 if c.precision != "fp32" else 4)
+    elif later:  # earlier micro-batches' gradients stay to the end
+        weighted[lines.training, g] = np.maximum(own[lines.training], own.max())
+    if later and (staged or "gradients" not in strategy.shards) and order.size:
+        # accumulation: a weight's new gradient is made whole, then added into the one held
+        # (autograd's AccumulateGrad: grad += new), both alive at once: the output's (1 / t
+        # of it under TP), a block's, the embedding's (whole under TP, below)
+        share_of = np.where(backward, (share.blocks > 0) / t, 0.0)
+        share_of[order[0]] = share.head / t
+        share_of[order[-1]] = float(share.embedding)
+        weighted[:, g] += made * share_of
+    vc = shape.vocab_size * shape.d_model * (2 if scale > 1 else 4)  # a (V, C) gradient
+    embedding = share.embedding and sum(n == vc / 4 / scale for n in shape.numels) != 1  # untied
+    fsdp2 = strategy.gathers and not readable and not staged
+    if t > 1 and embedding and order.size and not fsdp2:
+        # DTensor computes the row-wise embedding's gradient Replicate: the whole (V, C) on
+        # every TP rank (torch 2.13), from its backward to the optimizer's zero_grad
+        since = np.arange(len(live)) >= (0 if later else order[-1])
+        keep_till = lines.training | (lines.optimizer if not staged else False)
+        weighted[since & keep_till, g] += vc * (1 - 1 / t)
+    if fsdp2 and share.head and order.size:
+        # FSDP2 reduce-scatters the root unit (embedding, final norm, head) last, after the
+        # embedding's backward: the head's gradient stays unsharded (its 1/t) from its own
+        # backward to then, and the embedding's joins it, whole (under TP DTensor makes it
+        # Replicate, and FSDP copies its TP shard out before the reduce-scatter)
+        weighted[(np.arange(len(live)) >= order[0]) & backward, g] += vc / t
+        weighted[order[-1], g] += vc * (1 + 1 / t if t > 1 else 1) * embedding
     total = weighted.sum(axis=1)
     peak = float(total.max()) + extra
     if strategy.buckets and readable and lay.dp > 1:
         # the flat copy of the gradients, made once backward is over: only states are left then
         end = int(np.argmax(lines.optimizer)) - 1
-        held = [_CATEGORIES.index(x) for x in (*STATES, "inputs & buffers")]
-        peak = max(peak, float(weighted[end, held].sum() + weighted[end, g]))
+        held_states = [_CATEGORIES.index(x) for x in (*STATES, "inputs & buffers")]
+        peak = max(peak, float(weighted[end, held_states].sum() + weighted[end, g]))
     elif strategy.buckets and lay.dp > 1:  # torch DDP's buckets, always there
         peak += float(weighted[:, g].max())
     return peak

@@ -298,6 +298,13 @@ def layout_prediction(work: Workload, c: Candidate, cluster: Cluster,
         if lay.pp > 1:  # a forward send out of every stage but the last, a backward one back
             sends = sum((s < stages - 1) + (s > 0) for s in lay.rank_stages(r))
             moved["pp", "send"] = sends * len(sizes) * boundary
+            # TP's activation collectives: 4 a block, and one pair for the embedding's output
+            # and one for the head's input on the ranks that run them (the table's 4 L + 2
+            # gives every rank both)
+            ends = share.embedding + share.head
+            for op in ("all_gather", "reduce_scatter"):
+                if ("tp", op) in moved:
+                    moved["tp", op] *= (4 * share.blocks + ends) / (4 * share.blocks + 2)
         from lmperf.estimate.fit import _rank_peak
 
         peak = _rank_peak(lines, shape, c, share, work.context, readable(c, cluster))

@@ -60,8 +60,7 @@ def build(item: Item, model, *, lr: float, batch: int, device):
                   context=loss_parallel if lay.tp > 1 else contextlib.nullcontext,
                   replica=(dp_flat.get_local_rank(), lay.dp),
                   full_grads=partial(_gather, modules, mesh, "grad"),
-                  groups={mesh[d].get_group().group_name: d for d in DIMS
-                          if mesh[d].size() > 1})
+                  groups=_group_names(mesh))
     if lay.pp > 1:
         from torch.distributed.pipelining import PipelineStage
 
@@ -73,6 +72,19 @@ def build(item: Item, model, *, lr: float, batch: int, device):
         setup.record["pipeline"] = _schedule_record(lay, sched, m, item.micro_batch,
                                                     len(model.layers))
     return setup
+
+
+def _group_names(mesh) -> dict[str, str]:
+    """{process group name: mesh dimension} for the ledger: every group of this process whose
+    ranks are a dimension's (an earlier item's mesh over the same ranks may own the group
+    DTensor's collectives name: a 1 x 2 x 2 mesh's tp, then a 2 x 2 one's)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _world
+
+    dims = {tuple(sorted(dist.get_process_group_ranks(mesh[d].get_group()))): d for d in DIMS
+            if mesh[d].size() > 1}
+    return {pg.group_name: dims[ranks] for pg, members in _world.pg_group_ranks.items()
+            if (ranks := tuple(sorted(members))) in dims}
 
 
 def _shard(module, dp_mesh, reshard: bool) -> None:
@@ -91,11 +103,17 @@ def _shard(module, dp_mesh, reshard: bool) -> None:
 
 def _step(schedule, first: bool, inputs, targets):
     """One pipeline step: the rank's batch through the schedule (inputs on the first stage's
-    rank); the mean of the micro-batches' losses on the last stage's rank, else None."""
+    rank); the mean of the micro-batches' losses on the last stage's rank, else None. The last
+    stage's outputs are not kept for a return value (`return_outputs=False`, as torchtitan's
+    trainer steps): torch's default keeps every micro-batch's logits to the next step."""
+    import inspect
+
     import torch
 
     losses: list = []
-    schedule.step(*((inputs,) if first else ()), target=targets, losses=losses)
+    quiet = ({"return_outputs": False}
+             if "return_outputs" in inspect.signature(schedule.step).parameters else {})
+    schedule.step(*((inputs,) if first else ()), target=targets, losses=losses, **quiet)
     return torch.stack([loss.detach() for loss in losses]).mean() if losses else None
 
 

@@ -1,23 +1,26 @@
 """`lmperf plan --confirm K`, the side that runs: one planned configuration, run for real, on
-torchrun's ranks (`run_cell`: lmperf's readable strategies) or alone on this machine's device as
-any forked job (`run_alone`). `measure` runs full steps of `grad_accum` micro-batches after a
-zero-gradient step that gives AdamW its state (as the simulator assumes): one under LiveBytes
-(the peak the plan predicts; out of memory: it does not fit), then timed steps, untracked.
+torchrun's ranks (`run_cell`: a data-parallel plan on lmperf's readable strategies, a TP, PP or
+HSDP plan on `dist train`'s layout builder, questions/parallel/layouts.py) or alone on this
+machine's device as any forked job (`run_alone`). `measure` runs full steps of the cell's
+micro-batches after a zero-gradient step that gives AdamW its state (as the simulator assumes)
+and, for a layout, one untracked step (FSDP2's lazy initialisation, the pipeline's shape
+inference): one step under LiveBytes (workload/live.py: the peak the plan predicts; out of
+memory: it does not fit) and the collective ledger (questions/parallel/ledger.py: bytes per mesh
+dimension), then timed steps, untracked.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import time
-import weakref
+from functools import partial
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.weak import WeakIdKeyDictionary
 
 CE = torch.nn.functional.cross_entropy
+LR = 1e-4
 
 
 def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torch.nn.Module:
@@ -36,12 +39,13 @@ def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torc
 
 
 def _setup(cell: dict, model: torch.nn.Module, device: torch.device):
-    """(module to call, optimizer, sync after the last backward, autocast dtype or None)."""
+    """(module to call, optimizer, sync after the last backward, autocast dtype or None) of a
+    data-parallel cell on lmperf's readable strategies (or one device)."""
     from lmperf.questions.parallel import ddp, fsdp, zero
     from lmperf.questions.parallel.strategies import ADAMW
 
-    dtype = torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
-    adamw = dict(lr=1e-4, **ADAMW[device.type])
+    dtype = _dtype(cell)
+    adamw = dict(lr=LR, **ADAMW[device.type])
     if cell["strategy"] == "single":
         return model, torch.optim.AdamW(model.parameters(), **adamw), lambda: None, dtype
     if cell["strategy"] == "fsdp":
@@ -54,6 +58,24 @@ def _setup(cell: dict, model: torch.nn.Module, device: torch.device):
     else:
         opt = torch.optim.AdamW(wrapped.parameters(), **adamw)
     return wrapped, opt, wrapped.finish_gradient_synchronization, dtype
+
+
+def _dtype(cell: dict) -> torch.dtype | None:
+    return torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
+
+
+def _layout(cell: dict, world_size: int, model: torch.nn.Module, device: torch.device):
+    """`dist train`'s Setup of a TP / PP / HSDP cell (layouts.build: the pipeline's stages, TP,
+    fully_shard on the data-parallel mesh), its data-parallel part FSDP2 where it has one."""
+    from lmperf.estimate.layout import Layout
+    from lmperf.questions.parallel import layouts
+    from lmperf.questions.parallel.items import NO_STRATEGY, Item
+
+    lay = Layout(world_size, cell["tp"], cell["pp"], cell["cp"], cell["dp_replicate"],
+                 cell["pp_schedule"], cell["pp_virtual"])
+    item = Item("fsdp2" if lay.dp > 1 else NO_STRATEGY, lay,
+                cell["run_batch"] if lay.pp > 1 else 1)
+    return layouts.build(item, model, lr=LR, batch=sum(cell["sizes"]), device=device)
 
 
 def _loss(module, x: torch.Tensor, y: torch.Tensor, dtype, share: float) -> torch.Tensor:
@@ -80,56 +102,50 @@ def _step(module, opt, sync, dtype, sizes: list[int], tokens: torch.Tensor) -> N
     opt.zero_grad(set_to_none=True)
 
 
-class LiveBytes(TorchDispatchMode):
-    """The peak of live tensor bytes: every storage held at the start (`held`) and every one an
-    op creates, each counted once from its creation until it is freed (a weak reference), as
-    torch's MemTracker counts them (its module hooks refuse a module called several times in
-    one step, which gradient accumulation does)."""
-
-    def __init__(self, held: list[torch.Tensor]):
-        super().__init__()
-        self.seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self.live = self.peak = 0
-        for t in held:
-            self._add(t)
-
-    def _add(self, t: torch.Tensor) -> None:
-        st = t.untyped_storage()
-        if st in self.seen or st.device.type == "meta":
-            return
-        self.seen[st] = n = st.nbytes()
-        self.live += n
-        self.peak = max(self.peak, self.live)
-        weakref.finalize(st, self._free, n)
-
-    def _free(self, n: int) -> None:
-        self.live -= n
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._add(t)
-        return out
+def _layout_step(setup, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
+    """One step of a layout, as `dist train` steps it (no clipping: the gradients are DTensors
+    on several meshes): a pipeline's schedule over the rows (its micro-batches), else each
+    micro-batch's forward and backward under the layout's context (loss parallelism), then
+    AdamW."""
+    if setup.pipeline is not None:
+        with setup.context(), torch.autocast(tokens.device.type, dtype=dtype,
+                                             enabled=dtype is not None):
+            setup.pipeline(tokens[:, :-1], tokens[:, 1:])
+    else:
+        total, start = sum(sizes), 0
+        for b in sizes:
+            x, y = tokens[start:start + b, :-1], tokens[start:start + b, 1:]
+            start += b
+            with setup.context():
+                _loss(setup.model, x, y, dtype, b / total).backward()
+    setup.optimizer.step()
+    setup.optimizer.zero_grad(set_to_none=True)
 
 
 def measure(job, item: str, device: torch.device, rank: int = 0,
             barrier=lambda: None) -> dict:
     """This rank's figures of cell `item` of `job`: the peak of live bytes over one step
-    (None: out of memory), the process's peak RSS, CUDA's allocator peak, the timed steps (s)."""
+    (None: out of memory), the collective bytes per step ({'dim op': S}), the process's peak
+    RSS, CUDA's allocator peak, the timed steps (s)."""
     import resource
 
+    from lmperf.questions.parallel.ledger import Ledger
+    from lmperf.questions.parallel.strategies import optimizer_state
     from lmperf.runtime import device as dev
+    from lmperf.workload.live import LiveBytes
 
     cell, plan = job.cell(item), json.loads(job.plan)
     model = _model(plan, job.seed, cell["checkpoint"], device)
-    module, opt, sync, dtype = _setup(cell, model, device)
-    per_replica, b = cell["per_replica"], cell["run_batch"]
-    accum = -(-per_replica // b)
-    sizes = [b] * (accum - 1) + [per_replica - b * (accum - 1)]
-    if cell["run_batch"] != cell["micro_batch"]:
-        sizes = [b] * max(1, cell["grad_accum"])  # the boundary cell: b + 1 in every micro-batch
-    gen = torch.Generator().manual_seed(job.seed * 7919 + rank)
+    sizes = cell["sizes"]
+    if cell["runner"] == "layout":
+        setup = _layout(cell, job.world_size, model, device)
+        module, opt, names, replica = setup.model, setup.optimizer, setup.groups, setup.replica[0]
+        run = partial(_layout_step, setup, _dtype(cell), sizes)
+    else:
+        module, opt, sync, dtype = _setup(cell, model, device)
+        run = partial(_step, module, opt, sync, dtype, sizes)
+        names, replica, setup = {}, rank, None
+    gen = torch.Generator().manual_seed(job.seed * 7919 + replica)  # a replica's ranks alike
     tokens = torch.randint(0, model.vocab_size if hasattr(model, "vocab_size") else 1000,
                            (sum(sizes), plan["context"] + 1), generator=gen).to(device)
     with torch.no_grad():  # AdamW's state, as a first step leaves it (what the plan simulates)
@@ -137,45 +153,85 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
             p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    local = getattr(opt, "local", None) or opt  # ShardedOptimizer: its rank's AdamW holds it
-    held = [*module.parameters(), *module.buffers(), tokens,
-            *(v for st in local.state.values() for v in st.values() if torch.is_tensor(v))]
+    if setup is not None:
+        run(tokens)  # FSDP2's lazy init and the pipeline's shape inference, not counted
+    held = [*module.parameters(), *module.buffers(), tokens, *optimizer_state(opt)]
     allocator = dev.PeakMemory(device)
     allocator.reset()
     try:
-        with LiveBytes(held) as tracker:
-            _step(module, opt, sync, dtype, sizes, tokens)
+        with LiveBytes(held) as tracker, Ledger(names) as ledger:
+            run(tokens)
         peak = tracker.peak
     except Exception as exc:  # on a GPU the boundary cell may not fit: that is its answer
         if not dev.is_oom(exc) or cell["timed"]:
             raise
-        peak = None
+        peak, ledger = None, None
     times = []
     for i in range(job.steps + 1 if cell["timed"] else 0):
         barrier()
         dev.synchronize(device)
         t0 = time.perf_counter()
-        _step(module, opt, sync, dtype, sizes, tokens)
+        run(tokens)
         dev.synchronize(device)
         if i:
             times.append(time.perf_counter() - t0)
     if hasattr(module, "close"):
         module.close()
-    return {"peak_bytes": peak, "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            * 1024, "allocator_peak_mib": allocator.read() if device.type == "cuda" else None,
+    if setup is not None:
+        setup.close()
+    dp = "dp_replicate" if cell["strategy"] == "ddp" else "dp_shard"  # the readable's one group
+    moved = {f"{dp if row['dim'] == 'world' else row['dim']} {row['collective']}": row["bytes"]
+             for row in (ledger.table() if ledger else [])}
+    return {"peak_bytes": peak, "collective_bytes": moved,
+            "rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "allocator_peak_mib": allocator.read() if device.type == "cuda" else None,
             "step_s": times}  # ru_maxrss: KiB on Linux
 
 
+def _error(planned: float, measured: float | None) -> float | None:
+    return None if not measured else (planned - measured) / measured
+
+
+def _per_dim(moved: dict) -> dict:
+    """{mesh dimension: bytes per step} of {'dim op': bytes}, a pipeline's receives left out
+    (each is its neighbour's send, counted there, as the plan counts them)."""
+    out: dict = {}
+    for key, value in moved.items():
+        dim, op = key.split(" ", 1)
+        if op != "recv":
+            out[dim] = out.get(dim, 0.0) + value
+    return out
+
+
 def figures(cell: dict, everyone: list[dict]) -> dict:
-    """The cell's record fields from every rank's `measure`: planned and measured side by side
-    (the peak of the fullest rank, each step's slowest rank; out of memory: does not fit)."""
+    """The cell's record fields from every rank's `measure`: planned and measured side by side,
+    the fullest rank's peak (out of memory: does not fit), each rank's against its pipeline
+    rank's plan (`rank_peak_errors`; ranks are pipeline-major, torchtitan's mesh order), each
+    rank's collective bytes per mesh dimension, every op's S summed, against the plan's
+    (`collective_bytes_errors`, over the dimensions either side has: one the plan lacks is
+    -100%, one the run lacks None; per 'dim op' in `planned_` and `measured_collective_bytes`),
+    each step's slowest rank."""
     peaks = [r["peak_bytes"] for r in everyone]
     measured = None if None in peaks else max(peaks)
+    planned = cell["planned_rank_peak_bytes"]
+    per = max(1, len(everyone) // len(planned))  # ranks per pipeline rank
+    mine = [planned[min(r // per, len(planned) - 1)] for r in range(len(everyone))]
+    sent = [cell["planned_collective_bytes"][min(r // per, len(planned) - 1)]
+            for r in range(len(everyone))]
+    byte_errors = [{dim: _error(planned_dim.get(dim, 0.0), measured_dim.get(dim))
+                    for dim in sorted({*planned_dim, *measured_dim})}
+                   for planned_dim, measured_dim in ((_per_dim(p), _per_dim(r["collective_bytes"]))
+                                                     for p, r in zip(sent, everyone))]
     slowest = [max(ts) for ts in zip(*[r["step_s"] for r in everyone])]  # per step, the last rank
     extra = cell.get("allowance_bytes", 0.0)  # on CUDA the plan's stated allowance on both sides
     return {"metrics": {"planned_peak_bytes": cell["planned_peak_bytes"],
                         "measured_peak_bytes": measured,
                         "peak_error": measured and (cell["planned_peak_bytes"] - measured) / measured,
+                        "planned_rank_peak_bytes": mine, "measured_rank_peak_bytes": peaks,
+                        "rank_peak_errors": [_error(p, m) for p, m in zip(mine, peaks)],
+                        "planned_collective_bytes": sent,
+                        "measured_collective_bytes": [r["collective_bytes"] for r in everyone],
+                        "collective_bytes_errors": byte_errors,
                         "budget_bytes": cell["budget_bytes"],
                         "planned_fits": cell["planned_peak_bytes"] + extra <= cell["budget_bytes"],
                         "measured_fits": measured is not None
@@ -190,6 +246,7 @@ def run_cell(job, item: str, ctx) -> dict | None:
     import torch.distributed as dist
 
     mine = measure(job, item, ctx.device, ctx.rank, dist.barrier)
+    gc.collect()  # nothing of the cell (FSDP2's hooks, gloo work) may outlive it
     everyone = [None] * ctx.world_size
     ctx.stage.wait("gathering the ranks' figures")
     dist.all_gather_object(everyone, mine)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 from dataclasses import replace
 
@@ -72,41 +73,110 @@ def records(spec: PlanSpec, progress=None) -> list[dict]:
     return out
 
 
-def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
-    """The 2 k cells of --confirm: k fitting plans spread over the ranking's predicted times,
-    each at its micro-batch b (timed) and at b + 1 (memory only)."""
-    fitting = [r for r in rows if r["fits"]]
+# the pipeline schedules --confirm runs (dist train's tests cover them; the zero-bubble ones it
+# builds too, but their memory is not confirmed)
+CONFIRMED_SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
+
+
+def runner_of(row: dict, spec: PlanSpec) -> str | None:
+    """How --confirm runs plan `row` here: 'readable' (a data-parallel plan on lmperf's readable
+    strategies, or one device), 'layout' (TP, PP, HSDP on `dist train`'s layout builder,
+    questions/parallel/layouts.py) or None (not here: context parallelism, async TP, compile or
+    float8, a checkpointed or zero-bubble pipeline, a schedule torch refuses for its
+    micro-batches)."""
+    from lmperf.errors import SpecError
+    from lmperf.estimate.plan import candidate_of
+    from lmperf.questions.parallel.items import NO_STRATEGY, Item, check_schedule
+
+    layout = row["tp"] > 1 or row["pp"] > 1 or row["dp_replicate"] > 1 and row["strategy"] != "ddp"
+    if not layout:
+        return "readable" if row["strategy"] in RUNNABLE_ON_CPU else None
+    if spec.gpus == 1 or row["cp"] > 1 or row["async_tp"] or row.get("compile") or \
+            row.get("float8", "none") != "none":
+        return None
+    if row["pp"] > 1 and (row["checkpoint"] not in (0, "none")
+                          or row["pp_schedule"] not in CONFIRMED_SCHEDULES):
+        return None
+    lay = candidate_of(row, spec.gpus).layout
+    try:
+        check_schedule(Item("fsdp2" if lay.dp > 1 else NO_STRATEGY, lay, row["micro_batch"]),
+                       lay.local_batch(spec.global_batch))
+    except SpecError:
+        return None
+    return "layout"
+
+
+def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
+    """k fitting plans --confirm can run here: the fastest TP plan and the fastest PP plan
+    where the search has them, the rest spread over the predicted times (log-spaced from the
+    fastest to the slowest, not over rank positions: two plans predicted 2% apart rank by the
+    machine's noise, not the model), in rank order."""
+    fitting = [r for r in rows if r["fits"] and runner_of(r, spec)]
     if k > len(fitting):
-        raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit")
-    # spread over the predicted times (log-spaced from the fastest to the slowest), not over
-    # rank positions: two plans predicted 2% apart rank by the machine's noise, not the model
-    lo, hi = math.log(fitting[0]["step_s"]), math.log(fitting[-1]["step_s"])
+        raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit and run here")
     picks: list[dict] = []
-    for i in range(k):
-        goal = lo + (hi - lo) * i / max(1, k - 1)
+    for dim in ("tp", "pp"):
+        found = next((r for r in fitting if r[dim] > 1 and all(r is not p for p in picks)), None)
+        if found is not None and len(picks) < k:
+            picks.append(found)
+    lo, hi = math.log(fitting[0]["step_s"]), math.log(fitting[-1]["step_s"])
+    spread = k - len(picks)
+    for i in range(spread):
+        goal = lo + (hi - lo) * i / max(1, spread - 1)
         left = [r for r in fitting if all(r is not p for p in picks)]
         picks.append(min(left, key=lambda r: abs(math.log(r["step_s"]) - goal)))
-    picks.sort(key=lambda r: r["rank"])
+    return sorted(picks, key=lambda r: r["rank"])
+
+
+def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
+    """The 2 k cells of --confirm (`_picks`), each plan at its micro-batch b (timed) and at
+    b + 1 (memory only; a pipeline keeps its micro-batches, of b + 1 sequences), with what was
+    planned: the fullest rank's peak (`planned_peak_bytes`), on several ranks each pipeline
+    rank's peak and collective bytes per (mesh dimension, op) (`estimate.plan.
+    layout_prediction`, keyed 'dim op'), and `sizes`, the micro-batches a replica runs (a
+    pipeline: its rows, split by the schedule)."""
     from lmperf.estimate.fit import Workload, rank_peak, timelines
-    from lmperf.estimate.plan import candidate_of, shape_of
+    from lmperf.estimate.plan import candidate_of, layout_prediction, shape_of
+    from lmperf.estimate.simulate import allowance_bytes
+    from lmperf.estimate.target import cluster
 
     work = Workload(spec.size, spec.course, spec.model, spec.context, spec.attention,
                     spec.device, OPTIMIZER[spec.device])
     shape = shape_of(work)
+    ranks = cluster(None, spec.gpus, gpus_per_node=spec.gpus_per_node, gib=spec.gib) \
+        if spec.gpus > 1 else None
     budget = (spec.gib or 0) * 2**30 or rows[0]["budget_gib"] * 2**30
     cells = []
-    for r in picks:
+    for r in _picks(spec, rows, k):
         c = candidate_of(r, spec.gpus)
-        per_replica = c.layout.local_batch(spec.global_batch)
+        lay, per_replica = c.layout, c.layout.local_batch(spec.global_batch)
+        m = per_replica // r["micro_batch"]  # a pipeline's micro-batches, b + 1 alike
         for b, timed in ((r["micro_batch"], True), (r["micro_batch"] + 1, False)):
-            live, allowance = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
-                                        replace(c, micro_batch=b), spec.context, spec.device,
-                                        readable=True, global_batch=spec.global_batch)
-            cells.append({"cell": f"rank{r['rank']}-b{b}", **{c: r[c] for c in CANDIDATE},
-                          "run_batch": b, "per_replica": per_replica, "timed": timed,
-                          "plan_rank": r["rank"], "planned_peak_bytes": live,
-                          "allowance_bytes": allowance, "budget_bytes": budget,
-                          "planned_step_s": r["step_s"] if timed else None})
+            if lay.pp > 1:
+                sizes = [m * b]
+            else:
+                sizes = lay.micro_batches(spec.global_batch, b) if timed else \
+                    [b] * max(1, r["grad_accum"])  # the boundary: b + 1 in every micro-batch
+            global_batch = lay.dp * sum(sizes)  # what the cell runs (the plan's, at b)
+            cell = {"cell": f"rank{r['rank']}-b{b}", **{f: r[f] for f in CANDIDATE},
+                    "runner": runner_of(r, spec), "run_batch": b, "sizes": sizes,
+                    "per_replica": per_replica, "timed": timed, "plan_rank": r["rank"],
+                    "budget_bytes": budget, "planned_step_s": r["step_s"] if timed else None}
+            each = layout_prediction(work, replace(c, micro_batch=b), ranks, global_batch) \
+                if ranks is not None else [{"collective_bytes": {}}]
+            cell["planned_collective_bytes"] = [
+                {f"{dim} {op}": v for (dim, op), v in x["collective_bytes"].items()}
+                for x in each]
+            if cell["runner"] == "readable":  # one device or lmperf's readable strategies
+                live, _ = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
+                                    replace(c, micro_batch=b), spec.context, spec.device,
+                                    readable=True, global_batch=global_batch)
+                cell["planned_rank_peak_bytes"] = [live]
+            else:
+                cell["planned_rank_peak_bytes"] = [x["peak_bytes"] for x in each]
+            live = max(cell["planned_rank_peak_bytes"])
+            cells.append({**cell, "planned_peak_bytes": live,
+                          "allowance_bytes": allowance_bytes(live, spec.device)})
     return cells
 
 
@@ -140,18 +210,31 @@ def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = No
 
 def score(cells: list[dict]) -> dict:
     """boundary_correct (fraction of cells whose planned fit equals the measured one),
-    peak_error (the worst |planned - measured| / measured peak), kendall_tau (planned vs
+    peak_error and peak_error_median (the worst and the median |planned - measured| / measured
+    peak over every rank of every cell, each rank against its own pipeline rank's plan),
+    collective_bytes_error and its median (the same over each rank's collective bytes per mesh
+    dimension and op that were measured; None where nothing was), kendall_tau (planned vs
     measured step times of the timed cells), winner_vs_best (the measured step of the plan
-    ranked first over the fastest measured step of the timed cells: 1 when it was the best)."""
+    ranked first over the fastest measured step of the timed cells: 1 when it was the best),
+    and how many cells ran a layout (TP, PP)."""
     m = [c["metrics"] for c in cells]
     timed = [x for x in m if x["planned_step_s"] is not None and x["measured_step_s"]]
     steps = [x["measured_step_s"] for x in timed]
     winner = min(timed, key=lambda x: x["planned_step_s"], default=None)  # picks hold rank 1
+    peaks = [abs(e) for x in m for e in (x.get("rank_peak_errors") or [x["peak_error"]])
+             if e is not None]
+    moved = [abs(e) for x in m for rank in x.get("collective_bytes_errors") or []
+             for e in rank.values() if e is not None]
+    specs = [c["spec"] for c in cells]
     return {"cells": len(m),
+            "tp_cells": sum(s.get("tp", 1) > 1 for s in specs),
+            "pp_cells": sum(s.get("pp", 1) > 1 for s in specs),
             "boundary_correct": sum(x["planned_fits"] == x["measured_fits"] for x in m) / len(m)
             if m else None,
-            "peak_error": max((abs(x["peak_error"]) for x in m if x["peak_error"] is not None),
-                              default=None),
+            "peak_error": max(peaks, default=None),
+            "peak_error_median": statistics.median(peaks) if peaks else None,
+            "collective_bytes_error": max(moved, default=None),
+            "collective_bytes_error_median": statistics.median(moved) if moved else None,
             "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed], steps),
             "winner_step_s": winner and winner["measured_step_s"],
             "best_step_s": min(steps, default=None),

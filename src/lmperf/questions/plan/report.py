@@ -121,12 +121,18 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
     for s in [r for r in records if r["spec"].get("cell") == "summary"]:
         m = {k: "n/a" if v is None else format(v, f) for k, f, v in (  # None: no cells, one plan
             (k, f, s["metrics"].get(k)) for k, f in (
-                ("boundary_correct", ".0%"), ("peak_error", ".1%"), ("kendall_tau", ".2f"),
+                ("boundary_correct", ".0%"), ("peak_error", ".1%"), ("peak_error_median", ".1%"),
+                ("collective_bytes_error", ".1%"), ("kendall_tau", ".2f"),
                 ("winner_vs_best", ".2f")))}
-        findings.append(f"confirmed on {s['metrics']['cells']} cells: boundary correct "
-                        f"{m['boundary_correct']}, worst peak error {m['peak_error']}, "
-                        f"Kendall tau of step times {m['kendall_tau']}, the predicted winner's "
-                        f"measured step / the best of them {m['winner_vs_best']}")
+        layouts = ", ".join(f"{s['metrics'][k]} {name}" for k, name in (
+            ("tp_cells", "with TP"), ("pp_cells", "with PP")) if s["metrics"].get(k))
+        findings.append(f"confirmed on {s['metrics']['cells']} cells"
+                        + (f" ({layouts})" if layouts else "") + f": boundary correct "
+                        f"{m['boundary_correct']}, per-rank peak error median "
+                        f"{m['peak_error_median']}, worst {m['peak_error']}, collective bytes "
+                        f"per mesh dimension worst {m['collective_bytes_error']}, Kendall tau of "
+                        f"step times {m['kendall_tau']}, the predicted winner's measured step / "
+                        f"the best of them {m['winner_vs_best']}")
     return frame, _shown(frame, top), won, findings
 
 
