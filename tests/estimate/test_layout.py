@@ -83,6 +83,19 @@ def test_the_bubble_of_each_schedule():
     assert Layout(8).bubble(8, f, b) == 0
 
 
+def test_fewer_micro_batches_than_stages_wait_for_one_micro_batchs_path():
+    """A schedule's steady-state bubble assumes m >= p: one micro-batch through 2 ranks of
+    ZB-V takes its whole forward and input-gradient path, 2 (f + b - w) + w, on the clock."""
+    f, b = 1.0, 2.0
+    zbv = Layout(2, pp=2, pp_schedule="ZBVZeroBubble", pp_virtual=2)
+    assert zbv.bubble(1, f, b) == 2 * (3 - 1) + 1 - 3 and zbv.bubble(4, f, b) == 0
+    inter = Layout(4, pp=4, pp_schedule="Interleaved1F1B", pp_virtual=2)
+    assert inter.bubble(1, f, b) == 3 * 3 and inter.bubble(4, f, b) == 3 * 3 / 2
+    with pytest.raises(SpecError, match="1F1B needs one per stage, 4"):
+        Layout(4, pp=4, pp_schedule="1F1B").check(num_layers=8, num_heads=4, num_kv_heads=None,
+                                                  context=64, global_batch=4, micro_batch=2)
+
+
 def test_micro_batches_and_accumulation():
     assert Layout(8).micro_batches(16, 1) == [1, 1] and Layout(8).grad_accum(16, 1) == 2
     assert Layout(4).micro_batches(12, 2) == [2, 1]  # the last one smaller

@@ -47,8 +47,11 @@ def test_every_candidate_is_a_plan_record_with_the_issue_fields(small_on_h100):
                 s["micro_batch"] * s["grad_accum"]
     assert small_on_h100.headline[0].startswith("winner:")
     winner = records[0]["spec"]
-    # lmperf runs the data-parallel winners; a bf16 layout (TP, PP) runs on torchtitan
-    runs = "lmperf dist train --world-size 8 " if winner["tp"] == winner["pp"] == 1 else \
+    # lmperf runs the eager data-parallel winners; a bf16 layout (TP, PP) or a compiled or
+    # float8 one runs on torchtitan
+    plain = winner["tp"] == winner["pp"] == 1 and not winner["compile"] and \
+        winner["float8"] == "none"
+    runs = "lmperf dist train --world-size 8 " if plain else \
         "PYTHONPATH=DIR torchrun --nnodes=1 --nproc_per_node=8 -m torchtitan.train"
     assert small_on_h100.headline[1].startswith(f"run it: `{runs}")
     assert len({r["spec"]["search"] for r in records}) == 1

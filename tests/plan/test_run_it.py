@@ -30,9 +30,14 @@ def _on_this_cpu(argv: list[str], out) -> list[str]:
 
 @pytest.mark.slow
 def test_one_gpu_winner_is_one_process_that_runs(tmp_path) -> None:
-    report = lmperf.plan("medium", gpu="H100-SXM", gpus=1, context=512, global_batch=8)
-    seen = [(r["spec"]["precision"], r["spec"]["checkpoint"], r["spec"]["micro_batch"])
-            for r in report.records]
+    # compiled by default: its line compiles (run here eager, as compiling takes a minute)
+    compiled = _run_it(lmperf.plan("medium", gpu="H100-SXM", gpus=1, context=512,
+                                   global_batch=8))
+    assert compiled[compiled.index("--compile") + 1] == "on"
+    report = lmperf.plan("medium", gpu="H100-SXM", gpus=1, context=512, global_batch=8,
+                         compile=False)
+    seen = [(r["spec"]["precision"], r["spec"]["checkpoint"], r["spec"]["micro_batch"],
+             r["spec"]["float8"]) for r in report.records]
     assert len(seen) == len(set(seen)) and {r["spec"]["strategy"] for r in report.records} == {"single"}
     argv = _run_it(report)
     assert argv[:2] == ["lmperf", "bench"] and "--precision" in argv
@@ -49,7 +54,8 @@ def test_one_gpu_winner_is_one_process_that_runs(tmp_path) -> None:
 @pytest.mark.slow
 def test_two_gpu_winner_is_dist_train_that_runs_on_two_gloo_ranks(tmp_path) -> None:
     report = lmperf.plan("medium", gpu="H100-SXM", gpus=2, context=512, global_batch=8,
-                         checkpoint=[0, 1], out=tmp_path / "plan.jsonl")
+                         checkpoint=[0, 1], compile=False, float8="none",
+                         out=tmp_path / "plan.jsonl")  # dist train runs neither
     argv = _run_it(report)
     assert argv[:3] == ["lmperf", "dist", "train"] and argv[argv.index("--world-size") + 1] == "2"
     assert main(_on_this_cpu(argv, tmp_path / "run.jsonl")) == 0
@@ -60,7 +66,8 @@ def test_two_gpu_winner_is_dist_train_that_runs_on_two_gloo_ranks(tmp_path) -> N
 
 def test_the_torchtitan_line_is_the_winners(tmp_path) -> None:
     report = lmperf.plan("llama3-8b", gpu="H100-SXM", gpus=16, context=8192, global_batch=16,
-                         precision="bf16-fsdp", checkpoint=[0, 1], out=tmp_path / "plan.jsonl")
+                         precision="bf16-fsdp", checkpoint=[0, 1], float8="none",
+                         out=tmp_path / "plan.jsonl")  # 0.3 takes rowwise in a config module
     winner = report.records[0]
     s, m = winner["spec"], winner["metrics"]
     assert m["fits"] and f"{m['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU" in report.headline[0]
@@ -78,7 +85,8 @@ def test_the_torchtitan_line_is_the_winners(tmp_path) -> None:
     assert flag["--parallelism.data_parallel_shard_degree"] == str(s.get("dp_shard", 16 // s["tp"]))
     assert flag["--training.global_batch_size"] == "16" and flag["--training.seq_len"] == "8192"
     assert flag["--training.mixed_precision_param"] == "bfloat16"
-    assert words[-1] == "activation-checkpoint:" + ("full" if s["checkpoint"] else "none")
+    assert s["compile"] and "--compile.enable" in words
+    assert words[-1] == "activation-checkpoint:" + s["checkpoint"]
     # what 0.3 takes as overrides needs no config module
     assert "torchtitan_config" not in m and not list(tmp_path.glob("*.py"))
     # the line is in the records: `lmperf table` says it again

@@ -63,10 +63,19 @@ class Timelines:
     backward: np.ndarray | None = None  # backward's events (None: a timeline made by hand)
 
 
+def period(policy: str | int) -> int:
+    """The blocks after which a checkpointing policy (canonical) repeats itself: G for groups of
+    G, K for every-K, else 1."""
+    from lmperf.validate import checkpoint_every
+
+    return policy if isinstance(policy, int) else checkpoint_every(policy) or 1
+
+
 @lru_cache(maxsize=64)
-def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
-    """The affine timeline of `work` in plan precision `precision` with checkpoint groups of
-    `checkpoint` blocks (0: none), cached for the process: micro-batch 1 and 2 simulated, each
+def timelines(work: Workload, precision: str, checkpoint: str | int) -> Timelines:
+    """The affine timeline of `work` in plan precision `precision` under the checkpointing
+    policy `checkpoint` (canonical: none, full, op, every-K, G), cached for the process:
+    micro-batch 1 and 2 simulated, each
     whole, or for the reference LM deeper than three groups grown from the models of two and
     three groups (`_grown`: the same events, block for block, in seconds instead of minutes),
     then reduced to the events that can be a peak (`_frontier`)."""
@@ -75,22 +84,25 @@ def timelines(work: Workload, precision: str, checkpoint: int) -> Timelines:
     from lmperf.errors import SpecError
     from lmperf.estimate.simulate import simulate_step
 
+    from lmperf.validate import checkpoint_policy
+
     t0 = time.perf_counter()
+    checkpoint = checkpoint_policy(checkpoint)
     regime = PRECISIONS[precision]
     spec = work.spec(1, regime)
-    group, layers = max(checkpoint, 1), spec.num_layers
+    group, layers = period(checkpoint), spec.num_layers
     short = layers % group + 2 * group  # the small models keep the last, partial group
     lines = None
     if work.model is None and layers > short + group:
         try:
             lines = [_grown(*(simulate_step(replace(work.spec(b, regime), num_layers=n),
-                                            checkpoint_group=checkpoint)
+                                            checkpoint=checkpoint)
                               for n in (short, short + group)), layers, group)
                      for b in (1, 2)]
         except _NotPeriodic:
             lines = None
     if lines is None:
-        lines = [_frame(simulate_step(work.spec(b, regime), checkpoint_group=checkpoint).timeline)
+        lines = [_frame(simulate_step(work.spec(b, regime), checkpoint=checkpoint).timeline)
                  for b in (1, 2)]
     (a, phase), (b, phase2) = lines
     if a.shape != b.shape or (phase != phase2).any():  # the ops changed with the batch
@@ -433,8 +445,7 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
             held = share.blocks * body / max(body.max(), 1.0) + step * others * per_chunk
             weighted[:, act] += gathered * held
         elif lines.backward is not None:
-            group = c.checkpoint if isinstance(c.checkpoint, int) else 1  # G blocks
-            weighted[lines.backward, act] += gathered * min(group, share.blocks)
+            weighted[lines.backward, act] += gathered * min(period(c.checkpoint), share.blocks)
     weighted[:, tmp] = tokens * (live[:, tmp] - head_tmp + head_tmp * share.head)
     if t > 1 and share.head and head_tmp[backward].max(initial=0.0) > 0:
         # loss parallelism's backward (torch's _nll_loss_and_log_softmax_backward) holds one
@@ -490,7 +501,7 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
     return peak
 
 
-def device_fit(spec, budget_gib: float | None, checkpoint: int = 0) -> dict:
+def device_fit(spec, budget_gib: float | None, checkpoint: str | int = "none") -> dict:
     """Does one step of `spec` (a RunSpec, single device) fit in `budget_gib`? Its simulated peak
     plus, on CUDA, the allowance, held against the budget: the same answer `memory --estimate`,
     `dist --estimate` at one device and `plan` give. {} when the model cannot be simulated."""
@@ -498,7 +509,7 @@ def device_fit(spec, budget_gib: float | None, checkpoint: int = 0) -> dict:
     from lmperf.estimate.simulate import simulate_step
 
     try:
-        res = simulate_step(spec, checkpoint_group=checkpoint)
+        res = simulate_step(spec, checkpoint=checkpoint)
     except SpecError:
         return {}
     total = res.total_bytes / 2**30  # peak + allowance, as memory --estimate's "fits"

@@ -157,6 +157,10 @@ class Layout:
             raise LayoutError(f"micro-batch {micro_batch}", f"does not divide the rank's batch "
                                                             f"{global_batch // self.dp} (a "
                                                             "pipeline splits it evenly)")
+        m = global_batch // self.dp // (micro_batch or 1)
+        if self.pp_schedule == "1F1B" and micro_batch is not None and m < self.pp:
+            raise LayoutError(f"micro-batch {micro_batch}", f"makes {m} micro-batches: 1F1B "
+                              f"needs one per stage, {self.pp} (torch's Schedule1F1B)")
 
     # --- the batch --------------------------------------------------------------------------
     def local_batch(self, global_batch: int) -> int:
@@ -230,18 +234,24 @@ class Layout:
         interleaved (p - 1) (f + b - w) / v, ZB-H1's (Qi et al. 2024: the weight gradients
         fill the cool-down), with the input gradient's B = b - w, (p - 1) (f + B - w) / v;
         ZB-V's (p - 1) (F + B - 2 W) over its half-stage chunks, (p - 1) (f + b - 3 w) / 2, at
-        least 0. 0 without a pipeline."""
+        least 0. These are steady states (m >= p); with fewer micro-batches the step is at least
+        one micro-batch's path through every stage, p (f + b) (zero-bubble: p (f + b - w) + w,
+        its weight gradients off that path): the bubble is at least that less the rank's own
+        m (f + b). 0 without a pipeline."""
         p, v = self.pp, self.pp_virtual
         if p == 1:
             return 0.0
         w = backward_s / 2 if weight_grad_s is None else weight_grad_s
+        one = forward_s + backward_s  # a micro-batch's work on this rank
         if self.pp_schedule in ("GPipe", "1F1B"):
-            return (p - 1) * (forward_s + backward_s)
+            return (p - 1) * one
         if self.pp_schedule == "Interleaved1F1B":
-            return (p - 1) * (forward_s + backward_s) / v
-        if self.pp_schedule == "InterleavedZeroBubble":
-            return (p - 1) * (forward_s + backward_s - 2 * w) / v
-        return max(0.0, (p - 1) * (forward_s + backward_s - 3 * w) / 2)
+            steady, path = (p - 1) * one / v, p * one
+        elif self.pp_schedule == "InterleavedZeroBubble":
+            steady, path = (p - 1) * (one - 2 * w) / v, p * (one - w) + w
+        else:
+            steady, path = max(0.0, (p - 1) * (one - 3 * w) / 2), p * (one - w) + w
+        return max(steady, path - micro_batches * one)
 
 
 def candidates(gpus: int, per_node: int, *, tp=None, pp=None, cp=None, dp_replicate=None,

@@ -20,14 +20,15 @@ METHOD = ("PREDICTED, not measured: per-rank peak from two simulated steps weigh
           "strategy keeps (lmperf.estimate.fit); step time from per-op counts on the target and "
           "each collective's latency + bandwidth (estimate.time_model, estimate.comm)")
 CANDIDATE = ("precision", "checkpoint", "strategy", "dp_replicate", "dp_shard", "tp", "pp", "cp",
-             "pp_schedule", "pp_virtual", "async_tp", "micro_batch", "grad_accum")
+             "pp_schedule", "pp_virtual", "async_tp", "micro_batch", "grad_accum", "compile",
+             "float8")
 
 
 def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
     """(ranked candidate rows, env, what the target is, what was left out: reason -> count) of
     `spec`; `progress(done, total, what)` is told how far the search is."""
     from lmperf.estimate.fit import PRECISIONS, Workload
-    from lmperf.estimate.plan import candidates, left_out_lines, shape_of
+    from lmperf.estimate.plan import candidates, fewest_gpus, left_out_lines, shape_of
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
 
@@ -41,8 +42,16 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
                           node_bandwidth=spec.node_bandwidth)
                for p in probed or spec.precisions[:1]}
     target = next(iter(targets.values()))
-    rows, left = candidates(work, shape_of(work), target, spec.global_batch, spec.space(),
-                            progress, targets)
+    shape = shape_of(work)
+    rows, left = candidates(work, shape, target, spec.global_batch, spec.space(), progress,
+                            targets)
+    if rows and not rows[0]["fits"] and spec.gpu:  # where it would: the fewest GPUs
+        precision = "bf16-fsdp" if "bf16-fsdp" in spec.precisions or spec.gpus == 1 and \
+            "bf16-mixed" in spec.precisions else spec.precisions[0]
+        rows[0]["fits_on_gpus"] = fewest_gpus(
+            work, shape, lambda n: cluster(spec.gpu, n, gpus_per_node=spec.gpus_per_node,
+                                           gib=spec.gib, host_us=spec.host_us or 5.0),
+            precision, 2 * spec.gpus)
     if not rows:
         why = "; ".join(line.removeprefix("left out: ") for line in left_out_lines(left))
         raise SpecError(f"nothing to plan for {spec.gpus} devices and global batch "
