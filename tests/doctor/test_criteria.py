@@ -88,7 +88,7 @@ def test_peak_table_fails_on_disordered_figures_or_another_variants_memory(tmp_p
     _gpu(monkeypatch, "NVIDIA H200", 139.80072021484375)  # the H200 run's CUDA device row
     out = environment.check_peak_table(ctx)
     assert out.status == "ok", out
-    assert out.result.endswith("fp32 66.9 TFLOP/s; CUDA reports 139.8 of its 141 GiB")
+    assert out.result.endswith("fp32 66.9, fp8 1978.9 TFLOP/s; CUDA reports 139.8 of its 141 GiB")
     # an H100 NVL (94 GB) whose name matched the 80 GB H100's entry: MFU off by its figures
     _gpu(monkeypatch, "NVIDIA H100 80GB HBM3", 93.1)
     out = environment.check_peak_table(ctx)
