@@ -51,6 +51,7 @@ def test_score_holds_each_rank_to_its_own_plan():
     assert s["collective_bytes_error"] == 0.002 and s["collective_bytes_error_median"] == 0.0
     assert s["boundary_correct"] == pytest.approx(2 / 3) and s["kendall_tau"] == 1.0
     assert s["winner_vs_best"] == 1.0
+    assert s["step_ratio"] == pytest.approx(1.75) and s["load_average_1m"] is None  # 2x, 1.5x
 
 
 @pytest.mark.slow

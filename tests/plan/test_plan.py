@@ -164,6 +164,11 @@ def test_confirm_on_one_device_runs_each_cell_as_a_job_of_its_own():
     assert summary["winner_vs_best"] >= 1.0 and summary["winner_step_s"] > 0
     assert any("the predicted winner's measured step / the best of them" in f
                for f in report.findings)
+    # issue 43, item 7: the time model's miss, with the load it was measured under
+    ratio, load = summary["step_ratio"], summary["load_average_1m"]
+    assert ratio > 0 and load is not None
+    assert any(f"step measured / predicted {ratio:.2f}x (median; load {load:.1f})" in f
+               for f in report.findings)
 
 
 def test_confirm_takes_any_name_of_the_gpu_at_hand(monkeypatch):

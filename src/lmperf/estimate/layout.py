@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from lmperf.errors import SpecError
 from lmperf.names import PP_SCHEDULES
@@ -157,10 +158,12 @@ class Layout:
             raise LayoutError(f"micro-batch {micro_batch}", f"does not divide the rank's batch "
                                                             f"{global_batch // self.dp} (a "
                                                             "pipeline splits it evenly)")
-        m = global_batch // self.dp // (micro_batch or 1)
-        if self.pp_schedule == "1F1B" and micro_batch is not None and m < self.pp:
-            raise LayoutError(f"micro-batch {micro_batch}", f"makes {m} micro-batches: 1F1B "
-                              f"needs one per stage, {self.pp} (torch's Schedule1F1B)")
+        if self.pp > 1 and micro_batch is not None:
+            m = global_batch // self.dp // micro_batch
+            why = schedule_refusal(self.pp_schedule, self.pp, m, self.pp_virtual)
+            if why:
+                raise LayoutError(f"micro-batch {micro_batch}", f"{m} micro-batches: torch "
+                                  f"refuses the schedule: {why}")
 
     # --- the batch --------------------------------------------------------------------------
     def local_batch(self, global_batch: int) -> int:
@@ -252,6 +255,23 @@ class Layout:
         else:
             steady, path = max(0.0, (p - 1) * (one - 3 * w) / 2), p * (one - w) + w
         return max(steady, path - micro_batches * one)
+
+
+@lru_cache(maxsize=None)
+def schedule_refusal(schedule: str, pp: int, micro_batches: int, virtual: int) -> str | None:
+    """Why torch refuses to build pipeline `schedule` (its name) on `pp` ranks with
+    `micro_batches` micro-batches and `virtual` stages per rank (1F1B needs one per stage, ...),
+    in torch's words; None where it builds it, or where this torch cannot say (before its
+    schedule visualizer): it builds the schedule's actions on placeholder stages, nothing runs."""
+    try:
+        from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+    except ImportError:
+        return None
+    try:
+        get_schedule_ops(schedule, pp, micro_batches, virtual)
+    except (ValueError, AssertionError, RuntimeError) as exc:
+        return " ".join(str(exc).split())
+    return None
 
 
 def candidates(gpus: int, per_node: int, *, tp=None, pp=None, cp=None, dp_replicate=None,

@@ -113,13 +113,10 @@ def check_schedule(item: Item, batch: int) -> None:
     lay = item.layout
     if lay.pp == 1:
         return
-    try:
-        from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
-    except ImportError:  # older torch: the ranks find out
-        return
+    from lmperf.estimate.layout import schedule_refusal
+
     m = len(lay.micro_batches(lay.dp * batch, item.micro_batch))
-    try:
-        get_schedule_ops(lay.pp_schedule, lay.pp, m, lay.pp_virtual)
-    except (ValueError, AssertionError, RuntimeError) as exc:
+    why = schedule_refusal(lay.pp_schedule, lay.pp, m, lay.pp_virtual)  # None: older torch too
+    if why:
         raise SpecError(f"{lay.label()} with {m} micro-batches: torch refuses the schedule: "
-                        f"{exc}") from None
+                        f"{why}")

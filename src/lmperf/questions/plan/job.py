@@ -225,7 +225,9 @@ def score(cells: list[dict]) -> dict:
     dimension and op that were measured; None where nothing was), kendall_tau (planned vs
     measured step times of the timed cells), winner_vs_best (the measured step of the plan
     ranked first over the fastest measured step of the timed cells: 1 when it was the best),
-    and how many cells ran a layout (TP, PP)."""
+    step_ratio (the median measured / planned step of the timed cells: the time model's miss,
+    which a loaded machine inflates) with load_average_1m (the highest of the cells'), and how
+    many cells ran a layout (TP, PP)."""
     m = [c["metrics"] for c in cells]
     timed = [x for x in m if x["planned_step_s"] is not None and x["measured_step_s"]]
     steps = [x["measured_step_s"] for x in timed]
@@ -245,6 +247,10 @@ def score(cells: list[dict]) -> dict:
             "collective_bytes_error": max(moved, default=None),
             "collective_bytes_error_median": statistics.median(moved) if moved else None,
             "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed], steps),
+            "step_ratio": statistics.median(x["measured_step_s"] / x["planned_step_s"]
+                                            for x in timed) if timed else None,
+            "load_average_1m": max((load for c in cells if (load := (c.get("env") or {}).get(
+                "load_average_1m")) is not None), default=None),
             "winner_step_s": winner and winner["measured_step_s"],
             "best_step_s": min(steps, default=None),
             "winner_vs_best": winner and winner["measured_step_s"] / min(steps)}
