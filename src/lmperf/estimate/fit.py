@@ -5,7 +5,7 @@ strategy keeps: docs/commands/plan.md, "How each number is made"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -93,17 +93,18 @@ def timelines(work: Workload, precision: str, checkpoint: str | int) -> Timeline
     group, layers = period(checkpoint), spec.num_layers
     short = layers % group + 2 * group  # the small models keep the last, partial group
     lines = None
+    # the loss on fp32 logits, as the engines a plan runs on take it (torchtitan, dist train):
+    # a bf16 plan's output holds the (b, T, V) logits in fp32 beside their bf16 ones
+    sim = partial(simulate_step, checkpoint=checkpoint, upcast=True)
     if work.model is None and layers > short + group:
         try:
-            lines = [_grown(*(simulate_step(replace(work.spec(b, regime), num_layers=n),
-                                            checkpoint=checkpoint)
+            lines = [_grown(*(sim(replace(work.spec(b, regime), num_layers=n))
                               for n in (short, short + group)), layers, group)
                      for b in (1, 2)]
         except _NotPeriodic:
             lines = None
     if lines is None:
-        lines = [_frame(simulate_step(work.spec(b, regime), checkpoint=checkpoint).timeline)
-                 for b in (1, 2)]
+        lines = [_frame(sim(work.spec(b, regime)).timeline) for b in (1, 2)]
     (a, phase), (b, phase2) = lines
     if a.shape != b.shape or (phase != phase2).any():  # the ops changed with the batch
         raise SpecError("cannot plan this model: its step runs other ops at micro-batch 1 and 2")

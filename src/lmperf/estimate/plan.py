@@ -629,21 +629,25 @@ def _float8_recipes(space: Space, precision: str, cluster: Cluster, left: Counte
 
 
 def fewest_gpus(work: Workload, shape: Shape, cluster_of: Callable[[int], Cluster],
-                precision: str, start: int, limit: int = 2**16) -> int | None:
-    """The fewest GPUs (a power of two, from `start`) on which one rank of the most frugal
-    layouts fits: FSDP over all of them, or FSDP x TP (t 2, 4, 8 within a node), every block
-    checkpointed, micro-batch 1; None up to `limit`. What "nothing fits" points to."""
+                precision: str, start: int, global_batch: int,
+                limit: int = 2**16) -> int | None:
+    """The fewest GPUs (a power of two, from `start`, dividing `global_batch`) on which one rank
+    of the most frugal layouts fits: FSDP over all of them, or FSDP x TP (t 2, 4, 8 within a
+    node), every block checkpointed, micro-batch 1 (accumulating the rank's share of the
+    global batch), priced as the search prices it; None up to `limit`. What "nothing fits"
+    points to."""
     lines = timelines(work, precision, "full")
     n = max(2, start)
     while n <= limit:
         cluster = cluster_of(n)
         for t in (1, 2, 4, 8):
             if n % t or t > cluster.per_node or n // t < 2 or shape.num_heads % t or \
-                    (shape.num_kv_heads or shape.num_heads) % t:
+                    (shape.num_kv_heads or shape.num_heads) % t or global_batch % (n // t):
                 continue
-            c = Candidate(precision, "full", "fsdp", Layout(n, tp=t), 1, 1)
-            if fits(sum(rank_peak(lines, shape, c, work.context, cluster.device)),
-                    cluster.budget):
+            lay = Layout(n, tp=t)
+            c = Candidate(precision, "full", "fsdp", lay, 1, lay.grad_accum(global_batch, 1))
+            if fits(sum(rank_peak(lines, shape, c, work.context, cluster.device,
+                                  readable(c, cluster), global_batch)), cluster.budget):
                 return n
         n *= 2
     return None

@@ -190,15 +190,16 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint: str | i
 
 
 def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str = "uniform", *,
-                  checkpoint_group: int | None = None) -> SimResult:
+                  checkpoint_group: int | None = None, upcast: bool = False) -> SimResult:
     """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
     return its live bytes over time; nothing is allocated. `checkpoint`: the activation
     checkpointing policy (none, full, op, every-K or G blocks per group; any spelling
     `lmperf.validate.checkpoint_policy` accepts, 0 and 1 included), not `spec.checkpoint`;
     `schedule` 'bisection' checkpoints recursively instead (checkpoint_plan.bisection; the
     policy is ignored). `checkpoint_group`: the older keyword of an int policy, read as
-    `checkpoint` (to go once its callers name `checkpoint`). Raises SpecError when the model
-    cannot run on phantom tensors."""
+    `checkpoint` (to go once its callers name `checkpoint`). `upcast`: the loss on fp32 logits
+    (`StepState.upcast`: the multi-GPU engines' step). Raises SpecError when the model cannot
+    run on phantom tensors."""
     from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
     from lmperf.validate import checkpoint_policy
@@ -219,7 +220,7 @@ def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str =
         # gradients in place, a few scalars of memory; its inf check reads values.
         state = StepState(model, inputs, targets, lambda: autocast(regime, torch.device("cpu")),
                           torch.amp.GradScaler("cpu", enabled=False), optimizer,
-                          clip=spec.clip_norm())
+                          clip=spec.clip_norm(), upcast=upcast)
         params = list(model.parameters())
         grads: set[int] = set()
         hooks = [p.register_post_accumulate_grad_hook(

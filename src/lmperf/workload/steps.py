@@ -61,6 +61,9 @@ class StepState:
     annotate: range name -> context (profiling ranges; a no-op by default).
     fault: (step number, loss) -> loss; tests inject a NaN through it, otherwise the identity.
     accum: micro-batches a train step splits the batch's rows into (gradient accumulation).
+    upcast: take the loss on fp32 logits, as torchtitan and `dist train` do (`logits.float()`);
+        off in the lab's own steps, where a -true regime's loss in its dtype is part of what it
+        shows.
     """
 
     model: nn.Module
@@ -74,6 +77,7 @@ class StepState:
     fault: Callable[[int, torch.Tensor], torch.Tensor] = lambda step, loss: loss
     step_number: int = 0  # 1-based number of the step being run (the training loop sets it)
     accum: int = 1
+    upcast: bool = False
 
 
 @dataclass
@@ -96,6 +100,8 @@ def _loss(state: StepState, inputs: torch.Tensor, targets: torch.Tensor) -> torc
         with state.annotate("loss"):
             # fp32 under autocast (cross_entropy is on its fp32 list); in the -true regimes it
             # runs in the parameter dtype, which is part of what those regimes show.
+            if state.upcast:  # (B, T, V) in fp32: a copy unless it already is
+                logits = logits.float()
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
             if state.accum > 1:  # a micro-batch's share: the step's gradient is their mean
                 loss = loss / state.accum

@@ -51,7 +51,7 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
         rows[0]["fits_on_gpus"] = fewest_gpus(
             work, shape, lambda n: cluster(spec.gpu, n, gpus_per_node=spec.gpus_per_node,
                                            gib=spec.gib, host_us=spec.host_us or 5.0),
-            precision, 2 * spec.gpus)
+            precision, 2 * spec.gpus, spec.global_batch)
     if not rows:
         why = "; ".join(line.removeprefix("left out: ") for line in left_out_lines(left))
         raise SpecError(f"nothing to plan for {spec.gpus} devices and global batch "

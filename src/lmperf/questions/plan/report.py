@@ -185,6 +185,8 @@ def _winner(spec: dict, plans: list[dict], best) -> list[str]:
     from lmperf.questions.plan.run import command
 
     mfu = "n/a" if best["mfu"] is None or best["mfu"] != best["mfu"] else f"{100 * best['mfu']:.2g}%"
+    if mfu != "n/a" and best.get("float8", "none") not in ("none", None):
+        mfu += " of the bf16 peak"  # float8's FLOPs held to the dense bf16 rate, as torchtitan
     out = ["winner: " + layout_name(best.to_dict())
            + f", {precision_name(best.to_dict())}, checkpoint {best['checkpoint']}, "
            f"micro-batch {best['micro_batch']} x {best['grad_accum']}: {best['step_s']:.3g} s "
