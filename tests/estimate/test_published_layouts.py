@@ -1,8 +1,10 @@
-"""The plan against torchtitan's published Llama 3 runs (issue 40): each run evaluated as one
-configuration on its GPU entry (tests/data/published/torchtitan_llama3_h100.csv): the layouts
-fit, async TP and interleaved 1F1B gain what was published within half and twice, the plain
-bf16 run within 20%; searched freely, 405B on 512 GPUs has a pipeline among its three best
-layouts and 8B at 131,072 tokens searches context parallelism and fits."""
+"""The plan against torchtitan's published Llama 3 runs (issues 40 and 41): each run evaluated
+as one configuration on its GPU entry (tests/data/published/torchtitan_llama3_h100.csv): T1-T7's
+tokens/s within 20% at the median and none beyond 1.4x, their peaks within 20% of the reserved
+memory at the median, every layout fits; bf16 < + compile < + compile + float8 with each gain,
+and async TP's and interleaved 1F1B's, within half and twice the published; the plain bf16 run
+within 20%; searched freely, 405B on 512 GPUs has a pipeline among its three best layouts and
+8B at 131,072 tokens searches context parallelism and fits."""
 
 from __future__ import annotations
 
@@ -29,8 +31,35 @@ SCRIPT = _script()
 facts, predicted = SCRIPT.facts, SCRIPT.predicted
 
 
+T1_T7 = ["T1", "T2", "T3", "T4a", "T4b", "T4c", "T5a", "T5b", "T6a", "T6b", "T7a", "T7b", "T7c"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("run", ["T5a", "T5b", "T6a", "T6b", "T7a", "T7b", "T7c"])
+def test_t1_to_t7_within_20_percent_at_the_median_and_none_beyond_1_4x():
+    """Issue 41: tokens/s per GPU and the per-rank peak (with its allowance) against torchtitan's
+    max reserved memory (docs/accuracy.md: 13% and -7% on 2026-12-07)."""
+    import statistics
+
+    speed = [predicted(r)["tokens_per_s_per_gpu"] / float(facts()[r]["tokens_per_s"])
+             for r in T1_T7]
+    memory = [predicted(r)["peak_gib"] / float(facts()[r]["memory_gib"]) for r in T1_T7]
+    assert statistics.median(abs(x - 1) for x in speed) <= 0.2
+    assert all(1 / 1.4 <= x <= 1.4 for x in speed), speed
+    assert abs(statistics.median(memory) - 1) <= 0.2, memory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base, plus", [("T1", "T2"), ("T2", "T3"), ("T4a", "T4b"),
+                                        ("T4b", "T4c")])
+def test_compile_then_float8_gain_within_half_and_twice_the_published(base, plus):
+    """bf16 < + compile < + compile + float8, each gain within half and twice torchtitan's."""
+    published = float(facts()[plus]["tokens_per_s"]) / float(facts()[base]["tokens_per_s"])
+    gain = predicted(plus)["tokens_per_s_per_gpu"] / predicted(base)["tokens_per_s_per_gpu"]
+    assert 1 + (published - 1) / 2 <= gain <= 1 + 2 * (published - 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", T1_T7)
 def test_each_published_layout_fits_its_gpu(run):
     row = predicted(run)
     assert row["fits"], row.get("why")

@@ -34,12 +34,14 @@ def precision_name(row: dict) -> str:
 
 def layout_name(row: dict) -> str:
     """A candidate's layout in a few characters: 'fsdp8', 'fsdp4 tp2', 'hsdp2x4 tp8 pp8 i1f1b2',
-    'ddp8', 'single', 'fsdp2 cp4', 'fsdp4 tp2 async'."""
+    'ddp8', 'single', 'fsdp2 cp4', 'fsdp4 tp2 async'; FSDP over the CP ranks alone (its mesh is
+    dp_shard x cp, as torchtitan's) 'fsdp tp2 cp4'."""
     tp, pp, cp, rep, shard = (int(row[k]) for k in ("tp", "pp", "cp", "dp_replicate",
                                                     "dp_shard"))
     strategy = row["strategy"]
-    parts = [{"single": "", "ddp": f"ddp{rep}", "fsdp": f"hsdp{rep}x{shard}" if rep > 1
-              else f"fsdp{shard}"}.get(strategy, f"{strategy}{shard}")]
+    fsdp = f"hsdp{rep}x{shard}" if rep > 1 else f"fsdp{shard}" if shard > 1 else \
+        "fsdp" if cp > 1 else ""  # sharded over dp_shard x cp; one rank of each: nothing
+    parts = [{"single": "", "ddp": f"ddp{rep}", "fsdp": fsdp}.get(strategy, f"{strategy}{shard}")]
     parts += [f"{name}{degree}" for name, degree in (("tp", tp), ("cp", cp), ("pp", pp))
               if degree > 1]
     if pp > 1:
