@@ -61,7 +61,10 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     # and the embedding's gradients) holds both unsharded, V C fp32 = 160 each, with the shards'
     # 25 + 25 + 50, the activations 60 and two units gathered: 480 + 1344 > forward 225 + 1344
     assert rank("fsdp") == 25 + 25 + 50 + 60 + 2 * 160 + 2 * 4 * 168
-    assert rank("fsdp", readable=True) == 25 + 50 + 150  # its gathered units left out
+    # lmperf's readable FSDP: no units held gathered, but its output's backward gathers the head
+    # weight again (bf16: 2 V C = 80), makes its whole fp32 gradient (160) and gloo clones that
+    # for the reduce-scatter (160), over backward's shards and activations 25 + 25 + 50 + 60
+    assert rank("fsdp", readable=True) == 25 + 25 + 50 + 60 + 40 * (2 + 4 + 4)
     # tp, t = 2 with sequence parallelism: states x P_t / P = 220 / 420, every token-sized
     # tensor / 2, and the all-gathered matmul inputs kept whole for backward: 2 (b T, C) bf16
     # per block x (1 - 1/t), 2 blocks = 160 at forward's end (where the blocks' activations peak)

@@ -54,3 +54,18 @@ def test_predict_for_a_gpu_named_with_a_host_time_answers_on_a_cpu(tmp_path, cap
     p = record["prediction"]
     assert p["host_op_s"] == pytest.approx(13e-6) and p["host_op_source"] == host.GIVEN
     assert "13 us" in capsys.readouterr().out
+
+
+def test_ranks_beyond_the_cores_share_them(monkeypatch):
+    """4 CPU ranks on 2 cores each get half a core: half the FLOP/s and bandwidth, twice the
+    host's time per op; 2 ranks on 2 cores keep a whole one each."""
+    from lmperf.estimate import target as tg
+    from lmperf.estimate.time_model import Target
+
+    one = Target("cpu (x, 1 thread(s), measured)", {"fp32": 1e11}, 2e10, None, 1e-6, "measured",
+                 True, "measured now")
+    monkeypatch.setattr(tg.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert tg.shared(one, 2) is one
+    half = tg.shared(one, 4)
+    assert half.flops_per_s == {"fp32": 5e10} and half.bandwidth == 1e10
+    assert half.host_op_s == 2e-6 and "4 ranks on 2 cores: 0.5 of one each" in half.name

@@ -454,6 +454,11 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
         # the saved log-softmax, where nll_loss_backward and _log_softmax_backward_data hold two
         at = np.flatnonzero(backward)[np.argmax(head_tmp[backward])]
         weighted[at, tmp] += b * context / lay.cp * shape.vocab_size / t * 4
+    if readable and strategy.gathers and share.head and order.size:
+        # lmperf's readable FSDP at the output's backward (questions/parallel/fsdp.py): the head
+        # weight all-gathered again for the input's gradient (compute dtype), its whole fp32
+        # gradient before the reduce-scatter, and gloo's clone of that input (V x C each)
+        weighted[order[0], tmp] += shape.vocab_size * shape.d_model * (a + 4 + 4)
     weighted[lines.optimizer, tmp] = live[lines.optimizer, tmp] * opt_temps
     own = weighted[:, g].copy()
     if staged:  # FSDP2 under PP keeps the stage's weights gathered (in the compute dtype) and

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
 
 from lmperf.errors import SpecError
@@ -96,6 +98,21 @@ def cpu_target(threads: int | None = None) -> Target:
                   "measured now (lmperf.runtime.ceilings)", caveats)
 
 
+def shared(target: Target, ranks: int) -> Target:
+    """`target` (one thread's ceilings) as each of `ranks` ranks on this machine's cores gets it:
+    more ranks than cores share them, each at cores / ranks of the rate and of the host's speed
+    (4 ranks on 2 cores: half); unchanged where every rank has a core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    share = min(1.0, (cores or 1) / ranks)
+    if share == 1.0:
+        return target
+    return dataclasses.replace(
+        target, name=target.name.removesuffix(")") + f"; {ranks} ranks on {cores} cores: "
+        f"{share:.2g} of one each)", flops_per_s={d: r * share for d, r in
+                                                  target.flops_per_s.items()},
+        bandwidth=target.bandwidth * share, host_op_s=target.host_op_s / share)
+
+
 # gloo over loopback between 2 ranks of a 2-core AMD EPYC (torch 2.13), per collective: the
 # effective bus bandwidth (GB/s) and latency (us) `estimate.comm.fit_from_records` fitted to
 # `lmperf dist comm` 1 KiB..64 MiB (tests/data/dist_comm_gloo, 2026-11-27); at 4 ranks gloo is
@@ -120,7 +137,7 @@ def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | 
     from lmperf.runtime.peaks import require_device
 
     if gpu is None:
-        target = cpu_target(1)
+        target = shared(cpu_target(1), gpus)
         link = {c: Link(w, base_us=us, intra_hop_us=0.0, per_node=gpus_per_node)
                 for c, (w, us) in CPU_LINKS.items()}
         link["*"] = link["all_reduce"]
