@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# the suite's workers: 2 (a file's tests stay on one worker, their module fixtures shared);
+# WORKERS=0 runs it in this process
+WORKERS ?= 2
 
 .PHONY: bench test setup clean
 
@@ -19,7 +22,7 @@ bench: $(STAMP)
 	$(BIN)/lmperf bench $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile $(ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

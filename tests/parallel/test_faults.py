@@ -12,15 +12,26 @@ from lmperf.questions.parallel.spec import CommJob
 from lmperf.core.rank import ENV_FAULT
 
 
+TAG = f"LMPERF_TEST_FAULTS={os.getpid()}".encode()  # ranks inherit it: this test's, not a
+# parallel test run's
+
+
+@pytest.fixture(autouse=True)
+def _tagged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(*TAG.decode().split("="))
+
+
 def _workers() -> list[int]:
-    """Live processes running lmperf's rank entry point."""
+    """Live processes running lmperf's rank entry point that this test process launched
+    (orphans included: they keep its environment)."""
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes()
+            tagged = b"lmperf.core.rank" in cmdline and TAG in (entry / "environ").read_bytes()
         except OSError:
             continue
-        if entry.name.isdigit() and b"lmperf.core.rank" in cmdline:
+        if entry.name.isdigit() and tagged:
             pids.append(int(entry.name))
     return pids
 
