@@ -66,13 +66,6 @@ class Shape:
         (two per block and the final one); none in the FFN-only model."""
         return 0 if self.ffn_only else 2 * self.num_layers * self.d_model + self.d_model
 
-    @property
-    def tp_all_reduces(self) -> int:
-        """All-reduces of (tokens, d_model) activations per step under tensor parallelism:
-        4 L + 2 for the LM (see the docstring); 2 L for the FFN-only model (one column/row
-        pair per block: its output in forward, its input gradient in backward)."""
-        return 2 * self.num_layers if self.ffn_only else 4 * self.num_layers + 2
-
 
 def ffn_only_shape(d_model: int, d_ff: int, num_layers: int) -> Shape:
     """The course's accounting model: per block two Linear layers d_model -> d_ff -> d_model
