@@ -195,12 +195,12 @@ def _first(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def _fmt_float(value: float) -> str:
-    """DIGITS significant digits in plain notation; large numbers in full with thousands
-    separators (13,312 rather than 1.331e+04), tiny ones to 6 decimals (2.2e-05 -> 0.000022;
-    below that "0")."""
+    """DIGITS significant digits in plain notation; from 1,000 up whole, with thousands
+    separators (9,155 and 13,312, not 9155 beside 13,312 or 1.331e+04), tiny ones to 6
+    decimals (2.2e-05 -> 0.000022; below that "0")."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return "-" if math.isnan(value) else str(value)
-    if abs(value) >= 10**DIGITS:
+    if abs(value) >= 10 ** (DIGITS - 1):
         return f"{value:,.0f}"
     if value == 0:
         return "0"
