@@ -38,7 +38,7 @@ def predicted(run: str) -> dict:
     """The plan's row of published run `run`, every dimension given (bf16-fsdp, torchtitan's
     precision)."""
     from lmperf.estimate import plan
-    from lmperf.estimate.fit import Workload
+    from lmperf.estimate.fit import Workload, shape_of
     from lmperf.estimate.target import cluster
 
     r = facts()[run]
@@ -50,7 +50,7 @@ def predicted(run: str) -> dict:
                        pp_virtual=(int(r["pp_virtual"]),), micro_batch=(int(r["micro_batch"]),),
                        async_tp=(r["async_tp"] == "on",), compile=(r["compile"] == "on",),
                        float8=(r["float8"],))
-    rows, left = plan.candidates(work, plan.shape_of(work), cluster(r["gpu"], int(r["gpus"])),
+    rows, left = plan.candidates(work, shape_of(work), cluster(r["gpu"], int(r["gpus"])),
                                  int(r["global_batch"]), space)
     if len(rows) != 1:
         raise ValueError(f"{run}: {len(rows)} candidates; {plan.left_out_lines(left)}")

@@ -44,7 +44,8 @@ def tiny_rows():
 def test_every_row_is_the_plans_prediction_of_that_configuration(tiny_rows) -> None:
     """dist --estimate and plan: the same peak and step time for the same configuration."""
     from lmperf.estimate.fit import Workload
-    from lmperf.estimate.plan import Space, candidates, shape_of
+    from lmperf.estimate.fit import shape_of
+    from lmperf.estimate.plan import Space, candidates
     from lmperf.estimate.target import cluster
 
     work = Workload("tiny", "2026", None, 64, "sdpa", "cuda")

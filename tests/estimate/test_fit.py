@@ -88,7 +88,7 @@ def test_accumulation_keeps_the_gradients_through_forward() -> None:
 def test_one_answer_to_fits_a_single_rank_is_memory_estimates_peak():
     """n = 1, no sharding: the plan's per-rank peak is the simulated step's, byte for byte, and
     its allowance the one `memory --estimate` adds."""
-    from lmperf.estimate.plan import shape_of
+    from lmperf.estimate.fit import shape_of
 
     work = fit.Workload("tiny", "2026", None, 64, "sdpa", "cuda")
     lines = fit.timelines(work, "bf16-mixed", 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.estimate import plan
+from lmperf.estimate.communication import layout_prediction
 from lmperf.estimate.candidate import Candidate
 from lmperf.estimate.fit import Workload
 from lmperf.estimate.layout import Layout
@@ -43,7 +43,7 @@ def test_the_plans_per_rank_peak_is_dist_trains(name, n, global_batch, b):
     assert layout.label() == name
     c = Candidate("fp32", 0, "fsdp" if layout.dp > 1 else "single", layout, b, 1)
     work = Workload("mini", "2026", None, 32, "sdpa", "cpu", "foreach")
-    ranks = plan.layout_prediction(work, c, cluster(None, n, gib=1), global_batch)
+    ranks = layout_prediction(work, c, cluster(None, n, gib=1), global_batch)
     per = n // layout.pp  # ranks of one pipeline rank (torchtitan's mesh: pp outermost)
     tolerance = TOLERANCE.get(name, 0.04 if layout.pp > 1 else 0.005)
     for rank, measured in enumerate(MEASURED[name, n, global_batch, b]):

@@ -7,8 +7,9 @@ import pytest
 
 from lmperf.estimate import op_costs, plan
 from lmperf.estimate.candidate import Candidate
-from lmperf.estimate.fit import Workload
+from lmperf.estimate.fit import Workload, shape_of
 from lmperf.estimate.layout import Layout
+from lmperf.estimate.step_time import phases, step_time
 from lmperf.estimate.target import cluster, gpu_targets
 from lmperf.estimate.time_model import phase_times
 
@@ -17,7 +18,7 @@ TINY = Workload("tiny", "2026", None, 64, "sdpa", "cuda")
 
 def _search(work: Workload, card, global_batch: int, checkpoints=(0, 1, 2, 4),
             precisions=("bf16-mixed", "bf16-fsdp"), progress=None, **space) -> list[dict]:
-    rows, _ = plan.candidates(work, plan.shape_of(work), card, global_batch,
+    rows, _ = plan.candidates(work, shape_of(work), card, global_batch,
                               plan.Space(tuple(precisions), tuple(checkpoints), **space), progress)
     return rows
 
@@ -50,10 +51,10 @@ def test_a_loop_over_targets_gets_each_targets_own_times():
     costs = op_costs.count_op_costs(TINY.spec(1, "bf16-mixed"))
     for i in range(40):
         target = gpu_targets("H100-SXM", (1 + i % 2) * 10e-6)[0]  # dropped after each turn
-        times, _ = plan.phases(TINY, "bf16-mixed", 1, target)
+        times, _ = phases(TINY, "bf16-mixed", 1, target)
         own = phase_times(costs, target)
         assert {p: times[p] for p in own} == {p: x.typical_s for p, x in own.items()}
-    slow, fast = (plan.phases(TINY, "bf16-mixed", 1, gpu_targets("H100-SXM", us * 1e-6)[0])[0]
+    slow, fast = (phases(TINY, "bf16-mixed", 1, gpu_targets("H100-SXM", us * 1e-6)[0])[0]
                   for us in (20, 1))
     assert slow["forward"] > fast["forward"]
 
@@ -64,20 +65,20 @@ def test_tensor_and_sequence_parallelism_split_every_op_and_the_rank_issues_them
     rank's host; context parallelism: the step at T / cp, attention x cp."""
     work = Workload("small", "2026", None, 128, "sdpa", "cuda")
     card = gpu_targets("H100-SXM")[0]
-    whole, flops = plan.phases(work, "bf16-mixed", 2, card)
-    half, half_flops = plan.phases(work, "bf16-mixed", 2, card, 2)
+    whole, flops = phases(work, "bf16-mixed", 2, card)
+    half, half_flops = phases(work, "bf16-mixed", 2, card, 2)
     assert half_flops == pytest.approx(flops / 2, rel=1e-6)
     # more than half the time: the host issues every op on every rank
     assert whole["forward"] / 2 < half["forward"] < whole["forward"]
     short = Workload("small", "2026", None, 64, "sdpa", "cuda")
-    _, cp_flops = plan.phases(short, "bf16-mixed", 2, card, 1, 2)
-    _, short_flops = plan.phases(short, "bf16-mixed", 2, card)
+    _, cp_flops = phases(short, "bf16-mixed", 2, card, 1, 2)
+    _, short_flops = phases(short, "bf16-mixed", 2, card)
     assert short_flops < cp_flops < flops / 2 + 1  # T / 2 tokens, attention over all T
 
 
 def test_a_width_tp_cannot_split_drops_that_degree_and_says_so():
     # tiny has 4 heads: 8-way TP cannot split them; 2 and 4 can
-    rows, left = plan.candidates(TINY, plan.shape_of(TINY), cluster("H100-SXM", 16), 16,
+    rows, left = plan.candidates(TINY, shape_of(TINY), cluster("H100-SXM", 16), 16,
                                  plan.Space(("bf16-mixed",), (0,), pp=(1,)))
     assert {r["tp"] for r in rows if r["strategy"] == "fsdp"} == {1, 2, 4}
     assert "left out: tp 8: does not divide the model's 4 attention heads (2)" in \
@@ -117,11 +118,11 @@ def test_bf16_fsdp_steps_fp32_shards_as_fsdp2_does():
     """Under bf16-fsdp's policy FSDP2's optimizer steps fp32 shards: its time is fp32's, not
     that of bf16 states (half the bytes)."""
     work = Workload("small", "2026", None, 128, "sdpa", "cuda")
-    shape, card = plan.shape_of(work), cluster("H100-SXM", 2)
-    bf16, fp32 = (plan.step_time(Candidate(p, 0, "fsdp", Layout(2), 1, 1), work, shape, card, 2)
+    shape, card = shape_of(work), cluster("H100-SXM", 2)
+    bf16, fp32 = (step_time(Candidate(p, 0, "fsdp", Layout(2), 1, 1), work, shape, card, 2)
                   for p in ("bf16-fsdp", "fp32"))
     assert bf16["optimizer_s"] == pytest.approx(fp32["optimizer_s"])
-    on_bf16_states = plan.phases(work, "bf16-fsdp", 1, card.target)[0]["optimizer"] / 2
+    on_bf16_states = phases(work, "bf16-fsdp", 1, card.target)[0]["optimizer"] / 2
     assert on_bf16_states < 0.8 * bf16["optimizer_s"]  # memory-bound: the bytes count
 
 

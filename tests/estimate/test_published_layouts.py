@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from lmperf.estimate import plan
-from lmperf.estimate.fit import Workload
+from lmperf.estimate.communication import layout_prediction
+from lmperf.estimate.fit import Workload, shape_of
 from lmperf.estimate.target import cluster
 
 
@@ -90,7 +91,7 @@ def test_405b_on_512_gpus_has_a_pipeline_among_its_three_best_layouts():
     from lmperf.questions.plan.report import layout_name
 
     work = Workload("llama3-405b", "2026", None, 8192, "sdpa", "cuda", "fused")
-    rows, _ = plan.candidates(work, plan.shape_of(work), cluster("H100-96GB", 512), 256,
+    rows, _ = plan.candidates(work, shape_of(work), cluster("H100-96GB", 512), 256,
                               plan.Space(("bf16-fsdp",), (1,)))
     best = list(dict.fromkeys(layout_name(r) for r in rows if r["fits"]))[:3]
     assert any(" pp" in f" {name}" for name in best), best
@@ -99,7 +100,7 @@ def test_405b_on_512_gpus_has_a_pipeline_among_its_three_best_layouts():
 @pytest.mark.slow
 def test_8b_at_131072_tokens_searches_context_parallelism_and_fits():
     work = Workload("llama3-8b", "2026", None, 131072, "sdpa", "cuda", "fused")
-    rows, left = plan.candidates(work, plan.shape_of(work), cluster("H100-96GB", 8), 2,
+    rows, left = plan.candidates(work, shape_of(work), cluster("H100-96GB", 8), 2,
                                  plan.Space(("bf16-fsdp",), (1,)))
     assert any(r["cp"] > 1 for r in rows) and rows[0]["fits"]
     lines = plan.left_out_lines(left)
@@ -137,6 +138,6 @@ def test_the_plans_collective_bytes_are_dist_trains(name, global_batch, b):
               "hsdp 2x2": Layout(4, dp_replicate=2)}[name]
     c = Candidate("fp32", 0, "fsdp" if layout.dp > 1 else "single", layout, b, 1)
     work = Workload("mini", "2026", None, 32, "sdpa", "cpu", "foreach")
-    ranks = plan.layout_prediction(work, c, cluster(None, 4, gib=1), global_batch)
+    ranks = layout_prediction(work, c, cluster(None, 4, gib=1), global_batch)
     for planned, measured in zip(ranks, MEASURED[name, global_batch, b]):
         assert {k: planned["collective_bytes"][k] for k in measured} == measured

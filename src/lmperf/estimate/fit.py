@@ -521,3 +521,19 @@ def device_fit(spec, budget_gib: float | None, checkpoint: str | int = "none") -
     total = res.total_bytes / 2**30  # peak + allowance, as memory --estimate's "fits"
     return {"peak_gib": total, "simulated_gib": res.peak_bytes / 2**30, "budget_gib": budget_gib,
             "fits": fits(total, budget_gib)}
+
+
+def shape_of(work: Workload) -> Shape:
+    """The Shape (parameters counted on a meta model, widths from the config) of `work`."""
+    import torch
+
+    from lmperf.model.custom import build_model
+
+    spec = work.spec(1, "fp32")
+    config = spec.model_config()
+    with torch.device("meta"):
+        model = build_model(config, spec.model)
+    numels = tuple(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return Shape(spec.model or spec.size, sum(numels), config.d_model, config.d_ff,
+                 config.num_layers, config.num_heads, config.vocab_size,
+                 num_kv_heads=config.num_kv_heads or 0, numels=numels)

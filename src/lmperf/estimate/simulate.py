@@ -16,7 +16,7 @@ import torch
 from lmperf.errors import LmperfError, SpecError
 from lmperf.estimate.phantom import PhantomError, PhantomMode
 from lmperf.runtime.precision import Regime, autocast, get_regime
-from lmperf.units import GIB, MIB
+from lmperf.units import MIB
 from lmperf.workload.spec import RunSpec
 
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer state", "activations",

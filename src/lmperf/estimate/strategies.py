@@ -1,6 +1,6 @@
 """THE per-strategy table: what each way of spreading a training step over ranks keeps of each
 memory category, which collectives it issues, over which group, and what they hide behind.
-Memory (`estimate.fit.rank_peak`), time and communication (`estimate.plan.step_time`) and
+Memory (`estimate.fit.rank_peak`), time and communication (`estimate.step_time`) and
 `dist --estimate`'s rows all read it; the table as prose: docs/commands/plan.md."""
 
 from __future__ import annotations

@@ -147,7 +147,6 @@ def fused(costs):
         group = np.cumsum(new) - 1  # (calls,) -> its kernel
         moves = per[seq, 1] + per[seq, 2] > 0
         idx = np.arange(len(seq))
-        first = np.full(group[-1] + 1, -1)
         last = np.full(group[-1] + 1, -1)
         np.maximum.at(last, group[moves], idx[moves])
         first_rev = np.full(group[-1] + 1, len(seq))

@@ -117,7 +117,8 @@ def _pairs(n: int, degrees: Sequence[int]) -> list[tuple[str, int]]:
 def _lm_rows(size, course, context, batch, tokens, sizes, degrees, target, c_bytes):
     """The rows of a preset LM, each `lmperf plan`'s prediction of that configuration."""
     from lmperf.estimate.fit import Workload, fits, rank_peak, timelines
-    from lmperf.estimate.plan import shape_of, step_time
+    from lmperf.estimate.fit import shape_of
+    from lmperf.estimate.step_time import step_time
 
     work = Workload(size, course, None, context, "sdpa", "cuda")
     spec, counted = work.spec(1, "fp32"), shape_of(work)
@@ -220,7 +221,7 @@ def _ffn_rows(shape: Shape, card, degrees: Sequence[int], tokens: int, c_bytes: 
     """The course's accounting model: states and activations analytic, communication from the
     strategy table at the collective model (no ops to count: no compute or step time)."""
     from lmperf.estimate.fit import fits
-    from lmperf.estimate.plan import communication
+    from lmperf.estimate.communication import communication
 
     rows = []
     for strategy, t in _pairs(card.gpus, degrees):

@@ -28,7 +28,8 @@ def search(spec: PlanSpec, progress=None) -> tuple[list[dict], dict, str, dict]:
     """(ranked candidate rows, env, what the target is, what was left out: reason -> count) of
     `spec`; `progress(done, total, what)` is told how far the search is."""
     from lmperf.estimate.fit import PRECISIONS, Workload
-    from lmperf.estimate.plan import candidates, fewest_gpus, left_out_lines, shape_of
+    from lmperf.estimate.fit import shape_of
+    from lmperf.estimate.plan import candidates, fewest_gpus, left_out_lines
     from lmperf.estimate.target import cluster
     from lmperf.runtime.env import capture
 
@@ -141,11 +142,13 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     """The 2 k cells of --confirm (`_picks`), each plan at its micro-batch b (timed) and at
     b + 1 (memory only; a pipeline keeps its micro-batches, of b + 1 sequences), with what was
     planned: the fullest rank's peak (`planned_peak_bytes`), on several ranks each pipeline
-    rank's peak and collective bytes per (mesh dimension, op) (`estimate.plan.
+    rank's peak and collective bytes per (mesh dimension, op) (`estimate.communication.
     layout_prediction`, keyed 'dim op'), and `sizes`, the micro-batches a replica runs (a
     pipeline: its rows, split by the schedule)."""
     from lmperf.estimate.fit import Workload, rank_peak, timelines
-    from lmperf.estimate.plan import candidate_of, layout_prediction, shape_of
+    from lmperf.estimate.communication import layout_prediction
+    from lmperf.estimate.fit import shape_of
+    from lmperf.estimate.plan import candidate_of
     from lmperf.estimate.simulate import allowance_bytes
     from lmperf.estimate.target import cluster
 
