@@ -11,7 +11,6 @@ import contextlib
 import io
 import logging
 
-import torch
 import torch.nn as nn
 
 from lmperf.errors import SpecError

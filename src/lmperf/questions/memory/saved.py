@@ -20,7 +20,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lmperf.workload.spec import RunSpec
-from lmperf.errors import SpecError
 from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import autocast, get_regime
