@@ -74,6 +74,18 @@ def test_a_real_measurement_is_positive_and_finite():
     assert n == 128 and all(math.isfinite(v) and v > 0 for v in (flops, copy, triad))
 
 
+def test_a_fresh_output_costs_its_extra_over_a_copy_into_an_existing_one(monkeypatch):
+    """fresh_write: bytes over (a clone's time - a copy's), each timed as its own best."""
+    times = iter([5e-3, 1e-3])  # the clone's best, then the copy's
+    monkeypatch.setattr(ce, "_best_s", lambda fn, device, repeats: next(times))
+    assert ce.fresh_write(torch.device("cpu"), nbytes=4096) == pytest.approx(4096 / 4e-3)
+
+
+def test_a_real_fresh_write_rate_is_positive_and_finite():
+    rate = ce.fresh_write(torch.device("cpu"), nbytes=ce.MMAP_MAX_BYTES * 2, repeats=2)
+    assert math.isfinite(rate) and rate > 0
+
+
 def test_unknown_dtype_is_a_spec_error():
     with pytest.raises(SpecError, match="fp8"):
         ce.measure_ceilings(torch.device("cpu"), ("fp8",))

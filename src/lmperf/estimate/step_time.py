@@ -48,7 +48,9 @@ def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: i
         head = batch * work.context * work.spec(1, "fp32").vocab_size * 2 / t
         costs, casts = _float8(costs, target, head, compile)
     table = costs.table
-    times = {p: x.typical_s + casts.get(p, 0.0) for p, x in phase_times(costs, target).items()}
+    extra = _unpriced(table, target, t)
+    times = {p: x.typical_s + casts.get(p, 0.0) + extra.get(p, 0.0)
+             for p, x in phase_times(costs, target).items()}
     # the matmuls' own device time per phase (what async TP can hide TP's collectives behind),
     # the forward's elementwise ops' (what `op` checkpointing recomputes with some matmuls)
     _, _, device = op_times(table, target)
@@ -93,6 +95,38 @@ def _float8(costs, target, head: float, compiled: bool):
     return replace(costs, table=table, method=costs.method + "; float8 GEMMs"), casts
 
 
+# torch's loss parallelism (torch/distributed/tensor/parallel/loss.py) over a TP rank's (b, T,
+# V / t) logits of L bytes, beside the fused kernels the op counts hold, per phase: (passes over
+# L, fresh outputs of L, ops) it adds. Forward: amax, x - max, exp, sum, shifted - logsumexp (8
+# passes, 3 outputs) where aten's _log_softmax makes 2 (1); backward: zeros_like, exp, add, mul,
+# the masks (8 passes, 4 outputs) where nll_loss_backward and _log_softmax_backward_data make 5 (2).
+LOSS_PARALLEL = {"forward": (6, 2, 4), "backward": (3, 2, 5)}
+
+
+def _unpriced(table, target, t: int) -> dict[str, float]:
+    """Seconds per phase the op counts leave out: on a CPU (`target.fresh_bytes_per_s`), the
+    page faults of each output above glibc's largest mmap threshold, mapped afresh on every call
+    (an in-place op, named `..._`, allocates nothing); under TP, loss parallelism's extra passes,
+    fresh outputs and ops (LOSS_PARALLEL) at the elementwise class's bandwidth."""
+    from lmperf.runtime.ceilings import MMAP_MAX_BYTES
+
+    out: dict[str, float] = {}
+    per_call = table["bytes_written"] / table["calls"].clip(lower=1)
+    fresh = target.fresh_bytes_per_s
+    if fresh:
+        big = (per_call >= MMAP_MAX_BYTES) & ~table["op"].str.endswith("_")
+        out = {p: n / fresh for p, n in table.loc[big].groupby("phase")["bytes_written"].sum().items()}
+    logits = per_call[table["op"] == "aten::_log_softmax"]
+    if t > 1 and len(logits):
+        size = float(logits.max())
+        share = (target.fractions or {}).get("elementwise/norm")
+        rate = target.bandwidth * (share.memory if share else 1.0)
+        for p, (passes, outputs, ops) in LOSS_PARALLEL.items():
+            faults = outputs * size / fresh if fresh and size >= MMAP_MAX_BYTES else 0.0
+            out[p] = out.get(p, 0.0) + passes * size / rate + faults + ops * target.host_op_s
+    return out
+
+
 @lru_cache(maxsize=128)
 def _counted(work: Workload, precision: str, batch: int, layers: int | None = None):
     """One device's op costs at micro-batch `batch` (and `layers` blocks): counted at 1 and 2,
@@ -127,13 +161,14 @@ def sequence_flops(work: Workload) -> int | None:
                                 spec.vocab_size, 1, work.context, spec.mode).flops
 
 
-def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[tuple]:
+def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int,
+           every: bool = False) -> list[tuple]:
     """Per distinct rank: (forward s, backward s, recompute s, FLOPs, matmul s: the forward
     passes' matmuls, in forward and in recompute) of one micro-batch of `b` sequences. Without a pipeline the
     rank runs the whole model; a pipeline rank its stages' blocks, the output on the last (a
     block's time is the 2-block model's less the 1-block model's, the output's what the
     1-block model has beyond its block). Checkpointing runs the blocks' forward again, not
-    the output's."""
+    the output's. `every`: one per pipeline rank, in rank order."""
     lay = c.layout
     cp_work = work if lay.cp == 1 else replace(work, context=work.context // lay.cp)
     keys = ("forward", "backward", "matmul forward", "matmul backward", "elementwise forward")
@@ -156,7 +191,7 @@ def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[t
         whole, n = at(None), checkpointed(c.checkpoint, shape.num_layers)
         return [(whole[0], whole[1], again * n, whole[5], whole[2] + again_mm * n)]
     out = []
-    for share in rank_shares(shape, c):
+    for share in rank_shares(shape, c, every=every):
         fwd, bwd, mf, _, _, flops = (share.blocks * p + h * share.head
                                      for p, h in zip(per, head))
         n = checkpointed(c.checkpoint, share.blocks)
@@ -211,8 +246,13 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
         flops += count * f
         spans += [(fwd, bwd + again, mm)] * count
     if lay.pp > 1:
-        fwd, bwd = spans[0][0], spans[0][1]
-        bubble = lay.bubble(len(sizes), fwd, bwd)
+        # the slowest rank idles while the other stages run the warm-up's forwards and the
+        # cool-down's backwards: the bubble of a rank at their mean (stages differ: the
+        # embedding's, the output's)
+        ranks = sorted(_micro(c, work, shape, cluster.target, sizes[0], every=True),
+                       key=lambda x: x[0] + x[1] + x[2])[:-1]
+        bubble = lay.bubble(len(sizes), sum(x[0] for x in ranks) / len(ranks),
+                            sum(x[1] + x[2] for x in ranks) / len(ranks))
         p2p = pipeline_sends(c, shape, cluster, work.context, len(sizes))
     # counted on the rank's weights; FSDP2 under bf16-fsdp's policy steps fp32 shards: fp32's
     times, _ = phases(work, "fp32" if c.precision == "bf16-fsdp" else c.precision, 1,

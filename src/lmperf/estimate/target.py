@@ -80,22 +80,23 @@ def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = No
 
 def cpu_target(threads: int | None = None) -> Target:
     """This CPU from the ceilings it measures now (fp32, bf16, fp16 square matmuls, the faster
-    of a copy and a triad, one small op's host time; `runtime.ceilings`) with `threads` torch
-    threads (None: lmperf's default, one)."""
+    of a copy and a triad, one small op's host time, a fresh output's page faults;
+    `runtime.ceilings`) with `threads` torch threads (None: lmperf's default, one)."""
     import torch
 
     from lmperf.core.launch import cpu_threads
-    from lmperf.runtime.ceilings import measure_ceilings
+    from lmperf.runtime.ceilings import fresh_write, measure_ceilings
 
     with cpu_threads(1 if threads is None else threads):
         c = measure_ceilings(torch.device("cpu"), ("fp32", "bf16", "fp16"))
+        fresh = fresh_write(torch.device("cpu"))
     caveats = {d: (f"{d} on this CPU: one square product's rate ({c.matmul_n[d]}^3); without "
                    f"native {d} a CPU's rate depends on shapes and layouts the count does not see")
                for d in c.matmul_n if d != "fp32"}
     return Target(f"this CPU ({c.device_name}, {c.threads} thread(s), measured)",
                   dict(c.matmul_flops_per_s), c.bandwidth_bytes_per_s, None, c.op_overhead_s,
                   "measured now: a one-element add with autograd, per call", True,
-                  "measured now (lmperf.runtime.ceilings)", caveats)
+                  "measured now (lmperf.runtime.ceilings)", caveats, fresh)
 
 
 def shared(target: Target, ranks: int) -> Target:
@@ -110,7 +111,8 @@ def shared(target: Target, ranks: int) -> Target:
         target, name=target.name.removesuffix(")") + f"; {ranks} ranks on {cores} cores: "
         f"{share:.2g} of one each)", flops_per_s={d: r * share for d, r in
                                                   target.flops_per_s.items()},
-        bandwidth=target.bandwidth * share, host_op_s=target.host_op_s / share)
+        bandwidth=target.bandwidth * share, host_op_s=target.host_op_s / share,
+        fresh_bytes_per_s=target.fresh_bytes_per_s and target.fresh_bytes_per_s * share)
 
 
 # gloo over loopback between 2 ranks of a 2-core AMD EPYC (torch 2.13), per collective: the

@@ -26,7 +26,9 @@ class Target:
     'fp16'), bandwidth (bytes/s), the attained fractions per op class (None: the figures are
     attained ones already, fractions 1), the host's seconds to issue one op and where that
     figure comes from, whether the host waits for each op (`synchronous`: a CPU), the source
-    of the figures, and math dtype -> what a prediction in it cannot vouch for."""
+    of the figures, math dtype -> what a prediction in it cannot vouch for, and the rate at
+    which an op writes a fresh output above glibc's largest mmap threshold (a CPU's page
+    faults, `runtime.ceilings.fresh_write`; None: a caching allocator, as on a GPU)."""
 
     name: str
     flops_per_s: dict[str, float]
@@ -37,9 +39,11 @@ class Target:
     synchronous: bool
     source: str
     caveats: dict[str, str] = field(default_factory=dict)
+    fresh_bytes_per_s: float | None = None
 
     def __hash__(self) -> int:  # by value (its dicts are not hashable): caches key on it
         return hash((self.name, self.bandwidth, self.host_op_s, self.synchronous,
+                     self.fresh_bytes_per_s,
                      tuple(sorted(self.flops_per_s.items()))))
 
 
