@@ -104,26 +104,22 @@ LOSS_PARALLEL = {"forward": (6, 2, 4), "backward": (3, 2, 5)}
 
 
 def _unpriced(table, target, t: int) -> dict[str, float]:
-    """Seconds per phase the op counts leave out: on a CPU (`target.fresh_bytes_per_s`), the
-    page faults of each output above glibc's largest mmap threshold, mapped afresh on every call
-    (an in-place op, named `..._`, allocates nothing); under TP, loss parallelism's extra passes,
-    fresh outputs and ops (LOSS_PARALLEL) at the elementwise class's bandwidth."""
-    from lmperf.runtime.ceilings import MMAP_MAX_BYTES
+    """Seconds per phase the op counts leave out: under TP, loss parallelism's extra passes at
+    the elementwise class's bandwidth, its ops, and on a CPU its extra outputs' page faults
+    (LOSS_PARALLEL; `time_model.op_times` prices the counted ops' own)."""
+    from lmperf.estimate.time_model import MMAP_MAX_BYTES
 
-    out: dict[str, float] = {}
     per_call = table["bytes_written"] / table["calls"].clip(lower=1)
-    fresh = target.fresh_bytes_per_s
-    if fresh:
-        big = (per_call >= MMAP_MAX_BYTES) & ~table["op"].str.endswith("_")
-        out = {p: n / fresh for p, n in table.loc[big].groupby("phase")["bytes_written"].sum().items()}
     logits = per_call[table["op"] == "aten::_log_softmax"]
-    if t > 1 and len(logits):
-        size = float(logits.max())
-        share = (target.fractions or {}).get("elementwise/norm")
-        rate = target.bandwidth * (share.memory if share else 1.0)
-        for p, (passes, outputs, ops) in LOSS_PARALLEL.items():
-            faults = outputs * size / fresh if fresh and size >= MMAP_MAX_BYTES else 0.0
-            out[p] = out.get(p, 0.0) + passes * size / rate + faults + ops * target.host_op_s
+    if t == 1 or not len(logits):
+        return {}
+    size, fresh = float(logits.max()), target.fresh_bytes_per_s
+    share = (target.fractions or {}).get("elementwise/norm")
+    rate = target.bandwidth * (share.memory if share else 1.0)
+    out = {}
+    for p, (passes, outputs, ops) in LOSS_PARALLEL.items():
+        faults = outputs * size / fresh if fresh and size >= MMAP_MAX_BYTES else 0.0
+        out[p] = passes * size / rate + faults + ops * target.host_op_s
     return out
 
 

@@ -10,6 +10,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+# glibc maps every allocation above its largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX, 32
+# MiB on 64-bit: malloc/malloc.c) afresh and unmaps it on free: such an output is faulted in page
+# by page on every call; smaller ones reuse the heap
+MMAP_MAX_BYTES = 32 * 2**20
+
 
 @dataclass(frozen=True)
 class Fraction:
@@ -65,7 +70,8 @@ def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
     """(compute s, memory s, device s) of each row of an `OpCosts.table` on `target`, summed
     over the row's calls: its FLOPs at the peak of its dtype, its bytes at the peak bandwidth
     (the roofline ideal is the larger of the two), and the larger of both at the attained
-    fractions of its op class. fp32 rows run at TF32's peak in the tf32 regime; a dtype the
+    fractions of its op class, plus on a CPU the page faults of each output of MMAP_MAX_BYTES
+    or more (not written in place: an op named `..._`) at `target.fresh_bytes_per_s`. fp32 rows run at TF32's peak in the tf32 regime; a dtype the
     target has no figure for runs at its fp32 (or TF32) rate."""
     fp32 = target.flops_per_s.get("tf32" if tf32 else "fp32") or max(target.flops_per_s.values())
     dtype = table["dtype"].where(~(tf32 & (table["dtype"] == "fp32")), "tf32")
@@ -76,6 +82,11 @@ def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
     fc = table["op_class"].map(lambda c: fractions[c].compute if c in fractions else 1.0)
     fm = table["op_class"].map(lambda c: fractions[c].memory if c in fractions else 1.0)
     device = np.maximum(compute / fc.to_numpy(dtype=float), memory / fm.to_numpy(dtype=float))
+    if target.fresh_bytes_per_s:  # a CPU: outputs above the mmap threshold are faulted in
+        written = table["bytes_written"].to_numpy(dtype=float)
+        calls = np.maximum(table["calls"].to_numpy(dtype=float), 1)
+        fresh = (written / calls >= MMAP_MAX_BYTES) & ~table["op"].str.endswith("_").to_numpy()
+        device = device + np.where(fresh, written / target.fresh_bytes_per_s, 0.0)
     return compute, memory, device
 
 

@@ -29,7 +29,6 @@ MIN_N = {"cpu": 128, "cuda": 4096}
 # three of them for the triad), 1 GiB on CUDA (far above any L2).
 STREAM_BYTES = {"cpu": 64 * MIB, "cuda": GIB}
 OVERHEAD_CALLS = 1000
-MMAP_MAX_BYTES = 32 * MIB  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (malloc/malloc.c)
 
 
 @dataclass(frozen=True)
@@ -157,8 +156,9 @@ def op_overhead(device: torch.device, calls: int = OVERHEAD_CALLS,
 def fresh_write(device: torch.device, nbytes: int = 64 * MIB, repeats: int = REPEATS) -> float:
     """Bytes/s of the extra a CPU op pays to write a fresh output of `nbytes`: a clone's time
     less a copy into an existing buffer. glibc maps every allocation above its largest mmap
-    threshold (32 MiB on 64-bit, `MMAP_MAX_BYTES`) afresh and unmaps it on free, so each such
-    output is faulted in page by page (2.4-2.5 GB/s on this project's EPYC, 40 to 164 MiB)."""
+    threshold (32 MiB on 64-bit: `estimate.time_model.MMAP_MAX_BYTES`) afresh and unmaps it
+    on free, so each such output is faulted in page by page (2.4-2.5 GB/s on this project's
+    EPYC, 40 to 164 MiB)."""
     n = nbytes // 4
     x, y = torch.ones(n, device=device), torch.ones(n, device=device)
     fresh = _best_s(lambda: x.clone(), device, repeats)
