@@ -203,3 +203,24 @@ def test_a_pipeline_bubble_is_the_other_stages_work_not_the_slowest_ranks():
     first, last = _micro(c, MINI_2048, shape, card.target, 1, every=True)
     assert sum(last[:3]) > sum(first[:3])
     assert step_time(c, MINI_2048, shape, card, 8)["bubble_s"] == pytest.approx(sum(first[:3]))
+
+
+def test_pipeline_ranks_sharing_cores_lend_theirs_in_the_bubble():
+    """Ranks beyond the cores (each priced at a share of one): a rank idling in its bubble gives
+    its core to its neighbour, so 1F1B on 2 ranks sharing a core takes the two ranks' work over
+    the one core (m x the mean rank's micro-batch, at the shared rate), less than the critical
+    path at the shared rate and not less than that path at a whole core."""
+    from dataclasses import replace
+
+    from lmperf.estimate.step_time import _micro
+
+    shape = shape_of(MINI_2048)
+    card = cluster("H100-SXM", 2)
+    c = Candidate("fp32", 0, "single", Layout(2, pp=2, pp_schedule="1F1B"), 1, 1)
+    alone = step_time(c, MINI_2048, shape, card, 8)
+    sharing = step_time(c, MINI_2048, shape, replace(card, share=0.5), 8)
+    first, last = _micro(c, MINI_2048, shape, card.target, 1, every=True)
+    work = sharing["compute_s"] + sharing["bubble_s"]
+    assert work == pytest.approx(8 * (sum(first[:3]) + sum(last[:3])) / 2)
+    path = alone["compute_s"] + alone["bubble_s"]
+    assert path / 2 <= work < path

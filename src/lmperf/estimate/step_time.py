@@ -246,9 +246,18 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
         # cool-down's backwards: the bubble of a rank at their mean (stages differ: the
         # embedding's, the output's)
         ranks = sorted(_micro(c, work, shape, cluster.target, sizes[0], every=True),
-                       key=lambda x: x[0] + x[1] + x[2])[:-1]
-        bubble = lay.bubble(len(sizes), sum(x[0] for x in ranks) / len(ranks),
-                            sum(x[1] + x[2] for x in ranks) / len(ranks))
+                       key=lambda x: x[0] + x[1] + x[2])
+        others = ranks[:-1]
+        bubble = lay.bubble(len(sizes), sum(x[0] for x in others) / len(others),
+                            sum(x[1] + x[2] for x in others) / len(others))
+        if cluster.share < 1:
+            # CPU ranks beyond the cores (each priced at `share` of one): a rank idling in its
+            # bubble gives its core to a neighbour, so the step is the longer of the critical
+            # path at a whole core and every rank's work over the cores, the mean rank's m
+            # micro-batches at the shared rate
+            mean = len(sizes) * sum(x[0] + x[1] + x[2] for x in ranks) / len(ranks)
+            path = compute + recompute + bubble
+            bubble = max(path * cluster.share, mean) - compute - recompute
         p2p = pipeline_sends(c, shape, cluster, work.context, len(sizes))
     # counted on the rank's weights; FSDP2 under bf16-fsdp's policy steps fp32 shards: fp32's
     times, _ = phases(work, "fp32" if c.precision == "bf16-fsdp" else c.precision, 1,

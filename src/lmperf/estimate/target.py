@@ -30,6 +30,7 @@ class Cluster:
     link: object
     device: str  # 'cuda' or 'cpu'
     blocking: bool = False  # collectives block (lmperf's readable strategies, --confirm's)
+    share: float = 1.0  # of a core each CPU rank gets when ranks outnumber the cores
 
 
 # op class -> attained fractions of peak (compute, memory), each with its source in short; the
@@ -99,12 +100,17 @@ def cpu_target(threads: int | None = None) -> Target:
                   "measured now (lmperf.runtime.ceilings)", caveats, fresh)
 
 
+def core_share(ranks: int) -> tuple[float, int]:
+    """(the share of a core each of `ranks` ranks on this machine gets, at most 1; the cores)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(1.0, (cores or 1) / ranks), cores or 1
+
+
 def shared(target: Target, ranks: int) -> Target:
     """`target` (one thread's ceilings) as each of `ranks` ranks on this machine's cores gets it:
     more ranks than cores share them, each at cores / ranks of the rate and of the host's speed
     (4 ranks on 2 cores: half); unchanged where every rank has a core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    share = min(1.0, (cores or 1) / ranks)
+    share, cores = core_share(ranks)
     if share == 1.0:
         return target
     return dataclasses.replace(
@@ -144,7 +150,7 @@ def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | 
                 for c, (w, us) in CPU_LINKS.items()}
         link["*"] = link["all_reduce"]
         return Cluster(target.name, gpus, gpus_per_node, (gib or 0) * GIB, target, link, "cpu",
-                       blocking=True)
+                       blocking=True, share=core_share(gpus)[0])
     spec = require_device(gpu)
     target = gpu_targets(spec.name, *host_cost(host_us, spec.name, probe), tflops=tflops)[0]
     # between nodes: 50 GB/s per GPU (one NDR 400 Gb/s NIC each; torch inductor's comm model
