@@ -201,3 +201,18 @@ def test_every_reason_a_search_left_candidates_out_is_one_line(capsys, tmp_path)
     assert all(any(why in line for line in said) for why in reasons)
     assert any("dp 8, dp 4: data-parallel degree does not divide global batch 2" in line
                for line in said)
+
+
+def test_confirm_spreads_its_plans_and_never_picks_a_predicted_tie(monkeypatch):
+    """The 4-rank confirm of 2026-12-07 picked 1F1B and interleaved 1F1B predicted 0.1% apart
+    (twice): a pair the model calls a tie, ranked by the machine's noise. A plan within 2% of
+    one picked is taken only when nothing else is left."""
+    from lmperf.questions.plan import job
+
+    monkeypatch.setattr(job, "runner_of", lambda row, spec: "layout")
+    steps = [3.457, 3.461, 3.471, 3.482, 3.55, 4.287, 4.291, 4.297, 4.341, 4.382]
+    rows = [{"rank": i + 1, "step_s": s, "fits": True, "tp": 2 if s > 4 else 1,
+             "pp": 2 if i in (0, 1, 5, 6) else 1} for i, s in enumerate(steps)]
+    picked = [r["step_s"] for r in job._picks(None, rows, 4)]
+    assert picked == [3.457, 3.55, 4.287, 4.382]
+    assert len(job._picks(None, rows, 10)) == 10  # all of them when K asks for all

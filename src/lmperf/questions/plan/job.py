@@ -116,11 +116,15 @@ def runner_of(row: dict, spec: PlanSpec) -> str | None:
     return "layout"
 
 
+TIE = math.log(1.02)  # plans predicted within 2% of each other: a tie the model does not rank
+
+
 def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     """k fitting plans --confirm can run here: the fastest TP plan and the fastest PP plan
     where the search has them, the rest spread over the predicted times (log-spaced from the
     fastest to the slowest, not over rank positions: two plans predicted 2% apart rank by the
-    machine's noise, not the model), in rank order."""
+    machine's noise, not the model, so a plan within 2% of one picked is taken only when
+    nothing else is left), in rank order."""
     fitting = [r for r in rows if r["fits"] and runner_of(r, spec)]
     if k > len(fitting):
         raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit and run here")
@@ -134,7 +138,9 @@ def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     for i in range(spread):
         goal = lo + (hi - lo) * i / max(1, spread - 1)
         left = [r for r in fitting if all(r is not p for p in picks)]
-        picks.append(min(left, key=lambda r: abs(math.log(r["step_s"]) - goal)))
+        apart = [r for r in left if all(abs(math.log(r["step_s"] / p["step_s"])) > TIE
+                                        for p in picks)]
+        picks.append(min(apart or left, key=lambda r: abs(math.log(r["step_s"]) - goal)))
     return sorted(picks, key=lambda r: r["rank"])
 
 
