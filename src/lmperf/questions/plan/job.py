@@ -231,8 +231,9 @@ def score(cells: list[dict]) -> dict:
     peak_error and peak_error_median (the worst and the median |planned - measured| / measured
     peak over every rank of every cell, each rank against its own pipeline rank's plan),
     collective_bytes_error and its median (the same over each rank's collective bytes per mesh
-    dimension and op that were measured; None where nothing was), kendall_tau (planned vs
-    measured step times of the timed cells), winner_vs_best (the measured step of the plan
+    dimension and op that were measured; None where nothing was), kendall_tau (tau-a of
+    planned vs measured step times of the timed cells) and kendall_tau_b (tau-b, plans
+    predicted within 2% of each other tied: `kendall_tau`), winner_vs_best (the measured step of the plan
     ranked first over the fastest measured step of the timed cells: 1 when it was the best),
     step_ratio (the median measured / planned step of the timed cells: the time model's miss,
     which a loaded machine inflates) with load_average_1m (the highest of the cells'), and how
@@ -256,6 +257,7 @@ def score(cells: list[dict]) -> dict:
             "collective_bytes_error": max(moved, default=None),
             "collective_bytes_error_median": statistics.median(moved) if moved else None,
             "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed], steps),
+            "kendall_tau_b": kendall_tau([x["planned_step_s"] for x in timed], steps, TIE),
             "step_ratio": statistics.median(x["measured_step_s"] / x["planned_step_s"]
                                             for x in timed) if timed else None,
             "load_average_1m": max((load for c in cells if (load := (c.get("env") or {}).get(
@@ -265,11 +267,21 @@ def score(cells: list[dict]) -> dict:
             "winner_vs_best": winner and winner["measured_step_s"] / min(steps)}
 
 
-def kendall_tau(a: list[float], b: list[float]) -> float | None:
-    """Kendall's tau-a of two rankings: (concordant - discordant) / pairs."""
+def kendall_tau(a: list[float], b: list[float], tie: float = 0.0) -> float | None:
+    """Kendall's tau of two rankings of positive figures: tau-a, (concordant - discordant) /
+    pairs; with `tie` > 0, tau-b with the pairs whose `a` differ by a factor of at most
+    e^tie tied in `a` (the plan's resolution, TIE: plans predicted within 2% are a tie it does
+    not rank): (C - D) / sqrt((pairs - tied in a) x (pairs - tied in b)); None without a pair
+    (or, tau-b, without an untied one)."""
     pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
     if not pairs:
         return None
-    s = sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j])) if (a[i] - a[j]) * (b[i] - b[j])
-            else 0 for i, j in pairs)
-    return s / len(pairs)
+    if not tie:
+        return sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j]))
+                   if (a[i] - a[j]) * (b[i] - b[j]) else 0 for i, j in pairs) / len(pairs)
+    tied_a = {(i, j) for i, j in pairs if abs(math.log(a[i] / a[j])) <= tie}
+    tied_b = {(i, j) for i, j in pairs if b[i] == b[j]}
+    s = sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j])) for i, j in pairs
+            if (i, j) not in tied_a | tied_b)
+    scale = math.sqrt((len(pairs) - len(tied_a)) * (len(pairs) - len(tied_b)))
+    return s / scale if scale else None
