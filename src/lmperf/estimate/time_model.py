@@ -71,8 +71,9 @@ def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
     over the row's calls: its FLOPs at the peak of its dtype, its bytes at the peak bandwidth
     (the roofline ideal is the larger of the two), and the larger of both at the attained
     fractions of its op class, plus on a CPU the page faults of each output of MMAP_MAX_BYTES
-    or more (not written in place: an op named `..._`) at `target.fresh_bytes_per_s`. fp32 rows run at TF32's peak in the tf32 regime; a dtype the
-    target has no figure for runs at its fp32 (or TF32) rate."""
+    or more (not written in place: an op named `..._`) at `target.fresh_bytes_per_s`. fp32
+    rows run at TF32's peak in the tf32 regime; a dtype the target has no figure for runs at
+    its fp32 (or TF32) rate."""
     fp32 = target.flops_per_s.get("tf32" if tf32 else "fp32") or max(target.flops_per_s.values())
     dtype = table["dtype"].where(~(tf32 & (table["dtype"] == "fp32")), "tf32")
     rate = dtype.map(lambda d: target.flops_per_s.get(d, fp32)).astype(float).to_numpy()

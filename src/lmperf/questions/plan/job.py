@@ -233,7 +233,7 @@ def score(cells: list[dict]) -> dict:
     collective_bytes_error and its median (the same over each rank's collective bytes per mesh
     dimension and op that were measured; None where nothing was), kendall_tau (tau-a of
     planned vs measured step times of the timed cells) and kendall_tau_b (tau-b, plans
-    predicted within 2% of each other tied: `kendall_tau`), winner_vs_best (the measured step of the plan
+    predicted within 2% of each other tied), winner_vs_best (the measured step of the plan
     ranked first over the fastest measured step of the timed cells: 1 when it was the best),
     step_ratio (the median measured / planned step of the timed cells: the time model's miss,
     which a loaded machine inflates) with load_average_1m (the highest of the cells'), and how
