@@ -277,7 +277,8 @@ class RankShare:
     pipeline), whether it runs the output (`head`), `params` its stages' parameters, `blocks`
     the blocks it runs; under a pipeline, whether it runs the embedding (`embedding`), the
     stage forwards it holds at once (`in_flight`, `Layout.in_flight`), its stages (`chunks`)
-    and the step's micro-batches (`micro_batches`)."""
+    and the step's micro-batches (`micro_batches`); `ranks`: the pipeline ranks alike in all
+    this (what `rank_shares` folds into one)."""
 
     states: float
     layers: float
@@ -288,6 +289,7 @@ class RankShare:
     in_flight: int = 1
     chunks: int = 1
     micro_batches: int = 1
+    ranks: int = 1
 
 
 @lru_cache(maxsize=4096)
@@ -310,6 +312,7 @@ def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None,
     m = (lay.local_batch(global_batch) // c.micro_batch if global_batch
          else lay.pp * lay.pp_virtual)
     found: dict[tuple, RankShare] = {}
+    alike: dict[tuple, int] = {}
     for r in range(lay.pp):
         mine = [stages[i] for i in lay.rank_stages(r)]
         blocks = sum(s.layers for s in mine)
@@ -319,9 +322,11 @@ def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None,
         held = chunks * blocks / len(mine)  # chunks in flight x blocks per chunk
         share = RankShare(params / shape.params * tp, held, last, params, blocks, first, chunks,
                           len(mine), m)
-        found.setdefault(r if every else (share.states, share.layers, share.head,
-                                          share.embedding, share.in_flight), share)
-    return list(found.values())
+        key = r if every else (share.states, share.layers, share.head, share.embedding,
+                               share.in_flight)
+        found.setdefault(key, share)
+        alike[key] = alike.get(key, 0) + 1
+    return [replace(s, ranks=alike[k]) if alike[k] > 1 else s for k, s in found.items()]
 
 
 def rank_peak(lines: Timelines, shape: Shape, c: Candidate, context: int, device: str,

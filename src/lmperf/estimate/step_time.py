@@ -157,14 +157,13 @@ def sequence_flops(work: Workload) -> int | None:
                                 spec.vocab_size, 1, work.context, spec.mode).flops
 
 
-def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int,
-           every: bool = False) -> list[tuple]:
+def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int) -> list[tuple]:
     """Per distinct rank: (forward s, backward s, recompute s, FLOPs, matmul s: the forward
     passes' matmuls, in forward and in recompute) of one micro-batch of `b` sequences. Without a pipeline the
     rank runs the whole model; a pipeline rank its stages' blocks, the output on the last (a
     block's time is the 2-block model's less the 1-block model's, the output's what the
     1-block model has beyond its block). Checkpointing runs the blocks' forward again, not
-    the output's. `every`: one per pipeline rank, in rank order."""
+    the output's. In `fit.rank_shares`' order (each distinct rank once)."""
     lay = c.layout
     cp_work = work if lay.cp == 1 else replace(work, context=work.context // lay.cp)
     keys = ("forward", "backward", "matmul forward", "matmul backward", "elementwise forward")
@@ -187,7 +186,7 @@ def _micro(c: Candidate, work: Workload, shape: Shape, target, b: int,
         whole, n = at(None), checkpointed(c.checkpoint, shape.num_layers)
         return [(whole[0], whole[1], again * n, whole[5], whole[2] + again_mm * n)]
     out = []
-    for share in rank_shares(shape, c, every=every):
+    for share in rank_shares(shape, c):
         fwd, bwd, mf, _, _, flops = (share.blocks * p + h * share.head
                                      for p, h in zip(per, head))
         n = checkpointed(c.checkpoint, share.blocks)
@@ -234,6 +233,7 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
     sizes = lay.micro_batches(global_batch, c.micro_batch)
     compute = recompute = flops = bubble = p2p = 0.0
     spans = []  # (forward s, backward s with its recompute, matmul s) per micro-batch of the
+    first = []  # the distinct pipeline ranks' micro-batch of the first size
     for b, count in Counter(sizes).items():  # slowest rank
         ranks = _micro(c, work, shape, cluster.target, b)
         fwd, bwd, again, f, mm = max(ranks, key=lambda x: x[0] + x[1] + x[2])
@@ -241,21 +241,23 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
         recompute += count * again
         flops += count * f
         spans += [(fwd, bwd + again, mm)] * count
+        first = first or ranks
     if lay.pp > 1:
         # the slowest rank idles while the other stages run the warm-up's forwards and the
         # cool-down's backwards: the bubble of a rank at their mean (stages differ: the
-        # embedding's, the output's)
-        ranks = sorted(_micro(c, work, shape, cluster.target, sizes[0], every=True),
-                       key=lambda x: x[0] + x[1] + x[2])
-        others = ranks[:-1]
-        bubble = lay.bubble(len(sizes), sum(x[0] for x in others) / len(others),
-                            sum(x[1] + x[2] for x in others) / len(others))
+        # embedding's, the output's); each distinct rank counted as many times as it occurs
+        alike = [s.ranks for s in rank_shares(shape, c)]
+        f_all = sum(n * x[0] for n, x in zip(alike, first))
+        b_all = sum(n * (x[1] + x[2]) for n, x in zip(alike, first))
+        slow = max(first, key=lambda x: x[0] + x[1] + x[2])
+        bubble = lay.bubble(len(sizes), (f_all - slow[0]) / (lay.pp - 1),
+                            (b_all - slow[1] - slow[2]) / (lay.pp - 1))
         if cluster.share < 1:
             # CPU ranks beyond the cores (each priced at `share` of one): a rank idling in its
             # bubble gives its core to a neighbour, so the step is the longer of the critical
             # path at a whole core and every rank's work over the cores, the mean rank's m
             # micro-batches at the shared rate
-            mean = len(sizes) * sum(x[0] + x[1] + x[2] for x in ranks) / len(ranks)
+            mean = len(sizes) * (f_all + b_all) / lay.pp
             path = compute + recompute + bubble
             bubble = max(path * cluster.share, mean) - compute - recompute
         p2p = pipeline_sends(c, shape, cluster, work.context, len(sizes))
