@@ -216,17 +216,24 @@ def test_confirm_spreads_its_plans_and_never_picks_a_predicted_tie(monkeypatch):
     picked = [r["step_s"] for r in job._picks(None, rows, 4)]
     assert picked == [3.457, 3.55, 4.287, 4.382]
     assert len(job._picks(None, rows, 10)) == 10  # all of them when K asks for all
+    # the fastest TP plan is TP x PP 1F1B; its interleaved twin (0.1% away) is the fastest
+    # other PP plan: the PP pick takes the next PP plan apart from it instead
+    twins = [{"rank": 1, "step_s": 3.0, "fits": True, "tp": 2, "pp": 2},
+             {"rank": 2, "step_s": 3.003, "fits": True, "tp": 2, "pp": 2},
+             {"rank": 3, "step_s": 3.5, "fits": True, "tp": 1, "pp": 2},
+             {"rank": 4, "step_s": 4.0, "fits": True, "tp": 1, "pp": 1}]
+    assert [r["rank"] for r in job._picks(None, twins, 3)] == [1, 3, 4]
 
 
-def test_kendall_tau_b_ties_the_plans_predicted_within_2_percent():
-    """The 4-rank confirm of 2026-12-07 (second run): 6 plans, two pairs swapped, each predicted
+def test_separated_tau_ranks_only_the_pairs_planned_more_than_2_percent_apart():
+    """The 4-rank confirm of 2026-12-07 (second run): 6 plans, two pairs swapped, each planned
     within 2% (1F1B and interleaved 1F1B 0.1% apart; TP x PP and FSDP x TP 1.7%): tau-a 0.73
-    over all 15 pairs; tau-b with the 4 pairs predicted within 2% tied, 11 / sqrt(11 x 15)."""
-    from lmperf.questions.plan.job import TIE, kendall_tau
+    over all 15 pairs; over the 11 pairs planned more than 2% apart, all in order."""
+    from lmperf.questions.plan.job import kendall_tau, separated_tau
 
     planned = [3.334, 3.427, 4.107, 4.111, 4.177, 4.202]
     measured = [3.835, 4.721, 5.986, 5.754, 5.930, 6.056]
     assert kendall_tau(planned, measured) == pytest.approx(11 / 15)
-    assert kendall_tau(planned, measured, TIE) == pytest.approx(11 / (11 * 15) ** 0.5)
-    assert kendall_tau([1.0, 1.01], [2.0, 1.0], TIE) is None  # one pair, a tie
-    assert kendall_tau([1.0, 2.0], [1.0, 3.0], TIE) == 1.0
+    assert separated_tau(planned, measured) == 1.0
+    assert separated_tau([1.0, 1.01], [2.0, 1.0]) is None  # one pair, a tie
+    assert separated_tau([1.0, 2.0, 4.0], [3.0, 2.0, 5.0]) == pytest.approx(1 / 3)

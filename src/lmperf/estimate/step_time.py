@@ -41,6 +41,7 @@ def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: i
         for column in ("flops", "bytes_read", "bytes_written"):
             table[column] = (table[column] * share).round().astype("int64")
         costs = replace(costs, table=table)
+    extra = _unpriced(costs.table, target, t)  # before compile fuses the loss's rows away
     if compile:
         costs = fused(costs)
     casts: dict[str, float] = {}
@@ -48,7 +49,6 @@ def phases(work: Workload, precision: str, batch: int, target, t: int = 1, cp: i
         head = batch * work.context * work.spec(1, "fp32").vocab_size * 2 / t
         costs, casts = _float8(costs, target, head, compile)
     table = costs.table
-    extra = _unpriced(table, target, t)
     times = {p: x.typical_s + casts.get(p, 0.0) + extra.get(p, 0.0)
              for p, x in phase_times(costs, target).items()}
     # the matmuls' own device time per phase (what async TP can hide TP's collectives behind),
@@ -247,19 +247,21 @@ def step_time(c: Candidate, work: Workload, shape: Shape, cluster: Cluster,
         # cool-down's backwards: the bubble of a rank at their mean (stages differ: the
         # embedding's, the output's); each distinct rank counted as many times as it occurs
         alike = [s.ranks for s in rank_shares(shape, c)]
-        f_all = sum(n * x[0] for n, x in zip(alike, first))
-        b_all = sum(n * (x[1] + x[2]) for n, x in zip(alike, first))
+        f_all, b_all, r_all = (sum(n * x[k] for n, x in zip(alike, first)) for k in (0, 1, 2))
         slow = max(first, key=lambda x: x[0] + x[1] + x[2])
         bubble = lay.bubble(len(sizes), (f_all - slow[0]) / (lay.pp - 1),
-                            (b_all - slow[1] - slow[2]) / (lay.pp - 1))
+                            (b_all + r_all - slow[1] - slow[2]) / (lay.pp - 1))
         if cluster.share < 1:
             # CPU ranks beyond the cores (each priced at `share` of one): a rank idling in its
-            # bubble gives its core to a neighbour, so the step is the longer of the critical
-            # path at a whole core and every rank's work over the cores, the mean rank's m
-            # micro-batches at the shared rate
-            mean = len(sizes) * (f_all + b_all) / lay.pp
-            path = compute + recompute + bubble
-            bubble = max(path * cluster.share, mean) - compute - recompute
+            # bubble gives its core to a neighbour, so the step is the longer of every rank's
+            # work over the cores (the mean rank's m micro-batches at the shared rate, no
+            # bubble) and the critical path at a whole core
+            m, path = len(sizes), compute + recompute + bubble
+            if m * (f_all + b_all + r_all) / lay.pp >= path * cluster.share:
+                compute, recompute, bubble = m * (f_all + b_all) / lay.pp, m * r_all / lay.pp, 0.0
+            else:
+                compute, recompute, bubble = (x * cluster.share
+                                              for x in (compute, recompute, bubble))
         p2p = pipeline_sends(c, shape, cluster, work.context, len(sizes))
     # counted on the rank's weights; FSDP2 under bf16-fsdp's policy steps fp32 shards: fp32's
     times, _ = phases(work, "fp32" if c.precision == "bf16-fsdp" else c.precision, 1,

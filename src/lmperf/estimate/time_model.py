@@ -70,8 +70,9 @@ def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
     """(compute s, memory s, device s) of each row of an `OpCosts.table` on `target`, summed
     over the row's calls: its FLOPs at the peak of its dtype, its bytes at the peak bandwidth
     (the roofline ideal is the larger of the two), and the larger of both at the attained
-    fractions of its op class, plus on a CPU the page faults of each output of MMAP_MAX_BYTES
-    or more (not written in place: an op named `..._`) at `target.fresh_bytes_per_s`. fp32
+    fractions of its op class, plus on a CPU the page faults of each forward or backward output
+    of MMAP_MAX_BYTES or more (not written in place: an op named `..._`; attention's and the
+    optimizer's left out, below) at `target.fresh_bytes_per_s`. fp32
     rows run at TF32's peak in the tf32 regime; a dtype the target has no figure for runs at
     its fp32 (or TF32) rate."""
     fp32 = target.flops_per_s.get("tf32" if tf32 else "fp32") or max(target.flops_per_s.values())
@@ -86,7 +87,11 @@ def op_times(table: pd.DataFrame, target: Target, tf32: bool = False
     if target.fresh_bytes_per_s:  # a CPU: outputs above the mmap threshold are faulted in
         written = table["bytes_written"].to_numpy(dtype=float)
         calls = np.maximum(table["calls"].to_numpy(dtype=float), 1)
-        fresh = (written / calls >= MMAP_MAX_BYTES) & ~table["op"].str.endswith("_").to_numpy()
+        # a row's bytes per call stand for one output: not the optimizer's (its rows merge
+        # sizes, its foreach ops take lists) nor attention's (its backward writes dq, dk, dv)
+        one = (table["phase"].isin(("forward", "backward"))
+               & (table["op_class"] != "attention") & ~table["op"].str.endswith("_")).to_numpy()
+        fresh = one & (written / calls >= MMAP_MAX_BYTES)
         device = device + np.where(fresh, written / target.fresh_bytes_per_s, 0.0)
     return compute, memory, device
 

@@ -153,17 +153,19 @@ def op_overhead(device: torch.device, calls: int = OVERHEAD_CALLS,
     return _best_s(run, device, repeats) / calls
 
 
-def fresh_write(device: torch.device, nbytes: int = 64 * MIB, repeats: int = REPEATS) -> float:
+def fresh_write(device: torch.device, nbytes: int = 64 * MIB,
+                repeats: int = REPEATS) -> float | None:
     """Bytes/s of the extra a CPU op pays to write a fresh output of `nbytes`: a clone's time
     less a copy into an existing buffer. glibc maps every allocation above its largest mmap
     threshold (32 MiB on 64-bit: `estimate.time_model.MMAP_MAX_BYTES`) afresh and unmaps it
     on free, so each such output is faulted in page by page (2.4-2.5 GB/s on this project's
-    EPYC, 40 to 164 MiB)."""
+    EPYC, 40 to 164 MiB). None where a fresh output costs nothing more (an allocator that
+    keeps its pages, or the noise of two equal timings)."""
     n = nbytes // 4
     x, y = torch.ones(n, device=device), torch.ones(n, device=device)
     fresh = _best_s(lambda: x.clone(), device, repeats)
     into = _best_s(lambda: y.copy_(x), device, repeats)
-    return nbytes / max(fresh - into, 1e-9)
+    return nbytes / (fresh - into) if fresh > into else None
 
 
 def measure_ceilings(device: torch.device, dtypes: tuple[str, ...] = ("fp32", "bf16"),

@@ -129,8 +129,12 @@ def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     if k > len(fitting):
         raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit and run here")
     picks: list[dict] = []
+    def apart(r: dict) -> bool:  # more than TIE from every pick
+        return all(abs(math.log(r["step_s"] / p["step_s"])) > TIE for p in picks)
+
     for dim in ("tp", "pp"):
-        found = next((r for r in fitting if r[dim] > 1 and all(r is not p for p in picks)), None)
+        mine = [r for r in fitting if r[dim] > 1 and all(r is not p for p in picks)]
+        found = next((r for r in mine if apart(r)), mine[0] if mine else None)
         if found is not None and len(picks) < k:
             picks.append(found)
     lo, hi = math.log(fitting[0]["step_s"]), math.log(fitting[-1]["step_s"])
@@ -138,9 +142,8 @@ def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     for i in range(spread):
         goal = lo + (hi - lo) * i / max(1, spread - 1)
         left = [r for r in fitting if all(r is not p for p in picks)]
-        apart = [r for r in left if all(abs(math.log(r["step_s"] / p["step_s"])) > TIE
-                                        for p in picks)]
-        picks.append(min(apart or left, key=lambda r: abs(math.log(r["step_s"]) - goal)))
+        picks.append(min([r for r in left if apart(r)] or left,
+                         key=lambda r: abs(math.log(r["step_s"]) - goal)))
     return sorted(picks, key=lambda r: r["rank"])
 
 
@@ -232,9 +235,9 @@ def score(cells: list[dict]) -> dict:
     peak over every rank of every cell, each rank against its own pipeline rank's plan),
     collective_bytes_error and its median (the same over each rank's collective bytes per mesh
     dimension and op that were measured; None where nothing was), kendall_tau (tau-a of
-    planned vs measured step times of the timed cells) and kendall_tau_b (tau-b, plans
-    predicted within 2% of each other tied), winner_vs_best (the measured step of the plan
-    ranked first over the fastest measured step of the timed cells: 1 when it was the best),
+    planned vs measured step times of the timed cells) and separated_tau (the same over the
+    pairs planned more than 2% apart), winner_vs_best (the measured step of the plan ranked
+    first over the fastest measured step of the timed cells: 1 when it was the best),
     step_ratio (the median measured / planned step of the timed cells: the time model's miss,
     which a loaded machine inflates) with load_average_1m (the highest of the cells'), and how
     many cells ran a layout (TP, PP)."""
@@ -257,7 +260,7 @@ def score(cells: list[dict]) -> dict:
             "collective_bytes_error": max(moved, default=None),
             "collective_bytes_error_median": statistics.median(moved) if moved else None,
             "kendall_tau": kendall_tau([x["planned_step_s"] for x in timed], steps),
-            "kendall_tau_b": kendall_tau([x["planned_step_s"] for x in timed], steps, TIE),
+            "separated_tau": separated_tau([x["planned_step_s"] for x in timed], steps),
             "step_ratio": statistics.median(x["measured_step_s"] / x["planned_step_s"]
                                             for x in timed) if timed else None,
             "load_average_1m": max((load for c in cells if (load := (c.get("env") or {}).get(
@@ -267,21 +270,23 @@ def score(cells: list[dict]) -> dict:
             "winner_vs_best": winner and winner["measured_step_s"] / min(steps)}
 
 
-def kendall_tau(a: list[float], b: list[float], tie: float = 0.0) -> float | None:
-    """Kendall's tau of two rankings of positive figures: tau-a, (concordant - discordant) /
-    pairs; with `tie` > 0, tau-b with the pairs whose `a` differ by a factor of at most
-    e^tie tied in `a` (the plan's resolution, TIE: plans predicted within 2% are a tie it does
-    not rank): (C - D) / sqrt((pairs - tied in a) x (pairs - tied in b)); None without a pair
-    (or, tau-b, without an untied one)."""
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    """Kendall's tau-a of two rankings: (concordant - discordant) / pairs."""
     pairs = [(i, j) for i in range(len(a)) for j in range(i + 1, len(a))]
     if not pairs:
         return None
-    if not tie:
-        return sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j]))
-                   if (a[i] - a[j]) * (b[i] - b[j]) else 0 for i, j in pairs) / len(pairs)
-    tied_a = {(i, j) for i, j in pairs if abs(math.log(a[i] / a[j])) <= tie}
-    tied_b = {(i, j) for i, j in pairs if b[i] == b[j]}
-    s = sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j])) for i, j in pairs
-            if (i, j) not in tied_a | tied_b)
-    scale = math.sqrt((len(pairs) - len(tied_a)) * (len(pairs) - len(tied_b)))
-    return s / scale if scale else None
+    s = sum(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j])) if (a[i] - a[j]) * (b[i] - b[j])
+            else 0 for i, j in pairs)
+    return s / len(pairs)
+
+
+def separated_tau(planned: list[float], measured: list[float]) -> float | None:
+    """Somers' d of `measured` on `planned` over the pairs the plan separates: (concordant -
+    discordant) / the pairs whose planned figures differ by more than TIE (2%; a pair within it
+    is a tie the plan does not rank); None without such a pair."""
+    pairs = [(i, j) for i in range(len(planned)) for j in range(i + 1, len(planned))
+             if abs(math.log(planned[i] / planned[j])) > TIE]
+    if not pairs:
+        return None
+    return sum(math.copysign(1, (planned[i] - planned[j]) * (measured[i] - measured[j]))
+               if measured[i] != measured[j] else 0 for i, j in pairs) / len(pairs)

@@ -125,7 +125,7 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
             (k, f, s["metrics"].get(k)) for k, f in (
                 ("boundary_correct", ".0%"), ("peak_error", ".1%"), ("peak_error_median", ".1%"),
                 ("collective_bytes_error", ".1%"), ("kendall_tau", ".2f"),
-                ("kendall_tau_b", ".2f"),
+                ("separated_tau", ".2f"),
                 ("winner_vs_best", ".2f"), ("step_ratio", ".2f"), ("load_average_1m", ".1f")))}
         layouts = ", ".join(f"{s['metrics'][k]} {name}" for k, name in (
             ("tp_cells", "with TP"), ("pp_cells", "with PP")) if s["metrics"].get(k))
@@ -134,8 +134,8 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
                         f"{m['boundary_correct']}, per-rank peak error median "
                         f"{m['peak_error_median']}, worst {m['peak_error']}, collective bytes "
                         f"per mesh dimension worst {m['collective_bytes_error']}, Kendall tau of "
-                        f"step times {m['kendall_tau']} ({m['kendall_tau_b']} with plans "
-                        f"predicted within 2% tied), step measured / predicted "
+                        f"step times {m['kendall_tau']} ({m['separated_tau']} over the pairs "
+                        f"planned more than 2% apart), step measured / predicted "
                         f"{m['step_ratio']}x (median; load {m['load_average_1m']}), the "
                         f"predicted winner's measured step / the best of them "
                         f"{m['winner_vs_best']}")
