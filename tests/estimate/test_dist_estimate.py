@@ -8,7 +8,6 @@ import pytest
 import lmperf.questions.parallel
 from lmperf.cli import main
 from lmperf.estimate import formulas as f
-from lmperf.questions.memory import estimate as memory_estimate
 from lmperf.questions.parallel import estimate as est
 from lmperf.runtime.peaks import DEVICES
 
@@ -127,20 +126,6 @@ def test_bad_input_is_one_line(argv: list[str], fragment: str,
     err = capsys.readouterr().err
     assert err.startswith("lmperf: error:") and fragment in err
     assert len(err.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize("size, batch, context", [("tiny", 2, 16), ("small", 1, 128)])
-def test_unsplit_activations_are_the_memory_estimates(size: str, batch: int, context: int) -> None:
-    # t = 1 must be lmperf memory --estimate's saved bytes (bf16 autocast, sdpa, CUDA op lists)
-    from lmperf.workload.spec import RunSpec
-
-    spec = RunSpec.from_size(size, "2026", context=context)
-    config = spec.model_config()
-    shape = f.Shape(size, 0, spec.d_model, spec.d_ff, spec.num_layers, spec.num_heads,
-                    spec.vocab_size)
-    m = memory_estimate.estimate(config, batch, context, "bf16-mixed", "sdpa", "train-step",
-                                 device="cuda")
-    assert f.activation_bytes(shape, batch * context) == m.activation_bytes + m.weight_copy_bytes
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -42,17 +42,13 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     lines = _lines()
     shape = f.Shape("toy", 420, 4, 8, 2, 2, 10)  # largest FSDP unit: a block, 4C² + 3CF + 2C = 168
 
-    def rank(strategy: str, n: int = 4, t: int = 1, readable: bool = False) -> float:
-        peak, allowance = fit.rank_peak(lines, shape, _candidate(strategy, n, t), 10, "cpu",
-                                        readable)
+    def rank(strategy: str, n: int = 4, t: int = 1) -> float:
+        peak, allowance = fit.rank_peak(lines, shape, _candidate(strategy, n, t), 10, "cpu")
         assert allowance == 0  # a CPU has no CUDA context
         return peak
 
     # the optimizer step: 500 bytes, and torch DDP's buckets (the gradients' size) throughout
     assert rank("ddp") == 500 + 100
-    # lmperf's flat DDP instead copies the gradients once backward is over, when only the
-    # states are left: 400 + 100, no higher than the optimizer step
-    assert rank("ddp", readable=True) == 500
     # optimizer state 200 / 4 and the step's temporaries 100 / 4: the optimizer step holds
     # 100 + 100 + 50 + 25 = 275, backward 100 + 100 + 50 + 60 = 310, forward 100 + 50 + 150 = 300
     assert rank("zero1") == 310 + 100
@@ -61,10 +57,6 @@ def test_each_strategy_shards_its_categories_and_the_peak_moves() -> None:
     # and the embedding's gradients) holds both unsharded, V C fp32 = 160 each, with the shards'
     # 25 + 25 + 50, the activations 60 and two units gathered: 480 + 1344 > forward 225 + 1344
     assert rank("fsdp") == 25 + 25 + 50 + 60 + 2 * 160 + 2 * 4 * 168
-    # lmperf's readable FSDP: no units held gathered, but its output's backward gathers the head
-    # weight again (bf16: 2 V C = 80), makes its whole fp32 gradient (160) and gloo clones that
-    # for the reduce-scatter (160), over backward's shards and activations 25 + 25 + 50 + 60
-    assert rank("fsdp", readable=True) == 25 + 25 + 50 + 60 + 40 * (2 + 4 + 4)
     # tp, t = 2 with sequence parallelism: states x P_t / P = 220 / 420, every token-sized
     # tensor / 2, and the all-gathered matmul inputs kept whole for backward: 2 (b T, C) bf16
     # per block x (1 - 1/t), 2 blocks = 160 at forward's end (where the blocks' activations peak)
@@ -109,3 +101,11 @@ def test_one_allowance_and_one_verdict():
     assert simulate.allowance_bytes(123.0, "cpu") == 0.0
     assert simulate.allowance_bytes(0.0, "cuda") == (512 + 64) * 2**20
     assert fit.fits(10, 10) is True and fit.fits(11, 10) is False and fit.fits(1, None) is None
+
+
+def test_zero1_owners_get_whole_tensors_the_largest_first_as_torchs_zero() -> None:
+    # torch's ZeroRedundancyOptimizer._partition_parameters: sorted by size, largest first,
+    # each to the least-loaded rank: 10 -> rank 0, 1 and 1 -> rank 1: rank 0 owns 10 / 12
+    shape = f.Shape("toy", 12, 4, 8, 1, numels=(1, 1, 10))
+    assert shape.owner_share(2) == 10 / 12
+    assert f.Shape("toy", 12, 4, 8, 1).owner_share(4) == 1 / 4  # not counted: an even split

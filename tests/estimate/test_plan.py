@@ -242,3 +242,17 @@ def test_loss_parallelism_is_priced_under_compile_too(monkeypatch):
     left_out, _ = st.phases(work, "bf16-mixed", 2, card, 2, compile=True)
     st.phases.cache_clear()
     assert priced["forward"] > left_out["forward"] and priced["backward"] > left_out["backward"]
+
+
+def test_tp_over_every_gpu_of_a_node_is_searched_and_no_layout_twice():
+    from collections import Counter
+
+    work = Workload("llama3-8b", "2026", None, 8192, "sdpa", "cuda")
+    found = plan.layouts(cluster("H100-SXM", 8), shape_of(work), 8192, 8,
+                         plan.Space(("bf16-fsdp",), (1,)), Counter())
+    assert len(found) == len(set(found))
+    assert any(lay.tp == 8 for lay, _ in found)  # TP over all 8 GPUs of the node (issue 40)
+    left = Counter()
+    wide = plan.layouts(cluster("H100-SXM", 64), shape_of(work), 8192, 64,
+                        plan.Space(("bf16-fsdp",), (1,)), left)
+    assert all(lay.tp <= 8 for lay, _ in wide) and any("crosses nodes" in k[0] for k in left)

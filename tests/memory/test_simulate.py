@@ -94,7 +94,7 @@ def test_foreach_adamw_peaks_above_the_loop_in_the_optimizer_phase() -> None:
 def test_checkpointing_lowers_the_activations_at_the_peak() -> None:
     spec = _spec("mini", 64)
     plain = simulate_step(spec)
-    grouped = simulate_step(spec, checkpoint_group=1)
+    grouped = simulate_step(spec, checkpoint=1)
     act = lambda r: r.timeline["activations"].max()  # noqa: E731
     assert act(grouped) < act(plain)
 
@@ -121,7 +121,7 @@ def test_cuda_autocast_runs_naive_softmax_in_fp32_also_in_recompute() -> None:
     # exp's input cast up and sum's fp32 output: more (and larger) allocations on CUDA
     grown = lambda r: r.timeline["total"].diff().clip(lower=0).sum()  # noqa: E731
     assert len(cuda.timeline) > len(cpu.timeline) and grown(cuda) > grown(cpu)
-    grouped = simulate_step(_spec(precision="bf16-mixed", device="cuda"), checkpoint_group=1)
+    grouped = simulate_step(_spec(precision="bf16-mixed", device="cuda"), checkpoint=1)
     assert grouped.recomputed_blocks == 1.0
     bisect = simulate_step(_spec("mini", precision="bf16-mixed", device="cuda"),
                            schedule="bisection")

@@ -22,7 +22,7 @@ def _row(**kw) -> dict:
 
 
 def test_what_confirm_runs_here_and_how():
-    assert runner_of(_row(strategy="fsdp", dp_shard=4, micro_batch=2), SPEC) == "readable"
+    assert runner_of(_row(strategy="fsdp", dp_shard=4, micro_batch=2), SPEC) == "engine"
     assert runner_of(_row(strategy="fsdp", dp_shard=2, tp=2), SPEC) == "layout"
     assert runner_of(_row(strategy="fsdp", dp_replicate=2, dp_shard=2, micro_batch=2),
                      SPEC) == "layout"  # HSDP

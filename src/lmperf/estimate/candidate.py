@@ -71,10 +71,3 @@ class Candidate:
                 "strategy": self.strategy, **self.layout.fields(),
                 "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
                 "compile": self.compile, "float8": self.float8}
-
-    def label(self) -> str:
-        """'fsdp 8 x tp 2, bf16-fsdp, checkpoint 1, micro-batch 1 x 4'."""
-        lay = self.layout
-        name = self.strategy if self.strategy != "fsdp" or lay.dp_replicate == 1 else "hsdp"
-        return (f"{name} ({lay.label()}), {self.precision}, checkpoint {self.checkpoint}, "
-                f"micro-batch {self.micro_batch} x {self.grad_accum}")

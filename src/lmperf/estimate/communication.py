@@ -10,16 +10,8 @@ from dataclasses import replace
 from lmperf.estimate.candidate import Candidate
 from lmperf.estimate.fit import Workload, rank_shares, shape_of, timelines
 from lmperf.estimate.formulas import Shape, bus_factor
-from lmperf.estimate.strategies import BUCKET_BYTES, collectives, strategy
+from lmperf.estimate.strategies import BUCKET_BYTES, collectives
 from lmperf.estimate.target import Cluster
-
-
-def readable(c: Candidate, cluster: Cluster) -> bool:
-    """Whether `c` runs on lmperf's readable strategies (`--confirm` on this CPU's ranks: its
-    FSDP gathers one weight at a time in the compute dtype): a blocking cluster and a pure
-    data-parallel layout (`dist train` runs TP, PP and HSDP on torch's FSDP2)."""
-    lay = c.layout
-    return cluster.blocking and lay.tp == lay.pp == lay.cp == lay.dp_replicate == 1
 
 
 def layout_prediction(work: Workload, c: Candidate, cluster: Cluster,
@@ -52,7 +44,7 @@ def layout_prediction(work: Workload, c: Candidate, cluster: Cluster,
                     moved["tp", op] *= (4 * share.blocks + ends) / (4 * share.blocks + 2)
         from lmperf.estimate.fit import _rank_peak
 
-        peak = _rank_peak(lines, shape, c, share, work.context, readable(c, cluster))
+        peak = _rank_peak(lines, shape, c, share, work.context)
         out.append({"peak_bytes": peak, "collective_bytes": moved})
     return out
 
@@ -112,14 +104,11 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     blocks = share.blocks if share else max(s.blocks for s in shares)
     c_bytes = 4 if c.precision == "fp32" else 2
     params = shape.params * held
-    # gathered in bf16 by FSDP's policy and by the readable FSDP; in fp32 under autocast
-    weights = (2 if c.precision == "bf16-fsdp" or (readable(c, cluster) and c.precision != "fp32")
-               else 4) * params
+    weights = (2 if c.precision == "bf16-fsdp" else 4) * params  # FSDP's policy gathers bf16
     norms = 0 if shape.ffn_only else 2 * shape.d_model  # a block's RMSNorm weights, replicated
     block = (block_params(shape) - norms) / t + norms  # a block's parameters on a TP rank
-    units = 7 * blocks + 2 if readable(c, cluster) else blocks + 1
+    units = blocks + 1
     table = collectives(c.strategy, t, lay.cp, lay.pp, lay.dp_replicate)
-    fsdp_blocking = readable(c, cluster) and strategy(c.strategy).gathers
     overlap = 0.0 if cluster.blocking else 1.0
     groups = {"shard": c.shard_degree if c.strategy != "ddp" else lay.dp,
               "replicate": lay.dp_replicate if c.strategy != "ddp" else lay.dp,
@@ -141,8 +130,8 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
                                else 2 * blocks + 1), "attention": blocks}[x.split]
         for i in (range(len(sizes)) if x.every == "micro" else [len(sizes) - 1]):
             tokens = sizes[i] * context / lay.cp
-            size = {"grads": (weights if fsdp_blocking else 4 * params)
-                    / (c.shard_degree if x.group == "replicate" and c.strategy == "fsdp" else 1),
+            size = {"grads": 4 * params / (c.shard_degree if x.group == "replicate"
+                                           and c.strategy == "fsdp" else 1),
                     "weights": weights, "params": 4 * params,
                     "block weights": weights * min(1.0, blocks * block / params),
                     # each of TP's collectives gathers (or scatters) the (b T / cp, C)

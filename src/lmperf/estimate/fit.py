@@ -235,13 +235,9 @@ def _frontier(base: np.ndarray, slope: np.ndarray, phase: np.ndarray,
     """The Timelines of `base` and `slope`, keeping only events that can be a rank's peak:
     within each phase (whose events a rank weights alike), an event whose live bytes and
     slope are at most another's in every column is never the maximum of a weighted sum with
-    weights >= 0, at any micro-batch. The event before the optimizer (readable DDP's flat copy)
-    is always kept."""
+    weights >= 0, at any micro-batch."""
     points = np.hstack([base, slope])
     keep = np.zeros(len(points), dtype=bool)
-    ends = np.flatnonzero(phase == "optimizer")
-    if len(ends):
-        keep[ends[0] - 1] = True
     for name in np.unique(phase):
         idx = np.flatnonzero(phase == name)
         # an event followed (in its phase) by one that only adds is dominated by it
@@ -330,7 +326,7 @@ def rank_shares(shape: Shape, c: Candidate, global_batch: int | None = None,
 
 
 def rank_peak(lines: Timelines, shape: Shape, c: Candidate, context: int, device: str,
-              readable: bool = False, global_batch: int | None = None) -> tuple[float, float]:
+              global_batch: int | None = None) -> tuple[float, float]:
     """(peak live bytes of the fullest rank, allowance: the CUDA context, workspaces and
     fragmentation, 0 on a CPU) of candidate `c` at `context` tokens: the simulated step of one
     micro-batch re-weighted by what a rank keeps of each category (`rank_shares`, the
@@ -340,31 +336,28 @@ def rank_peak(lines: Timelines, shape: Shape, c: Candidate, context: int, device
     prefetched units, or under a pipeline its stages' whole weights and fp32 gradients (FSDP2
     under PP reshards neither after forward nor until the last micro-batch: torchtitan), torch's
     sequence parallelism's gathered matmul inputs kept whole for backward (2 (b T C) per block
-    not checkpointed); `readable` (lmperf's own strategies, which --confirm runs): the flat copy
-    of the gradients once backward is over, ZeRO-1's whole tensors per owner, and the readable
-    FSDP without autocast copies and without its gathered units, which its head's backward
-    holds at a moment that is the peak only when a micro-batch's logits are smaller than them
-    (docs/accuracy.md: -4.4% at micro-batch 1)."""
+    not checkpointed), ZeRO-1's optimizer state as torch's ZeroRedundancyOptimizer assigns it
+    (whole tensors, `Shape.owner_share`)."""
     from lmperf.estimate.simulate import allowance_bytes
 
-    peak = max(_rank_peak(lines, shape, c, share, context, readable)
+    peak = max(_rank_peak(lines, shape, c, share, context)
                for share in rank_shares(shape, c, global_batch))
     return peak, allowance_bytes(peak, device)
 
 
-def _rank_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare, context: int,
-               readable: bool) -> float:
+def _rank_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare,
+               context: int) -> float:
     """One rank's peak (see `rank_peak`): the larger of the step's first micro-batch and, when
     the step accumulates (`grad_accum` > 1, or a pipeline's micro-batches), a later one, which
     runs with the earlier micro-batches' gradients held (`_micro_batch_peak`)."""
-    first = _micro_batch_peak(lines, shape, c, share, context, readable, later=False)
+    first = _micro_batch_peak(lines, shape, c, share, context, later=False)
     if c.grad_accum == 1 and c.layout.pp == 1:
         return first
-    return max(first, _micro_batch_peak(lines, shape, c, share, context, readable, later=True))
+    return max(first, _micro_batch_peak(lines, shape, c, share, context, later=True))
 
 
 def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankShare,
-                      context: int, readable: bool, later: bool) -> float:
+                      context: int, later: bool) -> float:
     """One rank's peak while it runs the step's first micro-batch (`later` False: its gradients
     are the timeline's own, made as backward goes) or a later one (the earlier ones' gradients
     held, `later`), then its optimizer step. The derivations: docs/commands/plan.md, "Memory"."""
@@ -386,11 +379,8 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
     staged = strategy.gathers and lay.pp > 1  # FSDP2 under PP: whole stages, below
     if staged:
         extra = 0.0
-    if readable and c.strategy == "zero1":  # whole tensors to owners: the largest owner's share
-        keep["optimizer state"] = opt_temps = shape.owner_share(lay.dp)
-    if readable and strategy.gathers:  # weights gathered in the compute dtype, never copies
-        extra = 0.0
-        keep["autocast copies"] = 0.0
+    if c.strategy == "zero1":  # whole tensors to owners: the largest owner's share
+        keep["optimizer state"] = opt_temps = share.states * shape.owner_share(S)
     live = lines.base + (b - 1) * lines.slope  # (events, categories + head's two)
     cats = len(_CATEGORIES)
     head_act, head_tmp = live[:, cats], live[:, cats + 1]
@@ -459,11 +449,6 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
         # the saved log-softmax, where nll_loss_backward and _log_softmax_backward_data hold two
         at = np.flatnonzero(backward)[np.argmax(head_tmp[backward])]
         weighted[at, tmp] += b * context / lay.cp * shape.vocab_size / t * 4
-    if readable and strategy.gathers and share.head and order.size:
-        # lmperf's readable FSDP at the output's backward (questions/parallel/fsdp.py): the head
-        # weight all-gathered again for the input's gradient (compute dtype), its whole fp32
-        # gradient before the reduce-scatter, and gloo's clone of that input (V x C each)
-        weighted[order[0], tmp] += shape.vocab_size * shape.d_model * (a + 4 + 4)
     weighted[lines.optimizer, tmp] = live[lines.optimizer, tmp] * opt_temps
     own = weighted[:, g].copy()
     if staged:  # FSDP2 under PP keeps the stage's weights gathered (in the compute dtype) and
@@ -486,7 +471,7 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
         weighted[:, g] += made * share_of
     vc = shape.vocab_size * shape.d_model * (2 if scale > 1 else 4)  # a (V, C) gradient
     embedding = share.embedding and sum(n == vc / 4 / scale for n in shape.numels) != 1  # untied
-    fsdp2 = strategy.gathers and not readable and not staged
+    fsdp2 = strategy.gathers and not staged
     if t > 1 and embedding and order.size and not fsdp2:
         # DTensor computes the row-wise embedding's gradient Replicate: the whole (V, C) on
         # every TP rank (torch 2.13), from its backward to the optimizer's zero_grad
@@ -502,13 +487,8 @@ def _micro_batch_peak(lines: Timelines, shape: Shape, c: Candidate, share: RankS
         weighted[order[-1], g] += vc * (1 + 1 / t if t > 1 else 1) * embedding
     total = weighted.sum(axis=1)
     peak = float(total.max()) + extra
-    if strategy.buckets and readable and lay.dp > 1:
-        # the flat copy of the gradients, made once backward is over: only states are left then
-        end = int(np.argmax(lines.optimizer)) - 1
-        held_states = [_CATEGORIES.index(x) for x in (*STATES, "inputs & buffers")]
-        peak = max(peak, float(weighted[end, held_states].sum() + weighted[end, g]))
-    elif strategy.buckets and lay.dp > 1:  # torch DDP's buckets, always there
-        peak += float(weighted[:, g].max())
+    if strategy.buckets and lay.dp > 1:  # torch DDP's buckets (the gradients' size), always there
+        peak += float(own.max())
     return peak
 
 

@@ -51,12 +51,13 @@ class Shape:
         return len(self.numels) or 9 * self.num_layers + 3
 
     def owner_share(self, n: int) -> float:
-        """The largest share of the parameters one of `n` ranks owns when each tensor goes, in
-        order, to the least-loaded rank (lmperf's ShardedOptimizer): 1 / n when not counted."""
+        """The largest share of the parameters one of `n` ranks owns when each tensor, the
+        largest first, goes to the least-loaded rank (torch's ZeroRedundancyOptimizer,
+        `_partition_parameters`): 1 / n when not counted."""
         if not self.numels or n <= 1:
             return 1 / max(n, 1)
         loads = [0] * n
-        for k in self.numels:
+        for k in sorted(self.numels, reverse=True):
             loads[loads.index(min(loads))] += k
         return max(loads) / sum(loads)
 
@@ -80,32 +81,10 @@ def tp_params(shape: Shape, t: int) -> float:
 
 
 def activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
-    """Bytes saved for backward on one device of a `t`-way tensor-parallel group whose micro-batch
-    has `tokens` tokens, activations in an a-byte dtype (bf16 autocast: a = 2): the saved
-    activations and autocast's weight copies (saved_activation_bytes + weight_copy_bytes)."""
-    return saved_activation_bytes(shape, tokens, t, a) + weight_copy_bytes(shape, t, a)
-
-
-def saved_activation_bytes(shape: Shape, tokens: float, t: int = 1, a: int = 2) -> float:
-    """The activations one device saves (see activation_bytes), without weight copies: per
-    token, the FFN-only model's block inputs (C) and first outputs (F / t); the LM's a(t), term by
-    term in docs/commands/dist.md ("--estimate"; `lmperf memory --estimate`'s terms at t = 1)."""
-    C, F, L = shape.d_model, shape.d_ff, shape.num_layers
-    if shape.ffn_only:
-        return L * tokens * (C + F / t) * a
-    H, V = shape.num_heads, shape.vocab_size
-    block = tokens * (16 * C + 8 + 5 * a * C + (5 * a * C + 4 * H + 5 * a * F) / t)
-    head = tokens * (8 * C + 4 + a * C + 4 * V / t) + 4
-    return L * block + head
-
-
-def weight_copy_bytes(shape: Shape, t: int = 1, a: int = 2) -> float:
-    """Autocast's a-byte copies of the matmul weights, saved for backward, split as the weights
-    are: a (L (4 C^2 + 3 C F) + C V) / t (none in the FFN-only model, counted in fp32 there);
-    with grouped-query attention k and v are C x Hkv D, so 4 C^2 is 2 C^2 + 2 C Hkv D."""
-    if shape.ffn_only:
-        return 0.0
-    C, F = shape.d_model, shape.d_ff
-    kv = C * shape.num_kv_heads // shape.num_heads if shape.num_kv_heads else C  # Hkv D
-    return a * (shape.num_layers * (2 * C * C + 2 * C * kv + 3 * C * F)
-                + C * shape.vocab_size) / t
+    """Bytes the course's FFN-only model saves for backward on one device of a `t`-way
+    tensor-parallel group whose micro-batch has `tokens` tokens, in an a-byte dtype: per token
+    and block its input (C, whole on every device) and first output (F / t). A full LM's saved
+    bytes come from the simulation (`lmperf memory --estimate`, the plan)."""
+    if not shape.ffn_only:
+        raise ValueError("activation_bytes prices the FFN-only model; simulate a full LM")
+    return shape.num_layers * tokens * (shape.d_model + shape.d_ff / t) * a

@@ -67,7 +67,6 @@ def probe(spec, device, steps: int = 3) -> tuple[float, int]:
     on the host: one step to warm up, one counted op by op, `steps` timed with one
     synchronisation at the end. Runs in the process that predicts (a job, or the CLI for
     --predict), never in the fork server, and only where the device is at hand."""
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from lmperf.runtime import device as dev

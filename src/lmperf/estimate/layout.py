@@ -273,35 +273,3 @@ def schedule_refusal(schedule: str, pp: int, micro_batches: int, virtual: int) -
         return " ".join(str(exc).split())
     return None
 
-
-def candidates(gpus: int, per_node: int, *, tp=None, pp=None, cp=None, dp_replicate=None,
-               pp_schedule=None, pp_virtual=None, async_tp=None) -> list[Layout]:
-    """Every layout of `gpus` devices whose degrees are among those given (None: every value
-    that divides: powers of two for tp, pp and cp, tp within a node) — the search space before
-    any model or batch is asked."""
-    def powers(limit: int) -> list[int]:
-        return [2**i for i in range(int(math.log2(limit)) + 1) if limit % 2**i == 0]
-
-    tps = tp or [t for t in powers(gpus) if t <= per_node]
-    pps = pp or powers(gpus)
-    cps = cp or powers(gpus)
-    out = []
-    for t in tps:
-        for p in pps:
-            for c in cps:
-                if gpus % (t * p * c):
-                    continue
-                reps = dp_replicate or [1]
-                for r in reps:
-                    if gpus % (t * p * c * r):
-                        continue
-                    for s in (pp_schedule or ([None] if p == 1 else list(PP_SCHEDULES))):
-                        s = None if p == 1 else schedule_name(s)
-                        vs = pp_virtual or ([2] if s in LOOPED else [1])
-                        for v in ([1] if p == 1 else vs):
-                            for a in (async_tp or [False]) if t > 1 else [False]:
-                                try:
-                                    out.append(Layout(gpus, t, p, c, r, s, v, bool(a)))
-                                except SpecError:
-                                    continue
-    return list(dict.fromkeys(out))

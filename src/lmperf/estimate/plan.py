@@ -14,7 +14,6 @@ from typing import Callable
 
 from lmperf.errors import SpecError
 from lmperf.estimate.candidate import Candidate
-from lmperf.estimate.communication import readable
 from lmperf.estimate.fit import Workload, fits, rank_peak, timelines
 from lmperf.estimate.formulas import Shape
 from lmperf.estimate.layout import LOOPED, Layout, LayoutError
@@ -193,9 +192,7 @@ def _micro_batches(work, shape, cluster, global_batch, lines, precision, group, 
 
     @lru_cache(maxsize=None)
     def peak(b: int) -> tuple[float, float]:
-        c = candidate(b)
-        return rank_peak(lines, shape, c, work.context, cluster.device, readable(c, cluster),
-                         global_batch)
+        return rank_peak(lines, shape, candidate(b), work.context, cluster.device, global_batch)
 
     # a rank's peak grows with its micro-batch: the largest that fits, by bisection
     lo, hi = 0, len(allowed)  # allowed[:lo] fit, allowed[hi:] do not
@@ -254,8 +251,8 @@ def fewest_gpus(work: Workload, shape: Shape, cluster_of: Callable[[int], Cluste
                 continue
             lay = Layout(n, tp=t)
             c = Candidate(precision, "full", "fsdp", lay, 1, lay.grad_accum(global_batch, 1))
-            if fits(sum(rank_peak(lines, shape, c, work.context, cluster.device,
-                                  readable(c, cluster), global_batch)), cluster.budget):
+            if fits(sum(rank_peak(lines, shape, c, work.context, cluster.device, global_batch)),
+                    cluster.budget):
                 return n
         n *= 2
     return None

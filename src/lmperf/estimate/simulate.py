@@ -190,14 +190,13 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint: str | i
 
 
 def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str = "uniform", *,
-                  checkpoint_group: int | None = None, upcast: bool = False) -> SimResult:
+                  upcast: bool = False) -> SimResult:
     """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
     return its live bytes over time; nothing is allocated. `checkpoint`: the activation
     checkpointing policy (none, full, op, every-K or G blocks per group; any spelling
     `lmperf.validate.checkpoint_policy` accepts, 0 and 1 included), not `spec.checkpoint`;
     `schedule` 'bisection' checkpoints recursively instead (checkpoint_plan.bisection; the
-    policy is ignored). `checkpoint_group`: the older keyword of an int policy, read as
-    `checkpoint` (to go once its callers name `checkpoint`). `upcast`: the loss on fp32 logits
+    policy is ignored). `upcast`: the loss on fp32 logits
     (`StepState.upcast`: the multi-GPU engines' step). Raises SpecError when the model cannot
     run on phantom tensors."""
     from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
@@ -205,7 +204,7 @@ def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str =
     from lmperf.validate import checkpoint_policy
     from lmperf.workload.steps import STEPS, StepState
 
-    checkpoint = checkpoint_policy(checkpoint if checkpoint_group is None else checkpoint_group)
+    checkpoint = checkpoint_policy(checkpoint)
     if schedule not in SCHEDULES:
         raise SpecError(f"unknown checkpointing schedule {schedule!r}; accepted: "
                         f"{', '.join(SCHEDULES)}")

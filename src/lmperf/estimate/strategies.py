@@ -55,8 +55,8 @@ _REDUCE = Collective("all_reduce", "grads", "step", "backward", "one", "replicat
 STRATEGIES: dict[str, Strategy] = {
     "single": Strategy((), ()),
     "ddp": Strategy((), (_REDUCE,), buckets=True),
-    # torch's ZeroRedundancyOptimizer (and lmperf's readable one): DDP's all-reduce, then each
-    # updated parameter tensor broadcast from its owner
+    # torch's ZeroRedundancyOptimizer: DDP's all-reduce, then each updated parameter tensor
+    # broadcast from its owner
     "zero1": Strategy(("optimizer state",), (
         replace(_REDUCE, group="shard"),
         Collective("broadcast", "params", "step", "never", "tensors")), buckets=True),

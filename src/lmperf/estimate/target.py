@@ -29,7 +29,7 @@ class Cluster:
     target: Target
     link: object
     device: str  # 'cuda' or 'cpu'
-    blocking: bool = False  # collectives block (lmperf's readable strategies, --confirm's)
+    blocking: bool = False  # collectives block (gloo's on CPU ranks sharing the cores)
     share: float = 1.0  # of a core each CPU rank gets when ranks outnumber the cores
 
 
@@ -131,7 +131,7 @@ CPU_LINKS: dict[str, tuple[float, float]] = {
 
 
 def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | None = None,
-            host_us: float | None = None, blocking: bool = False, probe=None,
+            host_us: float | None = None, probe=None,
             bandwidth: float | None = None, node_bandwidth: float | None = None,
             tflops: float | None = None) -> Cluster:
     """THE Cluster of `gpus` devices of `gpu` (a name of the peak table), or of this CPU's ranks
@@ -158,4 +158,4 @@ def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | 
     inter = node_bandwidth or (50.0 if gpus > gpus_per_node else None)
     link = Link(bandwidth or spec.link_bandwidth / 1e9, inter, per_node=gpus_per_node)
     return Cluster(spec.name, gpus, gpus_per_node, (gib or spec.memory_gib) * GIB, target, link,
-                   "cuda", blocking=blocking)
+                   "cuda")

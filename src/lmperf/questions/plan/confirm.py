@@ -1,16 +1,17 @@
 """`lmperf plan --confirm K`, the side that runs: one planned configuration, run for real, on
-torchrun's ranks (`run_cell`: a data-parallel plan on lmperf's readable strategies, a TP, PP or
+torchrun's ranks (`run_cell`: a data-parallel plan on torch's DDP, ZeRO-1 or FSDP2, a TP, PP or
 HSDP plan on `dist train`'s layout builder, questions/parallel/layouts.py) or alone on this
 machine's device as any forked job (`run_alone`). `measure` runs full steps of the cell's
 micro-batches after a zero-gradient step that gives AdamW its state (as the simulator assumes)
-and, for a layout, one untracked step (FSDP2's lazy initialisation, the pipeline's shape
-inference): one step under LiveBytes (workload/live.py: the peak the plan predicts; out of
+and one untracked step (DDP's bucket rebuild, FSDP2's lazy initialisation, the pipeline's
+shape inference): one step under LiveBytes (workload/live.py: the peak the plan predicts; out of
 memory: it does not fit) and the collective ledger (questions/parallel/ledger.py: bytes per mesh
 dimension), then timed steps, untracked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import statistics
@@ -38,39 +39,24 @@ def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torc
     return model
 
 
-def _setup(cell: dict, model: torch.nn.Module, device: torch.device):
-    """(module to call, optimizer, sync after the last backward, autocast dtype or None) of a
-    data-parallel cell on lmperf's readable strategies (or one device)."""
-    from lmperf.questions.parallel import ddp, fsdp, zero
-    from lmperf.questions.parallel.strategies import ADAMW
-
-    dtype = _dtype(cell)
-    adamw = dict(lr=LR, **ADAMW[device.type])
-    if cell["strategy"] == "single":
-        return model, torch.optim.AdamW(model.parameters(), **adamw), lambda: None, dtype
-    if cell["strategy"] == "fsdp":
-        wrapped = fsdp.FSDP(model, dtype)
-        return wrapped, torch.optim.AdamW(wrapped.parameters(), **adamw), \
-            wrapped.finish_gradient_synchronization, dtype
-    wrapped = ddp.FlatDDP(model)
-    if cell["strategy"] == "zero1":
-        opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, **adamw)
-    else:
-        opt = torch.optim.AdamW(wrapped.parameters(), **adamw)
-    return wrapped, opt, wrapped.finish_gradient_synchronization, dtype
-
-
 def _dtype(cell: dict) -> torch.dtype | None:
     return torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
 
 
-def _layout(cell: dict, world_size: int, model: torch.nn.Module, device: torch.device):
-    """`dist train`'s Setup of a TP / PP / HSDP cell (layouts.build: the pipeline's stages, TP,
-    fully_shard on the data-parallel mesh), its data-parallel part FSDP2 where it has one."""
+def _setup(cell: dict, world_size: int, model: torch.nn.Module, device: torch.device):
+    """`dist train`'s Setup of the cell: a data-parallel plan on torch's engine for its
+    strategy (`run.DIST`: DDP, ZeroRedundancyOptimizer over DDP, FSDP2; one device: the model
+    alone), a TP / PP / HSDP plan on the layout builder (layouts.build: the pipeline's stages,
+    TP, fully_shard on the data-parallel mesh), its data-parallel part FSDP2 where it has one."""
     from lmperf.estimate.layout import Layout
-    from lmperf.questions.parallel import layouts
+    from lmperf.questions.parallel import layouts, strategies
     from lmperf.questions.parallel.items import NO_STRATEGY, Item
+    from lmperf.questions.plan.run import DIST
 
+    if cell["runner"] != "layout":
+        return strategies.build(
+            DIST.get(cell["strategy"], "single"), model, lr=LR, bucket_mb=25, compress="none",
+            compute_dtype="bf16" if cell["precision"] == "bf16-fsdp" else "fp32", device=device)
     lay = Layout(world_size, cell["tp"], cell["pp"], cell["cp"], cell["dp_replicate"],
                  cell["pp_schedule"], cell["pp_virtual"])
     item = Item("fsdp2" if lay.dp > 1 else NO_STRATEGY, lay,
@@ -86,38 +72,28 @@ def _loss(module, x: torch.Tensor, y: torch.Tensor, dtype, share: float) -> torc
         return CE(logits.flatten(0, 1), y.flatten()) * share
 
 
-def _step(module, opt, sync, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
-    """One optimizer step over micro-batches of `sizes` rows of `tokens` (R, T + 1): each
-    micro-batch's loss weighted by its share of the rows, gradients synchronised once, then
-    workload.steps' clip and AdamW step."""
-    total, start = sum(sizes), 0
-    for b in sizes:
-        x, y = tokens[start:start + b, :-1], tokens[start:start + b, 1:]
-        start += b
-        _loss(module, x, y, dtype, b / total).backward()
-    sync()
-    params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
-
-def _layout_step(setup, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
-    """One step of a layout, as `dist train` steps it (no clipping: the gradients are DTensors
-    on several meshes): a pipeline's schedule over the rows (its micro-batches), else each
-    micro-batch's forward and backward under the layout's context (loss parallelism), then
+def _step(setup, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
+    """One optimizer step, as `dist train` steps it (no clipping: a layout's gradients are
+    DTensors on several meshes): a pipeline's schedule over the rows `tokens` (R, T + 1) (its
+    micro-batches), else micro-batches of `sizes` rows, each loss weighted by its share of the
+    rows, all but the last under the engine's `no_sync` (torch DDP's: one all-reduce a step)
+    and `sync` after the others, each under the layout's context (loss parallelism); then
     AdamW."""
     if setup.pipeline is not None:
-        with setup.context(), torch.autocast(tokens.device.type, dtype=dtype,
-                                             enabled=dtype is not None):
+        with setup.context(), setup.autocast(), torch.autocast(
+                tokens.device.type, dtype=dtype, enabled=dtype is not None):
             setup.pipeline(tokens[:, :-1], tokens[:, 1:])
     else:
         total, start = sum(sizes), 0
-        for b in sizes:
+        for i, b in enumerate(sizes):
             x, y = tokens[start:start + b, :-1], tokens[start:start + b, 1:]
             start += b
-            with setup.context():
+            quiet = setup.no_sync is not None and i < len(sizes) - 1
+            with setup.no_sync() if quiet else contextlib.nullcontext(), setup.context(), \
+                    setup.autocast():
                 _loss(setup.model, x, y, dtype, b / total).backward()
+            if not quiet:
+                setup.sync()
     setup.optimizer.step()
     setup.optimizer.zero_grad(set_to_none=True)
 
@@ -137,14 +113,10 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
     cell, plan = job.cell(item), json.loads(job.plan)
     model = _model(plan, job.seed, cell["checkpoint"], device)
     sizes = cell["sizes"]
-    if cell["runner"] == "layout":
-        setup = _layout(cell, job.world_size, model, device)
-        module, opt, names, replica = setup.model, setup.optimizer, setup.groups, setup.replica[0]
-        run = partial(_layout_step, setup, _dtype(cell), sizes)
-    else:
-        module, opt, sync, dtype = _setup(cell, model, device)
-        run = partial(_step, module, opt, sync, dtype, sizes)
-        names, replica, setup = {}, rank, None
+    setup = _setup(cell, job.world_size, model, device)
+    module, opt = setup.model, setup.optimizer
+    replica = setup.replica[0] if setup.replica else rank
+    run = partial(_step, setup, _dtype(cell), sizes)
     gen = torch.Generator().manual_seed(job.seed * 7919 + replica)  # a replica's ranks alike
     tokens = torch.randint(0, model.vocab_size if hasattr(model, "vocab_size") else 1000,
                            (sum(sizes), plan["context"] + 1), generator=gen).to(device)
@@ -153,13 +125,12 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
             p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    if setup is not None:
-        run(tokens)  # FSDP2's lazy init and the pipeline's shape inference, not counted
+    run(tokens)  # DDP's bucket rebuild, FSDP2's lazy init, the pipeline's shapes: not counted
     held = [*module.parameters(), *module.buffers(), tokens, *optimizer_state(opt)]
     allocator = dev.PeakMemory(device)
     allocator.reset()
     try:
-        with LiveBytes(held) as tracker, Ledger(names) as ledger:
+        with LiveBytes(held) as tracker, Ledger(setup.groups) as ledger:
             run(tokens)
         peak = tracker.peak
     except Exception as exc:  # on a GPU the boundary cell may not fit: that is its answer
@@ -175,11 +146,8 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
         dev.synchronize(device)
         if i:
             times.append(time.perf_counter() - t0)
-    if hasattr(module, "close"):
-        module.close()
-    if setup is not None:
-        setup.close()
-    dp = "dp_replicate" if cell["strategy"] == "ddp" else "dp_shard"  # the readable's one group
+    setup.close()
+    dp = "dp_replicate" if cell["strategy"] == "ddp" else "dp_shard"  # an engine's one group
     moved = {f"{dp if row['dim'] == 'world' else row['dim']} {row['collective']}": row["bytes"]
              for row in (ledger.table() if ledger else [])}
     return {"peak_bytes": peak, "collective_bytes": moved,

@@ -89,8 +89,9 @@ CONFIRMED_SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
 
 
 def runner_of(row: dict, spec: PlanSpec) -> str | None:
-    """How --confirm runs plan `row` here: 'readable' (a data-parallel plan on lmperf's readable
-    strategies, or one device), 'layout' (TP, PP, HSDP on `dist train`'s layout builder,
+    """How --confirm runs plan `row` here: 'engine' (a data-parallel plan on torch's DDP, ZeRO-1
+    or FSDP2 as `dist train` builds them, or one device), 'layout' (TP, PP, HSDP on `dist
+    train`'s layout builder,
     questions/parallel/layouts.py) or None (not here: context parallelism, async TP, compile or
     float8, a checkpointed or zero-bubble pipeline, a schedule torch refuses for its
     micro-batches)."""
@@ -100,7 +101,7 @@ def runner_of(row: dict, spec: PlanSpec) -> str | None:
 
     layout = row["tp"] > 1 or row["pp"] > 1 or row["dp_replicate"] > 1 and row["strategy"] != "ddp"
     if not layout:
-        return "readable" if row["strategy"] in RUNNABLE_ON_CPU else None
+        return "engine" if row["strategy"] in RUNNABLE_ON_CPU else None
     if spec.gpus == 1 or row["cp"] > 1 or row["async_tp"] or row.get("compile") or \
             row.get("float8", "none") != "none":
         return None
@@ -184,17 +185,13 @@ def confirm_cells(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
                     "per_replica": per_replica, "timed": timed, "plan_rank": r["rank"],
                     "budget_bytes": budget, "planned_step_s": r["step_s"] if timed else None}
             each = layout_prediction(work, replace(c, micro_batch=b), ranks, global_batch) \
-                if ranks is not None else [{"collective_bytes": {}}]
+                if ranks is not None else [{"collective_bytes": {}, "peak_bytes": rank_peak(
+                    timelines(work, r["precision"], r["checkpoint"]), shape, replace(
+                        c, micro_batch=b), spec.context, spec.device, global_batch)[0]}]
             cell["planned_collective_bytes"] = [
                 {f"{dim} {op}": v for (dim, op), v in x["collective_bytes"].items()}
                 for x in each]
-            if cell["runner"] == "readable":  # one device or lmperf's readable strategies
-                live, _ = rank_peak(timelines(work, r["precision"], r["checkpoint"]), shape,
-                                    replace(c, micro_batch=b), spec.context, spec.device,
-                                    readable=True, global_batch=global_batch)
-                cell["planned_rank_peak_bytes"] = [live]
-            else:
-                cell["planned_rank_peak_bytes"] = [x["peak_bytes"] for x in each]
+            cell["planned_rank_peak_bytes"] = [x["peak_bytes"] for x in each]
             live = max(cell["planned_rank_peak_bytes"])
             cells.append({**cell, "planned_peak_bytes": live,
                           "allowance_bytes": allowance_bytes(live, spec.device)})

@@ -9,10 +9,8 @@ from lmperf.errors import SpecError
 from lmperf.model.presets import DEFAULT_COURSE, require_plain
 from lmperf.questions.plan.spec import OPTIMIZER
 
-# lmperf plan's strategy -> dist train's: torch's own engines, as the plan models them on GPUs;
-# on CPU ranks the readable ones, whose blocking collectives the CPU plan models (--confirm's)
+# lmperf plan's strategy -> dist train's: torch's own engines, as the plan models them
 DIST = {"ddp": "torch-ddp", "zero1": "torch-zero1", "zero2": "torch-zero2", "fsdp": "fsdp2"}
-READABLE = {"ddp": "flat", "zero1": "zero1", "fsdp": "fsdp"}
 
 
 def _sizes(spec: dict, row: dict) -> tuple[int, int, int]:
@@ -70,20 +68,19 @@ def command(spec: dict, row: dict) -> str | None:
         require_plain(size, spec["course"], "dist train")
     except SpecError:
         return None
-    names = READABLE if spec["device"] == "cpu" else DIST
     if spec["model"]:
         return None
     if row["tp"] > 1 or row["pp"] > 1 or row["cp"] > 1 or \
             row["dp_replicate"] > 1 and row["strategy"] != "ddp":
         return _layout(spec, row, what)
-    if row["strategy"] not in names:
+    if row["strategy"] not in DIST:
         return None
     if row["strategy"] == "zero2" and n > 1:
         notes.append("torch-zero2 gathers the parameters once per micro-batch, the planned "
                      "ZeRO-2 once per step")
     flags = {"bf16-fsdp": " --compute-dtype bf16", "bf16-mixed": " --precision bf16-mixed"}
-    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {names[row['strategy']]}"
+    return (f"lmperf dist train --world-size {spec['gpus']} --strategy {DIST[row['strategy']]}"
             + what + flags.get(row["precision"], "")
-            + (" --bucket-mb 25" if names[row["strategy"]].startswith("torch-") else "")
+            + (" --bucket-mb 25" if DIST[row["strategy"]].startswith("torch-") else "")
             + " --no-reference" + (f"  ({'; '.join(notes)})" if notes else ""))
 
