@@ -128,22 +128,9 @@ def test_cuda_autocast_keeps_exp_and_sum_in_fp32():
             estimate(c, b, t, regime, attention, device="cpu").block_bytes
 
 
-def test_the_breakdown_table():
-    est = estimate(config("xl", 1024), 4, 1024)
-    table = est.table()
-    assert table.iloc[-1]["term"] == "sum of terms (all at once)"
-    assert table["MiB"].iloc[:-1].sum() == pytest.approx(table["MiB"].iloc[-1])
-
-
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(context=64), "longer than the model allows"),
-    (dict(batch=0), "batch must be a positive integer"),
-    (dict(regime="fp8"), "unknown precision"),
-    (dict(attention="flash"), "unknown attention"),
-    (dict(mode="inference"), "unknown mode"),
     (dict(checkpoint_group=-1), "unknown checkpointing policy"),
     (dict(checkpoint_group="op"), "no closed form for op"),
-    (dict(device="tpu"), "unknown device"),
 ])
 def test_bad_input(kwargs, match):
     args = dict(config=TINY, batch=2, context=8) | kwargs

@@ -161,8 +161,6 @@ def test_device_with_most_events_is_summarised(tmp_path):
     two = dict(data, segments=moved, device_traces=[[], data["device_traces"][0]])
     s = summarize_snapshot(write_pickle(tmp_path / "two.pickle", two))
     assert s.device == 1 and s.peak_active_bytes == 45 * M and s.reserved_bytes == 52 * M
-    empty = summarize_snapshot(tmp_path / "two.pickle", device=0)
-    assert empty.events == 0 and empty.peak_active_bytes == 0 and empty.reserved_bytes == 0
 
 
 def test_snapshot_without_history(tmp_path):
@@ -319,7 +317,7 @@ def _fake_recording(monkeypatch, fail_at: int | None = None) -> list[str]:
     monkeypatch.setattr(dev, "on_oom_dump", lambda device, path: log.append("arm oom dump"))
     monkeypatch.setattr(dev, "cancel_oom_dump", lambda: log.append("cancel oom dump"))
     monkeypatch.setattr(dev, "start_memory_history",
-                        lambda device, max_entries, stacks: log.append("start history"))
+                        lambda device: log.append("start history"))
     monkeypatch.setattr(dev, "stop_memory_history", lambda device: log.append("stop history"))
 
     def dump(device, path):

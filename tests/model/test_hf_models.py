@@ -76,8 +76,9 @@ def test_memory_measured_per_phase_and_saved_tensors():
     from lmperf.questions.memory.spec import MemorySpec
 
     run = _spec(warmup=1, steps=1)
-    phases = run_job(MemorySpec(run, "phases", (T,), modes=("train-step",)))
-    saved = run_job(MemorySpec(run, "saved", (T,)))
+    phases = run_job(MemorySpec.from_run(run, analysis="phases", contexts=(T,),
+                                         modes=("train-step",)))
+    saved = run_job(MemorySpec.from_run(run, analysis="saved", contexts=(T,)))
     assert [r["status"] for r in phases + saved] == ["ok", "ok"], phases + saved
     assert saved[0]["metrics"]["saved"]["activation_bytes"] > 0
 

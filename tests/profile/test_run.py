@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from lmperf.core.outcome import Stage
 from lmperf.questions.profile.annotate import ATTENTION_RANGES
 from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE
-from lmperf.questions.profile.backends.torch_profiler import profile_torch
+from lmperf.questions.profile.job import profile_torch
+from lmperf.results.record import stored_table
 from lmperf.questions.profile.trace import load_trace
 from lmperf.workload.spec import RunSpec
 
@@ -23,10 +25,13 @@ QUICK = dict(context=32, batch=2, warmup=1, steps=3)
 def train(tmp_path_factory):
     path = tmp_path_factory.mktemp("prof") / "trace.json"
     stage = Stage()
-    result = profile_torch(RunSpec.from_size("tiny", **QUICK), path, top=5, stage=stage)
+    fields = profile_torch(RunSpec.from_size("tiny", **QUICK), path, top=5, stage=stage)
     # the stage followed the capture and the analysis to the end (the roofline comes last)
     assert stage.now == "counting FLOPs and bytes per operator (roofline)"
-    return result
+    m = fields["metrics"]
+    return SimpleNamespace(tables=[(t, stored_table(t, rows)) for t, rows in m["tables"].items()],
+                           notes=m["notes"], timings=m["timings_s"],
+                           samples_ms=m["samples_ms"], trace_path=m["trace_path"])
 
 
 def test_answers_each_question_with_a_table_and_a_finding(train):

@@ -21,7 +21,7 @@ def test_plan_takes_the_cpu_defaults_and_the_thread_policy():
 def test_a_user_model_without_size_runs_one_shape():
     plan = plan_profile(model="tests.fixtures.models:bigram", device="cpu", context=16)
     assert plan.spec.model == "tests.fixtures.models:bigram" and plan.spec.size == "mini"
-    assert "receives the shape of mini" in plan.notes[0]
+    assert "receives mini's shape" in plan.notes[0]
 
 
 def test_spec_round_trips_and_records_carry_the_run_spec(tmp_path):

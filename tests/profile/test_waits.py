@@ -17,7 +17,7 @@ import pytest
 
 import lmperf
 from lmperf.questions.profile import overlap
-from lmperf.questions.profile.backends import torch_profiler
+from lmperf.questions.profile import job
 from lmperf.questions.profile.from_trace import PHASE_TABLE, step_table
 from lmperf.questions.profile.report import WAITS_PHASE, WAITS_STEP
 from lmperf.questions.profile.trace import load_trace
@@ -131,23 +131,23 @@ def test_bound(idle, host, label):
 def test_a_profiled_run_judges_against_its_benchmarked_step_and_says_it_first():
     # the run's path (`profile_torch`'s `_waits`) on the H200 run's own trace and its benchmarked
     # step: busy 11.95 ms of 52.4 ms unprofiled (the profiler nearly doubles the host's time)
-    result = SimpleNamespace(tables=[], notes=["(a) forward: ..."])
+    tables, notes = [], ["(a) forward: ..."]
     cap = SimpleNamespace(unprofiled_ms={"step": [H200_BENCHMARKED_STEP_MS]})
-    torch_profiler._waits(result, cap, trace(H200))
-    assert result.notes[0] == (
+    job._waits(tables, notes, cap, trace(H200))
+    assert notes[0] == (
         "host-bound: the GPU was busy 23% of the step (11.95 of 52.38 ms benchmarked; 12% of the "
         "97.31 ms profiled step; 100% of its idle time waiting for the host's launches); levers: "
         f"{overlap.LEVERS}.")
-    tables = dict(result.tables)
+    tables = dict(tables)
     assert list(tables) == [WAITS_STEP, WAITS_PHASE]
     assert (tables[WAITS_STEP]["bound"] == "host-bound").all()
 
 
 def test_a_cpu_run_says_the_step_is_the_hosts_and_nothing_of_a_gpu():
-    result = SimpleNamespace(tables=[], notes=["(a) forward: ..."])
+    tables, notes = [], ["(a) forward: ..."]
     cpu = trace(DATA / "lmperf_tiny_cpu_2steps.json.gz")
-    torch_profiler._waits(result, SimpleNamespace(unprofiled_ms={"step": [10.0]}), cpu)
-    assert result.tables == [] and result.notes[0].startswith("No GPU in this run: the whole step")
+    job._waits(tables, notes, SimpleNamespace(unprofiled_ms={"step": [10.0]}), cpu)
+    assert tables == [] and notes[0].startswith("No GPU in this run: the whole step")
     report = lmperf.profile(from_trace=DATA / "lmperf_tiny_cpu_2steps.json.gz")
     text = " ".join(report.findings)
     assert "bound" not in text and "GPU was busy" not in text

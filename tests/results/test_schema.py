@@ -1,4 +1,4 @@
-"""The record schema: field order, status validation, and the record check."""
+"""The record schema: field order and status validation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lmperf.results.schema import SCHEMA_VERSION, STATUSES, is_record, make_record
+from lmperf.results.schema import SCHEMA_VERSION, STATUSES, make_record
 
 SPEC = {"size": "tiny", "context": 16, "batch": 2}
 ENV = {"device": "cpu", "timestamp": "2025-01-01T00:00:00+00:00"}
@@ -67,27 +67,25 @@ def test_statuses():
     assert STATUSES == ("ok", "oom", "error", "unsupported")
 
 
-def test_is_record_true_for_made_records():
-    for status in STATUSES:
-        assert is_record(make_record("bench", SPEC, status, ENV))
-    # survives a JSON round trip
-    assert is_record(json.loads(json.dumps(make_record("bench", SPEC, "ok", ENV))))
+def test_spec_dict_round_trip_refuses_or_drops_unknown_fields_and_fills_old_ones():
+    from dataclasses import dataclass
 
+    from lmperf.errors import SpecError
+    from lmperf.results.schema import SpecDict
 
-@pytest.mark.parametrize("obj", [
-    None, 1, "record", [], [1, 2], {},
-    {"a": 1},
-    # each one misses or breaks one required field
-    {"schema": 1, "kind": "bench", "status": "ok"},                                   # no spec
-    {"schema": 1, "kind": "bench", "status": "ok", "spec": "tiny"},                   # spec not a dict
-    {"schema": 1, "kind": "bench", "status": "weird", "spec": {}},                    # bad status
-    {"schema": 1, "kind": "bench", "spec": {}},                                       # no status
-    {"schema": 1, "status": "ok", "spec": {}},                                        # no kind
-    {"kind": "bench", "status": "ok", "spec": {}},                                    # no schema
-])
-def test_is_record_false_for_non_records(obj):
-    assert not is_record(obj)
+    @dataclass(frozen=True)
+    class Job(SpecDict):
+        not_identity = ("timeout_s",)
+        old_defaults = {"course": "2025"}
+        sizes: tuple[int, ...] = (1,)
+        course: str = "2026"
+        timeout_s: float = 1.0
 
-
-def test_is_record_minimal_record():
-    assert is_record({"schema": 1, "kind": "bench", "status": "ok", "spec": {}})
+    job = Job(sizes=(1, 2), timeout_s=5.0)
+    assert job.to_dict() == {"sizes": (1, 2), "course": "2026"}
+    assert Job.from_dict(json.loads(json.dumps(job.to_full_dict()))) == job  # lists -> tuples
+    assert Job.from_dict({"sizes": [3]}).course == "2025"  # a record from before the field
+    with pytest.raises(SpecError, match=r"unknown Job field\(s\): a, b"):
+        Job.from_dict({"b": 1, "a": 2})
+    Job.drop_unknown = True
+    assert Job.from_dict({"b": 1, "course": "2026"}) == Job()

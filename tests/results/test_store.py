@@ -227,15 +227,16 @@ def test_older_records_are_read_in_todays_layout(tmp_path):
     assert r["message"] == "" and r["env"] == {} and r["warnings"] == [] and r["metrics"] is None
 
 
-def test_from_jsonable_inverts_to_jsonable():
+def test_stored_table_inverts_to_jsonable():
     import math
 
-    from lmperf.results.record import from_jsonable
+    from lmperf.results.record import stored_table
     from lmperf.results.schema import to_jsonable
 
-    values = {"a": [1.5, math.inf, -math.inf], "b": {"c": math.nan}, "d": "text"}
-    back = from_jsonable(json.loads(json.dumps(to_jsonable(values))))
-    assert back["a"] == [1.5, math.inf, -math.inf] and math.isnan(back["b"]["c"]) and back["d"] == "text"
+    rows = [{"a": 1.5, "b": math.nan, "d": "text"}, {"a": math.inf, "b": -math.inf, "d": "inf"}]
+    back = stored_table("t", json.loads(json.dumps(to_jsonable(rows))))
+    assert back["a"].tolist() == [1.5, math.inf] and math.isnan(back["b"][0])
+    assert back["b"][1] == -math.inf and back["d"].tolist() == ["text", "inf"]
 
 
 @pytest.mark.parametrize("command", ["table", "report"])

@@ -13,23 +13,32 @@ import json
 import math
 import re
 
+from typing import TYPE_CHECKING
+
 from lmperf.catalog import BY_KIND
 from lmperf.results.schema import SCHEMA_VERSION, STATUSES
 
 # Non-finite floats are written as strings by `schema.to_jsonable` (JSON has no NaN/inf).
 NON_FINITE: dict[str, float] = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def from_jsonable(value: object) -> object:
-    """The inverse of `schema.to_jsonable` for numbers: 'nan', 'inf', '-inf' back to floats
-    (recursively through lists and dicts); every other value unchanged."""
-    if isinstance(value, str):
-        return NON_FINITE.get(value, value)
-    if isinstance(value, list):
-        return [from_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: from_jsonable(v) for k, v in value.items()}
-    return value
+
+def stored_table(title: str, rows: list[dict]) -> "pd.DataFrame":
+    """A table as a record stores it, back as a DataFrame with its numbers as numbers: a column
+    of numbers with 'nan'/'inf' strings in it gets them as floats; text columns stay text.
+    `title` is the table's (kept for callers)."""
+    import pandas as pd  # here: reading a record needs no pandas
+
+    df = pd.DataFrame(rows)
+    for col in df.columns:
+        values = [v for v in df[col] if v is not None]
+        if any(isinstance(v, str) and v in NON_FINITE for v in values) and all(
+                isinstance(v, (int, float)) or v in NON_FINITE for v in values):
+            df[col] = [math.nan if v is None else NON_FINITE.get(v, v) for v in df[col]]
+            df[col] = df[col].astype(float)
+    return df
 
 
 def problem(obj: object) -> str | None:

@@ -53,17 +53,19 @@ def plan_bench(*, size: Sequence[str] | str | None = None,
                course: str = DEFAULT_COURSE, compile: Sequence[bool] | bool = False,
                compile_mode: str = "default",
                checkpoint: Sequence[str | int] | str | int = "none", grad_accum: int = 1,
-               float8: Sequence[str] | str = "none", vocab_size: int | None = None) -> Plan:
+               float8: Sequence[str] | str = "none", vocab_size: int | None = None,
+               command: str = "bench") -> Plan:
     """Build and check the sweep of `lmperf bench` (keywords as its flags; lists sweep).
 
     Values left None take the device's defaults (core.vocabulary.DEFAULTS; on CUDA the
     `course` edition's sweep). Size names mean the shapes of the `course` edition. With `model`
     and no `size`, the factory gets core.vocabulary.MODEL_SIZE's shape, as in every command. Raises SpecError, or ModelLoadError for a
     user model that cannot be built or returns the wrong shape, or (SpecError) float8 that this
-    device cannot run (`float8_unsupported_reason`).
+    device cannot run (`float8_unsupported_reason`). `command`: whose DEFAULTS apply (profile
+    plans its one run here).
     """
     dev_ = dev.resolve_device(device)
-    defaults = device_defaults("bench", dev_.type, course)
+    defaults = {k: as_list(v) for k, v in device_defaults(command, dev_.type, course).items()}
     models = models_of(model)
     user = [m for m in models if m is not None]
     sizes = as_list(size) or ([MODEL_SIZE] if user else defaults["size"])

@@ -83,13 +83,13 @@ def memory(size: str | None = None, *, model: str | None = None,
         from lmperf.results.store import ensure_folder
 
         ensure_folder(Path(plots))
+    results: dict = {}  # the estimate's simulated steps, for its timeline plots
     if not plan.jobs:  # the estimate: simulated here, nothing allocated, nothing to launch
         import torch
 
         from lmperf.estimate.preflight import available
         from lmperf.runtime.device import cuda_available
 
-        results: dict = {}
         room = None  # the default budget: what this machine has left (not a GPU it lacks)
         if gib is None and (plan.base.device == "cpu" or cuda_available()):
             room = available(torch.device(plan.base.device))
@@ -98,36 +98,25 @@ def memory(size: str | None = None, *, model: str | None = None,
             record["metrics"].update({"gpu": card.name} if gpu is not None else
                                      {"budget": f"{room[1].split(' (')[0]} on this "
                                                 f"{plan.base.device.upper()}"})
-        report = build_report(_save(records, out))
-        if plots is not None:
-            from lmperf.questions.memory.plots import plot_timelines
+        if out is not None:  # records made here, not by a sweep
+            from lmperf.results.store import append_record, ensure_writable
 
-            for path in plot_timelines(results, plots):
-                report.findings.append(f"plot: {path}")
-                if progress:
-                    err(f"plot: {path}")
-        return report
-    report = build_report(run_sweep(plan.jobs, out, options))
+            ensure_writable(Path(out))
+            for record in records:
+                append_record(Path(out), record)
+    else:
+        records = run_sweep(plan.jobs, out, options)
+    report = build_report(records)
     if plots is not None:
-        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts
+        from lmperf.questions.memory.plots import CONTEXTS_PNG, plot_contexts, plot_timelines
 
-        path = plot_contexts(report.records, Path(plots) / CONTEXTS_PNG)
-        if path is not None:
+        paths = (plot_timelines(results, plots) if not plan.jobs else
+                 [plot_contexts(report.records, Path(plots) / CONTEXTS_PNG)])
+        for path in filter(None, paths):
             report.findings.append(f"plot: {path}")
             if progress:
                 err(f"plot: {path}")
     return report
-
-
-def _save(records: list[dict], out: str | Path | None) -> list[dict]:
-    """Append records made here (not by a sweep) to `out`, if given; returns them."""
-    if out is not None:
-        from lmperf.results.store import append_record, ensure_writable
-
-        ensure_writable(Path(out))
-        for record in records:
-            append_record(Path(out), record)
-    return records
 
 
 def snapshot_report(path: str | Path, plots: str | Path | None = None) -> Report:

@@ -14,17 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import pandas as pd
 import torch
 
 from lmperf.errors import SpecError
-from lmperf.validate import checkpoint_every, checkpoint_policy, positive_int
-from lmperf.model.attention import ATTENTION
+from lmperf.validate import checkpoint_every, checkpoint_policy
 from lmperf.model.presets import ModelConfig
 from lmperf.runtime.precision import REGIMES, Regime
-from lmperf.units import MIB
-
-MODES: tuple[str, ...] = ("forward", "forward-backward", "train-step")
 
 
 def _bytes(dtype: torch.dtype) -> int:
@@ -98,33 +93,6 @@ class MemoryEstimate:
         """What autograd keeps from forward to backward: activations + autocast weight copies."""
         return self.activation_bytes + self.weight_copy_bytes
 
-    def table(self) -> pd.DataFrame:
-        """The breakdown: one row per term with MiB and share of the total."""
-        rows = [("parameters", self.param_bytes), ("gradients", self.grad_bytes),
-                ("AdamW state", self.optimizer_bytes),
-                *((f"saved: {k}", v) for k, v in self.activation_terms.items()),
-                ("saved: autocast weight copies", self.weight_copy_bytes),
-                ("checkpoint recompute (one group)", self.recompute_bytes),
-                ("transient allowance (approximate)", self.transient_bytes)]
-        total = self.total_bytes or 1
-        df = pd.DataFrame([{"term": k, "MiB": v / MIB, "share": v / total} for k, v in rows if v])
-        return pd.concat([df, pd.DataFrame([{"term": "sum of terms (all at once)",
-                                              "MiB": self.total_bytes / MIB, "share": 1.0}])],
-                         ignore_index=True)
-
-
-def _check(config: ModelConfig, batch: int, context: int, mode: str, attention: str) -> None:
-    positive_int("batch", batch)
-    positive_int("context", context)
-    if context > config.context_length:
-        raise SpecError(f"context {context} is longer than the model allows "
-                        f"(model context length {config.context_length})")
-    if mode not in MODES:
-        raise SpecError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
-    if attention not in ATTENTION:
-        raise SpecError(f"unknown attention {attention!r}; accepted: {', '.join(ATTENTION)}")
-
-
 def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime = "fp32",
              attention: str | None = None, mode: str = "train-step",
              checkpoint_group: str | int = "none", device: str = "cpu") -> MemoryEstimate:
@@ -133,17 +101,11 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
     `attention` defaults to the config's; `checkpoint_group` is the checkpointing policy (none,
     full, every-K or G blocks per group, any spelling `checkpoint_policy` accepts; op has no
     closed form: the simulation answers it); `device` ('cpu' or 'cuda') selects autocast's op
-    lists. Raises SpecError for unknown names, op, non-positive sizes or a context beyond the
-    model's.
+    lists. The other arguments come checked (a RunSpec's); raises SpecError for op or an
+    unknown policy.
     """
-    if device not in ("cpu", "cuda"):
-        raise SpecError(f"unknown device {device!r}; accepted: cpu, cuda")
-    if isinstance(regime, str):
-        if regime not in REGIMES:
-            raise SpecError(f"unknown precision {regime!r}; accepted: {', '.join(REGIMES)}")
-        regime = REGIMES[regime]
+    regime = REGIMES[regime] if isinstance(regime, str) else regime
     attention = attention or config.attention
-    _check(config, batch, context, mode, attention)
     policy = checkpoint_group = checkpoint_policy(checkpoint_group)
     if policy == "op":
         raise SpecError("the analytic terms have no closed form for op checkpointing (what its "

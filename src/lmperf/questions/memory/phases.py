@@ -42,7 +42,6 @@ class PhaseRow:
     peaks: dict[str, dict]  # phase -> figures
     held: dict[str, dict]
     message: str = ""
-    spec: RunSpec | None = None
     params: int | None = None
     traceback: str = ""  # of an unexpected error (not an OOM)
 
@@ -104,8 +103,7 @@ def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...
         status, msg = failed.get("status", "ok"), failed.get("message", "")
         rows.append(PhaseRow(spec.precision, t, m, status, kind,
                              probe.start_mib if probe else {}, probe.phases if probe else {},
-                             probe.held if probe else {}, msg,
-                             spec.with_(context=t, mode=m), params,
+                             probe.held if probe else {}, msg, params,
                              failed.get("traceback", "")))
 
     def fail_all(**failed: str) -> list[PhaseRow]:

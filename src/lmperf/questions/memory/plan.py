@@ -123,12 +123,13 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
                 sqrt_rule(base.num_layers))}, key=checkpoint_order)]
         return plan
     if checkpoint is not None:
-        plan.jobs = [MemorySpec(base.with_(precision=p, context=t), "checkpoint", (t,),
-                                groups=tuple(groups), top=top)
+        plan.jobs = [MemorySpec.from_run(base.with_(precision=p, context=t),
+                                         analysis="checkpoint", contexts=(t,),
+                                         groups=tuple(groups), top=top)
                      for p in precisions for t in contexts]
         return plan
-    plan.jobs = [MemorySpec(base.with_(precision=p), analysis, tuple(contexts),
-                            modes=tuple(modes), top=top)
+    plan.jobs = [MemorySpec.from_run(base.with_(precision=p), analysis=analysis,
+                                     contexts=tuple(contexts), modes=tuple(modes), top=top)
                  for analysis in ("phases", "saved") for p in precisions]
     return plan
 

@@ -77,7 +77,7 @@ def phase_rows(records: list[dict]) -> list[PhaseRow]:
         rows.append(PhaseRow(r["spec"]["precision"], context_of(r), r["spec"]["mode"],
                              r["status"], memory_kind(r), m.get("start") or {},
                              (m.get("memory") or {}).get("phases") or {}, m.get("held") or {},
-                             r.get("message", ""), None, r.get("params")))
+                             r.get("message", ""), r.get("params")))
     return rows
 
 

@@ -310,17 +310,14 @@ def _stack_text(frames: list[dict], stack: str) -> str:
     return f"freed by: {text}" if stack == "free" else text
 
 
-def summarize_snapshot(path: str | Path, out_png: str | Path | None = None,
-                       device: int | None = None) -> SnapshotSummary:
-    """Summarise a snapshot file without a browser (see the module docstring for the rules).
-
-    device: which CUDA device to summarise (default: the one with the most history events).
-    out_png: where to draw active (and reserved) memory over the events, if given.
+def summarize_snapshot(path: str | Path, out_png: str | Path | None = None) -> SnapshotSummary:
+    """Summarise a snapshot file without a browser (see the module docstring for the rules): the
+    CUDA device with the most history events; `out_png`: where to draw active (and reserved)
+    memory over the events, if given.
     """
     path = Path(path)
     snap = load_snapshot(path)
-    if device is None:
-        device = pick_device(snap)
+    device = pick_device(snap)
     try:
         allocs = allocations(snap, device)
         timeline = active_timeline(snap, device, allocs)

@@ -39,8 +39,8 @@ def oom_path_for(path: Path) -> Path:
     return path.with_name(f"{path.stem}_oom{path.suffix or '.pickle'}")
 
 
-def record_snapshot(spec: RunSpec, path: str | Path, *, max_entries: int = dev.SNAPSHOT_MAX_ENTRIES,
-                    stacks: str = "python", overwrite: bool = False) -> SnapshotRecording:
+def record_snapshot(spec: RunSpec, path: str | Path, *, overwrite: bool = False
+                    ) -> SnapshotRecording:
     """Run `spec` on CUDA with allocator history recorded around its measured steps only, and
     dump the snapshot pickle to `path` (open it in pytorch.org/memory_viz, or summarise it with
     `summarize_snapshot`).
@@ -80,7 +80,7 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, max_entries: int = dev.S
             for _ in range(spec.warmup):
                 prepared.step(prepared.state, NO_OBSERVER)
             dev.synchronize(device)  # warm-up frees must land before the history starts
-            dev.start_memory_history(device, max_entries=max_entries, stacks=stacks)
+            dev.start_memory_history(device)
             try:
                 for _ in range(spec.steps):
                     prepared.step(prepared.state, NO_OBSERVER)
@@ -98,13 +98,13 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, max_entries: int = dev.S
             raise
         _dump_after_oom(exc, device, oom_path)  # OOM before the history: the state only
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return SnapshotRecording(spec, "oom", None, oom_path, recorded, max_entries,
+        return SnapshotRecording(spec, "oom", None, oom_path, recorded, dev.SNAPSHOT_MAX_ENTRIES,
                                  f"out of memory after {recorded} recorded steps: {first}")
     finally:
         dev.cancel_oom_dump()
         dev.free_memory(device)
-    return SnapshotRecording(spec, "ok", path, None, recorded, max_entries,
-                             f"{recorded} steps recorded (max {max_entries} events)")
+    return SnapshotRecording(spec, "ok", path, None, recorded, dev.SNAPSHOT_MAX_ENTRIES,
+                             f"{recorded} steps recorded (max {dev.SNAPSHOT_MAX_ENTRIES} events)")
 
 
 def _device_for(spec: RunSpec) -> torch.device:

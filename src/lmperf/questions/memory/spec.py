@@ -16,36 +16,39 @@ from lmperf.validate import checkpoint_policy, choice, positive_int
 from lmperf.workload.spec import MODES, RunSpec
 
 ANALYSES: tuple[str, ...] = ("phases", "saved", "checkpoint")
-_OWN = ("analysis", "contexts", "modes", "groups", "top")
 
 
 @dataclass(frozen=True)
-class MemorySpec:
-    """What one memory job measures.
+class MemorySpec(RunSpec):
+    """What one memory job measures: the run of a RunSpec (same fields, same checks; its context
+    length is the longest of `contexts`: the model is built for it and shorter contexts cut the
+    batch) and the job's own fields.
 
-    Attributes:
-        run: the model, batch, precision, attention, optimizer, seed, device, threads, warm-up
-            and timed steps; its context length is the longest of `contexts` (the model is
-            built for it and shorter contexts cut the batch).
+    Attributes (besides RunSpec's):
         analysis: 'phases', 'saved' or 'checkpoint'.
         contexts: the context lengths measured, ascending.
         modes: the steps of the phases analysis ('forward', 'train-step', ...).
         groups: checkpointing policies, canonical (lmperf.validate.checkpoint_policy; 'none'
             is always measured first).
         top: rows of the largest saved activations kept in a 'saved' record.
+
+    `to_dict()` is flat: the run's fields, then the job's own (lists); `from_dict` reads them
+    back (lists as tuples).
     """
 
     kind: ClassVar[str] = "memory"
     runner: ClassVar[str] = "lmperf.questions.memory.job:run_job"
 
-    run: RunSpec
-    analysis: str
-    contexts: tuple[int, ...]
+    analysis: str = ""
+    contexts: tuple[int, ...] = ()
     modes: tuple[str, ...] = ("forward", "train-step")
     groups: tuple[str | int, ...] = ()
     top: int = 10
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("contexts", "modes"):  # read back from JSON as lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         choice("analysis", self.analysis, ANALYSES)
         if not self.contexts:
             raise SpecError("a memory job needs at least one context length")
@@ -56,37 +59,23 @@ class MemorySpec:
         positive_int("top", self.top)
         object.__setattr__(self, "groups", tuple(checkpoint_policy(g) for g in self.groups))
 
-    @property
-    def device(self) -> str:
-        """'cpu' or 'cuda' (the run's)."""
-        return self.run.device
+    @classmethod
+    def from_run(cls, run: RunSpec, **own: object) -> "MemorySpec":
+        """A MemorySpec with the fields of `run` and the job's `own` fields."""
+        return cls(**{f.name: getattr(run, f.name) for f in fields(RunSpec)}, **own)
 
     @property
-    def threads(self) -> int:
-        """torch's intra-op CPU threads (0: torch's default)."""
-        return self.run.threads
+    def run(self) -> RunSpec:
+        """The RunSpec being measured."""
+        return RunSpec(**{f.name: getattr(self, f.name) for f in fields(RunSpec)})
 
     def to_dict(self) -> dict:
         """A flat JSON-ready dict: the run's fields, then the job's own."""
-        return {**self.run.to_dict(), "analysis": self.analysis, "contexts": list(self.contexts),
-                "modes": list(self.modes), "groups": list(self.groups), "top": self.top}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "MemorySpec":
-        """Inverse of `to_dict` (missing fields take their defaults); SpecError otherwise."""
-        run_fields = {f.name for f in fields(RunSpec)}
-        unknown = set(data) - run_fields - set(_OWN)
-        if unknown:
-            raise SpecError(f"unknown MemorySpec field(s): {', '.join(sorted(unknown))}")
-        if "analysis" not in data or "contexts" not in data:
-            raise SpecError("a MemorySpec needs 'analysis' and 'contexts'")
-        own = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in _OWN}
-        run = RunSpec.from_dict({k: v for k, v in data.items() if k in run_fields})
-        return cls(run=run, **own)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in super().to_dict().items()}
 
     def label(self) -> str:
         """Short name for progress lines, e.g. 'phases tiny fp32 ctx 128,256'."""
-        name = f"{self.run.model} ({self.run.shape()})" if self.run.model else self.run.size
+        name = f"{self.model} ({self.shape()})" if self.model else self.size
         what = f" groups {','.join(map(str, self.groups))}" if self.analysis == "checkpoint" else ""
-        return (f"{self.analysis} {name} {self.run.precision} b={self.run.batch} "
+        return (f"{self.analysis} {name} {self.precision} b={self.batch} "
                 f"ctx {','.join(map(str, self.contexts))}{what}")

@@ -24,7 +24,6 @@ from lmperf.questions.profile.gemm import describe_gemm
 from lmperf.questions.profile.report import KIND, top_line
 from lmperf.questions.profile.trace import PHASE_LABELS, UNATTRIBUTED, Trace, load_trace
 
-STEP_TABLE = "time per step (ms)"
 PHASE_TABLE = "time per phase (ms per step, mean over the steps)"
 CATEGORY_TABLE = "share of each phase by category"
 
@@ -56,11 +55,7 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
         notes.append(f"No GPU activity (kernels, memcpys, memsets) in {path.name}: CPU operator "
                      "tables only.")
     phases = present_phases(trace)
-    if phases:
-        notes.append("Phases from: " + "; ".join(
-            f"{p}: " + ", ".join(repr(n) for n in trace.phase_sources.get(p, []))
-            for p in PHASE_LABELS if trace.phase_sources.get(p)) + ".")
-    else:
+    if not phases:
         notes.append("No phase annotations (forward/backward/optimizer ranges, autograd nodes, "
                      "Optimizer.step#, module forwards): per-step totals only.")
     tables: dict[str, pd.DataFrame] = {}

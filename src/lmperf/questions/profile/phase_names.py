@@ -28,9 +28,6 @@ _AUTOGRAD = "autograd::engine::evaluate_function"
 _AUTOGRAD_THREAD = "pt_autograd_"
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
 _MODULE_FORWARD = re.compile(r"^(nn\.Module: |[A-Za-z_][\w.]*\.forward$)")
-# How the phase sources are named in notes: all autograd nodes count as one source.
-_SOURCE = {_AUTOGRAD: f"{_AUTOGRAD}: *", "nn.Module: ": "nn.Module: *"}
-AUTOGRAD_THREAD_SOURCE = "ops on autograd's threads (pt_autograd_*)"
 
 
 def explicit_phase(name: str) -> str | None:
@@ -75,30 +72,25 @@ def marker_candidates(ops: pd.DataFrame, autograd: set[tuple] = frozenset()) -> 
     return node | _on_threads(ops, autograd)
 
 
-def markers(ranges: pd.DataFrame, events: pd.DataFrame, autograd: set[tuple] = frozenset()
-            ) -> pd.DataFrame:
-    """The implicit markers: start_us, end_us, name, label, from host ranges (user_annotation)
-    and from other events (cpu_op / python_function frame with cat, pid and tid columns);
-    `autograd` holds the (pid, tid) of autograd's device threads."""
+def markers(ranges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """The implicit markers: start_us, end_us, label, from host ranges (user_annotation, by
+    name) and from other events (cpu_op / python_function frame with a cat column, the rows
+    `marker_candidates` and the module forwards kept: their cat is their label)."""
     parts = []
     for df in (ranges, events):
         if df.empty:
             continue
-        # Vectorised where it is cheap: cpu_op / python_function rows come pre-filtered by
-        # marker_candidates (tens of thousands on a real trace), so their cat is their label.
-        on_thread = _on_threads(df, autograd)
-        if df is events:
+        if df is events:  # vectorised: tens of thousands of rows on a real trace
             label = np.where(df["cat"].to_numpy() == "cpu_op", BACKWARD, FORWARD).astype(object)
         else:
-            label = np.array([implicit_phase(n, c, a) for n, c, a in
-                              zip(df["name"], df["cat"], on_thread)], dtype=object)
+            label = np.array([implicit_phase(n, c) for n, c in zip(df["name"], df["cat"])],
+                             dtype=object)
         keep = ~pd.isna(label)
         parts.append(pd.DataFrame({
-            "name": df["name"].to_numpy(dtype=object)[keep],
             "start_us": df["start_us"].to_numpy()[keep], "end_us": df["end_us"].to_numpy()[keep],
-            "label": pd.Categorical(label[keep]), "autograd_thread": on_thread[keep]}))
+            "label": pd.Categorical(label[keep])}))
     if not parts:
-        return pd.DataFrame(columns=["name", "start_us", "end_us", "label", "autograd_thread"])
+        return pd.DataFrame(columns=["start_us", "end_us", "label"])
     return pd.concat(parts, ignore_index=True)
 
 
@@ -113,18 +105,3 @@ def compact(marks: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["start_us", "end_us", "label"])
     return pd.concat(parts, ignore_index=True)
 
-
-def sources(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[str, list[str]]:
-    """phase -> the distinct names that marked it (explicit ranges first), for notes."""
-    out: dict[str, list[str]] = {}
-    explicit = ranges.dropna(subset=["label"]) if "label" in ranges else ranges.iloc[:0]
-    for frame in (explicit, marks):
-        frame = frame.assign(autograd_thread=frame.get("autograd_thread", False))
-        frame = frame.drop_duplicates(["name", "label", "autograd_thread"])
-        for name, label, thread in zip(frame["name"], frame["label"], frame["autograd_thread"]):
-            name = AUTOGRAD_THREAD_SOURCE if thread and not name.startswith(_AUTOGRAD) else next(
-                (v for k, v in _SOURCE.items() if name.startswith(k)), name)
-            names = out.setdefault(label, [])
-            if name not in names:
-                names.append(name)
-    return out

@@ -9,14 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lmperf.core.vocabulary import MODEL_SIZE, device_defaults, resolve_threads
 from lmperf.errors import SpecError
 from lmperf.results.store import ensure_folder
 from lmperf.model.presets import DEFAULT_COURSE
+from lmperf.questions.bench.plan import plan_bench
 from lmperf.questions.profile.spec import ProfileSpec
-from lmperf.runtime import device as dev
-from lmperf.runtime.precision import precision_warnings
-from lmperf.workload.build import check_user_models, resolve_optimizer
 from lmperf.workload.spec import RunSpec
 
 DEFAULT_TRACE_DIR = Path("results") / "traces"
@@ -39,16 +36,6 @@ def default_trace(run: RunSpec, out: str | Path | None = None) -> Path:
     return folder / (run.label().replace(" ", "_").replace("=", "") + ".json")
 
 
-def _one(name: str, value: object) -> object:
-    # A profile is one run: a list of values (the API accepts the bench-style keywords) is
-    # refused rather than silently profiling its first entry.
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            raise SpecError(f"{name}: a profile is one run; give one value, got {list(value)}")
-        return value[0]
-    return value
-
-
 def plan_profile(*, size: str | None = None, model: str | None = None,
                  context: int | None = None, batch: int = 4, precision: str | None = None,
                  mode: str = "train-step", attention: str = "naive", warmup: int = 2,
@@ -59,30 +46,21 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
                  compile_mode: str = "default") -> ProfilePlan:
     """The checked ProfileSpec of `lmperf profile` (keywords as its flags).
 
-    None takes the device's default (core.vocabulary.DEFAULTS["profile"]); with `model` and no
-    `size`, the default size gives the one shape the user's factory receives. `trace` None:
-    traces/<run>.json beside `out` (the results file; None: results/traces/<run>.json).
-    Raises SpecError or ModelLoadError.
+    Planned as bench's one run (`plan_bench`, with core.vocabulary.DEFAULTS["profile"] for
+    None); options that name several runs are refused. `trace` None: traces/<run>.json beside
+    `out` (the results file; None: results/traces/<run>.json). Raises SpecError or
+    ModelLoadError.
     """
-    dev_ = dev.resolve_device(device)
-    defaults = device_defaults("profile", dev_.type, course)
-    values = {name: _one(name, v) for name, v in
-              dict(size=size, context=context, batch=batch, precision=precision, mode=mode,
-                   attention=attention, warmup=warmup).items()}
-    run = RunSpec.from_size(
-        values["size"] or (MODEL_SIZE if model else defaults["size"]), course, context=values["context"] or defaults["context"],
-        model_context=model_context, batch=values["batch"],
-        precision=values["precision"] or defaults["precision"], mode=values["mode"],
-        attention=values["attention"], optimizer=resolve_optimizer(optimizer, dev_),
-        warmup=values["warmup"], steps=steps, seed=seed, device=dev_.type, model=model,
-        threads=resolve_threads(threads, dev_.type), compile=compile, compile_mode=compile_mode)
+    bench = plan_bench(size=size, model=model, context=context, batch=batch,
+                       precision=precision, mode=mode, attention=attention, warmup=warmup,
+                       steps=steps, seed=seed, optimizer=optimizer, device=device,
+                       threads=threads, model_context=model_context, course=course,
+                       compile=compile, compile_mode=compile_mode, command="profile")
+    if len(bench.specs) != 1:
+        raise SpecError(f"a profile is one run; give one value per option, got "
+                        f"{len(bench.specs)} runs")
+    run = bench.specs[0]
     spec = ProfileSpec.from_run(run, top=top,
                                 trace=str(trace if trace is not None else default_trace(run, out)))
     ensure_folder(Path(spec.trace).parent, "trace folder")  # a bad path fails before the run
-    plan = ProfilePlan(spec)
-    if model:
-        check_user_models([run])
-        plan.notes.append(f"model {model}: its factory receives the shape of {run.size} "
-                          f"({run.shape()})")
-    plan.warnings += precision_warnings([run.precision], dev_)
-    return plan
+    return ProfilePlan(spec, bench.notes, bench.warnings)

@@ -13,7 +13,8 @@ import pandas as pd
 
 from lmperf.core.report import Report, caption_axes, median_columns, numbered, plural, status_notes
 from lmperf.errors import LmperfError
-from lmperf.results.schema import to_jsonable
+from lmperf.measure.stats import summarize
+from lmperf.results.record import stored_table
 
 KIND = "profile"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
@@ -27,7 +28,6 @@ CATEGORIES = "share of each phase by category"
 CAPTION_FIELDS: tuple[tuple[str, str], ...] = (
     ("warmup", "warmup"), ("steps", "steps"), ("optimizer", "optimizer"), ("threads", "threads"),
     ("device", "device"))
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
 BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
     # (title starts with, columns shown in text (None: all), rows): one screen by default
     ("top operators (self time): step", ("name", "category", "calls_per_step", "ms_per_step",
@@ -51,20 +51,6 @@ BRIEF: tuple[tuple[str, tuple[str, ...] | None, int | None], ...] = (
 """What `lmperf profile` prints of each table by default (text); every other table (the phase
 times against the benchmark, each phase's top entries, attention, the ceilings, the roofline's
 operators) with --details and in the full formats."""
-
-
-def record_fields(result) -> dict:
-    """The ok record's fields of a ProfileResult: params, and metrics: tables (rows of numbers),
-    notes, timings_s, samples_ms, trace_path."""
-    metrics = {
-        "trace_path": str(result.trace_path),
-        "tables": {title: to_jsonable(df.to_dict(orient="records")) for title, df in result.tables},
-        "notes": list(result.notes),
-        "timings_s": dict(result.timings),
-    }
-    if result.samples_ms:
-        metrics["samples_ms"] = to_jsonable(result.samples_ms)
-    return {"params": result.params, "metrics": metrics}
 
 
 def build_report(records: list[dict]) -> Report:
@@ -163,19 +149,6 @@ def _headline(row: pd.Series, tables: Mapping[str, pd.DataFrame], notes: list[st
     return out[:4]
 
 
-def stored_table(title: str, rows: list[dict]) -> pd.DataFrame:
-    """A table as a record stores it, back as a DataFrame with its numbers as numbers ('nan'
-    and 'inf' strings of the JSON as floats). `title` is the table's (kept for callers)."""
-    df = pd.DataFrame(rows)
-    for col in df.columns:
-        values = [v for v in df[col] if v is not None]
-        if any(isinstance(v, str) and v in _NON_FINITE for v in values) and all(
-                isinstance(v, (int, float)) or v in _NON_FINITE for v in values):
-            df[col] = [math.nan if v is None else _NON_FINITE.get(v, v) for v in df[col]]
-            df[col] = df[col].astype(float)
-    return df
-
-
 def _label(spec: Mapping) -> str:
     name = spec.get("model") or spec.get("size") or "?"
     return (f"{name} ctx={spec.get('context')} b={spec.get('batch')} "
@@ -209,10 +182,9 @@ def _phase_stats(metrics: dict) -> dict[str, tuple[float, float, float, float]]:
     if samples:
         for phase, xs in (samples.get("benchmarked") or {}).items():
             prof = (samples.get("profiled") or {}).get(phase) or []
-            out[phase] = (statistics.fmean(xs) if xs else math.nan,
-                          statistics.stdev(xs) if len(xs) > 1 else 0.0,
-                          statistics.fmean(prof) if prof else math.nan,
-                          statistics.median(xs) if xs else math.nan)
+            s = summarize(xs) if xs else {"mean": math.nan, "std": 0.0, "median": math.nan}
+            out[phase] = (s["mean"], s["std"], statistics.fmean(prof) if prof else math.nan,
+                          s["median"])
         return out
     rows = (metrics.get("tables") or {}).get(PHASE_TIMES)
     if rows:

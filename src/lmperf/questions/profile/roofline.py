@@ -27,11 +27,10 @@ PER_PHASE = "roofline per phase: measured vs ideal (ms per step)"
 CEILINGS = "device ceilings (measured here)"
 
 
-def label(compute_ms: float, memory_ms: float, measured_ms: float,
-          overhead_ratio: float = OVERHEAD_RATIO) -> str:
+def label(compute_ms: float, memory_ms: float, measured_ms: float) -> str:
     """'compute-bound', 'memory-bound' or 'overhead-bound' from a row's numbers (see module)."""
     ideal = max(compute_ms, memory_ms)
-    if ideal <= 0 or measured_ms > overhead_ratio * ideal:
+    if ideal <= 0 or measured_ms > OVERHEAD_RATIO * ideal:
         return "overhead-bound"
     return "compute-bound" if compute_ms >= memory_ms else "memory-bound"
 
@@ -103,8 +102,8 @@ def measured_per_op(trace, counted: set[str]) -> pd.DataFrame:
     return out
 
 
-def per_op_table(costs: pd.DataFrame, measured: pd.DataFrame, ceilings: "Ceilings",
-                 overhead_ratio: float = OVERHEAD_RATIO) -> pd.DataFrame:
+def per_op_table(costs: pd.DataFrame, measured: pd.DataFrame, ceilings: "Ceilings"
+                 ) -> pd.DataFrame:
     """One row per (phase, op): FLOPs and bytes per step (counted), measured ms per step, the
     roofline's compute / memory / ideal ms, attained GFLOP/s and GB/s, the ratio and the label.
     `costs` is `OpCosts.table`; `measured` is `measured_per_op`."""
@@ -135,8 +134,7 @@ def per_op_table(costs: pd.DataFrame, measured: pd.DataFrame, ceilings: "Ceiling
     df["attained_gflop_per_s"] = df["flops"] / seconds / 1e9
     df["attained_gb_per_s"] = df["bytes"] / seconds / 1e9
     df["measured_over_ideal"] = df["measured_ms"] / df["ideal_ms"].where(df["ideal_ms"] > 0)
-    df["bound"] = [label(c, m, t, overhead_ratio) for c, m, t in
-                   zip(df["compute_ms"], df["memory_ms"], df["measured_ms"])]
+    df["bound"] = [label(*x) for x in zip(df["compute_ms"], df["memory_ms"], df["measured_ms"])]
     order = {p: i for i, p in enumerate(PHASES)}
     df = df.sort_values(["phase", "measured_ms"], key=lambda s: s.map(order) if s.name == "phase"
                         else -s).reset_index(drop=True)
@@ -217,8 +215,7 @@ def ceilings_table(ceilings: "Ceilings", peaks: dict[str, float] | None = None) 
     return pd.DataFrame(rows)
 
 
-def findings(per_op: pd.DataFrame, per_phase: pd.DataFrame,
-             overhead_ratio: float = OVERHEAD_RATIO) -> list[str]:
+def findings(per_op: pd.DataFrame, per_phase: pd.DataFrame) -> list[str]:
     """Sentences over the tables' numbers: the step against its ideal, and the op furthest
     above its roofline time."""
     notes = []
@@ -229,7 +226,7 @@ def findings(per_op: pd.DataFrame, per_phase: pd.DataFrame,
             f"Roofline: the step took {s['measured_ms']:.2f} ms against an ideal of "
             f"{s['ideal_ms']:.2f} ms ({s['measured_over_ideal']:.1f}x; compute {s['compute_ms']:.2f}"
             f" ms, memory {s['memory_ms']:.2f} ms at this device's measured ceilings); "
-            f"{s['overhead_bound_ms']:.2f} ms of it is in ops more than {overhead_ratio:g}x above "
+            f"{s['overhead_bound_ms']:.2f} ms of it is in ops more than {OVERHEAD_RATIO:g}x above "
             "their roofline time or with no FLOPs and bytes (overhead-bound).")
     counted = per_op[per_op["ideal_ms"] > 0]
     if len(counted):

@@ -61,8 +61,6 @@ class Trace:
         `ProfilerStep#N` ranges when the model was not annotated).
     device_type: "cuda" when the trace holds device activities, else "cpu".
     profiler_steps: the N of each `ProfilerStep#N` range, in order.
-    phase_sources: phase -> the names of the ranges and events that marked it (explicit ranges
-        first), e.g. {"backward": ["## backward ##", "autograd::engine::evaluate_function: *"]}.
     device_names: the GPUs the trace's `deviceProperties` names (the machine that recorded it).
     distributed: the trace's `distributedInfo` (backend, rank, world_size, ...), {} if none.
     """
@@ -75,7 +73,6 @@ class Trace:
     n_steps: int
     device_type: str
     profiler_steps: list[int] = field(default_factory=list)
-    phase_sources: dict[str, list[str]] = field(default_factory=dict)
     device_names: list[str] = field(default_factory=list)
     distributed: dict = field(default_factory=dict)
 
@@ -272,12 +269,11 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
     host = ranges[~ranges["on_device"]]
     autograd = phase_names.autograd_threads(raw.thread_names)
     candidates = phase_names.marker_candidates(raw.ops, autograd)
-    cols = ["name", "pid", "tid", "start_us", "end_us"]
+    cols = ["start_us", "end_us"]
     marker_events = pd.concat([raw.ops.loc[candidates, cols].assign(cat="cpu_op"),
                                raw.modules[cols + ["cat"]]])
-    marks = phase_names.markers(host, marker_events, autograd)
+    marks = phase_names.markers(host, marker_events)
     del marker_events, candidates
-    sources = phase_names.sources(host, marks)
     # Lookups merge each label's intervals anyway (`intervals.first_containing`): merged once
     # here, the markers of a multi-GB trace (every op of backward) cost a few rows, not millions.
     marks = phase_names.compact(marks)
@@ -302,7 +298,6 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
         n_steps=len(steps),
         device_type="cuda" if len(kernels) else "cpu",
         profiler_steps=profiler_steps,
-        phase_sources=sources,
         device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
         distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict)
         else {},

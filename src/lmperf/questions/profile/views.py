@@ -14,28 +14,20 @@ import numpy as np
 import pandas as pd
 
 from lmperf.questions.profile.overlap import breakdown
-from lmperf.questions.profile.range_names import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX, STEP
+from lmperf.questions.profile.range_names import ATTENTION_RANGES, STEP
 from lmperf.questions.profile.trace import PHASE_LABELS, Trace
 
 Classifier = Callable[[str], str]
-PHASES: tuple[str, ...] = ("forward", "loss", "backward", "optimizer", STEP)
-KINDS: tuple[str, ...] = ("auto", "ops", "kernels")
-# Short names callers may use for the attention sub-ranges (e.g. in a FLOPs dict).
-ATTENTION_ALIASES: dict[str, str] = {"scores": SCORES, "softmax": SOFTMAX, "final_matmul": FINAL_MATMUL}
 
 
 def _kind(trace: Trace, kind: str) -> str:
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; accepted: {', '.join(KINDS)}")
-    if kind == "auto":
-        return "kernels" if trace.device_type == "cuda" else "ops"
-    return kind
+    """'ops' or 'kernels' ('auto': kernels on a CUDA trace)."""
+    return ("kernels" if trace.device_type == "cuda" else "ops") if kind == "auto" else kind
 
 
 def _events(trace: Trace, phase: str, kind: str) -> tuple[pd.DataFrame, str]:
-    """The events of `phase` (ops or device activities) and the column holding their time."""
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}; accepted: {', '.join(PHASES)}")
+    """The events of `phase` (forward, loss, backward, optimizer or step; ops or device
+    activities) and the column holding their time."""
     kind = _kind(trace, kind)
     df, col = (trace.kernels, "dur_us") if kind == "kernels" else (trace.ops, "self_us")
     if phase == STEP:
@@ -112,8 +104,6 @@ def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
     step synchronises inside it); `timeline="device"` is the device span of the activities
     launched in the phase, first start to last end (`overlap.breakdown`).
     """
-    if timeline not in ("host", "device"):
-        raise ValueError(f"unknown timeline {timeline!r}; accepted: host, device")
     if timeline == "device":
         dev = breakdown(trace, phases=True)
         out = dev[["step", "phase", "span_ms"]].rename(columns={"span_ms": "ms"})
@@ -137,36 +127,19 @@ def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _flop_sources(flops: Mapping[str, float | Mapping[str, float]]) -> dict[str, dict[str, float]]:
-    """{source: {range: FLOPs}}; plain numbers are source "" (e.g. {"analytic": .., "counted": ..}
-    per range gives the sources "analytic" and "counted")."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in flops.items():
-        name = ATTENTION_ALIASES.get(key, key)
-        if name not in ATTENTION_RANGES:
-            raise ValueError(f"unknown attention range in flops: {key!r}; accepted: "
-                             f"{', '.join(ATTENTION_RANGES)} or {', '.join(ATTENTION_ALIASES)}")
-        items = value.items() if isinstance(value, Mapping) else [("", value)]
-        for source, v in items:
-            out.setdefault(source, {})[name] = float(v)
-    return out
-
-
-def attention_breakdown(trace: Trace, flops: Mapping[str, float | Mapping[str, float]] | None = None,
+def attention_breakdown(trace: Trace, flops: Mapping[str, Mapping[str, float]] | None = None,
                         kind: str = "auto") -> pd.DataFrame:
     """Time of the naive attention's three steps: scores, softmax, final matmul.
 
     Time is, on a CPU trace (`kind="ops"`), the wall time of the sub-ranges themselves; on a CUDA
     trace (`kind="kernels"`), the duration of the device activities launched inside them.
     Returns one row per sub-range: range, calls_per_step (ranges per step: one per layer and
-    forward), ms_per_step, share (of the three's total). With `flops` (FLOPs per measured step,
-    keyed by range name or by scores/softmax/final_matmul) it adds flops_per_step, flop_share,
-    time_per_flop_share (share / flop_share: above 1 means slower than its FLOPs predict) and
-    gflop_per_s (achieved, from ms_per_step). A value may itself be a mapping of sources, e.g.
-    {"analytic": 1e9, "counted": 0}: the four columns then come once per source, suffixed
-    `_analytic`, `_counted` (flop_share: `flop_analytic_share`, a share by its name; a zero
-    count gives inf/NaN, not an error). Empty when the trace
-    has none of the sub-ranges.
+    forward), ms_per_step, share (of the three's total). With `flops` (FLOPs per measured step
+    by range name and source, e.g. {SOFTMAX: {"analytic": 1e9, "counted": 0}}) it adds, per
+    source suffixed `_analytic`, `_counted`: flops_per_step, flop_share (`flop_analytic_share`,
+    a share by its name), time_per_flop_share (share / flop_share: above 1 means slower than its
+    FLOPs predict) and gflop_per_s (achieved, from ms_per_step); a zero count gives inf/NaN, not
+    an error. Empty when the trace has none of the sub-ranges.
     """
     kind = _kind(trace, kind)
     n = _per_step(trace)
@@ -189,9 +162,11 @@ def attention_breakdown(trace: Trace, flops: Mapping[str, float | Mapping[str, f
         "share": total_us / total_us.sum() if total_us.sum() > 0 else np.zeros(3),
     })
     ms = out["ms_per_step"].to_numpy()
-    for source, by_range in _flop_sources(flops or {}).items():
-        sfx = f"_{source}" if source else ""
-        f = np.array([by_range.get(name, np.nan) for name in ATTENTION_RANGES])
+    flops = flops or {}
+    for source in dict.fromkeys(s for by_source in flops.values() for s in by_source):
+        sfx = f"_{source}"
+        f = np.array([flops.get(name, {}).get(source, np.nan) for name in ATTENTION_RANGES],
+                     dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
             out[f"flops_per_step{sfx}"] = f
             out[f"flop{sfx}_share"] = f / np.nansum(f)  # `*_share`: rendered as percent
@@ -206,8 +181,6 @@ def side_by_side(table_a: pd.DataFrame, table_b: pd.DataFrame, label_a: str, lab
 
     Columns are a two-level index (label, column); the shorter table is padded with NaN.
     """
-    if label_a == label_b:
-        raise ValueError("side_by_side needs two different labels")
     a = table_a.reset_index(drop=True)
     b = table_b.reset_index(drop=True)
     out = pd.concat({label_a: a, label_b: b}, axis=1)

@@ -8,7 +8,6 @@ exception: one odd record must not cost the reader the rest of the page.
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -16,8 +15,6 @@ from typing import Callable
 from lmperf.core.report import Report
 from lmperf.questions.writeup import figures
 from lmperf.questions.writeup.sections import Plot
-
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # as to_jsonable writes them
 
 
 def _bench(report: Report) -> list[Plot]:
@@ -73,25 +70,12 @@ def _attention(report: Report) -> list[Plot]:
         return [Plot(titles.get(p.stem, p.stem), p.read_bytes()) for p in paths]
 
 
-def _numeric_rows(rows: list[dict]):
-    """A stored table back to a DataFrame, with "nan" / "inf" strings as floats again."""
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
-    for col in df.columns:
-        values = df[col].tolist()
-        marked = any(isinstance(v, str) and v in _NON_FINITE for v in values)
-        numbers = all(v is None or isinstance(v, (int, float)) or v in _NON_FINITE for v in values)
-        if marked and numbers:  # a column of numbers with "inf" in it; text columns stay text
-            df[col] = [_NON_FINITE.get(v, v) if isinstance(v, str) else v for v in values]
-    return df
-
-
 def _amp(report: Report) -> list[Plot]:
     """Each experiment's own plot, redrawn from its record's tables; experiments without a plot
     and failed ones are named with the reason."""
     from lmperf.questions.amp import get_experiment
     from lmperf.questions.amp.base import ExperimentResult
+    from lmperf.results.record import stored_table
 
     plots = []
     for r in report.records:
@@ -112,7 +96,7 @@ def _amp(report: Report) -> list[Plot]:
             continue
         result = ExperimentResult(
             experiment=name, params=dict(metrics.get("params") or r.get("spec") or {}),
-            tables=[(t, _numeric_rows(rows)) for t, rows in metrics["tables"].items()],
+            tables=[(t, stored_table(t, rows)) for t, rows in metrics["tables"].items()],
             notes=list(metrics.get("notes") or []))
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"{name}.png"

@@ -28,14 +28,12 @@ class Capture:
     """What a capture measured.
 
     Attributes:
-        trace_path: the Chrome trace of the profiled steps.
         params: parameter count of the model.
         unprofiled_ms, profiled_ms: phase -> per-step milliseconds ('step' included), without
             and with the profiler running, from the same PhaseClock.
         capture_s: wall time of the profiled steps (profiler start to trace export excluded).
     """
 
-    trace_path: Path
     params: int
     unprofiled_ms: dict[str, list[float]] = field(default_factory=dict)
     profiled_ms: dict[str, list[float]] = field(default_factory=dict)
@@ -59,7 +57,7 @@ def capture(spec: RunSpec, trace_path: Path, stage: Stage | None = None) -> Capt
         check_output(state.model, state.inputs, state.autocast, spec.vocab_size, spec.model)
         annotate_attention(state.model)  # ranges around the naive attention's three steps
         state.annotate = annotate  # and around every phase
-        result = Capture(trace_path, prepared.params)
+        result = Capture(prepared.params)
         clock = dev.PhaseClock(device)
         if spec.compile:  # the first call compiles: one step, timed apart, before the warm-up
             stage.now = f"compiling the model (torch.compile, mode {spec.compile_mode})"
