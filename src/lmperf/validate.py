@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Mapping
 
 from lmperf.errors import SpecError
@@ -19,6 +20,35 @@ def non_negative_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SpecError(f"{name} must be a non-negative integer, got {value!r}")
     return value
+
+
+def finite_number(name: str, value: object, *, positive: bool = False,
+                  non_zero: bool = False) -> float:
+    """Return `value` as a float if it is a finite number (> 0 with `positive`, != 0 with
+    `non_zero`), else raise SpecError naming `name`."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value)
+            and (value > 0 if positive else value != 0 if non_zero else True)):
+        what = "a positive finite" if positive else "a finite non-zero" if non_zero else "a finite"
+        raise SpecError(f"{name} must be {what} number, got {value!r}")
+    return float(value)
+
+
+def positive_floats(name: str, values: Iterable[object]) -> list[float]:
+    """`values` as floats if they are one or more positive finite numbers, else SpecError."""
+    values = [float(v) for v in values]
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise SpecError(f"{name} must be one or more positive finite numbers, got {values}")
+    return values
+
+
+def subset(name: str, values: Iterable[str], accepted: Iterable[str]) -> list[str]:
+    """`values`, repeats dropped, if they are one or more of `accepted`; else SpecError
+    naming the unknown ones ('unknown {name}(s) [...]; accepted: ...')."""
+    names, accepted = list(dict.fromkeys(values)), list(accepted)
+    bad = [n for n in names if n not in accepted]
+    if bad or not names:
+        raise SpecError(f"unknown {name}(s) {bad or names!r}; accepted: {', '.join(accepted)}")
+    return names
 
 
 def choice(name: str, value: str, accepted: Iterable[str]) -> str:

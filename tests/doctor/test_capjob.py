@@ -12,6 +12,7 @@ import torch
 
 from lmperf.questions.doctor import capjob
 from lmperf.questions.doctor.checks import Context
+from lmperf.units import GIB
 
 CPU_CAP = "process address space capped at 1.6875 GiB (RLIMIT_AS)"
 CPU_OOM = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 67108864 bytes"
@@ -88,22 +89,24 @@ def fake_child(monkeypatch):
     return FakeChild
 
 
-def test_the_cpu_cap_is_sized_from_the_childs_address_space(ctx, fake_child):
+def test_the_cpu_cap_is_sized_from_the_childs_address_space(ctx, fake_child, monkeypatch):
     # A CUDA build maps ~4 GiB at import: a fixed 1.5 GiB cap would fail every allocation.
-    fake_child.replies = [[{"status": "ok", "address_space_gib": 4.2}],
-                          [{"status": "oom", "failed_at": "large"}]]
+    asked = []
+    monkeypatch.setattr("lmperf.core.capfloor.floor_bytes",
+                        lambda warm: asked.append(warm) or int(4.2 * GIB))
+    fake_child.replies = [[{"status": "oom", "failed_at": "large"}]]
     records = capjob.start_cap_job(ctx)()
     assert records == [{"status": "oom", "failed_at": "large"}]
-    (probe, probe_cap), (job, cap) = fake_child.launches
-    assert probe.gib == 0 and probe_cap is None  # uncapped, nothing large to allocate
+    assert asked == [False]  # an uncapped child launched cold, as the capped one is
+    [(job, cap)] = fake_child.launches
     assert cap == pytest.approx(5.25)  # 4.2 + 1 GiB of headroom, up to 1/16 GiB
     assert job.gib == 2 * capjob.HEADROOM_GIB  # more than the headroom leaves
 
 
-def test_a_failed_probe_is_the_answer(ctx, fake_child):
-    fake_child.replies = [[{"status": "error", "message": "the child process died"}]]
+def test_an_unmeasured_floor_is_the_answer(ctx, fake_child, monkeypatch):
+    monkeypatch.setattr("lmperf.core.capfloor.floor_bytes", lambda warm: None)
     records = capjob.start_cap_job(ctx)()
-    assert records[0]["status"] == "error" and len(fake_child.launches) == 1
+    assert records[0]["status"] == "error" and fake_child.launches == []
     assert _check(ctx, records[0]).status == "fail"
 
 

@@ -9,7 +9,6 @@ appears only among the fixes, labelled as the library's own reduction).
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -19,6 +18,7 @@ import torch
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.questions.amp.formats import spacing, stored
 from lmperf.errors import SpecError
+from lmperf.validate import finite_number
 
 NAME = "accumulate"
 SUMMARY = "add x to s n times in fp32/fp16/bf16 and mixed: error, the value where s stalls, and fixes"
@@ -175,25 +175,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="value added each step of the longer run (default: 0.001)")
 
 
-def _check(n: int, addend: float, n_flag: str, addend_flag: str) -> None:
+def _check(n: int, addend: float, n_flag: str, addend_flag: str) -> float:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
         raise SpecError(f"{n_flag} must be an integer from 1 to {MAX_N}, got {n!r}")
-    if not isinstance(addend, (int, float)) or not math.isfinite(addend) or addend == 0:
-        raise SpecError(f"{addend_flag} must be a finite non-zero number, got {addend!r}")
+    return finite_number(addend_flag, addend, non_zero=True)
 
 
 def check(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int = 10000,
-          long_addend: float = 0.001) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    _check(n, addend, "--n", "--addend")
-    _check(long_n, long_addend, "--long-n", "--long-addend")
+          long_addend: float = 0.001) -> tuple[float, float]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    the two addends as floats."""
+    return _check(n, addend, "--n", "--addend"), _check(long_n, long_addend, "--long-n",
+                                                        "--long-addend")
 
 
 def run(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int = 10000,
         long_addend: float = 0.001) -> ExperimentResult:
     """Accumulation table for (n, addend) and (long_n, long_addend) over CASES, plus the fixes."""
-    check(device, n, addend, long_n, long_addend)
-    addend, long_addend = float(addend), float(long_addend)
+    addend, long_addend = check(device, n, addend, long_n, long_addend)
     rows = [case_row(c, n, addend, device) for c in CASES]
     rows += [case_row(c, long_n, long_addend, device) for c in CASES]
     acc = pd.DataFrame(rows)

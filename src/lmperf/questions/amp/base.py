@@ -13,6 +13,7 @@ An experiment module defines:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -73,3 +74,12 @@ def finite(t: object) -> bool:
 def shown(values: object) -> str:
     """Numbers as a flag's help shows its default: '0.0001 0.01 1'."""
     return " ".join(f"{v:g}" for v in values)
+
+
+def max_rel_error(y: object, ref: object) -> float:
+    """max |y - ref| / max |ref| over the whole tensors, in fp64 (inf/nan propagate)."""
+    err = (y.double() - ref.double()).abs().max().item()
+    scale = ref.double().abs().max().item()
+    if scale == 0:  # an all-zero reference: any nonzero error is infinitely large
+        return err if err == 0 or math.isnan(err) else math.inf
+    return err / scale

@@ -18,7 +18,8 @@ from typing import Callable
 import pandas as pd
 import torch
 
-from lmperf.questions.amp.base import ExperimentResult
+from lmperf.core.outcome import first_line
+from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.errors import SpecError
 
 NAME = "formats"
@@ -89,21 +90,13 @@ def stored(x: float, dtype: torch.dtype, device: torch.device) -> float:
 
 
 def neighbour(x: float, dtype: torch.dtype, device: torch.device, up: bool = True) -> float:
-    """The representable `dtype` value next to stored(x) towards +inf (up) or -inf, from its bits.
+    """The representable `dtype` value next to stored(x) towards +inf (up) or -inf.
 
-    Works for every format, fp8 included, because it steps the bit pattern instead of relying on
-    torch.nextafter (which not every dtype and device implement).
+    torch.nextafter, which torch implements for fp32, bf16 and fp16 (the formats the
+    experiments step through) but not for the fp8 ones.
     """
     t = torch.tensor(x, dtype=torch.float64, device=device).to(dtype)
-    p, n = bits_of(t), width(dtype)
-    signed = torch.finfo(dtype).min < 0
-    if not signed:
-        return from_bits(p + (1 if up else -1), dtype, device).item()
-    v = t.item()
-    if v == 0:  # +0 or -0: the smallest magnitude with the sign of the direction
-        return from_bits(1 if up else (1 << (n - 1)) | 1, dtype, device).item()
-    grows = (v > 0) == up  # moving away from zero adds one to the magnitude field
-    return from_bits(p + 1 if grows else p - 1, dtype, device).item()
+    return torch.nextafter(t, torch.full_like(t, math.inf if up else -math.inf)).item()
 
 
 def spacing(x: float, dtype: torch.dtype, device: torch.device, up: bool = True) -> float:
@@ -177,7 +170,7 @@ def format_row(name: str, dtype: torch.dtype, device: torch.device) -> dict:
         problems.append(f"{binades} normal binades do not fit {lay.exponent_bits} exponent bits")
     smallest_sub = from_bits(1, dtype, device).item() if lay.has_subnormals else None
     return {
-        "format": name, "torch_dtype": str(dtype).replace("torch.", ""), "bits": fi.bits,
+        "format": name, "torch_dtype": dtype_name(dtype), "bits": fi.bits,
         "sign_bits": lay.sign_bits, "exponent_bits": lay.exponent_bits, "mantissa_bits": lay.mantissa_bits,
         "eps": fi.eps, "ulp_at_1": ulp1, "smallest_normal": fi.smallest_normal,
         "smallest_subnormal": smallest_sub, "largest_finite": fi.max,
@@ -262,9 +255,8 @@ def _guarded(fn: Callable[[str, torch.dtype | None, torch.device], dict], name: 
     except (RuntimeError, NotImplementedError, TypeError) as exc:
         if not name.startswith("fp8"):
             raise
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-        return {"format": name, "torch_dtype": str(dtype).replace("torch.", ""),
-                "checks": f"not supported on {device.type}: {reason}"}
+        return {"format": name, "torch_dtype": dtype_name(dtype),
+                "checks": f"not supported on {device.type}: {first_line(exc)[:120]}"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

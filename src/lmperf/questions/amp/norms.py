@@ -13,12 +13,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name, finite, shown
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, finite, max_rel_error, shown
 from lmperf.questions.amp.formats import spacing
 from lmperf.model.transformer import RMSNorm
 from lmperf.runtime import device as dev
 from lmperf.errors import SpecError
-from lmperf.validate import positive_int
+from lmperf.validate import finite_number, positive_floats, positive_int
 
 NAME = "norms"
 SUMMARY = "LayerNorm / RMSNorm in fp16 and bf16: x^2 overflow, 1/rms underflow, eps, small variance"
@@ -96,15 +96,6 @@ def layer_norm_fp64(x: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     x = x.double()
     centered = x - x.mean(-1, keepdim=True)
     return centered * torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
-
-
-def max_rel_error(y: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |y - ref| / max |ref| over the whole tensor, in fp64 (inf/nan propagate)."""
-    err = (y.double() - ref.double()).abs().max().item()
-    scale = ref.double().abs().max().item()
-    if scale == 0:  # an all-zero reference: any nonzero error is infinitely large
-        return err if err == 0 or math.isnan(err) else math.inf
-    return err / scale
 
 
 def is_underflowed(t: torch.Tensor) -> bool:
@@ -229,13 +220,6 @@ def small_variance_table(device: torch.device, dim: int, rows: int, offset: floa
     return pd.DataFrame(out)
 
 
-def _check_positive_floats(name: str, values: list[float]) -> list[float]:
-    values = [float(v) for v in values]
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise SpecError(f"--{name} must be one or more positive finite numbers, got {values}")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The experiment's options (each with a default)."""
     parser.add_argument("--dim", type=int, default=64, help="values per row (default: 64)")
@@ -250,25 +234,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check(device: torch.device, dim: int = 64, rows: int = 16, scales: list[float] | None = None,
-          offset: float = 1e3, noise_stds: list[float] | None = None, seed: int = 0) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+          offset: float = 1e3, noise_stds: list[float] | None = None,
+          seed: int = 0) -> tuple[float, list[float], list[float]]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    the offset, the scales (ascending) and the noise stds (descending), as floats."""
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
         raise SpecError(f"--dim must be an integer >= 2, got {dim!r}")
     positive_int("--rows", rows)
-    if not isinstance(offset, (int, float)) or not math.isfinite(offset):
-        raise SpecError(f"--offset must be a finite number, got {offset!r}")
-    _check_positive_floats("scales", DEFAULT_SCALES if scales is None else scales)
-    _check_positive_floats("noise-stds", DEFAULT_NOISE_STDS if noise_stds is None else noise_stds)
+    offset = finite_number("--offset", offset)
+    scales = positive_floats("--scales", DEFAULT_SCALES if scales is None else scales)
+    noise_stds = positive_floats("--noise-stds",
+                                 DEFAULT_NOISE_STDS if noise_stds is None else noise_stds)
+    # Sorted so that "first breaks at" in the notes means the smallest magnitude / largest spread.
+    return offset, sorted(scales), sorted(noise_stds, reverse=True)
 
 
 def run(device: torch.device, dim: int = 64, rows: int = 16, scales: list[float] | None = None,
         offset: float = 1e3, noise_stds: list[float] | None = None, seed: int = 0) -> ExperimentResult:
     """Run the norms experiment on `device`; raises SpecError for a bad option."""
-    check(device, dim, rows, scales, offset, noise_stds, seed)
-    # Sorted so that "first breaks at" in the notes means the smallest magnitude / largest spread.
-    scales = sorted(_check_positive_floats("scales", DEFAULT_SCALES if scales is None else scales))
-    noise_stds = sorted(_check_positive_floats(
-        "noise-stds", DEFAULT_NOISE_STDS if noise_stds is None else noise_stds), reverse=True)
+    offset, scales, noise_stds = check(device, dim, rows, scales, offset, noise_stds, seed)
     seed = int(seed)
 
     seed_df = seed_example(device)
@@ -276,10 +260,10 @@ def run(device: torch.device, dim: int = 64, rows: int = 16, scales: list[float]
     rms_df = magnitude_table(device, False, dim, rows, scales, seed)
     ln_df = magnitude_table(device, True, dim, rows, scales, seed)
     auto_df = autocast_table(device, dim, rows, scales, seed)
-    small_df = small_variance_table(device, dim, rows, float(offset), noise_stds, seed)
+    small_df = small_variance_table(device, dim, rows, offset, noise_stds, seed)
     result = ExperimentResult(
         NAME,
-        {"device": device.type, "dim": dim, "rows": rows, "scales": scales, "offset": float(offset),
+        {"device": device.type, "dim": dim, "rows": rows, "scales": scales, "offset": offset,
          "noise_stds": noise_stds, "seed": seed, "eps": EPS},
         [(f"1/rms of the row [{SEED_EXAMPLE_X:g}]", seed_df),
          ("eps stored in each dtype", eps_df),

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from lmperf.core.outcome import first_line
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.runtime import device as dev
-from lmperf.errors import SpecError
+from lmperf.validate import subset
 
 NAME = "policy"
 SUMMARY = "which ops autocast casts to fp16/bf16, upcasts to fp32 or leaves alone, on this device"
@@ -122,12 +123,6 @@ def _maker(dtype: torch.dtype, device: torch.device, seed: int) -> Maker:
     return make
 
 
-def _short_error(exc: BaseException) -> str:
-    """The first line of an exception's text, cut to a table-friendly length."""
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return f"error: {text[:70]}"
-
-
 def classify(input_dtype: torch.dtype, output_dtype: torch.dtype, low: torch.dtype) -> str:
     """The behaviour an (input dtype, output dtype) pair shows under autocast(low): CASTS_TO_LOW
     (fp32 in, low out), UPCAST (low in, fp32 out), KEEPS (out == in) or "other: <dtype>"."""
@@ -156,7 +151,7 @@ def probe_op(op: str, low: torch.dtype, input_dtype: torch.dtype,
                 torch.no_grad(), torch.autocast(device.type, dtype=low):
             out = fn(make, device)
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
-        return None, _short_error(exc)
+        return None, f"error: {first_line(exc)[:70]}"  # cut to a table-friendly length
     return dtype_name(out.dtype), classify(input_dtype, out.dtype, low)
 
 
@@ -180,25 +175,6 @@ def probe_policy(devices: Sequence[torch.device], dtypes: Sequence[str],
                     row["differs"] = len({row[f"{d.type}_behaviour"] for d in devices}) > 1
                 rows.append(row)
     return pd.DataFrame(rows)
-
-
-def parse_dtypes(dtypes: Iterable[str]) -> list[str]:
-    """The autocast dtype names, repeats dropped; SpecError for an unknown one or none."""
-    names = list(dict.fromkeys(dtypes))
-    bad = [n for n in names if n not in LOW_DTYPES]
-    if bad or not names:
-        raise SpecError(f"unknown dtype(s) {bad or names!r}; accepted: {', '.join(LOW_DTYPES)}")
-    return names
-
-
-def _parse_ops(ops: Iterable[str] | None) -> list[str]:
-    if ops is None:
-        return list(OPS)
-    names = list(dict.fromkeys(ops))
-    bad = [n for n in names if n not in OPS]
-    if bad or not names:
-        raise SpecError(f"unknown op(s) {bad or names!r}; accepted: {', '.join(OPS)}")
-    return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -252,10 +228,10 @@ def _notes(df: pd.DataFrame, devices: Sequence[torch.device], dtypes: Sequence[s
 
 
 def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
-          ops: Sequence[str] | None = None) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    parse_dtypes(dtypes)
-    _parse_ops(ops)
+          ops: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    the dtype names and op names (None: all), repeats dropped."""
+    return subset("dtype", dtypes, LOW_DTYPES), subset("op", OPS if ops is None else ops, OPS)
 
 
 def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -280,8 +256,7 @@ def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
     """Probe the autocast policy for `dtypes` ("fp16", "bf16") and `ops` (names from OPS; None:
     all) on the CPU, and on CUDA too when torch sees a GPU, whatever `device` is. Returns an
     ExperimentResult with one table, "autocast policy"; SpecError for an unknown name."""
-    dtype_names = parse_dtypes(dtypes)
-    op_names = _parse_ops(ops)
+    dtype_names, op_names = check(device, dtypes, ops)
     devices = [torch.device("cpu")]
     if dev.cuda_available():
         devices.append(torch.device("cuda"))

@@ -13,11 +13,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name, finite, shown
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, finite, max_rel_error, shown
 from lmperf.questions.amp.formats import bits_of, from_bits
 from lmperf.runtime import device as dev
 from lmperf.errors import SpecError
-from lmperf.validate import positive_int
+from lmperf.validate import positive_floats, positive_int
 
 NAME = "softmax"
 SUMMARY = "naive vs max-subtracted softmax and naive vs stable softplus; exp overflow; attention logits"
@@ -99,10 +99,6 @@ def _max_abs_error(y: torch.Tensor, ref: torch.Tensor) -> float:
     return (y.double() - ref).abs().max().item()
 
 
-def _max_rel_error(y: torch.Tensor, ref: torch.Tensor) -> float:
-    return _max_abs_error(y, ref) / ref.abs().max().item()
-
-
 def _methods_table(device: torch.device, magnitudes: list[float], seed: int, magnitude_column: str,
                    reference: Callable[[torch.Tensor], torch.Tensor],
                    methods: dict[str, Callable[[torch.Tensor], torch.Tensor]],
@@ -110,7 +106,7 @@ def _methods_table(device: torch.device, magnitudes: list[float], seed: int, mag
     """One row per logit magnitude x dtype: whether each of `methods`, run in that dtype on the
     row's logits (ROW,), is finite, and its `error` ("max_abs_error" or "max_rel_error") against
     `reference` applied in fp64 to the same logits as stored in that dtype."""
-    measure = {"max_abs_error": _max_abs_error, "max_rel_error": _max_rel_error}[error]
+    measure = {"max_abs_error": _max_abs_error, "max_rel_error": max_rel_error}[error]
     logits = logit_rows(magnitudes, seed).to(device)  # (len(magnitudes), ROW) fp64
     rows = []
     for i, magnitude in enumerate(magnitudes):
@@ -179,15 +175,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check(device: torch.device, magnitudes: list[float] | None = None,
-          dims: list[int] | None = None, tokens: int = 64, seed: int = 0) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    magnitudes = [float(m) for m in (DEFAULT_MAGNITUDES if magnitudes is None else magnitudes)]
-    if not magnitudes or not all(math.isfinite(m) and m > 0 for m in magnitudes):
-        raise SpecError(f"--magnitudes must be one or more positive finite numbers, got {magnitudes}")
+          dims: list[int] | None = None, tokens: int = 64,
+          seed: int = 0) -> tuple[list[float], list[int]]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    the magnitudes as floats, ascending ("from magnitude M on" in the notes reads in this
+    order), and the dims."""
+    magnitudes = positive_floats("--magnitudes",
+                                 DEFAULT_MAGNITUDES if magnitudes is None else magnitudes)
     dims = list(DEFAULT_DIMS if dims is None else dims)
     if not dims or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
         raise SpecError(f"--dims must be one or more positive integers, got {dims}")
     positive_int("--tokens", tokens)
+    return sorted(magnitudes), dims
 
 
 def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -207,9 +206,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
 def run(device: torch.device, magnitudes: list[float] | None = None, dims: list[int] | None = None,
         tokens: int = 64, seed: int = 0) -> ExperimentResult:
     """Run the softmax experiment on `device`; raises SpecError for a bad option."""
-    check(device, magnitudes, dims, tokens, seed)
-    dims = list(DEFAULT_DIMS if dims is None else dims)
-    magnitudes = sorted(float(m) for m in (DEFAULT_MAGNITUDES if magnitudes is None else magnitudes))  # "from magnitude M on" in the notes reads in this order
+    magnitudes, dims = check(device, magnitudes, dims, tokens, seed)
     seed = int(seed)
 
     exp_df = exp_overflow_table(device)

@@ -17,6 +17,7 @@ import torch
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.questions.amp.formats import spacing, stored
 from lmperf.errors import SpecError
+from lmperf.validate import finite_number
 
 NAME = "stagnation"
 SUMMARY = "w <- w - delta in fp16/bf16/fp32 and with an fp32 master: how many updates actually change w"
@@ -117,21 +118,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=1000, help="number of updates (default: 1000)")
 
 
-def check(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+def check(device: torch.device, w0: float = 1.0, delta: float = 1e-4,
+          steps: int = 1000) -> tuple[float, float]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    w0 and delta as floats."""
     fp16_max = torch.finfo(torch.float16).max
     if not isinstance(w0, (int, float)) or not math.isfinite(w0) or abs(w0) > fp16_max:
         raise SpecError(f"--w0 must be finite and within fp16's range (|w0| <= {fp16_max:g}), got {w0!r}")
-    if not isinstance(delta, (int, float)) or not math.isfinite(delta) or delta == 0:
-        raise SpecError(f"--delta must be a finite non-zero number, got {delta!r}")
+    delta = finite_number("--delta", delta, non_zero=True)
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
         raise SpecError(f"--steps must be an integer from 1 to {MAX_STEPS}, got {steps!r}")
+    return float(w0), delta
 
 
 def run(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> ExperimentResult:
     """The stagnation table over REGIMES, and the delta sweep for bf16 and fp16."""
-    check(device, w0, delta, steps)
-    w0, delta = float(w0), float(delta)
+    w0, delta = check(device, w0, delta, steps)
     rows = [regime_row(r, w0, delta, steps, device) for r in REGIMES]
     table = pd.DataFrame(rows)
     for col in ("final_master", "master_abs_error"):

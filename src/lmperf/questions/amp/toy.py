@@ -13,10 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
-from lmperf.questions.amp.policy import (CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES,
-                                          parse_dtypes)
+from lmperf.questions.amp.policy import CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES
 from lmperf.runtime import device as dev
-from lmperf.validate import positive_int
+from lmperf.validate import positive_int, subset
 
 NAME = "toy"
 SUMMARY = "the course's ToyModel under fp16/bf16 autocast: dtypes of params, outputs, loss, grads"
@@ -224,12 +223,14 @@ def _notes(df: pd.DataFrame, names: list[str], cuda_measured: bool,
 
 
 def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_features: int = 16,
-          out_features: int = 4, batch: int = 8, seed: int = 0) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
-    parse_dtypes(dtypes)
+          out_features: int = 4, batch: int = 8, seed: int = 0) -> list[str]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    the dtype names, repeats dropped."""
+    names = subset("dtype", dtypes, LOW_DTYPES)
     for label, value in (("in_features", in_features), ("out_features", out_features),
                          ("batch", batch)):
         positive_int(label, value)
+    return names
 
 
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_features: int = 16,
@@ -240,8 +241,7 @@ def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES), in_feat
     cuda_<dtype> or cuda_<dtype>_documented..., differs_from_cuda) and "LayerNorm sensitivity"
     (quantity, dtype, low_value, fp32_value). Raises SpecError for a bad option.
     """
-    check(device, dtypes, in_features, out_features, batch, seed)
-    names = parse_dtypes(dtypes)
+    names = check(device, dtypes, in_features, out_features, batch, seed)
     cuda_measured = dev.cuda_available()
     suffix = "" if cuda_measured else "_documented"
     table: dict[str, object] = {"question": list(QUESTIONS)}

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
 from lmperf.runtime import device as dev
-from lmperf.validate import positive_int
+from lmperf.validate import finite_number, positive_floats, positive_int
 from lmperf.errors import SpecError
 
 NAME = "underflow"
@@ -242,20 +242,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
           loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
-          init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> None:
-    """Raise SpecError for a bad option (called before the experiment runs anywhere)."""
+          init_scale: float = DEFAULT_INIT_SCALE,
+          seed: int = 0) -> tuple[list[float], float, float]:
+    """Raise SpecError for a bad option (called before the experiment runs anywhere); return
+    the scales (ascending), the loss factor and the initial scale, as floats."""
     for flag, value in (("--count", count), ("--steps", steps),
                         ("--growth-interval", growth_interval), ("--inf-step", inf_step)):
         positive_int(flag, value)
     if inf_step > steps:
         raise SpecError(f"--inf-step must be at most --steps ({steps}), got {inf_step}")
-    scales = sorted(float(s) for s in (DEFAULT_SCALES if scales is None else scales))
-    if not scales or not all(math.isfinite(s) and s > 0 for s in scales):
-        raise SpecError(f"--scales must be one or more positive finite numbers, got {scales}")
-    if not isinstance(loss_factor, (int, float)) or not (math.isfinite(loss_factor) and loss_factor > 0):
-        raise SpecError(f"--loss-factor must be a positive finite number, got {loss_factor!r}")
-    if not isinstance(init_scale, (int, float)) or not (math.isfinite(init_scale) and init_scale > 0):
-        raise SpecError(f"--init-scale must be a positive finite number, got {init_scale!r}")
+    return (positive_floats("--scales", sorted(
+                float(s) for s in (DEFAULT_SCALES if scales is None else scales))),
+            finite_number("--loss-factor", loss_factor, positive=True),
+            finite_number("--init-scale", init_scale, positive=True))
 
 
 def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -275,8 +274,8 @@ def run(device: torch.device, count: int = 100_000, scales: list[float] | None =
         loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
         init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> ExperimentResult:
     """Run the underflow experiment on `device`; raises SpecError for a bad option."""
-    check(device, count, scales, loss_factor, steps, inf_step, growth_interval, init_scale, seed)
-    scales = sorted(float(s) for s in (DEFAULT_SCALES if scales is None else scales))
+    scales, loss_factor, init_scale = check(device, count, scales, loss_factor, steps, inf_step,
+                                            growth_interval, init_scale, seed)
     seed = int(seed)
 
     thresholds = pd.DataFrame([{"dtype": dtype_name(d), **format_thresholds(d, device)}
@@ -287,18 +286,18 @@ def run(device: torch.device, count: int = 100_000, scales: list[float] | None =
     lost = fp16["flushed_fraction"] + fp16["overflow_fraction"]
     plot_scale = float(fp16.loc[lost.idxmin(), "scale"])  # the S losing fewest values in fp16
     hist_df = histogram_table(population, plot_scale)
-    back_df = backward_table(device, seed, float(loss_factor), scales)
-    scaler_df = grad_scaler_table(device, seed, steps, inf_step, growth_interval, float(init_scale))
+    back_df = backward_table(device, seed, loss_factor, scales)
+    scaler_df = grad_scaler_table(device, seed, steps, inf_step, growth_interval, init_scale)
     result = ExperimentResult(
         NAME,
-        {"device": device.type, "count": count, "scales": scales, "loss_factor": float(loss_factor),
+        {"device": device.type, "count": count, "scales": scales, "loss_factor": loss_factor,
          "steps": steps, "inf_step": inf_step, "growth_interval": growth_interval, "seed": seed,
          "population_range": list(POPULATION_RANGE), "plot_scale": plot_scale,
-         "mlp_dims": list(MLP_DIMS), "batch": BATCH, "init_scale": float(init_scale)},
+         "mlp_dims": list(MLP_DIMS), "batch": BATCH, "init_scale": init_scale},
         [("format thresholds", thresholds),
          ("synthetic gradients cast after scaling by S", pop_df),
          (f"log10|g| histogram (unscaled and times S = {plot_scale:g})", hist_df),
-         (f"fp16-true MLP backward, loss x {float(loss_factor):g}", back_df),
+         (f"fp16-true MLP backward, loss x {loss_factor:g}", back_df),
          ("GradScaler per step", scaler_df)],
     )
     result.notes = _notes(result)

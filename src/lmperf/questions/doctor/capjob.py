@@ -5,16 +5,17 @@ It goes through the machinery every capped run uses (`core.launch.ChildProcess` 
 little, then more than the cap allows; the check passes only when the large allocation is the
 one that failed (the message alone, "out of memory while ...", would pass a cap that broke the
 child at its first allocation). On the CPU the cap (RLIMIT_AS) counts everything mapped, so it
-is sized from an uncapped probe of the same job: its address space plus `HEADROOM_GIB`.
+is sized from what an uncapped child maps after import (`core.capfloor`) plus `HEADROOM_GIB`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from lmperf.questions.doctor.checks import Context, Outcome, passed
+from lmperf.results.schema import SpecDict
 from lmperf.units import GIB, MIB
 
 KIND = "doctor"
@@ -28,7 +29,7 @@ SMALL_MIB = 64
 
 
 @dataclass(frozen=True)
-class AllocSpec:
+class AllocSpec(SpecDict):
     """A job that allocates `gib` GiB on `device` after a small allocation that must succeed."""
 
     kind: ClassVar[str] = KIND
@@ -37,15 +38,6 @@ class AllocSpec:
     device: str
     gib: float
     threads: int = 1
-
-    def to_dict(self) -> dict:
-        """The spec as JSON (what the child rebuilds it from)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "AllocSpec":
-        """Inverse of `to_dict`."""
-        return cls(**data)
 
     def label(self) -> str:
         """A short name for messages."""
@@ -85,18 +77,11 @@ def run_alloc(spec: AllocSpec) -> dict:
                            failed_at=failed_at, **seen, **fields)
 
 
-def cpu_cap_gib(probe: dict) -> float | None:
-    """The CPU cap from an uncapped probe's record: its address space after import plus
-    HEADROOM_GIB, rounded up to 1/16 GiB; None when the probe did not say."""
-    mapped = probe.get("address_space_gib") if probe.get("status") == "ok" else None
-    if mapped is None:
-        return None
-    return math.ceil((mapped + HEADROOM_GIB) * 16) / 16
-
-
 def start_cap_job(ctx: Context) -> Callable[[], list[dict]]:
-    """The launch: run the capped child (seconds: it imports torch); on the CPU an uncapped
-    probe of the same job first, to size the cap (`cpu_cap_gib`)."""
+    """The launch: run the capped child (seconds: it imports torch). On the CPU the cap is what
+    an uncapped child maps after import (`core.capfloor.floor_bytes`, measured once and cached)
+    plus HEADROOM_GIB, rounded up to 1/16 GiB."""
+    from lmperf.core.capfloor import floor_bytes
     from lmperf.core.launch import ChildProcess
 
     kind = ctx.device.type
@@ -105,10 +90,11 @@ def start_cap_job(ctx: Context) -> Callable[[], list[dict]]:
         return ChildProcess(spec, timeout_s=120, max_memory_gib=CAP_GIB[kind]).run
 
     def sized() -> list[dict]:
-        probe = ChildProcess(AllocSpec(device=kind, gib=0.0), timeout_s=120).run()
-        cap = cpu_cap_gib(probe[0]) if probe else None
-        if cap is None:  # the probe's own failure is the answer
-            return probe
+        floor = floor_bytes(warm=False)  # the launch below is a cold ChildProcess too
+        if floor is None:
+            return [{"status": "error", "message": "the address space of an uncapped child "
+                                                   "could not be read: no cap to size"}]
+        cap = math.ceil((floor / GIB + HEADROOM_GIB) * 16) / 16
         return ChildProcess(spec, timeout_s=120, max_memory_gib=cap).run()
 
     return sized

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import torch
 
+from lmperf.core.outcome import first_line
+
 STATUSES: tuple[str, ...] = ("ok", "fail", "skip")
 SCOPES: tuple[str, ...] = ("any", "cpu", "cuda")
 
@@ -116,18 +118,14 @@ class Row:
         return row
 
 
-def first_line(exc: BaseException) -> str:
-    """'TypeName: first line of the message' (cut to 160 characters)."""
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {text}"[:160]
-
-
 def run_one(check: Check, ctx: Context) -> Outcome:
     """Run a check; an exception is a 'fail' carrying its traceback."""
     try:
         outcome = check.run(ctx)
     except Exception as exc:  # noqa: BLE001 - a broken path is a row, not a crash
-        outcome = Outcome("fail", first_line(exc), "raised an exception (see the record)",
+        said = first_line(exc) if str(exc).strip() else ""  # 'TypeName: first line', cut
+        outcome = Outcome("fail", f"{type(exc).__name__}: {said}"[:160],
+                          "raised an exception (see the record)",
                           traceback=traceback.format_exc(limit=6))
     if outcome.status not in STATUSES:
         raise ValueError(f"check {check.name!r} answered {outcome.status!r}")

@@ -8,13 +8,14 @@ On the CPU this is 2 gloo ranks; on CUDA one NCCL rank per GPU (2 or more).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 import torch
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed, skip
 from lmperf.core.rank import Ranks
+from lmperf.results.schema import SpecDict
 from lmperf.units import GIB, MIB
 
 STRATEGIES: tuple[str, ...] = ("naive", "flat", "overlap", "bucketed", "fsdp", "fsdp-exact", "zero1")
@@ -27,7 +28,7 @@ TIMEOUT_S = 240.0
 
 
 @dataclass(frozen=True)
-class DistCheck(Ranks):
+class DistCheck(SpecDict, Ranks):
     """The doctor's distributed job: items 'collectives', 'strategies' and (CUDA) 'memory-cap';
     world_size, backend, device, threads and the launch options: `Ranks`."""
 
@@ -37,17 +38,6 @@ class DistCheck(Ranks):
 
     checks: tuple[str, ...]
     timeout_s: float = field(default=TIMEOUT_S, kw_only=True)
-
-    def to_dict(self) -> dict:
-        """The job as JSON (what every rank rebuilds it from)."""
-        return asdict(self)
-
-    to_full_dict = to_dict
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "DistCheck":
-        """Inverse of `to_dict`."""
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
     def items(self) -> list[str]:
         """The checks, in order."""
@@ -163,6 +153,7 @@ def _strategies(job: DistCheck, device: torch.device, rank: int, n: int) -> dict
 
 def _memory_cap(job: DistCheck, device: torch.device, local_rank: int) -> dict:
     """Under the job's cap: a small allocation fits on this rank's GPU, CAP_GIB + 1 GiB does not."""
+    from lmperf.core.outcome import first_line
     from lmperf.runtime import device as dev
 
     index = dev.cuda_index(device)
@@ -176,7 +167,7 @@ def _memory_cap(job: DistCheck, device: torch.device, local_rank: int) -> dict:
         del big
     except Exception as exc:  # noqa: BLE001 - out of memory is what is expected here
         big_oom = small_ok and dev.is_oom(exc)
-        message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        message = first_line(exc)[:160]
     finally:
         dev.free_memory(device)
     return {"device_index": index, "local_rank": local_rank, "small_ok": small_ok,

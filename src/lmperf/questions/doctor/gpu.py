@@ -30,13 +30,10 @@ TIMER_RATIO = (0.75, 1.25)
 back-to-back calls: a compute-bound GEMM runs at the same speed either way, within 25%."""
 
 
-def _relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((got.double() - ref).abs().max() / ref.abs().max())
-
-
 def check_tf32(ctx: Context) -> Outcome:
     """lmperf's 'fp32' and 'tf32' regimes (runtime.precision.matmul_precision) on one fp32 GEMM:
     TF32 must change cuBLAS's result on sm_80+ (and must not below, where it does not exist)."""
+    from lmperf.questions.amp.base import max_rel_error
     from lmperf.runtime.precision import get_regime, matmul_precision
 
     device = ctx.device
@@ -46,7 +43,7 @@ def check_tf32(ctx: Context) -> Outcome:
     errors, states = {}, {}
     for name in ("fp32", "tf32"):
         with matmul_precision(get_regime(name)):
-            errors[name] = _relative_error(a @ b, ref)
+            errors[name] = max_rel_error(a @ b, ref)
             states[name] = dev.tf32_state()
     major, _ = dev.cuda_capability(device) or (0, 0)
     result = (f"max |err| / max |ref|: fp32 regime {errors['fp32']:.1e}, tf32 regime "

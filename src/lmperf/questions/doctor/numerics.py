@@ -19,7 +19,6 @@ import sys
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from lmperf.questions.doctor.checks import Context, Outcome, passed, skip
 
@@ -34,10 +33,6 @@ LONG_BF16 = (1, 2, 1030, 64)
 tile (the multi-tile causal path), and a ragged last tile; with the configurations searched."""
 SHAPES_CPU_SKIP = ("Triton's interpreter needs ~90 s for this sweep on a 2-core CPU (measured "
                    "2026-11-25); the small-shape row above checks the interpreter path")
-
-
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
 
 def _forward_backward(fn: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -57,6 +52,7 @@ def compare_with_sdpa(fn: Callable, device: torch.device, dtype: torch.dtype,
     |fn - SDPA|, 'worst_excess': max(|error| - (atol + rtol |ref|)) over fn's values (<= 0:
     within tolerance), 'atol', 'rtol'}.
     """
+    from lmperf.kernels import sdpa_attention
     from lmperf.kernels.reference import reference_forward_backward, tolerance
 
     atol, rtol = tolerance(dtype)
@@ -69,7 +65,7 @@ def compare_with_sdpa(fn: Callable, device: torch.device, dtype: torch.dtype,
     for causal in (True,) if causal_only else (False, True):
         ref = reference_forward_backward(q, k, v, do, causal)
         mine = _forward_backward(fn, q, k, v, do, causal)
-        sdpa = _forward_backward(_sdpa, q, k, v, do, causal)
+        sdpa = _forward_backward(sdpa_attention, q, k, v, do, causal)
         for a, s, r in zip(mine, sdpa, ref):
             err = (a.double() - r).abs()
             out["max_abs_err"] = max(out["max_abs_err"], float(err.max()))
