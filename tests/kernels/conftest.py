@@ -74,3 +74,13 @@ def forward_backward(fn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: 
     o = fn(*leaves, is_causal)
     o.backward(do)
     return (o.detach(), *(t.grad for t in leaves))
+
+
+def assert_close_to_reference(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,
+                              what: str = "", tf32: bool = False) -> None:
+    """Assert `actual` (any dtype) matches the float64 `expected` within `tolerance(dtype)`."""
+    from lmperf.kernels.reference import tolerance
+
+    atol, rtol = tolerance(dtype, tf32)
+    torch.testing.assert_close(actual.detach().double(), expected.detach().double(),
+                               atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}" if what else m)

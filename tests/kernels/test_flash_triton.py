@@ -10,16 +10,14 @@ import torch
 pytest.importorskip("triton")
 
 from lmperf.errors import SpecError
-from lmperf.kernels import interpreter_gap
+from lmperf.kernels import IMPLEMENTATIONS, interpreter_gap
 
 if not torch.cuda.is_available() and interpreter_gap():
     pytest.skip(interpreter_gap(), allow_module_level=True)
 from lmperf.kernels import flash_configs as fc
 from lmperf.kernels import flash_triton as ft
-from lmperf.kernels.reference import (
-    assert_close_to_reference,
-    reference_forward_backward,
-)
+from lmperf.kernels.reference import reference_forward_backward
+from tests.kernels.conftest import assert_close_to_reference
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +141,7 @@ def test_every_tile_pair_of_the_search_space_matches_float64(pair, monkeypatch):
 
 def test_every_kernel_has_a_valid_default_config():
     for kernel in ft.KERNELS:
-        for dtype in ft.SUPPORTED_DTYPES:
+        for dtype in IMPLEMENTATIONS["flash-triton"].dtypes:
             for d in (1, 16, 64, 65, 128):
                 c = fc.default_config(kernel, dtype, d)
                 for block in (c.block_q, c.block_k):
@@ -255,13 +253,15 @@ def test_causal_loop_skips_tiles_above_the_diagonal(n_q, n_k, block_q, block_k):
 
 @pytest.mark.parametrize("make, match", [
     (lambda: _inputs((1, 8, 16), dtype=torch.float64)[:3], "float64"),
-    (lambda: (torch.randn(8, 16),) * 3, "shaped"),
-    (lambda: (torch.randn(1, 8, 16), torch.randn(1, 8, 32), torch.randn(1, 8, 32)), "share"),
-    (lambda: (torch.randn(1, 8, 16), torch.randn(1, 9, 16), torch.randn(1, 8, 16)), "share"),
+    (lambda: (torch.randn(8, 16),) * 3, r"\(batch, seq, d\)"),
+    (lambda: (torch.randn(1, 8, 16), torch.randn(1, 8, 32), torch.randn(1, 8, 32)), "d\) differ"),
+    (lambda: (torch.randn(1, 8, 16), torch.randn(1, 9, 16), torch.randn(1, 8, 16)),
+     "sequence lengths"),
     (lambda: (torch.randn(1, 8, 16), torch.randn(1, 8, 16).half(), torch.randn(1, 8, 16)),
      "dtypes differ"),
     (lambda: (torch.randn(1, 8, 256),) * 3, "d <= 128"),
     (lambda: (torch.randn(1, 0, 16),) * 3, "empty"),
+    (lambda: (torch.randn(0, 8, 16),) * 3, "empty"),
 ])
 def test_bad_input_raises_spec_error(make, match):
     with pytest.raises(SpecError, match=match):

@@ -10,8 +10,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from lmperf import kernels
 from lmperf.errors import SpecError
-from lmperf.kernels.reference import assert_close_to_reference, reference_forward_backward
-from tests.kernels.conftest import TRITON_USABLE, forward_backward, make_inputs
+from lmperf.kernels.reference import reference_forward_backward
+from tests.kernels.conftest import (TRITON_USABLE, assert_close_to_reference, forward_backward,
+                                    make_inputs)
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lmperf.runtime import lowp
+from lmperf.runtime.cache import cache_file
 from lmperf.runtime.precision import default_regimes, get_regime, slowness_warning
 from tests.fixtures.lowp import AVX2_ONLY, SAPPHIRE_RAPIDS, simulate_cpu
 
@@ -45,15 +46,15 @@ def test_avx2_cpu_measures_once_then_reads_the_cache(monkeypatch, tmp_path):
     assert measured == ["bf16"]  # the second answer came from the cache
     assert first.slow and first.ratio == second.ratio == 7.5
     assert first.source == "measured now" and second.source.startswith("measured 20")
-    cache = json.loads(lowp.cache_path().read_text())
+    cache = json.loads(cache_file(lowp.CACHE).read_text())
     assert [v["ratio"] for v in cache.values()] == [7.5]
 
 
 def test_a_fast_measurement_keeps_the_dtype_and_a_corrupt_cache_is_measured_again(
         monkeypatch, tmp_path):
     measured = simulate_cpu(monkeypatch, tmp_path, None, ratio=1.2)  # flags unreadable
-    lowp.cache_path().parent.mkdir(parents=True)
-    lowp.cache_path().write_text("{not json")
+    cache_file(lowp.CACHE).parent.mkdir(parents=True)
+    cache_file(lowp.CACHE).write_text("{not json")
     support = lowp.cpu_support("bf16")
     assert measured == ["bf16"] and support.flags is None and not support.slow
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-from lmperf.results.schema import is_record
 from lmperf.questions.train.job import run_train
 from lmperf.questions.train.spec import TrainSpec
 from tests.train.faults import nan_loss_at
@@ -57,7 +56,7 @@ def test_fp32_is_bitwise_reproducible_across_processes():
 def test_records_are_self_contained_and_json_ready():
     records, events = _run(["fp32"])
     r = records[0]
-    assert is_record(r) and r["kind"] == "train" and r["status"] == "ok"
+    assert r["kind"] == "train" and r["status"] == "ok" and isinstance(r["spec"], dict)
     json.dumps(r, allow_nan=False)  # what append_record requires
     assert r["spec"]["precision"] == "fp32" and r["spec"]["data"] is None and r["env"]["torch"]
     assert r["corpus"]["source"] == "builtin" and r["corpus"]["val_tokens"] > 0

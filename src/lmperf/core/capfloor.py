@@ -11,38 +11,29 @@ above it is refused before anything runs (one line, exit 2).
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import ClassVar
 
 from lmperf.errors import SpecError
+from lmperf.results.schema import SpecDict
+from lmperf.runtime.cache import read_cache, update_cache
 from lmperf.units import GIB, MIB
 
 MARGIN = 256 * MIB
 """What a job maps above the cap's floor (its runner's imports): runtime.device.cap_memory's."""
+CACHE = "mapped.json"  # in $XDG_CACHE_HOME/lmperf
 
 
 @dataclass(frozen=True)
-class MappedSpec:
+class MappedSpec(SpecDict):
     """The probe: a job that runs nothing; its record gives what its process maps."""
 
     kind: ClassVar[str] = "probe"
     runner: ClassVar[str] = "lmperf.core.capfloor:mapped"
 
     device: str = "cpu"
-
-    def to_dict(self) -> dict:
-        """The spec as JSON (what the child rebuilds it from)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "MappedSpec":
-        """Inverse of `to_dict`."""
-        return cls(**data)
 
     def label(self) -> str:
         """A short name for messages."""
@@ -57,11 +48,6 @@ def mapped(spec: MappedSpec) -> dict:
             "address_space": address_space_bytes()}
 
 
-def _cache() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "lmperf" / "mapped.json"
-
-
 def floor_bytes(warm: bool) -> int | None:
     """What a CPU job's process maps before its job runs (bytes): cached for this interpreter,
     torch build and launch, else measured now (a child that runs nothing, launched as every job
@@ -71,25 +57,17 @@ def floor_bytes(warm: bool) -> int | None:
     except PackageNotFoundError:
         torch_version = "?"
     key = f"{sys.executable} | torch {torch_version} | {'warm' if warm else 'cold'}"
-    try:
-        cache = json.loads(_cache().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cache = {}
-    if isinstance(cache.get(key), int):
-        return cache[key]
+    cached = read_cache(CACHE).get(key)
+    if isinstance(cached, int):
+        return cached
     from lmperf.core.launch import ChildProcess, WarmChild
 
     records = (WarmChild if warm else ChildProcess)(MappedSpec(), timeout_s=120).run()
     found = records[0].get("address_space") if records else None
-    if isinstance(found, int):
-        try:
-            _cache().parent.mkdir(parents=True, exist_ok=True)
-            tmp = _cache().with_name(f"mapped.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({**cache, key: found}, indent=1), encoding="utf-8")
-            tmp.replace(_cache())  # atomic: a concurrent reader sees the old file or the new
-        except OSError:
-            pass  # a cache that cannot be written costs the next command a probe
-    return found if isinstance(found, int) else None
+    if not isinstance(found, int):
+        return None
+    update_cache(CACHE, {key: found})
+    return found
 
 
 def check_cap(gib: float, warm: bool) -> None:

@@ -158,15 +158,19 @@ def failed_record(spec: JobSpec, status: str, message: str, **extra: object) -> 
     return {**record, "job_id": job_id(spec)}
 
 
+def signal_name(signum: int) -> str:
+    """'SIGSEGV' for 11 ('signal N' for a number Python has no name for)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def describe_exit(code: int) -> str:
     """Why a child ended without a result, from its exit status."""
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
         hint = " (killed: possibly the kernel's OOM killer)" if -code == signal.SIGKILL else ""
-        return f"the child process died with {name}{hint} before writing a result"
+        return f"the child process died with {signal_name(-code)}{hint} before writing a result"
     return f"the child process exited with code {code} before writing a result"
 
 

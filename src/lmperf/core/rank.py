@@ -28,13 +28,14 @@ import os
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from lmperf.errors import LmperfError, SpecError
 from lmperf.names import DEVICES
+from lmperf.results.schema import SpecDict
 from lmperf.validate import check_fields
 
 if TYPE_CHECKING:
@@ -46,9 +47,6 @@ ENV_FAULT = "LMPERF_DIST_FAULT"  # tests: "crash|hang|raise@RANK@ITEM,..." (see 
 
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
 DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, never waited on
-
-# Fields that say how a job is launched, not what it measures: not part of a record's identity.
-_LAUNCH_FIELDS = ("timeout_s", "max_memory_gib")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,26 +75,12 @@ class Ranks:
             raise SpecError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
 
-class RankJob:
+class RankJob(SpecDict):
     """What every torchrun job shares: the dict round trip without launch fields (a job also has
     `items()`, `item_spec(item)`, `with_items(items)`, `kind`, `runner` and `worker`)."""
 
-    def to_dict(self) -> dict:
-        """The job's identity as a JSON-ready dict (launch options left out)."""
-        return {k: v for k, v in asdict(self).items() if k not in _LAUNCH_FIELDS}  # type: ignore[call-overload]
-
-    def to_full_dict(self) -> dict:
-        """Everything, launch options included (what the ranks receive)."""
-        return asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RankJob":
-        """Inverse of `to_dict` / `to_full_dict`; unknown fields are refused."""
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = set(data) - known
-        if unknown:
-            raise SpecError(f"unknown {cls.__name__} field(s): {', '.join(sorted(unknown))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    # how a job is launched, not what it measures: not part of a record's identity
+    not_identity = ("timeout_s", "max_memory_gib")
 
 
 class Progress:

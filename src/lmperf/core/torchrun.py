@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmperf.core.jobs import class_path
-from lmperf.core.launch import alive, descendants, log_tail
+from lmperf.core.launch import alive, descendants, kill_process_tree, log_tail, signal_name
 from lmperf.core.rank import ENV_DIR
 
 POLL_S = 0.1
@@ -134,16 +134,13 @@ def kill_tree(proc: subprocess.Popen, folder: Path) -> None:
     """SIGKILL torchrun and every rank. torchrun starts each rank in its own session, so killing
     torchrun's process group is not enough: the ranks are found as torchrun's descendants (and
     by the pids in their state files) before anything is killed, and each rank's group too."""
-    pids = set(descendants(proc.pid)) | {s["pid"] for s in _states(folder).values()}
-    for pid in [proc.pid, *sorted(pids)]:
-        for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
-            try:
-                kill(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
+    below = set(descendants(proc.pid))
+    orphans = {s["pid"] for s in _states(folder).values()} - below  # ranks no longer below it
+    for pid in [proc.pid, *sorted(orphans)]:
+        kill_process_tree(pid)
     proc.wait()
     deadline = time.time() + KILL_WAIT_S
-    while time.time() < deadline and any(alive(p) for p in pids):
+    while time.time() < deadline and any(alive(p) for p in below | orphans):
         time.sleep(POLL_S)
 
 
@@ -204,7 +201,10 @@ def _diagnose(job: object, item: str, folder: Path, code: int, timed_out: dict |
     rank = died[0] if died else _laggard(states)
     where = states.get(rank, {}).get("stage", "starting") if rank is not None else "starting"
     who = f"rank {rank}" if rank is not None else "a rank"
-    what = _exit_text(exits[rank]) if rank in exits else f"torchrun exited with code {code}"
+    what = f"torchrun exited with code {code}"
+    if rank in exits:  # 'exit code -11 (SIGSEGV)'
+        died_with = exits[rank]
+        what = f"exit code {died_with}" + (f" ({signal_name(-died_with)})" if died_with < 0 else "")
     return "error", f"{who} died ({what}) while {where}; the other ranks were stopped", rank
 
 
@@ -242,17 +242,6 @@ _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^\n]*\n\s*exitcode\s*:\s
 def _exit_codes(lines: list[str]) -> dict[int, int]:
     """rank -> exit code, from torchrun's failure summary (every rank it lists)."""
     return {int(r): int(c) for r, c in _FAILURE.findall("\n".join(lines))}
-
-
-def _exit_text(code: int) -> str:
-    """'exit code -11 (SIGSEGV)'."""
-    text = f"exit code {code}"
-    if code < 0:
-        try:
-            text += f" ({signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return text
 
 
 def _failed_record(job: object, item: str, status: str, message: str, rank: int | None,

@@ -30,15 +30,14 @@ Backward by recomputation from L (FA2, Algorithm 2), with D = rowsum(dO * O) (N,
     dS = P * (dP - D)           dQ = s dS K       dK = s dS^T Q
 
 evaluated one key tile at a time against all queries that can see it (Tq x Bk slabs, so backward
-memory is O(Tq Bk) too); dK_j, dV_j are written once, dQ accumulates over key tiles. With
-`compile_backward=True` the per-tile body runs through `torch.compile` (dynamic shapes).
+memory is O(Tq Bk) too); dK_j, dV_j are written once, dQ accumulates over key tiles.
 """
 
 from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -122,24 +121,9 @@ def _backward_tile(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.
     return dq, dk, dv
 
 
-_compiled_tile: Callable[..., Any] | None = None
-
-
-def _tile_fn(compiled: bool) -> Callable[..., Any]:
-    """The per-tile backward body, compiled once per process when asked."""
-    global _compiled_tile
-    if not compiled:
-        return _backward_tile
-    if _compiled_tile is None:
-        from lmperf.kernels.compiled import compile_fn
-        _compiled_tile = compile_fn(_backward_tile, dynamic=True)
-    return _compiled_tile
-
-
 def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                    lse: torch.Tensor, do: torch.Tensor, is_causal: bool,
-                   block_k: int = DEFAULT_BLOCK, compiled: bool = False,
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   block_k: int = DEFAULT_BLOCK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (accumulator dtype) from the saved (N, T, .) tensors, L (N, Tq) and dO."""
     n, tq, d = q.shape
     tk = k.shape[1]
@@ -150,16 +134,15 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
     dq = torch.zeros(n, tq, d, dtype=acc_t, device=q.device)
     dk = torch.zeros(n, tk, d, dtype=acc_t, device=q.device)
     dv = torch.zeros(n, tk, v.shape[2], dtype=acc_t, device=q.device)
-    step = _tile_fn(compiled)
     for ks in range(0, tk, block_k):
         ke = min(ks + block_k, tk)
         q0 = ks if is_causal else 0  # causal: queries before ks see none of these keys
         if q0 >= tq:
             break  # this tile and all later ones are seen by no query: their grads stay 0
         mask = _above_diagonal(q0, tq, ks, ke, q.device) if is_causal else None
-        dq_j, dk[:, ks:ke], dv[:, ks:ke] = step(qf[:, q0:], kf[:, ks:ke], vf[:, ks:ke],
-                                                dof[:, q0:], lse[:, q0:], delta[:, q0:],
-                                                mask, scale)
+        dq_j, dk[:, ks:ke], dv[:, ks:ke] = _backward_tile(qf[:, q0:], kf[:, ks:ke], vf[:, ks:ke],
+                                                          dof[:, q0:], lse[:, q0:], delta[:, q0:],
+                                                          mask, scale)
         dq[:, q0:] += dq_j
     return dq, dk, dv
 
@@ -173,21 +156,20 @@ class FlashAttentionTorch(torch.autograd.Function):
     """Autograd Function: saves exactly (q, k, v, o, L), L the row logsumexp (..., Tq).
 
     Called as the course's tests call it, `FlashAttentionTorch.apply(q, k, v, is_causal)` (or
-    without `is_causal`: False); the trailing tile sizes and `compile_backward` keep their
+    without `is_causal`: False); the trailing tile sizes keep their
     defaults (autograd drops the trailing None gradients of arguments that were not passed).
     """
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 is_causal: bool = False, block_q: int = DEFAULT_BLOCK,
-                block_k: int = DEFAULT_BLOCK, compile_backward: bool = False) -> torch.Tensor:
+                block_k: int = DEFAULT_BLOCK) -> torch.Tensor:
         with _no_autocast(q.device.type):
             o, lse = flash_forward(_flat(q), _flat(k), _flat(v), bool(is_causal), block_q, block_k)
         o = o.reshape(*q.shape[:-1], v.shape[-1])  # (..., Tq, dv)
         lse = lse.reshape(q.shape[:-1])  # (..., Tq)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.is_causal, ctx.block_k = bool(is_causal), block_k
-        ctx.compile_backward = bool(compile_backward)
         return o
 
     @staticmethod
@@ -196,15 +178,14 @@ class FlashAttentionTorch(torch.autograd.Function):
         with _no_autocast(q.device.type):
             dq, dk, dv = flash_backward(_flat(q), _flat(k), _flat(v), _flat(o),
                                         lse.reshape(-1, lse.shape[-1]), _flat(do),
-                                        ctx.is_causal, ctx.block_k, ctx.compile_backward)
+                                        ctx.is_causal, ctx.block_k)
         return (dq.reshape(q.shape).to(q.dtype), dk.reshape(k.shape).to(k.dtype),
-                dv.reshape(v.shape).to(v.dtype), None, None, None, None)
+                dv.reshape(v.shape).to(v.dtype), None, None, None)
 
 
 def flash_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           is_causal: bool = False, block_q: int = DEFAULT_BLOCK,
-                          block_k: int = DEFAULT_BLOCK, compile_backward: bool = False,
-                          ) -> torch.Tensor:
+                          block_k: int = DEFAULT_BLOCK) -> torch.Tensor:
     """FlashAttention-2 attention output (..., Tq, dv) in q's dtype, differentiable.
 
     Shapes are assumed valid (`lmperf.kernels.get("flash-torch")` checks them); block sizes must
@@ -213,5 +194,4 @@ def flash_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if isinstance(b, bool) or not isinstance(b, int) or b < MIN_BLOCK:
             raise SpecError(f"flash-torch {name} must be an integer >= {MIN_BLOCK}, got {b!r}")
-    return FlashAttentionTorch.apply(q, k, v, bool(is_causal), block_q, block_k,
-                                     bool(compile_backward))
+    return FlashAttentionTorch.apply(q, k, v, bool(is_causal), block_q, block_k)

@@ -31,7 +31,6 @@ except ImportError:  # pragma: no cover - exercised only where triton is not ins
     triton = None
     tl = None
 
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_HEAD_DIM = 128
 MIN_BLOCK = 16  # tl.dot needs every dimension >= 16
 INTERPRETER_BLOCKS = (32, 16)  # (BLOCK_Q, BLOCK_K) there: small, and unequal for the causal bounds
@@ -386,31 +385,16 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.T
 # --- validation and the autograd Function ---------------------------------------------------------
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise SpecError unless q, k, v are valid flash-triton inputs on a usable device."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise SpecError(f"flash-triton: {name} must be a tensor, got {type(t).__name__}")
-    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
-        raise SpecError("flash-triton takes q, k, v shaped (batch, seq, d) or (batch, heads, seq, "
-                        f"d), all of one rank; got {tuple(q.shape)}, {tuple(k.shape)}, "
-                        f"{tuple(v.shape)}")
-    if k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
-        raise SpecError("flash-triton: q, k, v must share batch (and heads) and d, and k, v their "
-                        f"shape; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.dtype != k.dtype or q.dtype != v.dtype:
-        raise SpecError(f"flash-triton: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
-    if q.device != k.device or q.device != v.device:
-        raise SpecError(f"flash-triton: q, k, v are on different devices ({q.device}, {k.device}, "
-                        f"{v.device})")
-    if q.shape[-2] == 0 or k.shape[-2] == 0 or q.numel() == 0:
+    """Raise SpecError unless q, k, v are valid flash-triton inputs on a usable device: the
+    registry's checks (`lmperf.kernels.check_inputs`), no empty batch, and d <= MAX_HEAD_DIM."""
+    from lmperf import kernels
+
+    kernels.check_inputs("flash-triton", q, k, v)
+    if q.numel() == 0:
         raise SpecError(f"flash-triton: empty input {tuple(q.shape)}, {tuple(k.shape)}")
     if q.shape[-1] > MAX_HEAD_DIM:
         raise SpecError(f"flash-triton supports d <= {MAX_HEAD_DIM} (padded to a power of two "
                         f">= {MIN_BLOCK}), got d = {q.shape[-1]}")
-    from lmperf.kernels import supports  # where flash-triton runs: asked once, there
-
-    if (reason := supports("flash-triton", q.device, q.dtype)):
-        raise SpecError(reason)
 
 
 def addressable(t: torch.Tensor, dense: bool = True) -> torch.Tensor:

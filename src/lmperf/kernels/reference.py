@@ -74,10 +74,3 @@ def reference_forward_backward(
     dq, dk, dv = torch.autograd.grad(o, (q64, k64, v64), grad_out.detach().double())
     return o.detach(), dq, dk, dv
 
-
-def assert_close_to_reference(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,
-                              what: str = "", tf32: bool = False) -> None:
-    """Assert `actual` (any dtype) matches the float64 `expected` within `tolerance(dtype)`."""
-    atol, rtol = tolerance(dtype, tf32)
-    torch.testing.assert_close(actual.detach().double(), expected.detach().double(),
-                               atol=atol, rtol=rtol, msg=lambda m: f"{what}: {m}" if what else m)

@@ -20,13 +20,15 @@ def tokens_per_s(tokens_per_step: int, step_ms: dict | float | None) -> float | 
     return tokens_per_step / (median / 1e3)
 
 
-def step_rates(tokens_per_step: int, step_ms: dict | float | None, flops_per_step: int,
+def step_rates(tokens_per_step: int, step_ms: dict | float | None, flops_per_step: int | None,
                peak_tflops: float | None) -> dict:
     """Tokens/s, TFLOP/s and MFU of one step, defined once (the median step, as
     `tokens_per_s`): TFLOP/s = FLOPs per step / step seconds / 1e12; MFU = TFLOP/s / the
-    device's peak in the run's math dtype (None where no peak is known, e.g. on the CPU)."""
+    device's peak in the run's math dtype (None where no peak is known, e.g. on the CPU; both
+    None without a FLOP count)."""
     steps_per_s = tokens_per_s(1, step_ms)
-    tflops = flops_per_step * steps_per_s / 1e12 if steps_per_s is not None else None
+    tflops = (flops_per_step * steps_per_s / 1e12
+              if steps_per_s is not None and flops_per_step is not None else None)
     return {"tokens_per_step": tokens_per_step,
             "tokens_per_s": tokens_per_s(tokens_per_step, step_ms),
             "tflops": tflops,

@@ -9,8 +9,6 @@ $XDG_CACHE_HOME/lmperf/lowp.json (docs/concepts.md, "CPU defaults that fit the C
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import statistics
 import time
@@ -20,6 +18,7 @@ from pathlib import Path
 import torch
 
 from lmperf.runtime import device as dev
+from lmperf.runtime.cache import read_cache, update_cache
 
 CPUINFO = Path("/proc/cpuinfo")
 # architecture -> dtype -> the CPU flags (as /proc/cpuinfo spells them) that give that dtype
@@ -37,6 +36,7 @@ DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
 SLOW_RATIO = 2.0
 MATMUL_N = 256  # (256, 256) @ (256, 256): 34 MFLOP, ~0.4 ms in fp32 on one thread here
 REPEATS = 5
+CACHE = "lowp.json"  # in $XDG_CACHE_HOME/lmperf
 
 
 def cpu_flags(path: Path | None = None) -> frozenset[str] | None:
@@ -100,44 +100,21 @@ def measure_ratio(dtype: str, device: torch.device | None = None, n: int = MATMU
     return statistics.median(times[dtype]) / statistics.median(times["fp32"])
 
 
-def cache_path() -> Path:
-    """Where measured CPU ratios are kept: $XDG_CACHE_HOME/lmperf/lowp.json (~/.cache/...)."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "lmperf" / "lowp.json"
-
-
 def _cache_key(dtype: str) -> str:
     return f"{dev.cpu_model()} | torch {torch.__version__} | {dtype} | {MATMUL_N}"
-
-
-def _read_cache() -> dict:
-    try:
-        cache = json.loads(cache_path().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return cache if isinstance(cache, dict) else {}
 
 
 def store_ratios(ratios: dict[str, float]) -> None:
     """Keep this CPU's measured ratios (dtype -> time / fp32's, at MATMUL_N) in the cache; a
     cache that cannot be written only costs the next command another measurement."""
-    cache = _read_cache()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    cache.update({_cache_key(d): {"ratio": r, "when": when} for d, r in ratios.items()})
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1), encoding="utf-8")
-        tmp.replace(path)  # atomic: a concurrent reader sees the old file or the new one
-    except OSError:
-        pass
+    update_cache(CACHE, {_cache_key(d): {"ratio": r, "when": when} for d, r in ratios.items()})
 
 
 def cpu_ratio(dtype: str) -> tuple[float, str]:
     """(time(dtype) / time(fp32) of the reference matmul on this CPU, and where it comes from:
     'measured now', or 'measured <UTC time>' from the cache)."""
-    entry = _read_cache().get(_cache_key(dtype))
+    entry = read_cache(CACHE).get(_cache_key(dtype))
     if isinstance(entry, dict) and isinstance(entry.get("ratio"), (int, float)) \
             and entry["ratio"] > 0:
         return float(entry["ratio"]), f"measured {entry.get('when', 'earlier')}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
@@ -16,11 +16,12 @@ from lmperf.names import MODES, OPTIMIZERS
 from lmperf.model.presets import (DEFAULT_COURSE, PRESETS, VOCAB_SIZE, ModelConfig, model_extras,
                                   resolve_preset)
 from lmperf.model.shape import DEVICES, Compiled, ModelShape, OnDevice
+from lmperf.results.schema import SpecDict
 from lmperf.runtime.precision import REGIMES
 
 
 @dataclass(frozen=True)
-class RunSpec(Compiled, OnDevice, ModelShape):
+class RunSpec(SpecDict, Compiled, OnDevice, ModelShape):
     """One benchmark run. Two runs with equal specs measure the same thing.
 
     `size` gives the shape, or with `model` (a user's 'package.module:factory') what its
@@ -37,6 +38,7 @@ class RunSpec(Compiled, OnDevice, ModelShape):
 
     kind: ClassVar[str] = "bench"
     runner: ClassVar[str] = "lmperf.questions.bench.job:run_spec"
+    old_defaults = {"course": "2025"}  # records written before editions: 2025's table
 
     # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; device, threads, seed:
     # OnDevice; compile, compile_mode: Compiled
@@ -121,21 +123,6 @@ class RunSpec(Compiled, OnDevice, ModelShape):
         vocab = "" if self.vocab_size == VOCAB_SIZE else f" V={self.vocab_size}"
         kv = "" if self.num_kv_heads in (None, self.num_heads) else f" Hkv={self.num_kv_heads}"
         return self.dims() + vocab + kv + (" tied" if self.tie_embeddings else "")
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (the `spec` of a record)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RunSpec":
-        """Inverse of `to_dict`; fields added since a record was written take their defaults,
-        fields this version does not know are refused."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise SpecError(f"unknown RunSpec field(s): {', '.join(sorted(unknown))}")
-        # Records written before editions existed used 2025's table.
-        return cls(**{"course": "2025", **data})
 
     def label(self) -> str:
         """Short human-readable name for progress lines."""

@@ -4,10 +4,11 @@ Older records' field names (impl, seq, repeats) are migrated on read: docs/migra
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from lmperf.errors import SpecError
+from lmperf.results.schema import SpecDict
 from lmperf.validate import check_fields, choice, non_negative_int, positive_int
 
 DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # name -> bytes per element
@@ -15,7 +16,7 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
-class AttnSpec:
+class AttnSpec(SpecDict):
     """One attention configuration on q, k, v of shape (batch, heads, context, d).
 
     Attributes:
@@ -32,6 +33,7 @@ class AttnSpec:
 
     kind: ClassVar[str] = "attention"
     runner: ClassVar[str] = "lmperf.questions.attention.job:run_spec"
+    drop_unknown = True  # `from_dict`: fields an older record lacks take their defaults
 
     attention: str
     context: int
@@ -67,17 +69,6 @@ class AttnSpec:
     def qkv_bytes(self) -> int:
         """Bytes of one of q, k, v or o: batch * heads * context * d * element bytes."""
         return self.batch * self.heads * self.context * self.d * DTYPES[self.dtype]
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (the `spec` of a record)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "AttnSpec":
-        """Inverse of `to_dict`; fields missing from `data` (an older record) take their
-        defaults."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
     def label(self) -> str:
         """Short name for progress lines."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.model.shape import ModelShape
 from lmperf.core.rank import Ranks
+from lmperf.results.schema import SpecDict
 from lmperf.validate import check_fields
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ COLD_START_BUDGET_S = 600.0
 
 
 @dataclass(frozen=True)
-class LeaderboardJob(ModelShape, Ranks):
+class LeaderboardJob(SpecDict, ModelShape, Ranks):
     """One leaderboard measurement (one item) at one world size.
 
     batch is the GLOBAL batch (sequences per step over all ranks; each of n ranks trains on
@@ -74,17 +75,6 @@ class LeaderboardJob(ModelShape, Ranks):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise SpecError(f"{name} must be a non-negative number of milliseconds, got {value!r}")
-
-    def to_dict(self) -> dict:
-        """The spec as JSON."""
-        return asdict(self)
-
-    to_full_dict = to_dict
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "LeaderboardJob":
-        """Inverse of `to_dict`."""
-        return cls(**data)
 
     def items(self) -> list[str]:
         """One item: the step."""

@@ -4,13 +4,14 @@ construction; its learning-rate schedule and the model it trains."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.model.attention import ATTENTION
 from lmperf.model.presets import DEFAULT_COURSE, ModelConfig
 from lmperf.model.shape import Compiled, ModelShape, OnDevice
+from lmperf.results.schema import SpecDict
 from lmperf.runtime.precision import REGIMES
 from lmperf.validate import as_flag, check_fields, check_float8
 
@@ -76,7 +77,7 @@ class Watch:
 
 
 @dataclass(frozen=True)
-class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
+class TrainSpec(SpecDict, AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
     """One training run of the reference LM under one precision regime.
 
     Every regime of one `lmperf train` shares everything but `precision`: the same seed gives
@@ -98,6 +99,7 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
 
     kind: ClassVar[str] = "train"
     runner: ClassVar[str] = "lmperf.questions.train.job:run_train"
+    old_defaults = {"course": "2025"}  # records written before editions: 2025's sizes
 
     precision: str
     vocab_size: int = 256
@@ -153,19 +155,6 @@ class TrainSpec(AdamWSchedule, Watch, Compiled, OnDevice, ModelShape):
         progress = min(1.0, (step - self.lr_warmup - 1) / span)
         floor = self.lr * self.min_lr_ratio
         return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (the `spec` of a record)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TrainSpec":
-        """Inverse of `to_dict`; fields added since a record was written take their defaults,
-        fields this version does not know are refused."""
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise SpecError(f"unknown TrainSpec field(s): {', '.join(sorted(unknown))}")
-        return cls(**{"course": "2025", **data})  # before editions, sizes were 2025's
 
     def label(self) -> str:
         """Short human-readable name for progress lines."""
