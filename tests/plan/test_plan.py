@@ -215,6 +215,10 @@ def test_confirm_spreads_its_plans_and_never_picks_a_predicted_tie(monkeypatch):
     picked = [r["step_s"] for r in job._picks(None, rows, 4)]
     assert picked == [3.457, 3.55, 4.287, 4.382]
     assert len(job._picks(None, rows, 10)) == 10  # all of them when K asks for all
+    # K 6: nothing is left 2% from the four picks: the least tied plans (0.9%, then 0.7% from
+    # the nearest pick), not the ones nearest the goals (0.1% from a pick)
+    assert [r["step_s"] for r in job._picks(None, rows, 6)] == [
+        3.457, 3.482, 3.55, 4.287, 4.341, 4.382]
     # the fastest TP plan is TP x PP 1F1B; its interleaved twin (0.1% away) is the fastest
     # other PP plan: the PP pick takes the next PP plan apart from it instead
     twins = [{"rank": 1, "step_s": 3.0, "fits": True, "tp": 2, "pp": 2},

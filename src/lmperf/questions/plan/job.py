@@ -125,7 +125,7 @@ def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
     where the search has them, the rest spread over the predicted times (log-spaced from the
     fastest to the slowest, not over rank positions: two plans predicted 2% apart rank by the
     machine's noise, not the model, so a plan within 2% of one picked is taken only when
-    nothing else is left), in rank order."""
+    nothing else is left, and then the one farthest from every pick), in rank order."""
     fitting = [r for r in rows if r["fits"] and runner_of(r, spec)]
     if k > len(fitting):
         raise SpecError(f"--confirm {k}: only {len(fitting)} candidate(s) fit and run here")
@@ -138,13 +138,17 @@ def _picks(spec: PlanSpec, rows: list[dict], k: int) -> list[dict]:
         found = next((r for r in mine if apart(r)), mine[0] if mine else None)
         if found is not None and len(picks) < k:
             picks.append(found)
+    def gap(r: dict) -> float:  # log-distance to the nearest pick
+        return min((abs(math.log(r["step_s"] / p["step_s"])) for p in picks), default=math.inf)
+
     lo, hi = math.log(fitting[0]["step_s"]), math.log(fitting[-1]["step_s"])
     spread = k - len(picks)
     for i in range(spread):
         goal = lo + (hi - lo) * i / max(1, spread - 1)
         left = [r for r in fitting if all(r is not p for p in picks)]
-        picks.append(min([r for r in left if apart(r)] or left,
-                         key=lambda r: abs(math.log(r["step_s"]) - goal)))
+        far = [r for r in left if apart(r)]
+        picks.append(min(far, key=lambda r: abs(math.log(r["step_s"]) - goal)) if far
+                     else max(left, key=gap))  # no plan apart: the least tied one
     return sorted(picks, key=lambda r: r["rank"])
 
 
