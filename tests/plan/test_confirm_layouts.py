@@ -84,3 +84,32 @@ def test_confirm_runs_tp_and_pp_plans_on_dist_trains_layouts():
     assert summary["boundary_correct"] == 1.0 and summary["tp_cells"] >= 2
     assert summary["peak_error"] <= 0.05 and summary["peak_error_median"] <= 0.01
     assert any("per-rank peak error median" in f for f in report.findings)
+
+
+def test_a_boundary_cell_out_of_memory_in_its_first_step_does_not_fit(monkeypatch):
+    """On one GPU the b + 1 cell may run out of memory in its first (untracked) step: that is
+    its answer, 'does not fit' (peak None), not an error."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+
+    from lmperf.questions.plan import confirm
+    from lmperf.runtime import device as dev
+
+    cell = {"cell": "rank1-b2", "runner": "engine", "strategy": "single", "precision": "fp32",
+            "checkpoint": "none", "sizes": [2], "timed": False}
+    plan = {"size": "tiny", "course": "2026", "model": None, "context": 16, "attention": "sdpa"}
+    job = SimpleNamespace(cell=lambda item: cell, plan=json.dumps(plan), seed=0, world_size=1,
+                          steps=1)
+
+    def out_of_memory(*args):
+        raise RuntimeError("out of memory (a stand-in)")
+
+    monkeypatch.setattr(confirm, "_step", out_of_memory)
+    monkeypatch.setattr(dev, "is_oom", lambda exc: "out of memory" in str(exc))
+    got = confirm.measure(job, "rank1-b2", torch.device("cpu"))
+    assert got["peak_bytes"] is None and got["collective_bytes"] == {}
+    cell["timed"] = True  # a timed cell must fit: its failure is an error
+    with pytest.raises(RuntimeError):
+        confirm.measure(job, "rank1-b2", torch.device("cpu"))

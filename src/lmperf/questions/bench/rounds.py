@@ -15,7 +15,6 @@ import math
 import re
 
 from lmperf.measure.stats import summarize
-from lmperf.measure.throughput import step_rates
 
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 _ROUND_SUFFIX = re.compile(r"-r\d+$")
@@ -50,9 +49,13 @@ def _pool(jid: str, rounds: list[dict]) -> dict:
     if metrics.get("cpu_time"):  # the CPU times of the same steps, pooled alike
         cpus = [r["metrics"].get("cpu_time") or {} for r in rounds]
         _pool_phases(metrics["cpu_time"], cpus, [r["round"] for r in rounds])
-    if metrics["step_ms"]["median"] > 0:  # the derived figures follow the pooled median step
-        metrics.update(step_rates(metrics["tokens_per_step"], metrics["step_ms"],
-                                  metrics["flops_per_step"], metrics.get("peak_tflops")))
+    step_s = metrics["step_ms"]["median"] / 1e3
+    if step_s > 0:  # the derived figures follow the pooled median step
+        metrics["tokens_per_s"] = metrics["tokens_per_step"] / step_s
+        if metrics.get("flops_per_step") is not None:
+            metrics["tflops"] = metrics["flops_per_step"] / step_s / 1e12
+        if metrics.get("peak_tflops"):
+            metrics["mfu"] = metrics["tflops"] / metrics["peak_tflops"]
     warnings = list(dict.fromkeys(w for r in rounds for w in r.get("warnings", [])))
     out = {k: v for k, v in last.items() if k != "round"}
     return {**out, "metrics": metrics, "warnings": warnings, "job_id": jid, "rounds": len(rounds)}

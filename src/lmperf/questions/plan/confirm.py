@@ -67,7 +67,7 @@ def _setup(cell: dict, world_size: int, model: torch.nn.Module, device: torch.de
 def _loss(module, x: torch.Tensor, y: torch.Tensor, dtype, share: float) -> torch.Tensor:
     """The step's forward and loss (workload.steps'): the logits (b, T, V) die on return, as
     they do in the step the plan simulates (log-softmax keeps its own output for backward)."""
-    with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+    with torch.autocast(x.device.type, dtype=dtype) if dtype else contextlib.nullcontext():
         logits = module(x)  # (b, T, V)
         return CE(logits.flatten(0, 1), y.flatten()) * share
 
@@ -80,8 +80,8 @@ def _step(setup, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
     and `sync` after the others, each under the layout's context (loss parallelism); then
     AdamW."""
     if setup.pipeline is not None:
-        with setup.context(), setup.autocast(), torch.autocast(
-                tokens.device.type, dtype=dtype, enabled=dtype is not None):
+        with setup.context(), torch.autocast(
+                tokens.device.type, dtype=dtype) if dtype else contextlib.nullcontext():
             setup.pipeline(tokens[:, :-1], tokens[:, 1:])
     else:
         total, start = sum(sizes), 0
@@ -125,11 +125,11 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
             p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    run(tokens)  # DDP's bucket rebuild, FSDP2's lazy init, the pipeline's shapes: not counted
-    held = [*module.parameters(), *module.buffers(), tokens, *optimizer_state(opt)]
     allocator = dev.PeakMemory(device)
-    allocator.reset()
     try:
+        run(tokens)  # DDP's bucket rebuild, FSDP2's lazy init, the pipeline's shapes: uncounted
+        held = [*module.parameters(), *module.buffers(), tokens, *optimizer_state(opt)]
+        allocator.reset()
         with LiveBytes(held) as tracker, Ledger(setup.groups) as ledger:
             run(tokens)
         peak = tracker.peak

@@ -51,6 +51,10 @@ def plan_profile(*, size: str | None = None, model: str | None = None,
     `out` (the results file; None: results/traces/<run>.json). Raises SpecError or
     ModelLoadError.
     """
+    for name, value in dict(size=size, context=context, batch=batch, precision=precision,
+                            mode=mode, attention=attention, warmup=warmup).items():
+        if isinstance(value, (list, tuple)) and len(value) != 1:  # the API's bench keywords
+            raise SpecError(f"{name}: a profile is one run; give one value, got {list(value)}")
     bench = plan_bench(size=size, model=model, context=context, batch=batch,
                        precision=precision, mode=mode, attention=attention, warmup=warmup,
                        steps=steps, seed=seed, optimizer=optimizer, device=device,
