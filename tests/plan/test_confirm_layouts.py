@@ -113,3 +113,33 @@ def test_a_boundary_cell_out_of_memory_in_its_first_step_does_not_fit(monkeypatc
     cell["timed"] = True  # a timed cell must fit: its failure is an error
     with pytest.raises(RuntimeError):
         confirm.measure(job, "rank1-b2", torch.device("cpu"))
+
+
+def test_later_rounds_time_the_plans_again_in_reverse_and_pool_into_the_first():
+    import json
+
+    from lmperf.questions.plan.job import pool_rounds
+    from lmperf.questions.plan.spec import ConfirmJob
+
+    cells = [{"cell": name, "timed": timed} for name, timed in
+             (("a-b1", True), ("a-b2", False), ("b-b1", True), ("c-b1", True))]
+    job = ConfirmJob(world_size=2, plan="{}", device="cpu", cells=json.dumps(cells), rounds=3)
+    assert job.items() == ["a-b1", "a-b2", "b-b1", "c-b1", "c-b1@1", "b-b1@1", "a-b1@1",
+                           "a-b1@2", "b-b1@2", "c-b1@2"]
+    assert job.cell("b-b1@2")["round"] == 2 and job.cell("b-b1")["round"] == 0
+
+    def rec(steps, status="ok"):  # two ranks' timed steps; the slowest rank's per step
+        ranks = [{"step_s": list(steps)}, {"step_s": [s - 0.5 for s in steps]}]
+        return {"status": status, "message": "boom", "metrics": {
+            "ranks": ranks, "measured_step_s": sorted(steps)[len(steps) // 2]}}
+
+    done = [rec([4.0, 4.2]), {"status": "ok", "metrics": {}}, rec([5.0, 5.2]), rec([6.0, 6.0]),
+            rec([6.4, 6.2]), rec([3.0, 3.2]), rec([4.4, 4.6]),
+            rec([4.0, 4.0]), rec([0, 0], "error"), rec([6.0, 6.0])]
+    pooled = pool_rounds(job.items(), done)
+    assert len(pooled) == 4
+    a, b = pooled[0]["metrics"], pooled[2]["metrics"]
+    assert a["step_samples_s"] == [4.0, 4.2, 4.4, 4.6, 4.0, 4.0] and a["measured_step_s"] == 4.1
+    assert a["round_step_s"] == [4.2, 4.6, 4.0]
+    assert b["measured_step_s"] == 4.1  # 3.0, 3.2, 5.0, 5.2: round 2 failed, said below
+    assert pooled[2]["warnings"] == ["round 2: error: boom"]

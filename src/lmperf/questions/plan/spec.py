@@ -109,7 +109,10 @@ class PlanSpec:
 class ConfirmJob(RankJob, Ranks):
     """The cells of `--confirm` at one world size: `cells` is a JSON list of dicts (a plan's
     candidate and its micro-batch to run, planned figures beside), `plan` the PlanSpec's dict
-    (JSON); `steps` timed steps after one warm-up for the cells that are timed."""
+    (JSON); `steps` timed steps after one warm-up for the cells that are timed, in each of
+    `rounds` rounds: the timed cells run again after every cell of the round before, every
+    other round in reverse order (A B C, C B A: a load that drifts over the run weighs on every
+    cell alike); a later round's item is its cell's id + '@' + the round."""
 
     kind: ClassVar[str] = "plan"
     runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
@@ -119,18 +122,25 @@ class ConfirmJob(RankJob, Ranks):
     cells: str
     steps: int = 2
     seed: int = 0
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         self.check_ranks()
         positive_int("steps", self.steps)
+        positive_int("rounds", self.rounds)
 
     def items(self) -> list[str]:
-        """One item per cell: its id."""
-        return [c["cell"] for c in json.loads(self.cells)]
+        """One item per cell (its id), then one per timed cell and later round."""
+        cells = json.loads(self.cells)
+        timed = [c["cell"] for c in cells if c["timed"]]
+        return [c["cell"] for c in cells] + [f"{name}@{r}" for r in range(1, self.rounds)
+                                             for name in (timed[::-1] if r % 2 else timed)]
 
     def cell(self, item: str) -> dict:
-        """The cell named `item`."""
-        return next(c for c in json.loads(self.cells) if c["cell"] == item)
+        """The cell of item `item`, with its `round`."""
+        name, _, r = item.partition("@")
+        return {**next(c for c in json.loads(self.cells) if c["cell"] == name),
+                "round": int(r or 0)}
 
     def item_spec(self, item: str) -> dict:
         """The record spec of one cell: the plan request and the candidate run."""
@@ -143,7 +153,8 @@ class ConfirmJob(RankJob, Ranks):
 
     def with_items(self, items: list[str]) -> "ConfirmJob":
         """Only the cells in `items`."""
-        kept = [c for c in json.loads(self.cells) if c["cell"] in items]
+        names = {item.partition("@")[0] for item in items}
+        kept = [c for c in json.loads(self.cells) if c["cell"] in names]
         return type(self)(**{**self.to_full_dict(), "cells": json.dumps(kept)})
 
     def label(self) -> str:
