@@ -5,6 +5,7 @@ and ZeroRedundancyOptimizer (`TorchZeRO1`).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable
 
 import torch
@@ -44,9 +45,13 @@ class TorchDDP(nn.Module):
         from torch.nn.parallel import DistributedDataParallel
 
         # broadcast_buffers=False: the reference LM's buffers (RoPE tables) are constants, and
-        # re-broadcasting them every forward would add bytes no gradient needs
-        self.ddp = DistributedDataParallel(module, bucket_cap_mb=bucket_size_mb,
-                                           broadcast_buffers=False)
+        # re-broadcasting them every forward would add bytes no gradient needs. torch 2.13
+        # deprecates the flag for forward_sync_buffers, which still syncs at init; its own
+        # warning says to keep this flag until then: silenced, not a user's concern
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*broadcast_buffers", category=FutureWarning)
+            self.ddp = DistributedDataParallel(module, bucket_cap_mb=bucket_size_mb,
+                                               broadcast_buffers=False)
         self.module = module
         hooks = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
         if compress in hooks:
