@@ -145,6 +145,11 @@ def test_a_summary_without_pairs_or_cells_says_n_a():
                           "ok", {}, metrics=score([]))
     assert score([])["kendall_tau"] is None and score([])["winner_vs_best"] is None
     assert any("Kendall tau of step times n/a" in f for f in build_report([summary]).findings)
+    # a cell whose second timing round failed says so (pool_rounds put it in its warnings)
+    cell = make_record("plan", {**plan, "confirm": True, "cell": "rank1-b1", "search": "s"},
+                       "ok", {}, metrics={}, warnings=["round 1: error: boom"])
+    assert "rank1-b1: round 1: error: boom; its step is from the rounds that ran" in \
+        build_report([cell, summary]).findings
 
 
 @pytest.mark.slow

@@ -139,6 +139,9 @@ def _search(records: list[dict], top: int) -> tuple[pd.DataFrame, pd.DataFrame, 
                         f"{m['step_ratio']}x (median; load {m['load_average_1m']}), the "
                         f"predicted winner's measured step / the best of them "
                         f"{m['winner_vs_best']}")
+    findings += [f"{r['spec']['cell']}: {w}; its step is from the rounds that ran"
+                 for r in records if r["spec"].get("confirm") and r["status"] == "ok"
+                 for w in r.get("warnings", []) if w.startswith("round ")]
     return frame, _shown(frame, top), won, findings
 
 

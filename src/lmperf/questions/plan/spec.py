@@ -149,7 +149,8 @@ class ConfirmJob(RankJob, Ranks):
                 **{k: cell.get(k) for k in ("cell", "precision", "checkpoint", "strategy",
                                             "dp_replicate", "dp_shard", "tp", "pp", "cp",
                                             "pp_schedule", "pp_virtual", "micro_batch",
-                                            "grad_accum", "run_batch", "runner")}}
+                                            "grad_accum", "run_batch", "runner")},
+                **({"round": cell["round"]} if cell["round"] else {})}
 
     def with_items(self, items: list[str]) -> "ConfirmJob":
         """Only the cells in `items`."""
