@@ -125,7 +125,7 @@ def bench_phases(records: list[dict]) -> bytes | None:
 def profile_shares(records: list[dict]) -> bytes | None:
     """PNG: one horizontal bar per profiled run and phase, split by operator category (share of
     the phase's self time, from the record's "share of each phase by category" table)."""
-    from lmperf.questions.profile.report import stored_table
+    from lmperf.results.record import stored_table
 
     bars: list[tuple[str, dict[str, float]]] = []
     for r, label in zip(records, run_labels(records)):

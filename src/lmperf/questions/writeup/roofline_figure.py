@@ -27,7 +27,7 @@ COLORS = {"compute-bound": "tab:blue", "memory-bound": "tab:orange",
 
 def _tables(record: dict) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """(per-op rows, ceilings rows) of an ok profile record that has a roofline, else None."""
-    from lmperf.questions.profile.report import stored_table
+    from lmperf.results.record import stored_table
     from lmperf.questions.profile.roofline import CEILINGS, PER_OP
 
     tables = (record.get("metrics") or {}).get("tables") or {}
