@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from lmperf.workload.spec import RunSpec
 from lmperf.errors import SpecError
 from lmperf.questions.memory.checkpointing import check_groups, sweep_checkpointing, tradeoff_frame
-from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.model.checkpointing import set_checkpointing
 from lmperf.questions.memory.saved import measure_saved
 from lmperf.model import TransformerLM
 from tests.memory.handcount import BTC, B, C, F as D_FF, H, T, V, batch, hand_count_block

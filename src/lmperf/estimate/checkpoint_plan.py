@@ -11,7 +11,6 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from lmperf.errors import SpecError
-from lmperf.model.checkpointing import set_checkpointing  # noqa: F401 (imported from here too)
 
 SCHEDULES: tuple[str, ...] = ("uniform", "bisection")
 

@@ -170,7 +170,7 @@ def _module_depth(mode: PhantomMode, blocks: set[int], calls: list[int]) -> Iter
 def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint: str | int):
     """The model (phantom parameters in the regime's dtype), inputs, targets and AdamW."""
     from lmperf.model.custom import build_model
-    from lmperf.estimate.checkpoint_plan import set_checkpointing
+    from lmperf.model.checkpointing import set_checkpointing
     from lmperf.workload.build import OPTIMIZER_FLAGS
 
     with torch.device("meta"):  # no initialisation arithmetic, no bytes

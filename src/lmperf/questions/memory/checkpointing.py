@@ -20,7 +20,7 @@ from lmperf.validate import checkpoint_every, checkpoint_phrase, checkpoint_poli
 from lmperf.measure.stats import summarize
 from lmperf.questions.memory.estimate import estimate
 from lmperf.units import MIB
-from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.model.checkpointing import set_checkpointing
 from lmperf.questions.memory.phases import MEMORY_LABELS
 from lmperf.questions.memory.saved import measure_saved, measure_spec, meta_equivalent
 from lmperf.runtime import device as dev

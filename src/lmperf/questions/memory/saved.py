@@ -23,7 +23,7 @@ from lmperf.workload.spec import RunSpec
 from lmperf.model.custom import build_model
 from lmperf.runtime import device as dev
 from lmperf.runtime.precision import autocast, get_regime
-from lmperf.estimate.checkpoint_plan import set_checkpointing
+from lmperf.model.checkpointing import set_checkpointing
 from lmperf.model.float8 import convert_float8
 from lmperf.units import MIB
 
