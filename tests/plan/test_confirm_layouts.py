@@ -124,7 +124,8 @@ def test_later_rounds_time_the_plans_again_in_reverse_and_pool_into_the_first():
     cells = [{"cell": name, "timed": timed} for name, timed in
              (("a-b1", True), ("a-b2", False), ("b-b1", True), ("c-b1", True))]
     job = ConfirmJob(world_size=2, plan="{}", device="cpu", cells=json.dumps(cells), rounds=3)
-    assert job.items() == ["a-b1", "a-b2", "b-b1", "c-b1", "c-b1@1", "b-b1@1", "a-b1@1",
+    # the memory-only cell first: it warms the ranks before any cell is timed
+    assert job.items() == ["a-b2", "a-b1", "b-b1", "c-b1", "c-b1@1", "b-b1@1", "a-b1@1",
                            "a-b1@2", "b-b1@2", "c-b1@2"]
     assert job.cell("b-b1@2")["round"] == 2 and job.cell("b-b1")["round"] == 0
 
@@ -133,11 +134,11 @@ def test_later_rounds_time_the_plans_again_in_reverse_and_pool_into_the_first():
         return {"status": status, "message": "boom", "metrics": {
             "ranks": ranks, "measured_step_s": sorted(steps)[len(steps) // 2]}}
 
-    done = [rec([4.0, 4.2]), {"status": "ok", "metrics": {}}, rec([5.0, 5.2]), rec([6.0, 6.0]),
+    done = [{"status": "ok", "metrics": {}}, rec([4.0, 4.2]), rec([5.0, 5.2]), rec([6.0, 6.0]),
             rec([6.4, 6.2]), rec([3.0, 3.2]), rec([4.4, 4.6]),
             rec([4.0, 4.0]), rec([0, 0], "error"), rec([6.0, 6.0])]
-    pooled = pool_rounds(job.items(), done)
-    assert len(pooled) == 4
+    pooled = pool_rounds(job.items(), done, [c["cell"] for c in cells])
+    assert len(pooled) == 4 and pooled[1] is done[0]  # in the cells' order
     a, b = pooled[0]["metrics"], pooled[2]["metrics"]
     assert a["step_samples_s"] == [4.0, 4.2, 4.4, 4.6, 4.0, 4.0] and a["measured_step_s"] == 4.1
     assert a["round_step_s"] == [4.2, 4.6, 4.0]

@@ -222,7 +222,8 @@ def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = No
                      timeout_s=600.0 if timeout is None else timeout,
                      rounds=ROUNDS if spec.gpus > 1 else 1)
     if spec.gpus > 1:
-        done = pool_rounds(job.items(), run_job(job))
+        done = pool_rounds(job.items(), run_job(job),
+                           [c["cell"] for c in json.loads(job.cells)])
     else:  # one job per cell: an out-of-memory cell leaves nothing behind for the next
         alone = [ConfirmAlone(**job.with_items([item]).to_full_dict()) for item in job.items()]
         done = run_sweep(alone, None, sweep_options(timeout=job.timeout_s))
@@ -234,11 +235,11 @@ def confirm(spec: PlanSpec, rows: list[dict], k: int, timeout: float | None = No
     return done
 
 
-def pool_rounds(items: list[str], done: list[dict]) -> list[dict]:
-    """The records of `items` (a ConfirmJob's, in order), each timed cell's later rounds folded
-    into its first: `measured_step_s` the median of every round's steps (each the slowest
-    rank's), `round_step_s` each round's median; a later round that failed is said in the
-    first's warnings."""
+def pool_rounds(items: list[str], done: list[dict], cells: list[str]) -> list[dict]:
+    """The records of `items` (a ConfirmJob's, in order), one per cell in the order of `cells`,
+    each timed cell's later rounds folded into its first: `measured_step_s` the median of every
+    round's steps (each the slowest rank's), `round_step_s` each round's median; a later round
+    that failed is said in the first's warnings."""
     first = {item: rec for item, rec in zip(items, done) if "@" not in item}
     for item, rec in zip(items, done):
         name, _, r = item.partition("@")
@@ -255,7 +256,7 @@ def pool_rounds(items: list[str], done: list[dict]) -> list[dict]:
         m.setdefault("round_step_s", [m["measured_step_s"]]).append(
             rec["metrics"]["measured_step_s"])
         m["measured_step_s"] = statistics.median(samples)
-    return list(first.values())
+    return [first[name] for name in cells if name in first]
 
 
 def _slowest(ranks: list[dict]) -> list[float]:

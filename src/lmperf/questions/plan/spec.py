@@ -130,11 +130,14 @@ class ConfirmJob(RankJob, Ranks):
         positive_int("rounds", self.rounds)
 
     def items(self) -> list[str]:
-        """One item per cell (its id), then one per timed cell and later round."""
+        """One item per cell (its id), the memory-only ones first (they warm the ranks: the
+        heap, torch's lazy imports, the meshes' process groups; a first cell timed in a fresh
+        process read up to 20% slow), then one per timed cell and later round."""
         cells = json.loads(self.cells)
         timed = [c["cell"] for c in cells if c["timed"]]
-        return [c["cell"] for c in cells] + [f"{name}@{r}" for r in range(1, self.rounds)
-                                             for name in (timed[::-1] if r % 2 else timed)]
+        return [c["cell"] for c in cells if not c["timed"]] + timed + [
+            f"{name}@{r}" for r in range(1, self.rounds)
+            for name in (timed[::-1] if r % 2 else timed)]
 
     def cell(self, item: str) -> dict:
         """The cell of item `item`, with its `round`."""
