@@ -90,7 +90,9 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     pipelining) hides a micro-batch's forward TP collectives (in forward and in recompute)
     behind the matmuls they feed or drain (`spans`' third figure), all but one chunk of each
     (1 / t) and all that outlasts them; backward's stay exposed (PyTorch's measurements: up to
-    ~20% faster forward passes, ~8% faster steps of Llama 3 70B, docs/commands/plan.md).
+    ~20% faster forward passes, ~8% faster steps of Llama 3 70B, docs/commands/plan.md). Its
+    fused reduce-scatters add their own exposed cost: summing the t partials on each rank, a
+    streaming read of S and write of S / t at the target's elementwise share of its bandwidth.
     The rank is `share` (a `fit.RankShare`; None: the fullest); `moved`, when given, is filled
     with (group, op) -> bytes per step, each collective's S as nccl-tests defines it (what an
     all-gather returns, what a reduce-scatter or all-reduce takes)."""
@@ -118,6 +120,9 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     total = exposed = sent = 0.0
     windows: dict[tuple[int, str], list[float]] = {}  # (micro-batch, hides) -> [comm, last]
     async_tp = [0.0] * len(sizes)  # a micro-batch's TP collectives, behind its matmuls
+    reduced = 0.0  # seconds async TP's fused reduce-scatters spend summing their partials
+    fraction = (cluster.target.fractions or {}).get("elementwise/norm")
+    streaming = cluster.target.bandwidth * (fraction.memory if fraction else 1.0)
     for x in table:
         group = groups[x.group]
         if group <= 1 or (x.per == "recompute" and c.checkpoint == "none"):
@@ -156,6 +161,13 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
             sent += bus_factor(x.op, group) * elements
             if x.group == "tp" and lay.async_tp and x.per != "backward":
                 async_tp[i] += seconds
+                if x.op == "reduce_scatter":
+                    # torch's fused matmul + reduce-scatter (`_fused_matmul_reduce_scatter_impl`)
+                    # all-to-alls each rank's t partial chunks, then sums them on the rank
+                    # (`torch.sum(stacked_partials, dim=0)`): it reads the t (b T / (cp t), C)
+                    # partials (S bytes) and writes S / t, after the last chunk lands, so
+                    # nothing hides it; NCCL's reduce-scatter does that sum inside the collective
+                    reduced += size * (1 + 1 / t) / streaming
                 continue
             if x.hides == "never" or not overlap:
                 exposed += seconds
@@ -169,5 +181,5 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     for (i, hides), (seconds, last) in windows.items():
         behind = spans[i][0] if hides == "forward" else spans[i][1]
         exposed += comm.exposed_seconds(seconds, behind, overlap, last)
-    exposed += sum(max(tp / t, tp - span[2]) for tp, span in zip(async_tp, spans))
+    exposed += sum(max(tp / t, tp - span[2]) for tp, span in zip(async_tp, spans)) + reduced
     return total, exposed, sent
