@@ -1,5 +1,5 @@
-"""Communication vs computation per rank (`overlap`), `--from-trace DIR` (`ranks`) and
-`--diff A B` (`diff`), on the real A100 NCCL traces of tests/profile/data (README there).
+"""Communication vs computation per rank (`overlap`) and `--from-trace DIR` (`ranks`), on the
+real A100 NCCL traces of tests/profile/data (README there).
 
 The whole-window numbers are checked against HTA's own output on the same files
 (HolisticTraceAnalysis 0.5, `TraceAnalysis(trace_dir, include_last_profiler_step=True)`:
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmperf.errors import SpecError, TraceFormatError
-from lmperf.questions.profile import diff, overlap, ranks
+from lmperf.errors import TraceFormatError
+from lmperf.questions.profile import overlap, ranks
 from lmperf.questions.profile.trace import load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -128,42 +128,14 @@ def test_two_files_of_one_rank_are_refused(tmp_path):
         ranks.read_ranks(empty)
 
 
-def test_diff_of_a_trace_with_itself_changes_nothing():
-    for kind in ("ops", "kernels"):
-        d = diff.trace_diff(trace(NCCL), trace(NCCL), kind)
-        assert (d["status"] == "=").all() and (d["delta_ms"] == 0).all()
-
-
-def test_diff_names_new_and_vanished_kernels():
-    a, b = trace(NCCL), trace(CONTROL)
-    d = diff.trace_diff(a, b, "kernels")
-    names_a = set(a.kernels.loc[a.kernels["step"] >= 0, "name"])
-    names_b = set(b.kernels.loc[b.kernels["step"] >= 0, "name"])
-    assert set(d.loc[d["status"] == "new", "name"]) == names_b - names_a
-    assert set(d.loc[d["status"] == "vanished", "name"]) == names_a - names_b
-    row = d[d["name"].str.startswith("ncclKernel_SendRecv")].iloc[0]
-    assert row["status"] == "new" and row["calls_b"] == 7  # 42 over 6 steps
-    assert d["delta_ms"].abs().is_monotonic_decreasing
-
-
-def test_cli_diff_and_directory(rank_dir, tmp_path):
+def test_cli_directory(rank_dir, tmp_path):
     from tests.profile.test_cli import _run
 
-    code, out, err = _run(["profile", "--diff", str(NCCL), str(CONTROL), "--top", "2"])
-    assert code == 0, err
-    assert "new in B" in out and "vanished in B" in out
     code, out, err = _run(["profile", "--from-trace", str(rank_dir), "--csv", str(tmp_path / "csv")])
     assert code == 0, err
     assert "straggler" in out and "Rank 3 computes longest" in out
     assert ("GPU idle 76% of its span, 76% waiting for the host's launches: host-bound"
             in " ".join(out.split()))  # lines wrapped to the terminal
     assert (tmp_path / "csv" / "per_rank.csv").is_file()
-    code, out, err = _run(["profile", "--diff", str(NCCL), str(CONTROL), "--steps", "3"])
+    code, out, err = _run(["profile", "--from-trace", str(rank_dir), "--steps", "3"])
     assert code == 2 and err.strip().count("\n") == 0 and "--steps" in err
-
-
-def test_api_refuses_diff_with_from_trace():
-    import lmperf
-
-    with pytest.raises(SpecError):
-        lmperf.profile(from_trace=NCCL, diff=(NCCL, CONTROL))

@@ -20,7 +20,6 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             inline: bool = False, timeout: float | None = None,
             max_memory_gib: float | None = None, resume: bool = False,
             progress: bool = False, from_trace: str | Path | None = None,
-            diff: tuple[str | Path, str | Path] | None = None,
             course: str = DEFAULT_COURSE, compile: bool = False,
             compile_mode: str = "default") -> Report:
     """Profile one run of the reference LM (or `model`, "package.module:factory"): `warmup`
@@ -40,14 +39,9 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     phases from its annotations (`profile.from_trace`); only `top` applies, no record is
     written. A directory holds one trace per rank (`profile.ranks`): per rank and step the
     device's computation, communication, overlap and idle time, and the straggler per step.
-    `diff` (two traces A, B) compares them operator by operator and kernel by kernel
-    (`profile.diff`). Raises TraceFormatError for a missing or corrupt file, SpecError when a
-    run option is given with either.
+    Raises TraceFormatError for a missing or corrupt file, SpecError when a run option is given
+    with it.
     """
-    if from_trace is not None and diff is not None:
-        raise SpecError("give from_trace or diff, not both")
-    if diff is not None:
-        from_trace = diff  # the same refusal of run options below
     if from_trace is not None:
         given = {name: value for name, value in dict(
             size=size, model=model, context=context, precision=precision, threads=threads,
@@ -55,14 +49,8 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
             if value is not None}
         given |= {name: True for name, on in (("inline", inline), ("resume", resume)) if on}
         if given:
-            raise SpecError(f"{'diff' if diff is not None else 'from_trace'} analyses existing "
-                            f"traces; it takes no run options (got {', '.join(sorted(given))})")
-        if diff is not None:
-            from lmperf.questions.profile.diff import diff_report
-
-            if isinstance(diff, (str, Path)) or len(diff) != 2:
-                raise SpecError("diff takes two trace files (A, B)")
-            return diff_report(diff[0], diff[1], top=top)
+            raise SpecError("from_trace analyses existing traces; it takes no run options "
+                            f"(got {', '.join(sorted(given))})")
         if Path(from_trace).is_dir():
             from lmperf.questions.profile.ranks import analyse_ranks
 

@@ -57,10 +57,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "of per-rank traces: per rank and step computation, communication, "
                         "overlap and idle GPU time, and the straggler per step; takes --top, "
                         "--format, --csv only and writes no record")
-    p.add_argument("--diff", type=Path, nargs=2, metavar=("A", "B"),
-                   help="compare two torch.profiler traces operator by operator and kernel by "
-                        "kernel (calls and time per step, new and vanished names); takes --top, "
-                        "--format, --csv only and writes no record")
     # The run options' defaults, to refuse them next to --from-trace (they would be ignored).
     p.set_defaults(func=cmd_profile, run_defaults={name: p.get_default(name) for name in RUN_DESTS})
 
@@ -71,7 +67,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from lmperf.questions.profile.api import profile
     from lmperf.questions.profile.report import write_csv
 
-    if args.from_trace is not None or args.diff is not None:
+    if args.from_trace is not None:
         return _from_trace(args)
 
     def produce():
@@ -93,28 +89,23 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _from_trace(args: argparse.Namespace) -> int:
-    """`lmperf profile --from-trace FILE|DIR` or `--diff A B`: the tables of existing traces; no
-    run, no record."""
+    """`lmperf profile --from-trace FILE|DIR`: the tables of existing traces; no run, no
+    record."""
     from lmperf.questions.profile.api import profile
     from lmperf.questions.profile.report import write_csv
 
-    flag = "--diff" if args.diff is not None else "--from-trace"
-    if args.diff is not None and args.from_trace is not None:
-        raise SpecError("--from-trace and --diff are two different analyses: give one")
     given = ["--" + name.replace("_", "-") for name, default in args.run_defaults.items()
              if getattr(args, name) != default]
     if given:
-        raise SpecError(f"{flag} analyses existing traces; {', '.join(given)} "
+        raise SpecError(f"--from-trace analyses existing traces; {', '.join(given)} "
                         "appl(ies) to a run")
     if args.json:
-        raise SpecError(f"--json prints records and {flag} writes none; use --format csv "
+        raise SpecError("--json prints records and --from-trace writes none; use --format csv "
                         "or --csv DIR for its tables")
-    report = (profile(diff=tuple(args.diff), top=args.top) if args.diff is not None
-              else profile(from_trace=args.from_trace, top=args.top))
+    report = profile(from_trace=args.from_trace, top=args.top)
     emit(report, args)
     if args.csv and report.tables:
-        main = ("summary" if args.diff is not None else "per rank" if args.from_trace.is_dir()
-                else "time per step (ms)")
+        main = "per rank" if args.from_trace.is_dir() else "time per step (ms)"
         write_csv({main: report.frame, **report.tables}, args.csv)
         err(f"CSV tables in {args.csv}")
     return 0
