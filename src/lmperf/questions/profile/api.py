@@ -54,7 +54,7 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
         if Path(from_trace).is_dir():
             from lmperf.questions.profile.ranks import analyse_ranks
 
-            return analyse_ranks(from_trace, top=top)
+            return analyse_ranks(from_trace)
         from lmperf.questions.profile.from_trace import analyse_trace
 
         return analyse_trace(from_trace, top=top)

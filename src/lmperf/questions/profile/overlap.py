@@ -1,6 +1,5 @@
 """Communication and computation on one rank's device timeline: where the GPU time goes per step
-(HTA's temporal breakdown, idle time and comm/comp overlap), and the kernels that run slower
-while a collective runs beside them.
+(HTA's temporal breakdown, idle time and comm/comp overlap).
 
 Each device activity of a measured step (placed by its launch) is communication (an NCCL kernel
 of any generation), memory (a memcpy or memset) or computation (every other kernel), by HTA's
@@ -137,45 +136,3 @@ def headline(busy_ms: float, step_ms: float, of: str, host_of_idle: float) -> st
                 "another stream or a peer.")
     return f"device-bound: {figures}; the kernels set the step time (see the top kernels)."
 
-
-SLOWED_COLUMNS = ["name", "calls_alone", "mean_us_alone", "calls_overlapped", "mean_us_overlapped",
-                  "slowdown", "extra_ms_per_step"]
-
-
-def slowed_by_comm(trace: Trace, min_calls: int = 2) -> pd.DataFrame:
-    """Per computation kernel name: its mean duration when it runs beside a collective (any part
-    of it under an NCCL kernel, any stream of this rank) vs not (NCCL #1428: a GEMM 1.18 -> 2.08 ms
-    while an all-gather ran). Names with at least `min_calls` calls each way, largest extra time
-    first: slowdown = mean_us_overlapped / mean_us_alone, extra_ms_per_step = (mean_overlapped -
-    mean_alone) x calls_overlapped / steps. A kernel is not always the same work under one name
-    (shapes differ), so a slowdown is a lead to check, not a proof."""
-    k = trace.kernels
-    if k.empty:
-        return pd.DataFrame(columns=SLOWED_COLUMNS)
-    k = k[k["step"].to_numpy() >= 0]
-    kinds = activity_kinds(k)
-    origin = float(k["start_us"].min()) if len(k) else 0.0
-    s = k["start_us"].to_numpy() - origin
-    e = s + k["dur_us"].to_numpy()
-    xs, xe = merged(s[kinds == COMM], e[kinds == COMM])
-    comp = kinds == COMPUTE
-    under = covered(s[comp], e[comp], xs, xe) > 0
-    df = pd.DataFrame({"name": k["name"].to_numpy()[comp], "dur": k["dur_us"].to_numpy()[comp],
-                       "under": under})
-    g = df.groupby(["name", "under"])["dur"].agg(["count", "mean"]).unstack("under")
-    if g.empty or True not in g.columns.get_level_values(1) or False not in g.columns.get_level_values(1):
-        return pd.DataFrame(columns=SLOWED_COLUMNS)
-    out = pd.DataFrame({
-        "name": g.index.to_numpy(dtype=object),
-        "calls_alone": g[("count", False)].fillna(0).to_numpy(int),
-        "mean_us_alone": g[("mean", False)].to_numpy(float),
-        "calls_overlapped": g[("count", True)].fillna(0).to_numpy(int),
-        "mean_us_overlapped": g[("mean", True)].to_numpy(float),
-    })
-    out = out[(out["calls_alone"] >= min_calls) & (out["calls_overlapped"] >= min_calls)].copy()
-    out["slowdown"] = out["mean_us_overlapped"] / out["mean_us_alone"]
-    steps = max(trace.n_steps, 1)
-    out["extra_ms_per_step"] = ((out["mean_us_overlapped"] - out["mean_us_alone"])
-                                * out["calls_overlapped"] / 1e3 / steps)
-    out = out.sort_values(["extra_ms_per_step", "name"], ascending=[False, True], kind="stable")
-    return out.reset_index(drop=True)[SLOWED_COLUMNS]

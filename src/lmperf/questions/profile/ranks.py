@@ -18,7 +18,6 @@ import pandas as pd
 
 from lmperf.errors import TraceFormatError
 from lmperf.questions.profile import overlap
-from lmperf.questions.profile.classify import short_name
 from lmperf.questions.profile.trace import Trace, load_trace
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -35,7 +34,6 @@ class RankTables:
     whole: pd.DataFrame  # one row: overlap.breakdown(whole=True)
     n_steps: int
     world_size: int | None
-    slowed: pd.DataFrame | None = None  # overlap.slowed_by_comm, top rows
     phases: pd.DataFrame | None = None  # from_trace.phase_times: ms per step per phase
 
 
@@ -75,10 +73,9 @@ def rank_tables(trace: Trace, rank: int, path: Path) -> RankTables:
                       phases=phases)
 
 
-def read_ranks(directory: str | Path, top: int = 10) -> list[RankTables]:
-    """Every rank's tables, sorted by rank, with each rank's `top` kernels slowed most by
-    overlapped communication (`overlap.slowed_by_comm`); files with no rank get the ranks after
-    the others' (in name order). One trace is in memory at a time. Raises TraceFormatError for
+def read_ranks(directory: str | Path) -> list[RankTables]:
+    """Every rank's tables, sorted by rank; files with no rank get the ranks after the others'
+    (in name order). One trace is in memory at a time. Raises TraceFormatError for
     two files of one rank or a bad file."""
     found: list[RankTables] = []
     for path in trace_files(directory):
@@ -88,12 +85,8 @@ def read_ranks(directory: str | Path, top: int = 10) -> list[RankTables]:
         if clash is not None:
             raise TraceFormatError(f"{clash.path.name} and {path.name} are both rank {rank}: "
                                    "one trace per rank in --from-trace DIR")
-        tables = rank_tables(trace, -1 if rank is None else rank, path)
-        slowed = overlap.slowed_by_comm(trace).head(top)
-        slowed["name"] = [short_name(n) for n in slowed["name"]]
-        tables.slowed = slowed
-        found.append(tables)
-        del trace, tables
+        found.append(rank_tables(trace, -1 if rank is None else rank, path))
+        del trace
     unnamed = [r for r in found if r.rank < 0]  # in name order
     next_rank = max((r.rank for r in found), default=-1) + 1
     for i, r in enumerate(unnamed):
@@ -158,27 +151,22 @@ def rank_summary(ranks: list[RankTables]) -> pd.DataFrame:
 RANK_STEP_TABLE = "per rank and step (ms; shares of the device span, 0..1)"
 STRAGGLER_TABLE = "per step: slowest rank and straggler"
 RANK_PHASE_TABLE = "per rank and phase (ms per step, mean over the rank's steps)"
-SLOWED_TABLE = "kernels slower beside a collective (rank {rank})"
 
 
-def analyse_ranks(directory: str | Path, top: int = 10) -> "Report":
+def analyse_ranks(directory: str | Path) -> "Report":
     """The Report of a directory of per-rank traces (see the module): frame = per rank summary;
-    tables = per rank and step, stragglers per step, and per rank the `top` kernels slowed most
-    by overlapped communication. Raises TraceFormatError for an empty directory, a bad file or
-    two files of one rank."""
+    tables = per rank and step, stragglers per step, per rank and phase. Raises
+    TraceFormatError for an empty directory, a bad file or two files of one rank."""
     from lmperf.core.report import Report
     from lmperf.questions.profile.report import KIND
 
     directory = Path(directory)
-    found = read_ranks(directory, top)
+    found = read_ranks(directory)
     table = per_rank_step(found)
     tables = {RANK_STEP_TABLE: table, STRAGGLER_TABLE: stragglers(table),
               RANK_PHASE_TABLE: pd.concat([r.phases.assign(rank=r.rank) for r in found],
                                           ignore_index=True).pipe(
                   lambda df: df[["rank", *[c for c in df.columns if c != "rank"]]])}
-    for r in found:
-        if r.slowed is not None and not r.slowed.empty:
-            tables[SLOWED_TABLE.format(rank=r.rank)] = r.slowed
     summary = rank_summary(found)
     findings = _findings(found, summary, tables[STRAGGLER_TABLE])
     return Report(kind=KIND, frame=summary, tables=tables, findings=findings, records=[],
