@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE, build_report, stored_table
+from lmperf.questions.profile.report import PHASE_TIMES, build_report, stored_table
 from lmperf.results.store import read_records
 
 V0 = Path(__file__).parent / "data" / "profile_records_v0.jsonl"  # written by lmperf at dc80591
@@ -27,7 +27,7 @@ def test_older_records_become_numeric_tables():
     phases = report.tables[f"{label}: {PHASE_TIMES}"]
     assert phases.set_index("phase").loc["backward", "overhead_pct"] == 3.2  # was "+3.2%"
     assert all(phases[c].dtype.kind == "f" for c in phases.columns if c != "phase")
-    side = report.tables[f"{label}: {SIDE_BY_SIDE}"]
+    side = report.tables[f"{label}: forward vs whole step (top entries side by side)"]
     assert list(side.columns[:3]) == ["rank", "forward name", "forward category"]
     assert all(f.startswith("tiny ctx=32 b=2 fp32 ") for f in report.findings)
 

@@ -4,7 +4,6 @@ the process Nsight Systems runs."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +11,7 @@ import pytest
 
 from lmperf.core.outcome import Stage
 from lmperf.questions.profile.annotate import ATTENTION_RANGES
-from lmperf.questions.profile.report import PHASE_TIMES, SIDE_BY_SIDE
+from lmperf.questions.profile.report import PHASE_TIMES
 from lmperf.questions.profile.job import profile_torch
 from lmperf.results.record import stored_table
 from lmperf.questions.profile.trace import load_trace
@@ -40,7 +39,6 @@ def test_answers_each_question_with_a_table_and_a_finding(train):
     for phase in ("forward", "backward", "optimizer", "step"):
         assert f"top operators (self time): {phase}" in titles
     assert "share of each phase by category" in titles
-    assert SIDE_BY_SIDE in titles
     assert "attention: runtime vs FLOPs per forward step" in titles
     for q in ("(a)", "(b)", "(c)", "(d)", "(e)"):
         assert any(n.startswith(q) for n in train.notes), q
@@ -85,13 +83,6 @@ def test_phase_times_are_numbers_of_every_profiled_step(train):
     for name in ("benchmarked", "profiled"):
         xs = train.samples_ms[name]["step"]
         assert len(xs) == 3 and step[f"{name}_ms_mean"] == pytest.approx(sum(xs) / 3)
-
-
-def test_side_by_side_has_flat_columns_and_a_rank(train):
-    df = dict(train.tables)[SIDE_BY_SIDE]
-    assert list(df["rank"]) == list(range(1, len(df) + 1))
-    assert {"forward name", "forward share", "step name", "step share"} <= set(df.columns)
-    assert not math.isnan(df["forward share"].iloc[0])
 
 
 def test_top_tables_are_shares_of_their_phase(train):

@@ -190,13 +190,3 @@ def test_attention_breakdown_cuda_uses_kernel_time(tmp_path, cuda):
     assert b.loc[SOFTMAX, "ms_per_step"] == pytest.approx(first["dur_us"].sum() / 1e3 / 5)
     assert b.loc[SOFTMAX, "calls_per_step"] == 1
     assert b.loc[SOFTMAX, "share"] == 1.0 and b.loc[SCORES, "calls_per_step"] == 0
-
-
-def test_side_by_side_forward_vs_step(cpu):
-    a = views.phase_table(cpu, "forward", top=5)
-    b = views.phase_table(cpu, "step", top=3)
-    both = views.side_by_side(a, b, "forward", "train step")
-    assert len(both) == 5 and both.index.tolist() == [1, 2, 3, 4, 5]
-    assert both[("forward", "name")].tolist() == a["name"].tolist()
-    assert both[("train step", "name")].iloc[:3].tolist() == b["name"].tolist()
-    assert both[("train step", "name")].iloc[3:].isna().all()

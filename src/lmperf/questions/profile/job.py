@@ -34,7 +34,7 @@ from lmperf.questions.profile.from_trace import (
 )
 from lmperf.questions.profile.plan import default_trace
 from lmperf.questions.profile.report import (
-    KIND, PHASE_TIMES, SIDE_BY_SIDE, WAITS_PHASE, WAITS_STEP, overhead_within_noise,
+    KIND, PHASE_TIMES, WAITS_PHASE, WAITS_STEP, overhead_within_noise,
 )
 from lmperf.questions.profile.spec import ProfileSpec
 from lmperf.questions.profile.trace import load_trace
@@ -193,15 +193,6 @@ def _top_tables(tables: Tables, notes: list[str], trace, spec: RunSpec, top: int
             f"(d) matmul share: {share_f:.1%} of forward, {share_s:.1%} of the whole step; the top "
             f"entry of the step is {'the same as' if same else 'different from'} the forward pass's"
             + ("" if same or step.empty else f" ({step.iloc[0]['name']})") + ".")
-        tables.append((SIDE_BY_SIDE, _flat(views.side_by_side(fwd, step, "forward", "step"))))
-
-
-def _flat(df: pd.DataFrame) -> pd.DataFrame:
-    """A side-by-side table with one level of columns ('forward name', ...) and its rank as a
-    column, so that it survives the trip through a JSON record."""
-    out = df.copy()
-    out.columns = [" ".join(map(str, c)) for c in out.columns]
-    return out.reset_index()
 
 
 def _attention(tables: Tables, notes: list[str], trace, spec: RunSpec) -> None:

@@ -20,7 +20,6 @@ KIND = "profile"
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "step")
 # The phase-times table's title (also the key its rows are stored under in a record).
 PHASE_TIMES = "phase times: benchmarked vs profiled (ms per step, mean ± std)"
-SIDE_BY_SIDE = "forward vs whole step (top entries side by side)"
 WAITS_STEP = "where the step waits: per profiled step (ms; idle and host wait: shares of the span)"
 WAITS_PHASE = "where the step waits: per phase (ms per profiled step, mean)"
 CATEGORIES = "share of each phase by category"

@@ -174,15 +174,3 @@ def attention_breakdown(trace: Trace, flops: Mapping[str, Mapping[str, float]] |
             out[f"gflop_per_s{sfx}"] = f / (ms * 1e-3) / 1e9
     out.attrs.update(kind=kind)
     return out
-
-
-def side_by_side(table_a: pd.DataFrame, table_b: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
-    """Two tables next to each other by rank (1 = top row of each), e.g. forward vs full step.
-
-    Columns are a two-level index (label, column); the shorter table is padded with NaN.
-    """
-    a = table_a.reset_index(drop=True)
-    b = table_b.reset_index(drop=True)
-    out = pd.concat({label_a: a, label_b: b}, axis=1)
-    out.index = pd.RangeIndex(1, len(out) + 1, name="rank")
-    return out
