@@ -1,4 +1,4 @@
-"""Views over parsed traces: per-phase tables, category rollups, wall times, attention breakdown."""
+"""Views over parsed traces: per-phase tables, category shares, wall times, attention breakdown."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 
 from lmperf.questions.profile import views
+from lmperf.questions.profile.classify import CATEGORIES, classify
+from lmperf.questions.profile.from_trace import category_table
 from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
 from lmperf.questions.profile.trace import load_trace
 from tests.profile.test_trace import LAYERS, STEPS, _variant, cpu_trace_file, real_trace
@@ -74,23 +76,18 @@ def test_table_columns_and_calls_per_step(cpu):
     assert table.set_index("name").loc["aten::mm", "category"] == "matmul"
 
 
-def matmul_share(trace, phase):
-    rollup = views.category_rollup(trace, phase, toy_classify)
-    return float(rollup.loc[rollup["category"] == "matmul", "share"].sum())
-
-
-def test_category_rollup_and_matmul_share(cpu, cuda):
+def test_category_shares_and_matmul_share(cpu, cuda):
     for trace in (cpu, cuda):
-        for phase in ("forward", "step"):
-            rollup = views.category_rollup(trace, phase, toy_classify)
-            assert set(rollup["category"]) <= {"matmul", "other"}
-            assert rollup["share"].sum() == pytest.approx(1.0)
-            assert 0.0 < matmul_share(trace, phase) < 1.0
-    # the real CUDA trace: device time of names the toy classifier calls matmul, by launch
+        shares = category_table(trace, ["forward", "step"])
+        assert set(shares["category"]) <= set(CATEGORIES)
+        assert shares[["forward", "step"]].sum().tolist() == pytest.approx([1.0, 1.0])
+        assert 0.0 < shares.set_index("category").loc["matmul", "step"] < 1.0
+    # the real CUDA trace: device time of the kernels classified as matmul, by launch
     k = cuda.kernels
+    shares = category_table(cuda, ["backward", "step"]).set_index("category")
     for phase, mask in (("step", k["in_step"]), ("backward", k["phase"] == "backward")):
-        mm = k[mask & k["name"].map(toy_classify).eq("matmul")]["dur_us"].sum()
-        assert matmul_share(cuda, phase) == pytest.approx(mm / k[mask]["dur_us"].sum())
+        mm = k[mask & k["name"].map(classify).eq("matmul")]["dur_us"].sum()
+        assert shares.loc["matmul", phase] == pytest.approx(mm / k[mask]["dur_us"].sum())
 
 
 def test_cuda_tables_count_kernels_by_launch(cuda):

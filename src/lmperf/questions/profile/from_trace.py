@@ -192,8 +192,10 @@ def phase_times(trace: Trace, phases: list[str]) -> pd.DataFrame:
 
 
 def category_table(trace: Trace, phases: list[str]) -> pd.DataFrame:
-    """category x phase: share of each phase's time (kernels on a GPU trace, else op self time)."""
-    rollup = pd.concat([views.category_rollup(trace, p, classify).assign(phase=p) for p in phases])
+    """category x phase: share of each phase's time (kernels on a GPU trace, else op self time;
+    `views.phase_table`'s shares summed per category)."""
+    rollup = pd.concat([views.phase_table(trace, p, top=None, classify=classify).assign(phase=p)
+                        for p in phases])
     if rollup.empty:
         return pd.DataFrame(columns=["category", *phases])
     pivot = rollup.pivot_table(index="category", columns="phase", values="share", aggfunc="sum")

@@ -81,20 +81,6 @@ def phase_table(trace: Trace, phase: str, top: int | None = 10, classify: Classi
     return out if top is None else out.head(top)
 
 
-def category_rollup(trace: Trace, phase: str, classify: Classifier, kind: str = "auto") -> pd.DataFrame:
-    """Time per category in a phase: category, calls_per_step, total_ms, ms_per_step, share.
-
-    `classify` maps an op or kernel name to a category; shares are of the phase total (as in
-    `phase_table`) and sum to 1.0. Rows are sorted largest first.
-    """
-    table = phase_table(trace, phase, top=None, classify=classify, kind=kind)
-    out = (table.groupby("category", sort=False)[["calls_per_step", "total_ms", "ms_per_step", "share"]]
-           .sum().reset_index().sort_values(["total_ms", "category"], ascending=[False, True]))
-    out = out.reset_index(drop=True)
-    out.attrs.update(table.attrs)
-    return out
-
-
 def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
     """Wall time of each phase in each measured step: one row per (step, phase).
 
