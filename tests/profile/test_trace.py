@@ -28,6 +28,7 @@ import torch
 
 from lmperf.questions.profile import overlap, views
 from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
+from lmperf.questions.profile.from_trace import step_table
 from lmperf.questions.profile.trace import UNATTRIBUTED, Trace, TraceFormatError, load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -109,7 +110,7 @@ def test_cpu_trace_has_the_measured_steps_only(cpu):
     assert cpu.device_type == "cpu" and len(cpu.kernels) == 0
     assert cpu.n_steps == STEPS
     # The profiler's own ProfilerStep#N ranges: one per measured step, warm-up step 0 excluded.
-    assert cpu.profiler_steps == [1, 2, 3]
+    assert step_table(cpu)["profiler_step"].tolist() == [1, 2, 3]
     prof = cpu.ranges[cpu.ranges["name"].str.startswith("ProfilerStep#")]
     assert prof["step"].tolist() == [0, 1, 2]
 
@@ -242,7 +243,7 @@ def test_profiler_steps_are_the_steps_without_step_ranges(tmp_path):
     t = _write_ranges(tmp_path, [("ProfilerStep#5", 0, 100), ("forward", 10, 50),
                                  ("ProfilerStep#6", 100, 100)],
                       ops=[("aten::mm", 20, 5), ("aten::add", 150, 5)])
-    assert t.n_steps == 2 and t.profiler_steps == [5, 6]
+    assert t.n_steps == 2 and step_table(t)["profiler_step"].tolist() == [5, 6]
     assert t.ops["step"].tolist() == [0, 1]
     assert t.ops["phase"].tolist()[0] == "forward" and pd.isna(t.ops["phase"].tolist()[1])
 
@@ -307,7 +308,7 @@ def _union_ms(intervals) -> float:
 
 def test_real_trace_metadata(cuda):
     assert cuda.device_type == "cuda" and cuda.n_steps == 5
-    assert cuda.profiler_steps == [101, 102, 103, 104, 105]
+    assert step_table(cuda)["profiler_step"].tolist() == [101, 102, 103, 104, 105]
     assert Counter(cuda.kernels["kind"]) == {"kernel": 4350, "memcpy": 1600, "memset": 145}
     assert set(cuda.kernels["device"]) == {0} and set(cuda.kernels["stream"]) == {7}
     assert cuda.unattributed_kernels == 0

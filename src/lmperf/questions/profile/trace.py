@@ -55,12 +55,9 @@ class Trace:
         call and the launching cpu_op stands in, see `_kernels`), and
         phase/phase_range/in_step/step/attention taken from the launch; phase
         and phase_range are "unattributed" when no launch matches.
-    launches: the runtime/driver API calls (`cuda_runtime`, `cuda_driver`) that launched a device
-        activity of the trace, with their correlation.
     n_steps: number of measured steps (top-level `step` ranges outside `warmup`; the profiler's
         `ProfilerStep#N` ranges when the model was not annotated).
     device_type: "cuda" when the trace holds device activities, else "cpu".
-    profiler_steps: the N of each `ProfilerStep#N` range, in order.
     device_names: the GPUs the trace's `deviceProperties` names (the machine that recorded it).
     distributed: the trace's `distributedInfo` (backend, rank, world_size, ...), {} if none.
     """
@@ -69,10 +66,8 @@ class Trace:
     ranges: pd.DataFrame
     ops: pd.DataFrame
     kernels: pd.DataFrame
-    launches: pd.DataFrame
     n_steps: int
     device_type: str
-    profiler_steps: list[int] = field(default_factory=list)
     device_names: list[str] = field(default_factory=list)
     distributed: dict = field(default_factory=dict)
 
@@ -282,11 +277,6 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
     _place_ranges(ranges, attr)
 
     kernels = _kernels(raw, attr)
-    # Only the calls that launched a device activity are kept (a third of a GPU trace's runtime
-    # calls: event queries, stream and capture queries make up the rest).
-    launches = raw.launches[raw.launches["correlation"].isin(kernels["correlation"].dropna())]
-    raw.launches = launches.reset_index(drop=True)
-    profiler_steps = [int(m.group(1)) for n in host["name"] if (m := _PROFILER_STEP.match(n))]
     meta = raw.meta
     devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
     return Trace(
@@ -294,10 +284,8 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
         ranges=ranges,
         ops=_ops(raw, attr),
         kernels=kernels,
-        launches=raw.launches,  # those that launched a device activity
         n_steps=len(steps),
         device_type="cuda" if len(kernels) else "cpu",
-        profiler_steps=profiler_steps,
         device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
         distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict)
         else {},
