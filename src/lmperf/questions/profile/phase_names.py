@@ -36,20 +36,14 @@ def explicit_phase(name: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def implicit_phase(name: str, cat: str, autograd_thread: bool = False) -> str | None:
-    """The phase PyTorch's own event `name` (category `cat`) implies, or None.
-
-    cpu_op autograd nodes, and any cpu_op on an autograd device thread -> backward;
-    user_annotation Optimizer.step#/zero_grad# -> optimizer; python_function "nn.Module: X" or
-    user_annotation "X.forward" -> forward.
-    """
-    if cat == "cpu_op":
-        return BACKWARD if autograd_thread or name.startswith(_AUTOGRAD) else None
-    if cat == "user_annotation" and _OPTIMIZER.match(name):
+def implicit_phase(name: str) -> str | None:
+    """The phase a host range (user_annotation) named `name` implies, or None: Optimizer.step# /
+    zero_grad# -> optimizer, "X.forward" -> forward. The other implicit markers are events, not
+    ranges (`marker_candidates`: cpu_op autograd nodes and ops on autograd's threads -> backward;
+    python_function "nn.Module: X" -> forward)."""
+    if _OPTIMIZER.match(name):
         return OPTIMIZER
-    if cat in ("user_annotation", "python_function") and _MODULE_FORWARD.match(name):
-        return FORWARD
-    return None
+    return FORWARD if _MODULE_FORWARD.match(name) else None
 
 
 def autograd_threads(thread_names: Mapping[tuple, str]) -> set[tuple]:
@@ -83,8 +77,7 @@ def markers(ranges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
         if df is events:  # vectorised: tens of thousands of rows on a real trace
             label = np.where(df["cat"].to_numpy() == "cpu_op", BACKWARD, FORWARD).astype(object)
         else:
-            label = np.array([implicit_phase(n, c) for n, c in zip(df["name"], df["cat"])],
-                             dtype=object)
+            label = np.array([implicit_phase(n) for n in df["name"]], dtype=object)
         keep = ~pd.isna(label)
         parts.append(pd.DataFrame({
             "start_us": df["start_us"].to_numpy()[keep], "end_us": df["end_us"].to_numpy()[keep],
