@@ -173,10 +173,7 @@ def _findings(frame: pd.DataFrame, matches: list[Match], not_compared: int,
            f"is a {level:.0%} percentile bootstrap ({resamples} resamples, seed {seed}); a phase "
            f"is 'slower' or 'faster' only when the interval excludes 1 and the change exceeds "
            f"{min_effect:.0%}"]
-    if not frame.empty:
-        n_specs = len(frame[spec_columns(frame)].astype(str).drop_duplicates())
-        out.append(f"{len(frame)} phase(s) of {n_specs} matched spec(s): "
-                   f"{counts_sentence(frame['verdict'].tolist())}")
+    if not frame.empty:  # (how many phases got which verdict: the headline)
         loaded = (f"a CPU run of one side started with a load above {max_load:g} per CPU or "
                   f"spent more than {rec.MAX_OFF_CPU:.0%} of its step off the CPU"
                   if max_load is not None else "")
