@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lmperf.questions.profile import overlap, views
+from lmperf.questions.profile import overlap
 from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
 from lmperf.questions.profile.from_trace import step_table
 from lmperf.questions.profile.trace import UNATTRIBUTED, Trace, TraceFormatError, load_trace
@@ -377,8 +377,8 @@ def test_step_and_phase_busy_time_is_the_union_of_activity_intervals(cuda):
 def test_device_phase_walls_come_from_kernels_not_gpu_user_annotation(cuda):
     """Kineto's device copy of "## backward ##" holds only the main thread's few launches (one
     stream, ~28 us); backward's device time is tens of ms of kernels from autograd's thread."""
-    walls = views.phase_wall_times(cuda, timeline="device")
-    wide = walls.pivot(index="step", columns="phase", values="ms")
+    walls = overlap.breakdown(cuda, phases=True)
+    wide = walls.pivot(index="step", columns="phase", values="span_ms")
     assert wide.index.tolist() == list(range(5))
     assert {"step", "forward", "backward", "optimizer"} <= set(wide.columns)
     expected = expected_attribution()

@@ -10,6 +10,7 @@ import pytest
 from lmperf.questions.profile import views
 from lmperf.questions.profile.classify import CATEGORIES, classify
 from lmperf.questions.profile.from_trace import category_table
+from lmperf.questions.profile.overlap import breakdown
 from lmperf.questions.profile.annotate import ATTENTION_RANGES, FINAL_MATMUL, SCORES, SOFTMAX
 from lmperf.questions.profile.trace import load_trace
 from tests.profile.test_trace import LAYERS, STEPS, _variant, cpu_trace_file, real_trace
@@ -122,7 +123,7 @@ def test_phase_wall_times_per_step(cpu):
 
 def test_phase_wall_times_device_timeline(cuda):
     host = views.phase_wall_times(cuda).set_index(["step", "phase"])["ms"]
-    dev = views.phase_wall_times(cuda, timeline="device").set_index(["step", "phase"])["ms"]
+    dev = breakdown(cuda, phases=True).set_index(["step", "phase"])["span_ms"]
     r = cuda.ranges
     first_bwd = r[(r["name"] == "## backward ##") & ~r["on_device"]].sort_values("start_us").iloc[0]
     assert host[(0, "backward")] == pytest.approx(first_bwd["dur_us"] / 1e3)  # "## backward ##"

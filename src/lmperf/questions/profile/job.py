@@ -28,6 +28,7 @@ from lmperf.questions.profile.annotate import SCORES, SOFTMAX
 from lmperf.questions.profile.capture import Capture, capture
 from lmperf.questions.profile.classify import classify
 from lmperf.questions.profile.flops import attention_flops
+from lmperf.questions.profile.overlap import breakdown
 from lmperf.questions.profile.from_trace import (
     CATEGORY_TABLE, category_table, kernel_table, phase_times, present_phases, step_table,
     waits_headline,
@@ -114,8 +115,8 @@ def _phase_times(tables: Tables, notes: list[str], spec: RunSpec, cap: Capture, 
     """(a) each phase as benchmarked (no profiler), under the profiler, and in the trace."""
     # On CUDA a host range closes when its work is queued; the device span of its activities
     # is the work itself, which is what "forward time" means there.
-    cuda = trace.device_type == "cuda"
-    walls = views.phase_wall_times(trace, timeline="device" if cuda else "host")
+    walls = (breakdown(trace, phases=True).rename(columns={"span_ms": "ms"})
+             if trace.device_type == "cuda" else views.phase_wall_times(trace))
     rows = []
     noise: dict[str, bool | None] = {}
     for phase in PHASES[spec.mode] + ("step",):

@@ -13,7 +13,6 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from lmperf.questions.profile.overlap import breakdown
 from lmperf.questions.profile.range_names import ATTENTION_RANGES, STEP
 from lmperf.questions.profile.trace import PHASE_LABELS, Trace
 
@@ -81,20 +80,14 @@ def phase_table(trace: Trace, phase: str, top: int | None = 10, classify: Classi
     return out if top is None else out.head(top)
 
 
-def phase_wall_times(trace: Trace, timeline: str = "host") -> pd.DataFrame:
-    """Wall time of each phase in each measured step: one row per (step, phase).
+def phase_wall_times(trace: Trace) -> pd.DataFrame:
+    """Wall time of each phase in each measured step on the host: one row per (step, phase).
 
     Columns: step (0-based), phase (step, forward, loss, backward, optimizer: those present), ms.
-    `timeline="host"` reads the CPU ranges (several ranges of one name in a step are summed;
-    "forward time as profiled"; on CUDA a host range ends when its work is queued unless the
-    step synchronises inside it); `timeline="device"` is the device span of the activities
-    launched in the phase, first start to last end (`overlap.breakdown`).
+    Read from the CPU ranges (several ranges of one name in a step are summed; "forward time as
+    profiled"; on CUDA a host range ends when its work is queued unless the step synchronises
+    inside it: the device's span of a phase is `overlap.breakdown(trace, phases=True)`).
     """
-    if timeline == "device":
-        dev = breakdown(trace, phases=True)
-        out = dev[["step", "phase", "span_ms"]].rename(columns={"span_ms": "ms"})
-        out["phase"] = out["phase"].astype(object)
-        return out.reset_index(drop=True)
     names = (STEP,) + PHASE_LABELS
     r = trace.ranges
     r = r[~r["on_device"] & (r["step"] >= 0)]
