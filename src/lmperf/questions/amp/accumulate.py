@@ -204,21 +204,14 @@ def run(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int =
                             _notes(acc, fixes, device))
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The answer: the sum each accumulation reached in the first run (n x addend), and where
-    one stalled."""
-    acc = tables["accumulation"]
-    first = acc[acc["n"] == acc["n"].iloc[0]]
-    row = first.iloc[0]
-    said = ", ".join(f"{r['case']} {float(r['result']):.6g}" + (
-        f" (stalled at step {int(r['stall_step'])})" if r["stall_step"] == r["stall_step"]
-        and r["stall_step"] is not None else "") for _, r in first.iterrows()
-        if "to(" not in str(r["case"]))
-    return [f"{int(row['n'])} x {float(row['addend']):g} summed (exact "
-            f"{float(row['expected']):g}): {said}"]
-
 def _notes(acc: pd.DataFrame, fixes: pd.DataFrame, device: torch.device) -> list[str]:
-    notes = []
+    first = acc[acc["n"] == acc["n"].iloc[0]]
+    notes = [  # the answer first: it is the report's headline
+        f"{first['n'].iloc[0]} x {first['addend'].iloc[0]:g} summed (exact "
+        f"{first['expected'].iloc[0]:g}): " + ", ".join(
+            f"{r.case} {float(r.result):.6g}" + (
+                f" (stalled at step {r.stall_step})" if r.stall_step is not None else "")
+            for r in first.itertuples() if "to(" not in r.case)]
     for r in acc[acc["accumulator_dtype"] == acc["addend_dtype"]].itertuples():
         head = f"{r.case}, {r.n} x {r.addend:g}: {float(r.result)!r} (error {r.abs_error:.6g})"
         if r.stall_value is None:

@@ -145,21 +145,11 @@ def run(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int =
                             _notes(table, sweep, w0, delta, device))
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The answer: in how many of the updates each regime's stored w changed, and where it
-    ended against the exact result."""
-    table = next(iter(tables.values()))
-    steps, expected = int(table["steps"].iloc[0]), float(table["expected_w"].iloc[0])
-    return [f"{steps} updates w <- w - delta changed w in " + ", ".join(
-        f"{r['regime']} {int(r['steps_that_changed_w'])}" for _, r in table.iterrows())
-            + " of them; final w " + ", ".join(f"{r['regime']} {float(r['final_w']):.4g}"
-                                               for _, r in table.iterrows() if "master" not in r["regime"])
-            + f" (exact {expected:.4g})"]
-
-
 def _notes(table: pd.DataFrame, sweep: pd.DataFrame, w0: float, delta: float,
            device: torch.device) -> list[str]:
-    notes = []
+    notes = [  # the answer first: it is the report's headline
+        f"{table['steps'].iloc[0]} updates w <- w - delta changed w in " + ", ".join(
+            f"{r.regime} {r.steps_that_changed_w}" for r in table.itertuples()) + " of them."]
     for r in table.itertuples():
         head = (f"{r.regime}: {r.steps_that_changed_w} of {r.steps} steps changed w, final "
                 f"{float(r.final_w)!r} vs expected {float(r.expected_w)!r} (error {r.abs_error:.3g})")
