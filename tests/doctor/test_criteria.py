@@ -49,7 +49,6 @@ FAILING_CASES: dict[str, str] = {
     "check_flash_triton_shapes": "test_criteria::test_flash_triton_shapes_fail_beyond_a_bound",
     "check_tf32": "test_gpu_checks::test_tf32_that_changes_nothing_on_sm80_fails",
     "check_call_timer": "test_gpu_checks::test_call_timer_far_from_the_host_clock_fails",
-    "check_gemm_peak": "test_gpu_checks::test_gemm_against_the_peak_table",
     "check_oom_snapshot": "test_criteria::test_oom_snapshot_fails_without_a_dump",
     "check_collectives": "test_gpu_checks::test_one_wrong_collective_on_one_rank_fails_naming_it",
     "check_strategies": "test_gpu_checks::test_strategies_fail_beyond_the_bound_or_when_fsdp_exact_is_not_bitwise",

@@ -132,9 +132,9 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
         return None if isinstance(why, torch.device) else skipped_record(
             job.item_spec(job.checks[0]), why, environment)
 
-    records = run_sweep(jobs, Path(out) if out is not None else None, options, precheck=precheck)
-    order = {name: i for i, name in enumerate(NAMES)}  # the table's order, not the finishing one
-    return build_report(sorted(records, key=lambda r: min(order[c] for c in checks_of(r))))
+    # build_report puts the rows in the table's order, not the order the checks finished in
+    return build_report(run_sweep(jobs, Path(out) if out is not None else None, options,
+                                  precheck=precheck))
 
 
 def _wanted(checks: Sequence[str] | str | None, names: Sequence[str]) -> list[str]:

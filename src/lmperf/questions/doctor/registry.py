@@ -56,7 +56,6 @@ ENTRIES: tuple[Entry, ...] = (
           launches="a Triton child (shapes)"),
     Entry(gpu.check_tf32, cuda="TF32 regimes change cuBLAS results"),
     Entry(gpu.check_call_timer, cuda="per-call timer (lmperf attention)"),
-    Entry(gpu.check_gemm_peak, cuda="bf16 GEMM vs peak table"),
     Entry(gpu.check_oom_snapshot, cuda="out-of-memory snapshot dump"),
     # One torchrun launch answers the distributed checks (distjob.start): they share a job.
     Entry(distjob.check_collectives, cpu="collectives vs reference (gloo, 2 ranks)",
