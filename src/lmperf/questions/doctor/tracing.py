@@ -12,9 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed
+from lmperf.questions.doctor.timing import PHASES
 from lmperf.units import MIB
-
-PHASES = ("forward", "backward", "optimizer")
 
 
 def profiled_trace(ctx: Context):
