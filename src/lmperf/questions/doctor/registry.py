@@ -30,7 +30,6 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(environment.check_versions, any="versions and env capture"),
     Entry(environment.check_peak_table, any="peak table entry"),
     Entry(environment.check_cuda_device, cuda="CUDA device"),
-    Entry(timing.check_synchronize, cuda="synchronize"),
     Entry(timing.check_phase_clock, cpu="phase timing (host clock)",
           cuda="phase timing (CUDA events)"),
     Entry(ceilings.check_ceilings, cpu="measured ceilings (roofline)",
