@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from lmperf.questions.amp.base import ExperimentResult, dtype_name
-from lmperf.questions.amp.formats import spacing, stored
+from lmperf.questions.amp.formats import spacing
 from lmperf.errors import SpecError
 from lmperf.validate import finite_number
 
@@ -23,7 +23,6 @@ NAME = "stagnation"
 SUMMARY = "w <- w - delta in fp16/bf16/fp32 and with an fp32 master: how many updates actually change w"
 
 MAX_STEPS = 1_000_000  # a Python loop of scalar ops
-SWEEP_DELTAS: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
 
 
 @dataclass(frozen=True)
@@ -91,25 +90,6 @@ def regime_row(regime: Regime, w0: float, delta: float, steps: int, device: torc
     }
 
 
-def sweep_rows(w0: float, steps: int, device: torch.device) -> list[dict]:
-    """For bf16 and fp16 storage and each delta in SWEEP_DELTAS: the fraction of steps that moved w,
-    and the gap toward the update where w ended (more than 2 x delta there means w had stalled)."""
-    rows = []
-    for regime in (r for r in REGIMES if not r.master and r.storage != torch.float32):
-        gap = spacing(w0, regime.storage, device, up=False)
-        for delta in SWEEP_DELTAS:
-            history, _ = descend(regime, w0, delta, steps, device)
-            n = changed_steps(history)
-            rows.append({
-                "dtype": dtype_name(regime.storage), "delta": delta,
-                "delta_stored": stored(delta, regime.storage, device),
-                "delta_over_half_gap_at_w0": delta / (gap / 2), "steps_that_changed_w": n,
-                "fraction_changed": n / steps, "final_w": history[-1],
-                "gap_toward_update_at_final_w": spacing(history[-1], regime.storage, device, up=delta < 0),
-            })
-    return rows
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--w0, --delta, --steps."""
     parser.add_argument("--w0", type=float, default=1.0, help="starting weight (default: 1.0)")
@@ -132,21 +112,18 @@ def check(device: torch.device, w0: float = 1.0, delta: float = 1e-4,
 
 
 def run(device: torch.device, w0: float = 1.0, delta: float = 1e-4, steps: int = 1000) -> ExperimentResult:
-    """The stagnation table over REGIMES, and the delta sweep for bf16 and fp16."""
+    """The stagnation table over REGIMES."""
     w0, delta = check(device, w0, delta, steps)
     rows = [regime_row(r, w0, delta, steps, device) for r in REGIMES]
     table = pd.DataFrame(rows)
     for col in ("final_master", "master_abs_error"):
         table[col] = pd.Series([r[col] for r in rows], dtype=object)  # None where there is no master
-    sweep = pd.DataFrame(sweep_rows(w0, steps, device))
     params = {"device": str(device), "w0": w0, "delta": delta, "steps": steps}
     title = f"w <- w - delta, {steps} steps"
-    return ExperimentResult(NAME, params, [(title, table), ("delta sweep", sweep)],
-                            _notes(table, sweep, w0, delta, device))
+    return ExperimentResult(NAME, params, [(title, table)], _notes(table, w0, delta, device))
 
 
-def _notes(table: pd.DataFrame, sweep: pd.DataFrame, w0: float, delta: float,
-           device: torch.device) -> list[str]:
+def _notes(table: pd.DataFrame, w0: float, delta: float, device: torch.device) -> list[str]:
     notes = [  # the answer first: it is the report's headline
         f"{table['steps'].iloc[0]} updates w <- w - delta changed w in " + ", ".join(
             f"{r.regime} {r.steps_that_changed_w}" for r in table.itertuples()) + " of them."]
@@ -174,16 +151,4 @@ def _notes(table: pd.DataFrame, sweep: pd.DataFrame, w0: float, delta: float,
                 text += (f", until w stalled at {float(r.final_w)!r}, where the gap toward the update "
                          f"is {gap:g}")
             notes.append(text + ".")
-    for dtype, sub in sweep.groupby("dtype", sort=False):
-        lost = sub[sub["fraction_changed"] == 0]["delta"].tolist()
-        partial = sub[(sub["fraction_changed"] > 0) & (sub["fraction_changed"] < 1)]
-        parts = [f"{dtype} sweep from w0={w0:g}: "
-                 + (f"no step moved w for delta in {', '.join(f'{d:g}' for d in lost)}" if lost
-                    else "every delta moved w at least once")]
-        for p in partial.itertuples():
-            parts.append(f"delta {p.delta:g} moved it in {p.fraction_changed:.1%} of steps, then stalled at "
-                         f"{float(p.final_w)!r}, where the gap toward the update is "
-                         f"{p.gap_toward_update_at_final_w:g} "
-                         f"({p.gap_toward_update_at_final_w / p.delta:.3g} x delta)")
-        notes.append("; ".join(parts) + ".")
     return notes
