@@ -346,10 +346,4 @@ def _notes(seed_df: pd.DataFrame, eps_df: pd.DataFrame, rms_df: pd.DataFrame, ln
             text += (f"; two-pass stays within {two['max_rel_error'].max():.2g} wherever the input "
                      "survives")
         notes.append(text + ".")
-    for dtype in ("float32", "bfloat16", "float16"):
-        part = rms_df[(rms_df["dtype"] == dtype) & rms_df["eps_absorbed"]]
-        if not part.empty:
-            notes.append(f"In {dtype}, adding eps leaves the mean square unchanged from max|x| = "
-                         f"{part['max_abs_x'].iloc[0]:g} on: harmless, as eps matters only where the "
-                         "mean square is near it.")
     return notes

@@ -344,19 +344,11 @@ def _notes(result: ExperimentResult) -> list[str]:
         f"{inj['step']}, where inf was injected, the step was "
         f"{'skipped' if inj['step_skipped'] else 'NOT skipped'} and the scale went "
         f"{inj['scale']:g} -> {inj['scale_after']:g}.")
-    streaks, run_len = [], 0  # clean steps since the last change of scale, at each growth
-    for _, r in sc.iterrows():
-        run_len = 0 if r["step_skipped"] else run_len + 1
-        if r["scale_factor"] > 1:
-            streaks.append(run_len)
-            run_len = 0
     grown = sc[sc["scale_factor"] > 1]
-    if not grown.empty:
+    if not grown.empty:  # each growth follows growth_interval clean steps: the table shows them
         notes.append(f"The scale grew x{grown['scale_factor'].iloc[0]:g} after step"
-                     f"{'s' if len(grown) > 1 else ''} {', '.join(str(s) for s in grown['step'])}, "
-                     f"each after {streaks[0] if len(set(streaks)) == 1 else ', '.join(map(str, streaks))}"
-                     f" clean steps in a row; final "
-                     f"scale {sc['scale_after'].iloc[-1]:g}.")
+                     f"{'s' if len(grown) > 1 else ''} {', '.join(str(s) for s in grown['step'])}; "
+                     f"final scale {sc['scale_after'].iloc[-1]:g}.")
     clean_skips = sc[sc["step_skipped"] & ~sc["inf_injected"]]
     if not clean_skips.empty:
         notes.append(f"Steps {', '.join(str(s) for s in clean_skips['step'])} were skipped without an "
