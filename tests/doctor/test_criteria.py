@@ -39,8 +39,7 @@ FAILING_CASES: dict[str, str] = {
     "check_lowp_matmuls": "test_criteria::test_lowp_fails_where_a_native_dtype_is_slow",
     "check_scaler_disabled": "test_criteria::test_scaler_disabled_fails_with_an_enabled_scaler",
     "check_scaler_fused": "test_criteria::test_scaler_fused_fails_without_the_fused_optimizer",
-    "check_profile_cpu": "test_criteria::test_profiled_steps_fail_with_stray_events",
-    "check_profile_cuda": "test_criteria::test_profiled_steps_fail_with_stray_events",
+    "check_profile": "test_criteria::test_profiled_steps_fail_with_stray_events",
     "check_snapshot": "test_criteria::test_snapshot_fails_without_history",
     "check_nvtx": "test_criteria::test_nvtx_fails_as_a_no_op",
     "check_flash_torch": "test_criteria::test_flash_torch_fails_with_a_wrong_kernel",
@@ -188,16 +187,16 @@ def test_scaler_fused_fails_without_the_fused_optimizer(ctx, monkeypatch):
     assert out.status == "fail" and out.result.startswith("AdamW: ")
 
 
-@pytest.mark.parametrize("check, table", [(tracing.check_profile_cpu, "ops"),
-                                          (tracing.check_profile_cuda, "kernels")])
-def test_profiled_steps_fail_with_stray_events(ctx, monkeypatch, check, table):
+@pytest.mark.parametrize("device, table", [(CPU, "ops"), (CUDA, "kernels")])
+def test_profiled_steps_fail_with_stray_events(tmp_path, monkeypatch, device, table):
+    ctx = Context(device, tmp_path)
     events = pd.DataFrame({"phase": ["forward", "backward", "optimizer", "unattributed"]})
     trace = SimpleNamespace(**{table: events})
     monkeypatch.setattr(tracing, "profiled_trace", lambda c: (None, trace))
-    out = check(ctx)
+    out = tracing.check_profile(ctx)
     assert out.status == "fail" and out.values["stray"] == 1
     setattr(trace, table, events.iloc[:3])
-    assert check(ctx).status == "ok"
+    assert tracing.check_profile(ctx).status == "ok"
 
 
 def test_snapshot_fails_without_history(tmp_path, monkeypatch):
