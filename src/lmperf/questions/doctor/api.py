@@ -74,10 +74,8 @@ def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> li
                 else len(LAUNCH_ORDER))
 
     def device_of(scope: str) -> str:  # a scope skipped here keeps the device it would check
-        where = scopes[scope]
-        if isinstance(where, torch.device):
-            return where.type
-        return "cuda" if scope == "cuda" else "cpu"
+        where = scopes[scope]  # ('any' always runs somewhere)
+        return where.type if isinstance(where, torch.device) else scope
 
     return [CheckJob(tuple(c.name for c in checks), checks[0].scope, device_of(checks[0].scope))
             for checks in sorted(groups.values(), key=start_rank)]
