@@ -122,31 +122,20 @@ def layout_of(dtype: torch.dtype, device: torch.device) -> Layout:
     return Layout(n, sign_bits, exponent_bits, mantissa_bits, bias, has_sub)
 
 
-def _ieee_values(exponent_bits: int, mantissa_bits: int) -> dict[str, Fraction]:
-    """IEEE-754 binary-format values from a layout (all-ones exponent reserved for inf/nan)."""
-    bias = 2 ** (exponent_bits - 1) - 1
-    emin, emax = 1 - bias, bias
-    two = Fraction(2)
-    return {
-        "eps": two ** -mantissa_bits,
-        "smallest_normal": two ** emin,
-        "smallest_subnormal": two ** (emin - mantissa_bits),
-        "largest_finite": (2 - two ** -mantissa_bits) * two ** emax,
-    }
-
-
 def tf32_row() -> dict:
-    """The TF32 row, derived from its layout (1 sign, 8 exponent, 10 mantissa bits).
+    """The TF32 row, derived from its layout (1 sign, 8 exponent, 10 mantissa bits) with the
+    IEEE-754 formulas: bias 2**7 - 1, the all-ones exponent reserved for inf/nan.
 
     TF32 is fp32's range with fp16's mantissa: tensor cores read fp32 registers and use 19 bits.
     """
-    v = _ieee_values(8, 10)
+    mantissa_bits, bias = 10, 2 ** 7 - 1
+    eps = 2.0 ** -mantissa_bits  # powers of two: exact in a float
     return {
         "format": "tf32", "torch_dtype": TF32_LABEL, "bits": 19, "sign_bits": 1, "exponent_bits": 8,
-        "mantissa_bits": 10, "eps": float(v["eps"]), "ulp_at_1": float(v["eps"]),
-        "smallest_normal": float(v["smallest_normal"]),
-        "smallest_subnormal": float(v["smallest_subnormal"]),
-        "largest_finite": float(v["largest_finite"]), "decimal_digits": -math.log10(v["eps"]),
+        "mantissa_bits": mantissa_bits, "eps": eps, "ulp_at_1": eps,
+        "smallest_normal": 2.0 ** (1 - bias),
+        "smallest_subnormal": 2.0 ** (1 - bias - mantissa_bits),
+        "largest_finite": (2 - eps) * 2.0 ** bias, "decimal_digits": -math.log10(eps),
         "checks": "layout formulas only",
     }
 

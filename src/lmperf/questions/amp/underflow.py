@@ -127,10 +127,6 @@ def _batch(seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]
     return x.to(device), y.to(device)
 
 
-def _flat_grads(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.detach().float().flatten() for p in model.parameters()])
-
-
 def mlp_gradients(device: torch.device, seed: int, loss_factor: float, dtype: torch.dtype,
                   scale: float = 1.0) -> torch.Tensor:
     """All parameter gradients of one backward pass of the MLP, flattened, in fp32.
@@ -145,7 +141,8 @@ def mlp_gradients(device: torch.device, seed: int, loss_factor: float, dtype: to
     out = model(x.half().to(dtype)).float()  # the loss itself in fp32, as a training loop takes it
     loss = F.mse_loss(out, y) * loss_factor
     (loss * scale).backward()
-    return _flat_grads(model) / scale  # unscale in fp32
+    grads = torch.cat([p.grad.detach().float().flatten() for p in model.parameters()])
+    return grads / scale  # unscale in fp32
 
 
 def backward_table(device: torch.device, seed: int, loss_factor: float,

@@ -84,17 +84,12 @@ def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> li
 def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
            out: str | Path | None = None, inline: bool = False, timeout: float | None = None,
            resume: bool = False, progress: bool = False) -> Report:
-    """Run the doctor's checks (all, or those named in `checks`) and return its Report: one row
-    per check (check, device, status ok / fail / skip, result, why, seconds), from one
-    `kind: "doctor"` record per check, appended to `out` as each check ends.
-
-    `device` is `lmperf doctor --device`: 'auto' (the CPU, and CUDA when present), 'cpu' or
-    'cuda'. CUDA's checks are rows marked skip, with the reason, where they cannot run. Each
-    check runs in its own process (in this one with `inline`), killed after `timeout` seconds
-    (default TIMEOUT_S; a failed row); `resume` skips the checks with an ok record in `out`.
-    Three checks run at a time on the CPU, one at a time when CUDA's run (they share the GPU).
-    Raises SpecError for an unknown device or check name, ResultsFileError for an unwritable
-    `out`.
+    """Run the doctor's checks (all, or those named in `checks`) as `lmperf doctor` does, and
+    return its Report: one row per check (check, device, status ok / fail / skip, result, why,
+    seconds), from one `kind: "doctor"` record per check, appended to `out` as each ends.
+    `timeout` defaults to TIMEOUT_S. Three checks run at a time on the CPU, one at a time when
+    CUDA's run (they share the GPU). Raises SpecError for an unknown device or check name,
+    ResultsFileError for an unwritable `out`.
     """
     from lmperf.core.command import sweep_options
 
