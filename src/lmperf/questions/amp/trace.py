@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, dtype_names
 from lmperf.model import ATTENTION, VOCAB_SIZE, ModelConfig, TransformerLM
 from lmperf.model.presets import PRESETS, resolve_preset
 from lmperf.runtime.precision import (REGIMES, autocast, get_regime, grad_scaler,
@@ -37,11 +37,6 @@ class _Call:
     output: str
     params: str
     buffers: str
-
-
-def _names(tensors: list[torch.Tensor]) -> str:
-    """Tensor dtypes in argument order, repeats dropped ('bfloat16, float32'); '-' if none."""
-    return ", ".join(dict.fromkeys(dtype_name(t.dtype) for t in tensors)) or "-"
 
 
 def _tensors(obj: object) -> list[torch.Tensor]:
@@ -93,8 +88,9 @@ class DtypeRecorder:
             return  # the whole model and plain containers add no dtype information
         self.calls.append(_Call(
             order=order, path=path, module=type(module).__name__,
-            inputs=_names(_tensors(args)), output=_names(_tensors(output)),
-            params=_names(list(module.parameters())), buffers=_names(list(module.buffers())),
+            inputs=dtype_names(_tensors(args)), output=dtype_names(_tensors(output)),
+            params=dtype_names(list(module.parameters())),
+            buffers=dtype_names(list(module.buffers())),
         ))
 
     def __enter__(self) -> "DtypeRecorder":

@@ -12,6 +12,7 @@ process has imported already.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -160,9 +161,8 @@ def check_flash_triton(ctx: Context) -> Outcome:
     return judged(f"flash-triton ({how})", answer["dtypes"])
 
 
-def start_flash_triton_shapes(ctx: Context) -> Callable[[], dict]:
-    """The launch of the shape sweep: the same child, in its 'shapes' mode."""
-    return start_flash_triton(ctx, mode="shapes")
+start_flash_triton_shapes = functools.partial(start_flash_triton, mode="shapes")
+"""The launch of the shape sweep: the same child, in its 'shapes' mode."""
 
 
 def check_flash_triton_shapes(ctx: Context) -> Outcome:
