@@ -95,16 +95,12 @@ def layer_norm_fp64(x: torch.Tensor) -> torch.Tensor:
     return layer_norm_explicit(x.double()).out
 
 
-def is_underflowed(t: torch.Tensor) -> bool:
-    """Whether any element is zero or subnormal in t's dtype (its magnitude lost)."""
-    return bool((t.abs() < torch.finfo(t.dtype).tiny).any().item())
-
-
 def trace_flags(trace: NormTrace) -> dict[str, bool]:
     """The failure flags of one explicit norm: x^2 overflow, 1/rms underflow, eps absorbed."""
     return {
         "x_squared_overflowed": bool(torch.isinf(trace.squared).any().item()),
-        "inv_rms_underflowed": is_underflowed(trace.inv),
+        # some 1/rms is zero or subnormal in its dtype: its magnitude is lost
+        "inv_rms_underflowed": bool((trace.inv.abs() < torch.finfo(trace.inv.dtype).tiny).any()),
         # eps added to the statistic left it unchanged in at least one row
         "eps_absorbed": bool((trace.stat_plus_eps == trace.stat).any().item()),
     }

@@ -63,11 +63,6 @@ def descend(regime: Regime, w0: float, delta: float, steps: int,
     return history, (w.item() if regime.master else None)
 
 
-def changed_steps(history: list[float]) -> int:
-    """How many steps changed the stored weight."""
-    return sum(1 for a, b in zip(history, history[1:]) if a != b)
-
-
 def regime_row(regime: Regime, w0: float, delta: float, steps: int, device: torch.device) -> dict:
     """One row of the stagnation table: how often w moved, where it ended, and the spacing at w0.
 
@@ -76,13 +71,14 @@ def regime_row(regime: Regime, w0: float, delta: float, steps: int, device: torc
     first step only if |delta| exceeds half of it.
     """
     history, master = descend(regime, w0, delta, steps, device)
+    changed = sum(a != b for a, b in zip(history, history[1:]))  # steps that moved stored w
     expected = w0 - steps * delta  # float64, as if no step were lost
     ulp = spacing(w0, regime.storage, device, up=True)
     gap = spacing(w0, regime.storage, device, up=delta < 0)
     return {
         "regime": regime.name, "storage_dtype": dtype_name(regime.storage),
         "update_dtype": "float32" if regime.master else dtype_name(regime.storage), "steps": steps,
-        "steps_that_changed_w": changed_steps(history), "final_w": history[-1], "final_master": master,
+        "steps_that_changed_w": changed, "final_w": history[-1], "final_master": master,
         "expected_w": expected, "abs_error": abs(history[-1] - expected),
         "master_abs_error": abs(master - expected) if master is not None else None,
         "ulp_at_w0": ulp, "gap_toward_update": gap,

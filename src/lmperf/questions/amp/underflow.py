@@ -120,13 +120,6 @@ def make_mlp(seed: int, dtype: torch.dtype, device: torch.device) -> nn.Sequenti
     return nn.Sequential(*layers).to(device=device, dtype=dtype)
 
 
-def _batch(seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = dev.make_generator(torch.device("cpu"), seed + 1)  # a stream apart from the weights'
-    x = torch.randn(BATCH, MLP_DIMS[0], generator=gen)
-    y = torch.randn(BATCH, MLP_DIMS[-1], generator=gen)
-    return x.to(device), y.to(device)
-
-
 def mlp_gradients(device: torch.device, seed: int, loss_factor: float, dtype: torch.dtype,
                   scale: float = 1.0) -> torch.Tensor:
     """All parameter gradients of one backward pass of the MLP, flattened, in fp32.
@@ -136,7 +129,9 @@ def mlp_gradients(device: torch.device, seed: int, loss_factor: float, dtype: to
     times `loss_factor`) is multiplied by `scale` before backward, and the gradients are divided
     by it in fp32.
     """
-    x, y = _batch(seed, device)
+    gen = dev.make_generator(torch.device("cpu"), seed + 1)  # a stream apart from the weights'
+    x = torch.randn(BATCH, MLP_DIMS[0], generator=gen).to(device)
+    y = torch.randn(BATCH, MLP_DIMS[-1], generator=gen).to(device)
     model = make_mlp(seed, torch.float16, device).to(dtype)
     out = model(x.half().to(dtype)).float()  # the loss itself in fp32, as a training loop takes it
     loss = F.mse_loss(out, y) * loss_factor
