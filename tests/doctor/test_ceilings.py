@@ -1,6 +1,6 @@
 """The doctor's measured-ceilings check: what it records, and that a bad ceiling fails it: not
 finite, or (where the datasheet knows the device) below 30% of its matmul peak or 50% of its
-bandwidth, as the H200's first run measured (issue 34)."""
+bandwidth, as the H200's first run measured (issue 34), or above 100% of the peak (a wrong entry)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_the_h200s_128_x_128_ceilings_fail_with_their_share_of_the_peak(monkeypa
     monkeypatch.setattr(ce, "measure_ceilings", _measured())
     out = check.check_ceilings(Context(torch.device("cuda"), tmp_path))
     assert out.status == "fail"
-    assert out.result.startswith("below the floor: fp32 0.2% of its peak (n = 128); bf16 0.0% of "
+    assert out.result.startswith("outside the bounds: fp32 0.2% of its peak (n = 128); bf16 0.0% of "
                                  "its peak (n = 128); fp16 0.0% of its peak (n = 128); matmul")
     assert out.values["shares"]["fp32"] == pytest.approx(163.4e9 / 66.9e12, rel=1e-3)
 
@@ -77,3 +77,12 @@ def test_ceilings_at_the_peak_pass_and_a_slow_bandwidth_fails(monkeypatch, tmp_p
                                                           triad_bytes_per_s=2.2e12))
     out = check.check_ceilings(Context(torch.device("cuda"), tmp_path))
     assert out.status == "fail" and "bandwidth 45.8% of the datasheet's" in out.result
+
+
+def test_a_matmul_above_its_peak_fails(monkeypatch, tmp_path):
+    # bf16 at 1200 TFLOP/s: above the H200's dense bf16 entry (989), so the entry is wrong
+    peak = {"matmul_flops_per_s": {"fp32": 51e12, "bf16": 1200e12, "fp16": 760e12},
+            "matmul_n": {"fp32": 8192, "bf16": 8192, "fp16": 8192}}
+    monkeypatch.setattr(ce, "measure_ceilings", _measured(**peak))
+    out = check.check_ceilings(Context(torch.device("cuda"), tmp_path))
+    assert out.status == "fail" and out.result.startswith("outside the bounds: bf16 121.3% of its")

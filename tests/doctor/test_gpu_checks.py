@@ -16,8 +16,7 @@ from lmperf.runtime import device as dev
 
 CPU = torch.device("cpu")
 NEW_CUDA = ["flash-triton shapes, fp16/bf16 (compiled)", "TF32 regimes change cuBLAS results",
-            "per-call timer (lmperf attention)", "bf16 GEMM vs peak table",
-            "out-of-memory snapshot dump",
+            "per-call timer (lmperf attention)", "out-of-memory snapshot dump",
             "NCCL collectives vs reference (2+ GPUs)", "1 step per strategy = 1 process (NCCL)",
             "memory cap per rank (NCCL)"]
 NEW_CPU = ["collectives vs reference (gloo, 2 ranks)", "1 step per strategy = 1 process (gloo)"]
@@ -161,26 +160,6 @@ def test_tf32_that_changes_nothing_on_sm80_fails(ctx, monkeypatch):
     assert out.status == "fail" and out.values["errors"]["tf32"] == out.values["errors"]["fp32"]
     monkeypatch.setattr(dev, "cuda_capability", lambda device: (7, 0))
     assert gpu.check_tf32(ctx).status == "ok"  # no TF32 below sm_80: no change is right
-
-
-@pytest.mark.parametrize("ms, status", [(1.6, "ok"), (5.0, "fail"), (0.9, "fail")])
-def test_gemm_against_the_peak_table(ctx, monkeypatch, ms, status):
-    # (8192)^3 x 2 = 1.1 PFLOP: 1.6 ms is 687 TFLOP/s (69% of H100 SXM's 989), 5 ms 22%
-    # (throttled), 0.9 ms 124% (a wrong entry)
-    monkeypatch.setattr(dev, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(dev, "bf16_supported", lambda device: True)
-    monkeypatch.setattr(gpu, "GEMM_N", 8192)
-    monkeypatch.setattr(torch, "randn", lambda *a, **k: torch.zeros(2, 2, dtype=torch.bfloat16))
-    monkeypatch.setattr(dev, "time_cuda_calls", lambda fn, device, warmup, repeats: [ms] * repeats)
-    out = gpu.check_gemm_peak(ctx)
-    assert out.status == status, out
-    assert out.values["fraction"] == pytest.approx(2 * 8192**3 / (ms * 1e-3) / 1e12 / 989, rel=1e-3)
-
-
-def test_gemm_without_a_peak_entry_is_skipped(ctx, monkeypatch):
-    monkeypatch.setattr(dev, "device_name", lambda device: "Some Unknown GPU")
-    out = gpu.check_gemm_peak(ctx)
-    assert out.status == "skip" and "no bf16 entry" in out.why
 
 
 def test_call_timer_far_from_the_host_clock_fails(ctx, monkeypatch):

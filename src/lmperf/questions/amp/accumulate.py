@@ -1,9 +1,9 @@
-"""Summing one small value many times in fp32, fp16 and bf16: where the accumulator stalls, and fixes.
+"""Summing one small value many times in fp32, fp16 and bf16: where the accumulator stalls, and
+the fix (an fp32 accumulator).
 
 Each sum is a Python loop of one scalar add per step on the device, so what is measured is what
 the device's elementwise add produces for that pair of dtypes (a vectorised reduction such as
-torch.cumsum or torch.sum may accumulate in a wider type and is not the same experiment; torch.sum
-appears only among the fixes, labelled as the library's own reduction).
+torch.cumsum or torch.sum may accumulate in a wider type and is not the same experiment).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lmperf.errors import SpecError
 from lmperf.validate import finite_number
 
 NAME = "accumulate"
-SUMMARY = "add x to s n times in fp32/fp16/bf16 and mixed: error, the value where s stalls, and fixes"
+SUMMARY = "add x to s n times in fp32/fp16/bf16 and mixed: error, and the value where s stalls"
 
 MAX_N = 1_000_000  # a Python loop of scalar ops: beyond this a run takes minutes, not seconds
 
@@ -78,38 +78,6 @@ def first_stall(history: list[float]) -> int | None:
     return None
 
 
-def kahan_sum(dtype: torch.dtype, n: int, addend: float, device: torch.device) -> float:
-    """Compensated (Kahan) sum of n copies of `addend`, every operation in `dtype` on `device`.
-
-    c carries the low-order part that the last add rounded away; subtracting it from the next
-    addend feeds it back in, so the rounding errors do not pile up.
-    """
-    s = torch.zeros((), dtype=dtype, device=device)
-    c = torch.zeros((), dtype=dtype, device=device)
-    x = torch.tensor(addend, dtype=torch.float64, device=device).to(dtype)
-    for _ in range(n):
-        y = x - c
-        t = s + y
-        c = (t - s) - y  # what of y did not make it into t (the order of operations matters)
-        s = t
-    return s.to(torch.float64).item()
-
-
-def pairwise_sum(dtype: torch.dtype, n: int, addend: float, device: torch.device) -> float:
-    """Pairwise (tree) sum of n copies of `addend`, each level an elementwise add in `dtype`.
-
-    Every partial sum adds two values of similar size, so the error grows like log2(n) roundings
-    instead of n.
-    """
-    x = torch.tensor(addend, dtype=torch.float64, device=device).to(dtype)
-    v = x.expand(n).clone()  # (n,)
-    while v.numel() > 1:
-        if v.numel() % 2:  # an odd level gets a 0, which adds exactly
-            v = torch.cat([v, torch.zeros(1, dtype=dtype, device=device)])
-        v = v[0::2] + v[1::2]  # (len/2,): neighbours added in dtype
-    return v[0].to(torch.float64).item()
-
-
 def _exact_times(n: int, value: float) -> float:
     """n * value computed exactly and rounded once to float64."""
     return float(n * Fraction(value))
@@ -134,35 +102,6 @@ def case_row(case: Case, n: int, addend: float, device: torch.device) -> dict:
         row.update(stall_value=value, stall_step=stall, ulp_at_stall=ulp,
                    addend_over_ulp_at_stall=abs(x) / ulp)
     return row
-
-
-def fixes_rows(n: int, addend: float, device: torch.device) -> list[dict]:
-    """The same n-fold sum with fp16 and with bf16 addends: naive, fp32 accumulator, Kahan, pairwise,
-    and torch.sum over the n values (whatever accumulator the library picks)."""
-    rows = []
-    expected = _exact_times(n, addend)
-    for low in (torch.float16, torch.bfloat16):
-        x = stored(addend, low, device)
-        values = torch.tensor(addend, dtype=torch.float64, device=device).to(low).expand(n)
-        results = (
-            ("naive", dtype_name(low), naive_history(Case("", low, low), n, addend, device)[-1]),
-            ("fp32 accumulator", "float32",
-             naive_history(Case("", torch.float32, low), n, addend, device)[-1]),
-            ("Kahan (compensated)", dtype_name(low), kahan_sum(low, n, addend, device)),
-            ("pairwise", dtype_name(low), pairwise_sum(low, n, addend, device)),
-            ("torch.sum", "library's choice", values.sum().to(torch.float64).item()),
-        )
-        exact = _exact_times(n, x)
-        for method, acc, result in results:
-            # the best a result of its dtype can be: the exact sum of the stored addends, rounded once
-            out_dtype = torch.float32 if acc == "float32" else low
-            rows.append({
-                "method": method, "values_dtype": dtype_name(low), "accumulator_dtype": acc, "n": n,
-                "addend_stored": x, "result": result, "abs_error": abs(result - expected),
-                "error_vs_stored_sum": abs(result - exact),
-                "correctly_rounded": result == stored(exact, out_dtype, device),
-            })
-    return rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -191,34 +130,25 @@ def check(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int
 
 def run(device: torch.device, n: int = 1000, addend: float = 0.01, long_n: int = 10000,
         long_addend: float = 0.001) -> ExperimentResult:
-    """Accumulation table for (n, addend) and (long_n, long_addend) over CASES, plus the fixes."""
+    """Accumulation table for (n, addend) and (long_n, long_addend) over CASES."""
     addend, long_addend = check(device, n, addend, long_n, long_addend)
     rows = [case_row(c, n, addend, device) for c in CASES]
     rows += [case_row(c, long_n, long_addend, device) for c in CASES]
     acc = pd.DataFrame(rows)
     for col in ("stall_value", "stall_step", "ulp_at_stall", "addend_over_ulp_at_stall"):
         acc[col] = pd.Series([r[col] for r in rows], dtype=object)  # None, not NaN: "never stalled"
-    fixes = pd.DataFrame(fixes_rows(n, addend, device))
     params = {"device": str(device), "n": n, "addend": addend, "long_n": long_n, "long_addend": long_addend}
-    return ExperimentResult(NAME, params, [("accumulation", acc), ("fixes", fixes)],
-                            _notes(acc, fixes, device))
+    return ExperimentResult(NAME, params, [("accumulation", acc)], _notes(acc, device))
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The answer: the sum each accumulation reached in the first run (n x addend), and where
-    one stalled."""
-    acc = tables["accumulation"]
+def _notes(acc: pd.DataFrame, device: torch.device) -> list[str]:
     first = acc[acc["n"] == acc["n"].iloc[0]]
-    row = first.iloc[0]
-    said = ", ".join(f"{r['case']} {float(r['result']):.6g}" + (
-        f" (stalled at step {int(r['stall_step'])})" if r["stall_step"] == r["stall_step"]
-        and r["stall_step"] is not None else "") for _, r in first.iterrows()
-        if "to(" not in str(r["case"]))
-    return [f"{int(row['n'])} x {float(row['addend']):g} summed (exact "
-            f"{float(row['expected']):g}): {said}"]
-
-def _notes(acc: pd.DataFrame, fixes: pd.DataFrame, device: torch.device) -> list[str]:
-    notes = []
+    notes = [  # the answer first: it is the report's headline
+        f"{first['n'].iloc[0]} x {first['addend'].iloc[0]:g} summed (exact "
+        f"{first['expected'].iloc[0]:g}): " + ", ".join(
+            f"{r.case} {float(r.result):.6g}" + (
+                f" (stalled at step {r.stall_step})" if r.stall_step is not None else "")
+            for r in first.itertuples() if "to(" not in r.case)]
     for r in acc[acc["accumulator_dtype"] == acc["addend_dtype"]].itertuples():
         head = f"{r.case}, {r.n} x {r.addend:g}: {float(r.result)!r} (error {r.abs_error:.6g})"
         if r.stall_value is None:
@@ -250,16 +180,4 @@ def _notes(acc: pd.DataFrame, fixes: pd.DataFrame, device: torch.device) -> list
                     f"({r['addend']:g} stored "
                     f"as {float(r['addend_stored'])!r}, times n exactly: {exact!r}) and the fp32 adds for "
                     f"{abs(promoted - exact):.3g}.")
-    for low in ("float16", "bfloat16"):
-        f = fixes[fixes["values_dtype"] == low].set_index("method")
-        k = f.loc["Kahan (compensated)"]
-        exact = _exact_times(int(k["n"]), float(k["addend_stored"]))
-        best = ("the value of that dtype nearest to" if k["correctly_rounded"]
-                else f"{k['error_vs_stored_sum']:.3g} away from")
-        notes.append(
-            f"{low} fixes, n={int(k['n'])}: naive {float(f.loc['naive', 'result'])!r} (error "
-            f"{f.loc['naive', 'abs_error']:.3g}); Kahan in {low} {float(k['result'])!r}, {best} the exact "
-            f"sum of the stored addends {exact!r}; pairwise {float(f.loc['pairwise', 'result'])!r}; fp32 "
-            f"accumulator {float(f.loc['fp32 accumulator', 'result'])!r}; torch.sum "
-            f"{float(f.loc['torch.sum', 'result'])!r}.")
     return notes

@@ -37,16 +37,10 @@ def amp(experiment: str, *, device: str = "auto", out: str | Path | None = None,
         plots: str | Path | None = None, threads: int | None = None, inline: bool = False,
         timeout: float | None = None, max_memory_gib: float | None = None,
         resume: bool = False, progress: bool = False, **options: object) -> Report:
-    """Run precision experiment `experiment` (see `lmperf amp`; "all" runs every one) on this
-    device and torch, and return its Report: for one experiment `frame` is its first table and
-    `tables` the others, `findings` its findings; for "all", one summary row per experiment.
-
-    `options` are the experiment's own (named as its CLI flags: `n`, `addend`, ...; unknown
-    names and bad values raise SpecError before anything runs); `plots` is a folder for its
-    PNG; `out` appends the records to a JSONL file (None: in memory only). Each experiment runs
-    as a job (its own process unless `inline`, with `timeout`, `max_memory_gib` and `resume` as
-    in every command); one that fails (it raises, runs out of memory, crashes or times out) is
-    an 'error' / 'oom' row and the others still run.
+    """Run precision experiment `experiment` ("all": every one) as `lmperf amp` does, and return
+    its Report (`report.build_report`). `options` are the experiment's own, named as its CLI
+    flags (`n`, `addend`, ...; SpecError for an unknown name or a bad value, before anything
+    runs); `plots` is a folder for its PNG; the launch options are every command's.
     """
     from lmperf.core.command import sweep_options
     from lmperf.core.sweep import run_sweep

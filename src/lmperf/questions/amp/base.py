@@ -66,6 +66,11 @@ def dtype_name(dtype: object) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def dtype_names(tensors: list) -> str:
+    """Tensor dtypes in argument order, repeats dropped ('bfloat16, float32'); '-' if none."""
+    return ", ".join(dict.fromkeys(dtype_name(t.dtype) for t in tensors)) or "-"
+
+
 def finite(t: object) -> bool:
     """Whether every element of the tensor `t` is finite (a device sync)."""
     return bool(t.isfinite().all().item())

@@ -194,7 +194,13 @@ def _ops_with(df: pd.DataFrame, device: str, low: str, input_dtype: str,
 
 
 def _notes(df: pd.DataFrame, devices: Sequence[torch.device], dtypes: Sequence[str]) -> list[str]:
-    notes = []
+    # The answer first (the report's headline): the first dtype on the first device, counted.
+    d, low = devices[0].type, dtype_name(LOW_DTYPES[dtypes[0]])
+    cast, up = _ops_with(df, d, low, "float32", CASTS_TO_LOW), _ops_with(df, d, low, low, UPCAST)
+    rest = df[df.autocast_dtype == low].op.nunique() - len(cast) - len(up)
+    notes = [f"autocast({low}) on the {d.upper()}: {len(cast)} ops cast fp32 inputs to {low} "
+             f"({', '.join(cast[:4])}, ...), {len(up)} run {low} inputs in fp32 "
+             f"({', '.join(up[:3])}, ...), {rest} keep their input dtype."]
     for d in devices:
         where = d.type.upper() if d.type == "cuda" else "the CPU"
         for name in dtypes:
@@ -232,23 +238,6 @@ def check(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),
     """Raise SpecError for a bad option (called before the experiment runs anywhere); return
     the dtype names and op names (None: all), repeats dropped."""
     return subset("dtype", dtypes, LOW_DTYPES), subset("op", OPS if ops is None else ops, OPS)
-
-
-def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The answer, for the first autocast dtype on the first device probed: the ops that cast
-    fp32 inputs down to it, those that run its inputs in fp32, and how many do neither."""
-    df = tables["autocast policy"]
-    column = next(c for c in df.columns if c.endswith("_behaviour"))
-    low_dtype = df["autocast_dtype"].iloc[0]
-    df = df[df["autocast_dtype"] == low_dtype]
-    low = list(dict.fromkeys(df["op"][(df["input_dtype"] == "float32")
-                                      & (df[column] == "casts to low")]))
-    up = list(dict.fromkeys(df["op"][(df["input_dtype"] == low_dtype)
-                                     & (df[column] == "runs in fp32 (upcast)")]))
-    rest = df["op"].nunique() - len(low) - len(up)
-    return [f"autocast({low_dtype}) on the {column.split('_')[0].upper()}: {len(low)} ops cast "
-            f"fp32 inputs to {low_dtype} ({', '.join(low[:4])}, ...), {len(up)} run {low_dtype} "
-            f"inputs in fp32 ({', '.join(up[:3])}, ...), {rest} keep their input dtype"]
 
 
 def run(device: torch.device, dtypes: Sequence[str] = tuple(LOW_DTYPES),

@@ -30,7 +30,7 @@ def build_report(records: list[dict]) -> Report:
         del tables[title]
         return Report(kind="amp", frame=frame, tables=tables, findings=findings, records=records,
                       title=f"amp {records[0]['spec'].get('experiment')}: {title}",
-                      headline=headline(records[0]))
+                      headline=findings[:1])  # each experiment puts its answer first
     frame = pd.DataFrame([{"experiment": r["spec"].get("experiment"), "status": r["status"],
                            "seconds": (r.get("metrics") or {}).get("seconds"),
                            "tables": len((r.get("metrics") or {}).get("tables") or {}),
@@ -42,22 +42,6 @@ def build_report(records: list[dict]) -> Report:
                   headline=[f"{ok} of {len(records)} experiments ran ok in {seconds:.1f} s"
                             + "".join(f"; {r['spec'].get('experiment')}: {r['status']}"
                                       for r in records if r["status"] != "ok")] if records else [])
-
-
-def headline(record: dict) -> list[str]:
-    """What one experiment found, with its figures: its module's `headline` of the record's
-    tables, else its first finding."""
-    import pandas as pd
-
-    metrics = record.get("metrics") or {}
-    module = get_experiment(record["spec"].get("experiment", "?"))
-    if hasattr(module, "headline"):
-        try:
-            return module.headline({t: pd.DataFrame(rows)
-                                    for t, rows in (metrics.get("tables") or {}).items()})
-        except (KeyError, IndexError, TypeError, ValueError):  # a record of other options
-            pass
-    return list(metrics.get("notes") or [])[:1]
 
 
 def write_markdown(records: list[dict], report_dir: Path) -> Path:

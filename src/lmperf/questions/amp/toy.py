@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, dtype_names
 from lmperf.questions.amp.policy import CUDA_DOCUMENTED_FP32, CUDA_DOCUMENTED_LOW, LOW_DTYPES
 from lmperf.runtime import device as dev
 from lmperf.validate import positive_int, subset
@@ -56,11 +56,6 @@ class ToyModel(nn.Module):
         return self.fc2(x)
 
 
-def _dtypes(tensors: Sequence[torch.Tensor]) -> str:
-    """The distinct dtypes of some tensors as short names, comma-joined ('float32')."""
-    return ", ".join(sorted({dtype_name(t.dtype) for t in tensors}))
-
-
 def measure_answers(device: torch.device, low: torch.dtype, in_features: int = 16,
                     out_features: int = 4, batch: int = 8, seed: int = 0) -> dict[str, str]:
     """Run ToyModel forward+loss under torch.autocast(device.type, dtype=low), then backward.
@@ -82,7 +77,7 @@ def measure_answers(device: torch.device, low: torch.dtype, in_features: int = 1
     ]
     try:
         with torch.autocast(device.type, dtype=low):
-            seen[PARAMS_Q] = _dtypes(list(model.parameters()))
+            seen[PARAMS_Q] = dtype_names(list(model.parameters()))
             logits = model(x)
             loss = F.cross_entropy(logits, target)
     finally:
@@ -92,7 +87,7 @@ def measure_answers(device: torch.device, low: torch.dtype, in_features: int = 1
     # Backward outside autocast, as in training: autograd replays each op in the dtype its
     # forward ran in, and a leaf's .grad takes the leaf's (the parameter's) dtype.
     loss.backward()
-    seen[GRADS_Q] = _dtypes([p.grad for p in model.parameters()])
+    seen[GRADS_Q] = dtype_names([p.grad for p in model.parameters()])
     return {q: seen[q] for q in QUESTIONS}
 
 

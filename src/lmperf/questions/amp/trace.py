@@ -11,8 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lmperf.questions.amp.base import ExperimentResult, dtype_name
-from lmperf.questions.amp.toy import ToyModel
+from lmperf.questions.amp.base import ExperimentResult, dtype_name, dtype_names
 from lmperf.model import ATTENTION, VOCAB_SIZE, ModelConfig, TransformerLM
 from lmperf.model.presets import PRESETS, resolve_preset
 from lmperf.runtime.precision import (REGIMES, autocast, get_regime, grad_scaler,
@@ -23,8 +22,6 @@ from lmperf.errors import SpecError
 NAME = "trace"
 SUMMARY = "dtypes of each module's inputs, outputs and parameters, then loss and grads, per regime"
 
-MODELS: tuple[str, ...] = ("lm", "toy")
-TOY_IN, TOY_OUT = 16, 4  # ToyModel widths for --model toy
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
 _EXAMPLES = 3  # parameter names shown per gradient-dtype group
 
@@ -40,11 +37,6 @@ class _Call:
     output: str
     params: str
     buffers: str
-
-
-def _names(tensors: list[torch.Tensor]) -> str:
-    """Tensor dtypes in argument order, repeats dropped ('bfloat16, float32'); '-' if none."""
-    return ", ".join(dict.fromkeys(dtype_name(t.dtype) for t in tensors)) or "-"
 
 
 def _tensors(obj: object) -> list[torch.Tensor]:
@@ -96,8 +88,9 @@ class DtypeRecorder:
             return  # the whole model and plain containers add no dtype information
         self.calls.append(_Call(
             order=order, path=path, module=type(module).__name__,
-            inputs=_names(_tensors(args)), output=_names(_tensors(output)),
-            params=_names(list(module.parameters())), buffers=_names(list(module.buffers())),
+            inputs=dtype_names(_tensors(args)), output=dtype_names(_tensors(output)),
+            params=dtype_names(list(module.parameters())),
+            buffers=dtype_names(list(module.buffers())),
         ))
 
     def __enter__(self) -> "DtypeRecorder":
@@ -171,29 +164,20 @@ def collapse_repeats(df: pd.DataFrame, model: nn.Module) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _build(model: str, size: str, context: int, batch: int, attention: str,
-           seed: int, device: torch.device, param_dtype: torch.dtype
-           ) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """The model (parameters in `param_dtype`), its input batch and its integer targets."""
+def _build(size: str, context: int, batch: int, attention: str, seed: int, device: torch.device,
+           param_dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The LM (parameters in `param_dtype`), its (B, T) token ids and their targets."""
     # A private seed for weights and batch; forking keeps the caller's RNG stream untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if model == "lm":
-            p = resolve_preset(size)
-            cfg = ModelConfig(vocab_size=VOCAB_SIZE, context_length=context, d_model=p.d_model,
-                              num_layers=p.num_layers, num_heads=p.num_heads, d_ff=p.d_ff,
-                              attention=attention)
-            net: nn.Module = TransformerLM(**cfg.as_kwargs())
-            x = torch.randint(0, VOCAB_SIZE, (batch, context))  # (B, T) token ids
-            y = torch.randint(0, VOCAB_SIZE, (batch, context))
-        else:
-            net = ToyModel(TOY_IN, TOY_OUT)
-            x = torch.randn(batch, TOY_IN)  # (B, in)
-            y = torch.randint(0, TOY_OUT, (batch,))
-    net = net.to(device=device, dtype=param_dtype)
-    if x.is_floating_point():  # a float input must match the parameters under "true" regimes
-        x = x.to(param_dtype)
-    return net, x.to(device), y.to(device)
+        p = resolve_preset(size)
+        cfg = ModelConfig(vocab_size=VOCAB_SIZE, context_length=context, d_model=p.d_model,
+                          num_layers=p.num_layers, num_heads=p.num_heads, d_ff=p.d_ff,
+                          attention=attention)
+        net = TransformerLM(**cfg.as_kwargs())
+        x = torch.randint(0, VOCAB_SIZE, (batch, context))  # (B, T) token ids
+        y = torch.randint(0, VOCAB_SIZE, (batch, context))
+    return net.to(device=device, dtype=param_dtype), x.to(device), y.to(device)
 
 
 def trace(model: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str,
@@ -206,7 +190,7 @@ def trace(model: nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str,
     scaler = grad_scaler(regime, device)  # disabled (a pass-through) unless the regime scales
     with torch.enable_grad():  # backward needs a graph even if the caller disabled grad mode
         with DtypeRecorder(model) as rec, autocast(regime, device):
-            logits = model(x)  # (B, T, V) or (B, out)
+            logits = model(x)  # (B, T, V)
             loss = F.cross_entropy(logits.flatten(0, -2), y.flatten())
         scaled = scaler.scale(loss)
         scaled.backward()
@@ -241,10 +225,7 @@ def grad_table(model: nn.Module, grads: dict[str, torch.dtype | None]) -> pd.Dat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options: --model, --size, --precision, --context, --batch, --attention, --seed, --full."""
-    parser.add_argument("--model", default="lm", choices=MODELS,
-                        help="lm: the reference TransformerLM; toy: the course's ToyModel "
-                             "(default: lm)")
+    """Options: --size, --precision, --context, --batch, --attention, --seed, --full."""
     parser.add_argument("--size", default="tiny",
                         help=f"LM preset: {', '.join(PRESETS)} (default: tiny)")
     parser.add_argument("--precision", default="bf16-mixed",
@@ -292,7 +273,7 @@ def _notes(df: pd.DataFrame, grads: pd.DataFrame, precision: str, device: torch.
     return notes
 
 
-def check(device: torch.device, model: str = "lm", size: str = "tiny",
+def check(device: torch.device, size: str = "tiny",
           precision: str = "bf16-mixed", context: int = 16, batch: int = 2,
           attention: str = "naive", seed: int = 0, full: bool = False) -> None:
     """Raise SpecError for a bad option or a regime this device cannot run (called before the
@@ -301,7 +282,6 @@ def check(device: torch.device, model: str = "lm", size: str = "tiny",
         regime = get_regime(precision)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
-    choice("model", model, MODELS)
     resolve_preset(size)  # ValueError naming the presets
     choice("attention", attention, ATTENTION)
     positive_int("context", context)
@@ -311,7 +291,7 @@ def check(device: torch.device, model: str = "lm", size: str = "tiny",
         raise SpecError(f"--precision {precision} cannot run here: {reason}")
 
 
-def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: str = "bf16-mixed",
+def run(device: torch.device, size: str = "tiny", precision: str = "bf16-mixed",
         context: int = 16, batch: int = 2, attention: str = "naive", seed: int = 0,
         full: bool = False) -> ExperimentResult:
     """Trace dtypes through one training step's forward, loss and backward under `precision`.
@@ -321,9 +301,9 @@ def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: 
     (param_dtype, grad_dtype, tensors, elements, examples). Raises SpecError for a bad option
     or a regime this device cannot run.
     """
-    check(device, model, size, precision, context, batch, attention, seed, full)
+    check(device, size, precision, context, batch, attention, seed, full)
     regime = get_regime(precision)
-    net, x, y = _build(model, size, context, batch, attention, seed, device, regime.param_dtype)
+    net, x, y = _build(size, context, batch, attention, seed, device, regime.param_dtype)
     calls, extra, grads = trace(net, x, y, precision, device)
     table = module_table(calls)
     folded = table if full else collapse_repeats(table, net)
@@ -334,10 +314,8 @@ def run(device: torch.device, model: str = "lm", size: str = "tiny", precision: 
         notes.append(warning)
     return ExperimentResult(
         experiment=NAME,
-        params={"device": device.type, "model": model, "size": size if model == "lm" else None,
-                "precision": precision, "context": context if model == "lm" else None,
-                "batch": batch, "attention": attention if model == "lm" else None,
-                "seed": seed, "full": full},
+        params={"device": device.type, "size": size, "precision": precision, "context": context,
+                "batch": batch, "attention": attention, "seed": seed, "full": full},
         tables=[("module dtypes", df), ("gradient dtypes", gtab)],
         notes=notes,
     )

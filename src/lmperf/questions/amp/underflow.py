@@ -120,17 +120,6 @@ def make_mlp(seed: int, dtype: torch.dtype, device: torch.device) -> nn.Sequenti
     return nn.Sequential(*layers).to(device=device, dtype=dtype)
 
 
-def _batch(seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = dev.make_generator(torch.device("cpu"), seed + 1)  # a stream apart from the weights'
-    x = torch.randn(BATCH, MLP_DIMS[0], generator=gen)
-    y = torch.randn(BATCH, MLP_DIMS[-1], generator=gen)
-    return x.to(device), y.to(device)
-
-
-def _flat_grads(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.grad.detach().float().flatten() for p in model.parameters()])
-
-
 def mlp_gradients(device: torch.device, seed: int, loss_factor: float, dtype: torch.dtype,
                   scale: float = 1.0) -> torch.Tensor:
     """All parameter gradients of one backward pass of the MLP, flattened, in fp32.
@@ -140,12 +129,15 @@ def mlp_gradients(device: torch.device, seed: int, loss_factor: float, dtype: to
     times `loss_factor`) is multiplied by `scale` before backward, and the gradients are divided
     by it in fp32.
     """
-    x, y = _batch(seed, device)
+    gen = dev.make_generator(torch.device("cpu"), seed + 1)  # a stream apart from the weights'
+    x = torch.randn(BATCH, MLP_DIMS[0], generator=gen).to(device)
+    y = torch.randn(BATCH, MLP_DIMS[-1], generator=gen).to(device)
     model = make_mlp(seed, torch.float16, device).to(dtype)
     out = model(x.half().to(dtype)).float()  # the loss itself in fp32, as a training loop takes it
     loss = F.mse_loss(out, y) * loss_factor
     (loss * scale).backward()
-    return _flat_grads(model) / scale  # unscale in fp32
+    grads = torch.cat([p.grad.detach().float().flatten() for p in model.parameters()])
+    return grads / scale  # unscale in fp32
 
 
 def backward_table(device: torch.device, seed: int, loss_factor: float,
@@ -257,19 +249,6 @@ def check(device: torch.device, count: int = 100_000, scales: list[float] | None
             finite_number("--init-scale", init_scale, positive=True))
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> list[str]:
-    """The answer: what float16 and bfloat16 lose of a gradient population unscaled, and the
-    loss scale that loses the fewest in float16."""
-    pop = tables["synthetic gradients cast after scaling by S"]
-    first = pop[pop["scale"] == pop["scale"].iloc[0]].set_index("dtype")
-    fp16 = pop[pop["dtype"] == "float16"]
-    best = fp16.loc[(fp16["flushed_fraction"] + fp16["overflow_fraction"]).idxmin()]
-    lost = lambda d: f"{float(first.loc[d, 'flushed_fraction']):.1%}"  # noqa: E731
-    return [f"unscaled (S = {float(pop['scale'].iloc[0]):g}), float16 flushes {lost('float16')} of "
-            f"the gradients to zero, bfloat16 {lost('bfloat16')}; in float16 S = "
-            f"2^{float(best['log2_scale']):g} loses the fewest ({float(best['flushed_fraction']):.1%} "
-            f"flushed, {float(best['overflow_fraction']):.1%} overflowed)"]
-
 def run(device: torch.device, count: int = 100_000, scales: list[float] | None = None,
         loss_factor: float = 1e-5, steps: int = 12, inf_step: int = 4, growth_interval: int = 3,
         init_scale: float = DEFAULT_INIT_SCALE, seed: int = 0) -> ExperimentResult:
@@ -317,22 +296,22 @@ def _notes(result: ExperimentResult) -> list[str]:
     pop = result.table("synthetic gradients cast after scaling by S")
     first = pop[pop["scale"] == pop["scale"].min()].set_index("dtype")
     s0 = _s(first["scale"].iloc[0])
-    notes.append(
+    fp16 = pop[pop["dtype"] == "float16"].set_index("scale")
+    best = fp16.loc[p["plot_scale"]]
+    notes.append(  # the answer first: it is the report's headline
         f"Gradients log-uniform in [{p['population_range'][0]:g}, {p['population_range'][1]:g}], "
         f"cast with S = {s0}: float16 flushes {first.loc['float16', 'flushed_fraction']:.1%} to zero "
         f"(|g| <= {thr.loc['float16', 'flush_below']:.3g}) and leaves "
         f"{first.loc['float16', 'subnormal_fraction']:.1%} subnormal; bfloat16 flushes "
         f"{first.loc['bfloat16', 'flushed_fraction']:.1%} and leaves "
-        f"{first.loc['bfloat16', 'subnormal_fraction']:.1%} subnormal.")
+        f"{first.loc['bfloat16', 'subnormal_fraction']:.1%} subnormal. In float16, "
+        f"S = {_s(p['plot_scale'])} loses the fewest: {best['flushed_fraction']:.1%} flushed, "
+        f"{best['overflow_fraction']:.1%} overflowed.")
     span = math.log10(thr.loc["float16", "largest_finite"] / thr.loc["float16", "flush_below"])
     pop_span = math.log10(p["population_range"][1] / p["population_range"][0])
     notes.append(f"float16 spans {span:.1f} decades from flush-to-zero to overflow, the population "
                  f"{pop_span:.1f}: " + ("no single S keeps all of it." if pop_span > span else
                                         "a well-chosen S can keep all of it."))
-    fp16 = pop[pop["dtype"] == "float16"].set_index("scale")
-    best = fp16.loc[p["plot_scale"]]
-    notes.append(f"In float16, S = {_s(p['plot_scale'])} loses the fewest: "
-                 f"{best['flushed_fraction']:.1%} flushed, {best['overflow_fraction']:.1%} overflowed.")
     over = fp16[fp16["overflow_fraction"] > 0]
     if not over.empty:
         notes.append(f"Too large a scale overflows float16 instead: from S = {_s(over.index[0])} on, "
@@ -357,19 +336,11 @@ def _notes(result: ExperimentResult) -> list[str]:
         f"{inj['step']}, where inf was injected, the step was "
         f"{'skipped' if inj['step_skipped'] else 'NOT skipped'} and the scale went "
         f"{inj['scale']:g} -> {inj['scale_after']:g}.")
-    streaks, run_len = [], 0  # clean steps since the last change of scale, at each growth
-    for _, r in sc.iterrows():
-        run_len = 0 if r["step_skipped"] else run_len + 1
-        if r["scale_factor"] > 1:
-            streaks.append(run_len)
-            run_len = 0
     grown = sc[sc["scale_factor"] > 1]
-    if not grown.empty:
+    if not grown.empty:  # each growth follows growth_interval clean steps: the table shows them
         notes.append(f"The scale grew x{grown['scale_factor'].iloc[0]:g} after step"
-                     f"{'s' if len(grown) > 1 else ''} {', '.join(str(s) for s in grown['step'])}, "
-                     f"each after {streaks[0] if len(set(streaks)) == 1 else ', '.join(map(str, streaks))}"
-                     f" clean steps in a row; final "
-                     f"scale {sc['scale_after'].iloc[-1]:g}.")
+                     f"{'s' if len(grown) > 1 else ''} {', '.join(str(s) for s in grown['step'])}; "
+                     f"final scale {sc['scale_after'].iloc[-1]:g}.")
     clean_skips = sc[sc["step_skipped"] & ~sc["inf_injected"]]
     if not clean_skips.empty:
         notes.append(f"Steps {', '.join(str(s) for s in clean_skips['step'])} were skipped without an "

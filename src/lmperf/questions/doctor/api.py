@@ -74,10 +74,8 @@ def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> li
                 else len(LAUNCH_ORDER))
 
     def device_of(scope: str) -> str:  # a scope skipped here keeps the device it would check
-        where = scopes[scope]
-        if isinstance(where, torch.device):
-            return where.type
-        return "cuda" if scope == "cuda" else "cpu"
+        where = scopes[scope]  # ('any' always runs somewhere)
+        return where.type if isinstance(where, torch.device) else scope
 
     return [CheckJob(tuple(c.name for c in checks), checks[0].scope, device_of(checks[0].scope))
             for checks in sorted(groups.values(), key=start_rank)]
@@ -86,17 +84,12 @@ def plan_jobs(scopes: dict[str, torch.device | str], names: Sequence[str]) -> li
 def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
            out: str | Path | None = None, inline: bool = False, timeout: float | None = None,
            resume: bool = False, progress: bool = False) -> Report:
-    """Run the doctor's checks (all, or those named in `checks`) and return its Report: one row
-    per check (check, device, status ok / fail / skip, result, why, seconds), from one
-    `kind: "doctor"` record per check, appended to `out` as each check ends.
-
-    `device` is `lmperf doctor --device`: 'auto' (the CPU, and CUDA when present), 'cpu' or
-    'cuda'. CUDA's checks are rows marked skip, with the reason, where they cannot run. Each
-    check runs in its own process (in this one with `inline`), killed after `timeout` seconds
-    (default TIMEOUT_S; a failed row); `resume` skips the checks with an ok record in `out`.
-    Three checks run at a time on the CPU, one at a time when CUDA's run (they share the GPU).
-    Raises SpecError for an unknown device or check name, ResultsFileError for an unwritable
-    `out`.
+    """Run the doctor's checks (all, or those named in `checks`) as `lmperf doctor` does, and
+    return its Report: one row per check (check, device, status ok / fail / skip, result, why,
+    seconds), from one `kind: "doctor"` record per check, appended to `out` as each ends.
+    `timeout` defaults to TIMEOUT_S. Three checks run at a time on the CPU, one at a time when
+    CUDA's run (they share the GPU). Raises SpecError for an unknown device or check name,
+    ResultsFileError for an unwritable `out`.
     """
     from lmperf.core.command import sweep_options
 
@@ -132,9 +125,9 @@ def doctor(device: str = "auto", *, checks: Sequence[str] | str | None = None,
         return None if isinstance(why, torch.device) else skipped_record(
             job.item_spec(job.checks[0]), why, environment)
 
-    records = run_sweep(jobs, Path(out) if out is not None else None, options, precheck=precheck)
-    order = {name: i for i, name in enumerate(NAMES)}  # the table's order, not the finishing one
-    return build_report(sorted(records, key=lambda r: min(order[c] for c in checks_of(r))))
+    # build_report puts the rows in the table's order, not the order the checks finished in
+    return build_report(run_sweep(jobs, Path(out) if out is not None else None, options,
+                                  precheck=precheck))
 
 
 def _wanted(checks: Sequence[str] | str | None, names: Sequence[str]) -> list[str]:

@@ -37,6 +37,14 @@ class Outcome:
     values: dict[str, Any] = field(default_factory=dict)
     traceback: str | None = None
 
+    def row(self, check: str, scope: str, seconds: float) -> dict[str, Any]:
+        """The check's row as a record stores it (`seconds`: how long the check took)."""
+        row = {"check": check, "device": scope, "status": self.status, "result": self.result,
+               "why": self.why, "seconds": round(seconds, 3), "values": self.values}
+        if self.traceback:
+            row["traceback"] = self.traceback
+        return row
+
 
 def ok(result: str, why: str = "", **values: Any) -> Outcome:
     """A passed check: `result` says what was measured, `why` what it had to satisfy."""
@@ -97,25 +105,6 @@ class Check:
     scope: str
     run: Callable[[Context], Outcome]
     launches: str = ""
-
-
-@dataclass
-class Row:
-    """A check's row: the check, its scope, its outcome and how long it took (seconds)."""
-
-    check: str
-    scope: str
-    outcome: Outcome
-    seconds: float
-
-    def as_dict(self) -> dict[str, Any]:
-        """The row as a record stores it."""
-        row = {"check": self.check, "device": self.scope, "status": self.outcome.status,
-               "result": self.outcome.result, "why": self.outcome.why,
-               "seconds": round(self.seconds, 3), "values": self.outcome.values}
-        if self.outcome.traceback:
-            row["traceback"] = self.outcome.traceback
-        return row
 
 
 def run_one(check: Check, ctx: Context) -> Outcome:

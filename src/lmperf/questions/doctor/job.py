@@ -13,7 +13,7 @@ import torch
 # The check table (every check's module) at import: the warm server imports a job's runner
 # module once before forking, so each check's child does not import them again (0.6 s a job).
 from lmperf.questions.doctor import registry
-from lmperf.questions.doctor.checks import Context, Row, run_one
+from lmperf.questions.doctor.checks import Context, run_one
 from lmperf.questions.doctor.records import check_record
 from lmperf.questions.doctor.spec import CheckJob
 from lmperf.runtime import device as dev
@@ -36,6 +36,6 @@ def run_job(job: CheckJob) -> list[dict]:
         for name in job.checks:
             begin = time.perf_counter()
             outcome = run_one(by_name[name], ctx)
-            row = Row(name, job.scope, outcome, time.perf_counter() - begin)
-            records.append(check_record(row.as_dict(), job.item_spec(name), environment))
+            row = outcome.row(name, job.scope, time.perf_counter() - begin)
+            records.append(check_record(row, job.item_spec(name), environment))
     return records

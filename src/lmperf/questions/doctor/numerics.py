@@ -12,6 +12,7 @@ process has imported already.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -132,8 +133,9 @@ def start_flash_triton(ctx: Context, mode: str = "small") -> Callable[[], dict]:
     return run
 
 
-def check_flash_triton(ctx: Context) -> Outcome:
-    """flash-triton against SDPA: compiled on CUDA, through Triton's interpreter on the CPU."""
+def _triton_answer(ctx: Context, launch: Callable) -> dict | Outcome:
+    """The child's answer, or the Outcome that ends the check: a skip without Triton (or, on
+    the CPU, with an interpreter that cannot run the kernels), a fail when the child failed."""
     from lmperf.kernels.flash_triton import triton_available
 
     if not triton_available():
@@ -144,31 +146,33 @@ def check_flash_triton(ctx: Context) -> Outcome:
 
         if (gap := interpreter_gap()):
             return skip(gap)
-    answer = ctx.result_of(start_flash_triton)
+    answer = ctx.result_of(launch)
     if "error" in answer:
         return passed(False, answer["error"][:160], "the child must run the kernels")
+    return answer
+
+
+def check_flash_triton(ctx: Context) -> Outcome:
+    """flash-triton against SDPA: compiled on CUDA, through Triton's interpreter on the CPU."""
+    answer = _triton_answer(ctx, start_flash_triton)
+    if isinstance(answer, Outcome):
+        return answer
     how = "interpreter" if ctx.device.type == "cpu" else "compiled"
     return judged(f"flash-triton ({how})", answer["dtypes"])
 
 
-def start_flash_triton_shapes(ctx: Context) -> Callable[[], dict]:
-    """The launch of the shape sweep: the same child, in its 'shapes' mode."""
-    return start_flash_triton(ctx, mode="shapes")
+start_flash_triton_shapes = functools.partial(start_flash_triton, mode="shapes")
+"""The launch of the shape sweep: the same child, in its 'shapes' mode."""
 
 
 def check_flash_triton_shapes(ctx: Context) -> Outcome:
     """flash-triton against the float64 reference on SHAPES in fp32, fp16 and bf16, causal and
     not, and on LONG_BF16 causal (compiled; the interpreter is too slow for these sizes)."""
-    from lmperf.kernels.flash_triton import triton_available
-
-    if not triton_available():
-        return skip("Triton is not installed (pip install triton): --attention flash-triton is "
-                    "unavailable")
     if ctx.device.type != "cuda":
         return skip(SHAPES_CPU_SKIP)
-    answer = ctx.result_of(start_flash_triton_shapes)
-    if "error" in answer:
-        return passed(False, answer["error"][:160], "the child must run the kernels")
+    answer = _triton_answer(ctx, start_flash_triton_shapes)
+    if isinstance(answer, Outcome):
+        return answer
     cases = answer["dtypes"]
     # the worst case relative to its own bound: excess over atol + rtol |ref| (<= 0: within)
     worst = max(cases, key=lambda c: cases[c]["worst_excess"])

@@ -3,8 +3,6 @@ and `lmperf table`): one row per check, its latest record's (see `doctor.records
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pandas as pd
 
 from lmperf.core.report import Report
@@ -15,7 +13,7 @@ COLUMNS = ("check", "device", "status", "result", "why", "seconds")
 
 def counts(frame: pd.DataFrame) -> dict[str, int]:
     """{'ok', 'fail', 'skip'} -> how many rows of the frame have it."""
-    seen = Counter(frame["status"]) if len(frame) else Counter()
+    seen = frame["status"].value_counts()
     return {s: int(seen.get(s, 0)) for s in ("ok", "fail", "skip")}
 
 

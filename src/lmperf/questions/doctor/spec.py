@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from lmperf.errors import SpecError
 from lmperf.questions.doctor.records import KIND
+from lmperf.results.schema import SpecDict
 
 CPU_WORKERS = 3
 """Jobs in flight at once when no CUDA check runs: the torchrun launch, a second launching job
@@ -17,7 +18,7 @@ and the in-process checks (2 workers were slower on the 2-core VM: docs/runs/202
 
 
 @dataclass(frozen=True)
-class CheckJob:
+class CheckJob(SpecDict):
     """One job of the doctor.
 
     Attributes:
@@ -40,16 +41,6 @@ class CheckJob:
         object.__setattr__(self, "checks", tuple(self.checks))  # a list from JSON
         if not self.checks:
             raise SpecError("a doctor job needs at least one check")
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (the job's identity)."""
-        return {"checks": list(self.checks), "scope": self.scope, "device": self.device,
-                "threads": self.threads}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "CheckJob":
-        """Inverse of `to_dict`."""
-        return cls(**data)
 
     def items(self) -> list[str]:
         """The checks, in order (`--resume` keeps those without an ok record)."""

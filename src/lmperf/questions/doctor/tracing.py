@@ -12,9 +12,8 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.questions.doctor.checks import Context, Outcome, fail, passed
+from lmperf.questions.doctor.timing import PHASES
 from lmperf.units import MIB
-
-PHASES = ("forward", "backward", "optimizer")
 
 
 def profiled_trace(ctx: Context):
@@ -46,16 +45,13 @@ def attribution(events: pd.DataFrame, what: str) -> Outcome:
                   counts={str(k): int(v) for k, v in counts.items()}, stray=stray)
 
 
-def check_profile_cpu(ctx: Context) -> Outcome:
-    """A profiled CPU step: every operator attributed to a phase (autograd's thread included)."""
+def check_profile(ctx: Context) -> Outcome:
+    """A profiled step: on the CPU every operator attributed to a phase (autograd's thread
+    included), on CUDA every device activity (through its launch)."""
     _, trace = profiled_trace(ctx)
+    if ctx.device.type == "cuda":
+        return attribution(trace.kernels, "kernels")
     return attribution(trace.ops, "operators")
-
-
-def check_profile_cuda(ctx: Context) -> Outcome:
-    """A profiled CUDA step: every device activity attributed to a phase through its launch."""
-    _, trace = profiled_trace(ctx)
-    return attribution(trace.kernels, "kernels")
 
 
 def check_snapshot(ctx: Context) -> Outcome:
