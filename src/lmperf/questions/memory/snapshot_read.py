@@ -1,4 +1,4 @@
-"""Reading CUDA memory snapshots on any machine (no torch needed): load safely, parse once into
+"""Reading CUDA memory snapshots on any machine (no GPU needed): load safely, parse once into
 tables, summarise, plot. Recording them is `snapshot_record`.
 
 A snapshot is the pickle `torch.cuda.memory._dump_snapshot` writes (`segments`, and
@@ -114,17 +114,11 @@ def _check_format(path: Path, data: object) -> None:
 # --- analysis: parse once into tables, then ask -----------------------------------------------------
 
 # Frames to skip when naming who allocated: torch's own Python code (under a torch/ package
-# directory) and native frames (C/C++/CUDA sources, or '??' when no debug info), plus what
-# memory_viz itself hides (torch/cuda/_memory_viz.py `_frame_filter`).
+# directory) and native frames (C/C++/CUDA sources, or '??' when no debug info); when a stack has
+# nothing else, what memory_viz itself hides (torch.cuda._memory_viz._frame_filter) and the
+# allocator's own frames (innermost in every stack, never the answer).
 _NATIVE_FILE = re.compile(r"(\.(c|cc|cpp|cxx|cu|cuh|h|hpp)$)|^\?\?$|^$")
 _TORCH_FILE = re.compile(r"(^|[/\\])torch[/\\]")
-_VIZ_HIDDEN_NAMES = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
-                     "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_",
-                     # the allocator's own frames: innermost in every stack, never the answer
-                     "CachingAllocator")
-_VIZ_HIDDEN_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
-                     "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
-                     "cpython/abstract.h")
 NO_STACK = "<no stack: allocated before recording, or recorded without context>"
 
 
@@ -143,9 +137,10 @@ def top_frames(frames: list[dict], n: int = TOP_FRAMES) -> list[str]:
         return not _NATIVE_FILE.search(name) and not _TORCH_FILE.search(name)
 
     def shown(f: dict) -> bool:
-        name, filename = str(f.get("name", "")), str(f.get("filename", ""))
-        return not (any(h in name for h in _VIZ_HIDDEN_NAMES)
-                    or any(h in filename for h in _VIZ_HIDDEN_FILES))
+        from torch.cuda._memory_viz import _frame_filter
+
+        name = str(f.get("name", ""))
+        return "CachingAllocator" not in name and _frame_filter(name, str(f.get("filename", "")))
 
     picked = [f for f in frames if user(f)] or [f for f in frames if shown(f)]
     return [format_frame(f) for f in picked[:n]]
