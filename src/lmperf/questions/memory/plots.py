@@ -81,7 +81,7 @@ def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
                 ax.axvline(first, color="k", lw=0.6, alpha=0.5)
                 ax.annotate(str(phase), (first, 1.0), xycoords=("data", "axes fraction"),
                             fontsize=7, rotation=90, va="top")
-            ax.set_title(f"checkpoint {case.label}: peak {res.peak_bytes / MIB:,.0f} MiB",
+            ax.set_title(f"checkpoint {case.group}: peak {res.peak_bytes / MIB:,.0f} MiB",
                          fontsize=9)
             ax.set_xlabel("allocation/free event")
             ax.set_ylabel("live MiB (simulated)")
