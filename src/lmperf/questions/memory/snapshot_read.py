@@ -212,18 +212,16 @@ def allocations(snapshot: dict, device: int) -> pd.DataFrame:
     return df
 
 
-def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Active and reserved memory after each history event of `device`.
+def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame) -> pd.DataFrame:
+    """Active and reserved memory after each history event of `device` (`allocs`: its
+    `allocations`).
 
     One row per event plus a first row `event = -1` for the state when recording started.
     Columns: event, action, size_bytes, time_us (<NA> where absent), active_bytes (tensors
     allocated and not yet free_completed), reserved_bytes (the allocator's segments: the dump's
     total minus the segment_alloc/map and plus the segment_free/unmap seen in the trace, replayed).
-    `allocs`: `allocations(snapshot, device)` when the caller already has it.
     """
     trace = _trace_on(snapshot, device)
-    if allocs is None:
-        allocs = allocations(snapshot, device)
     baseline = int(allocs.loc[allocs["alloc_event"] == -1, "size_bytes"].sum())
     delta_active, delta_reserved = [], []
     for e in trace:
@@ -233,7 +231,7 @@ def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame | None = N
                               else -size if action in ("segment_free", "segment_unmap") else 0)
     reserved_end = sum(int(s["total_size"]) for s in _segments_on(snapshot, device))
     reserved_start = reserved_end - sum(delta_reserved)
-    df = pd.DataFrame({
+    return pd.DataFrame({
         "event": range(-1, len(trace)),
         "action": ["start"] + [e["action"] for e in trace],
         "size_bytes": [0] + [int(e.get("size", 0)) for e in trace],
@@ -241,7 +239,6 @@ def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame | None = N
         "active_bytes": pd.Series([0] + delta_active).cumsum() + baseline,
         "reserved_bytes": pd.Series([0] + delta_reserved).cumsum() + reserved_start,
     })
-    return df
 
 
 @dataclass
@@ -354,13 +351,11 @@ def summarize_snapshot(path: str | Path, out_png: str | Path | None = None) -> S
 
 def plot_active_memory(summary: SnapshotSummary, path: str | Path) -> Path:
     """Draw active and reserved MiB over the history events to `path` (PNG); returns the path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global figure state, no backend switch
     from matplotlib.ticker import MaxNLocator
 
     t = summary.timeline
     fig = Figure(figsize=(9, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
     ax = fig.subplots()
     ax.step(t["event"], t["reserved_bytes"] / MIB, where="post", color="grey", linestyle="--",
             label="reserved (segments)")
