@@ -108,7 +108,7 @@ class SavedSummary:
     residual_bytes: int
     measured_on: str
     per_group: dict[str, int]
-    groups: list[dict]  # rows of SavedReport.by_group()
+    groups: list[dict]  # rows of SavedReport.by_group() (absent in older records)
     top: list[dict]
     square_bytes: int | None  # T x T activations (absent in older records)
     estimate: MemoryEstimate | None

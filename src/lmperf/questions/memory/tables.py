@@ -90,8 +90,11 @@ def saved_section(reports: dict[tuple[str, int], SavedSummary]) -> tuple[Tables,
                      "activations")
     notes.append("bytes are storage bytes, each storage counted once; parameters, RoPE buffers "
                  "and token ids that autograd saves are listed but not counted")
+    groups = (pd.DataFrame(rep.groups) if rep.groups else
+              pd.DataFrame([{"group": g, "activations MiB": b / MIB}
+                            for g, b in rep.per_group.items()]))
     tables = {"saved for backward (activations + autocast weight copies)": pd.DataFrame(rows),
-              f"saved for backward per group: {precision}, context {t}": pd.DataFrame(rep.groups),
+              f"saved for backward per group: {precision}, context {t}": groups,
               f"largest saved activations: {precision}, context {t}": pd.DataFrame(rep.top)}
     for (p, ctx), r in reports.items():  # one block at every context: the course's question
         if r.block and r.block.get("top"):
