@@ -23,7 +23,6 @@ from lmperf.workload.probe import PhaseProbe, release_freed_memory
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 
-PHASE_MODES: tuple[str, ...] = ("forward", "train-step")
 MEMORY_LABELS = {"cpu_process_peak_rss": "peak RSS MiB (CPU process)",
                  "cuda_allocator": "peak allocated MiB (GPU)"}
 
@@ -74,7 +73,7 @@ def _observe(state: StepState, mode: str, device: torch.device) -> PhaseProbe:
     return probe
 
 
-def measure_phases(base: RunSpec, contexts: list[int], modes: tuple[str, ...] = PHASE_MODES,
+def measure_phases(base: RunSpec, contexts: list[int], modes: tuple[str, ...],
                    warmup: int = 1) -> list[PhaseRow]:
     """Measure per-phase memory of `base`'s precision for every (context, mode), in that order,
     on one model built for the longest context (`base` gives model, batch, attention,
