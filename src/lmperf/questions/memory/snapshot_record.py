@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from lmperf.core.outcome import first_line
 from lmperf.errors import SpecError
 from lmperf.runtime import device as dev
 from lmperf.workload.spec import RunSpec
@@ -95,9 +96,8 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, overwrite: bool = False
         if not dev.is_oom(exc):
             raise
         _dump_after_oom(exc, device, oom_path)  # OOM before the history: the state only
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return SnapshotRecording("oom", None, oom_path, recorded,
-                                 f"out of memory after {recorded} recorded steps: {first}")
+        return SnapshotRecording("oom", None, oom_path, recorded, f"out of memory after "
+                                 f"{recorded} recorded steps: {first_line(exc)}")
     finally:
         dev.cancel_oom_dump()
         dev.free_memory(device)
