@@ -1,7 +1,7 @@
 """Issue 43's small things, each failing on d11c26e: one unsupported reason said once on stderr
 (the doctor's 22 CUDA checks), "1 call", "holds", the closing line after --resume, a predicted
-oom row naming the pre-flight (not "building the model"), and the memory frame's bisection row
-with a key of its own."""
+oom row naming the pre-flight (not "building the model"), and the memory frame's estimate rows
+each with a key of its own."""
 
 from __future__ import annotations
 
@@ -73,11 +73,10 @@ def test_a_predicted_oom_says_the_preflight_not_building_the_model(tmp_path, cap
     assert "checking that one step fits" in record["message"]
 
 
-def test_the_memory_frame_keys_the_bisection_row_apart():
+def test_the_memory_frame_keys_each_estimate_row_apart():
     import lmperf
 
     frame = lmperf.memory(size="tiny", context=16, estimate=True, checkpoint=[1],
                           mode="train-step").frame
-    key = ["mode", "precision", "context", "checkpoint_group", "checkpoint_schedule"]
-    assert len(frame) == 3 and not frame.duplicated(key).any()
-    assert set(frame["checkpoint_schedule"]) == {"uniform", "bisection"}
+    key = ["mode", "precision", "context", "checkpoint_group"]
+    assert len(frame) == 2 and not frame.duplicated(key).any()

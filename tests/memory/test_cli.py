@@ -85,18 +85,18 @@ def test_estimate_allocates_nothing_and_answers_fits(tmp_path, capsys, monkeypat
 
 def test_estimate_honours_every_option(tmp_path, capsys):
     """--mode (each its own row), --precision (several), --optimizer, --attention and
-    --checkpoint (one row per group, plus recursive bisection) reach the simulation."""
+    --checkpoint (one row per group) reach the simulation."""
     text, _, records = run([*QUICK, "--context", "16", "32", "--mode", "forward", "train-step",
                             "--precision", "fp32", "bf16-mixed", "--checkpoint", "1", "2",
                             "--estimate"], tmp_path, capsys)
     keys = [(r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context"],
-             r["spec"]["checkpoint_schedule"], r["spec"]["checkpoint_group"]) for r in records]
-    assert len(keys) == len(set(keys)) == 2 * 2 * 2 * 3 + 2 * 2  # + bisection per training row
-    assert "lowest simulated peak with checkpointing" in text and "recursive bisection" in text
+             r["spec"]["checkpoint_group"]) for r in records]
+    assert len(keys) == len(set(keys)) == 2 * 2 * 2 * 3
+    assert "lowest simulated peak with checkpointing" in text
     peaks = {k: r["metrics"]["simulation"]["peak_bytes"] for k, r in zip(keys, records)}
-    none = ("forward", "fp32", 32, "uniform", "none")
-    assert peaks[("forward", "fp32", 32, "uniform", "full")] == peaks[none]
-    assert peaks[("forward", "bf16-mixed", 32, "uniform", "none")] != peaks[none]
+    none = ("forward", "fp32", 32, "none")
+    assert peaks[("forward", "fp32", 32, "full")] == peaks[none]
+    assert peaks[("forward", "bf16-mixed", 32, "none")] != peaks[none]
 
     def peak(*argv: str) -> int:
         _, _, recs = run([*QUICK, "--context", "32", "--mode", "train-step", "--estimate", *argv],

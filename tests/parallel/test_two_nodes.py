@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
-from lmperf.core.torchrun import torchrun_command
 from lmperf.results.store import read_records
 
 
@@ -23,7 +23,10 @@ def test_two_agents_with_a_c10d_rendezvous(tmp_path: Path) -> None:
     endpoint = f"127.0.0.1:{_free_port()}"
     args = ["-m", "lmperf", "dist", "comm", "--collective", "all_reduce", "broadcast", "--sizes",
             "4KiB", "--iters", "2", "--warmup", "1", "--out", str(out), "--timeout", "60"]
-    cmd = torchrun_command(1, args, nnodes=2, rdzv_endpoint=endpoint, rdzv_id="lmperf-test")
+    # what a user runs on each node (dist.md): lmperf's own launcher is single-node only
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint={endpoint}", "--rdzv-id=lmperf-test", "--nproc-per-node=1",
+           "--max-restarts=0", "--monitor-interval=0.1", *args]
     agents = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True) for _ in range(2)]
     try:

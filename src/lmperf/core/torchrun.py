@@ -32,18 +32,12 @@ KILL_WAIT_S = 5.0
 PROGRESS_S = 2.0  # at most one line on stderr this often, saying what each rank is doing
 
 
-def torchrun_command(nproc: int, worker_args: list[str], *, nnodes: int = 1,
-                     rdzv_endpoint: str | None = None, rdzv_id: str = "lmperf") -> list[str]:
-    """`python -m torch.distributed.run ...` for this interpreter: `--standalone` (a local
-    c10d rendezvous on a free port) for one node, or a c10d rendezvous at `rdzv_endpoint`."""
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
-    if nnodes == 1 and rdzv_endpoint is None:
-        cmd += ["--standalone", "--nnodes=1"]
-    else:
-        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-                f"--rdzv-id={rdzv_id}"]
-    return cmd + [f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
-                  *worker_args]
+def torchrun_command(nproc: int, worker_args: list[str]) -> list[str]:
+    """`python -m torch.distributed.run ...` for this interpreter on this node: `--standalone`
+    (a local c10d rendezvous on a free port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+            f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
+            *worker_args]
 
 
 @dataclass

@@ -35,27 +35,16 @@ def memory(size: str | None = None, *, model: str | None = None,
            progress: bool = False, force: bool = False,
            vocab_size: int | None = None) -> Report:
     """Measure where the memory of the reference LM (or `model`) goes, over `context` x
-    `precision`; keywords and defaults are `lmperf memory`'s flags (None: the device's
-    default, see core.vocabulary.DEFAULTS["memory"]), except `out`: None keeps the records in
-    memory (the CLI writes results/memory.jsonl).
+    `precision`; keywords and defaults are `lmperf memory`'s flags (docs/commands/memory.md;
+    None: the device's default, core.vocabulary.DEFAULTS["memory"]), except `out`: None keeps
+    the records in memory (the CLI writes results/memory.jsonl).
 
-    What runs: peaks per phase for each `mode` and the saved-for-backward tensors (default);
-    the estimate only (`estimate`, or `gib`: does it fit in that many GiB?): one simulated
-    step per mode, precision, context and `checkpoint` policy, nothing allocated; the
-    activation checkpointing trade-off over policies (`checkpoint`: none, full, op, every-K,
-    G blocks per group); or the summary of a
-    CUDA memory snapshot file (`snapshot`; no records). `gpu`: a GPU of the peak table whose
-    memory is the budget (implies `estimate` on CUDA). `attention` None: sdpa with `gpu` (what
-    lmperf plan assumes), else naive (the course's). `warmup`: train steps before measuring
-    (0: the measured step creates AdamW's state); `steps`: timed steps per checkpoint policy;
-    `float8`: torchao's float8 training of the Linear layers (measured only, beside a bf16
-    regime); `vocab_size`: the vocabulary (None: a preset's own, else 10,000);
-    `top`: rows of the largest saved activations; `plots`: a folder for the PNG. An estimate
-    without `gib` or `gpu` holds its peak against the memory this machine has left for it.
-    Failed measurements (oom, error, unsupported) are rows of the Report; a job whose lower
-    simulated step cannot fit is an 'oom' row in seconds, predicted (lmperf.estimate.preflight), unless
-    `force`. Raises SpecError /
-    ModelLoadError before anything runs for bad input, SweepInterrupted on Ctrl-C.
+    What runs: peaks per phase and saved tensors (default); one simulated step per row,
+    nothing allocated (`estimate`, `gib` or `gpu`); the checkpointing trade-off (`checkpoint`);
+    or a CUDA snapshot's summary (`snapshot`; no records). Failed measurements (oom, error,
+    unsupported) are rows of the Report; `force` runs a job that the pre-flight predicts cannot
+    fit (else an 'oom' row in seconds). Raises SpecError / ModelLoadError before anything runs
+    for bad input, SweepInterrupted on Ctrl-C.
     """
     if snapshot is not None:
         return snapshot_report(snapshot, plots)

@@ -14,16 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-
 from lmperf.errors import SpecError
 from lmperf.validate import checkpoint_every, checkpoint_policy
 from lmperf.model.presets import ModelConfig
 from lmperf.runtime.precision import REGIMES, Regime
-
-
-def _bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
 
 
 def block_matmul_params(c: ModelConfig) -> int:
@@ -113,9 +107,9 @@ def estimate(config: ModelConfig, batch: int, context: int, regime: str | Regime
     B, T, C, H, F, L, V = (batch, context, config.d_model, config.num_heads, config.d_ff,
                            config.num_layers, config.vocab_size)
     BT, BTC = B * T, B * T * C
-    p = _bytes(regime.param_dtype)
+    p = regime.param_dtype.itemsize
     mixed = regime.autocast_dtype is not None
-    a = _bytes(regime.autocast_dtype) if mixed else p
+    a = regime.autocast_dtype.itemsize if mixed else p
     r = 4 if mixed else p
     loss_b = 4 if mixed else p
 

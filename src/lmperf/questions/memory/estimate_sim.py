@@ -31,34 +31,18 @@ UNSIMULATED = {
 
 @dataclass(frozen=True)
 class Case:
-    """One simulated step: mode, precision, context, checkpoint policy, schedule."""
+    """One simulated step: mode, precision, context, checkpoint policy."""
 
     mode: str
     precision: str
     context: int
     group: str | int = "none"  # the policy (lmperf.validate.checkpoint_policy's canonical)
-    schedule: str = "uniform"
-
-    @property
-    def label(self) -> str:
-        """The group column: 'none', the group size, or 'bisection'."""
-        if self.schedule == "bisection":
-            return "bisection"
-        return str(self.group) if self.group else "none"
 
 
 def cases(modes: list[str], precisions: list[str], contexts: list[int],
-          groups: list[int], bisection: bool) -> list[Case]:
-    """Every (mode, precision, context, group), in that order; with `bisection`, one more row
-    per training mode for recursive bisection."""
-    out = []
-    for m in modes:
-        for p in precisions:
-            for t in contexts:
-                out += [Case(m, p, t, g) for g in groups]
-                if bisection and m != "forward":
-                    out.append(Case(m, p, t, "none", "bisection"))
-    return out
+          groups: list[str | int]) -> list[Case]:
+    """Every (mode, precision, context, group), in that order."""
+    return [Case(m, p, t, g) for m in modes for p in precisions for t in contexts for g in groups]
 
 
 def check_attention(attention: str) -> None:
@@ -72,16 +56,15 @@ def run_case(base: RunSpec, case: Case, cache: dict[tuple, SimResult]) -> SimRes
     """Simulate one case. A forward step builds no autograd graph, so checkpointing changes
     nothing in it: its rows share one simulation (kept in `cache`)."""
     spec = base.with_(mode=case.mode, precision=case.precision, context=case.context)
-    key = (case.mode, case.precision, case.context) + (
-        () if case.mode == "forward" else (case.group, case.schedule))
+    key = (case.mode, case.precision, case.context, case.mode == "forward" or case.group)
     if key not in cache:
-        cache[key] = simulate_step(spec, case.group, schedule=case.schedule)
+        cache[key] = simulate_step(spec, case.group)
     return cache[key]
 
 
 def analytic(base: RunSpec, case: Case) -> MemoryEstimate | None:
     """The analytic terms of a case (the reference LM only; None for a user's model)."""
-    if base.model is not None or case.schedule != "uniform" or case.group == "op":
+    if base.model is not None or case.group == "op":
         return None
     return estimate(base.model_config(), base.batch, case.context, case.precision,
                     base.attention, case.mode, case.group, device=base.device)
@@ -102,7 +85,7 @@ def metrics(res: SimResult, est: MemoryEstimate | None, gib: float | None) -> di
            "peak_phase": res.peak_phase, "phase_peaks": res.phase_peaks,
            "composition": res.composition, "allowance_bytes": res.allowance_bytes,
            "total_bytes": res.total_bytes, "ops": res.ops, "seconds": res.seconds,
-           "recomputed_blocks": res.recomputed_blocks, "schedule": res.schedule,
+           "recomputed_blocks": res.recomputed_blocks,
            "notes": res.notes, "method": METHOD}
     from lmperf.estimate.fit import fits
 

@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from lmperf.estimate.checkpoint_plan import bisection_depth, sqrt_rule
+from lmperf.estimate.checkpoint_plan import sqrt_rule
 from lmperf.validate import checkpoint_phrase, checkpoint_policy
 from lmperf.units import GIB
 from lmperf.questions.memory.estimate_sim import METHOD, reconcile_rows
@@ -18,14 +18,14 @@ MAX_EXPLAINED = 4  # reconciliation tables shown (the frame and JSON records hav
 
 
 def simulated(records: list[dict]) -> list[dict]:
-    """The ok 'estimate' records that hold a simulation."""
+    """The ok 'estimate' records that hold a simulation (older files' recursive-bisection rows,
+    no longer simulated, left out)."""
     return [r for r in records if r["spec"].get("analysis") == "estimate"
-            and r["status"] == "ok" and "simulation" in (r.get("metrics") or {})]
+            and r["status"] == "ok" and "simulation" in (r.get("metrics") or {})
+            and r["spec"].get("checkpoint_schedule", "uniform") == "uniform"]
 
 
 def _group(spec: dict) -> str:
-    if spec.get("checkpoint_schedule") == "bisection":
-        return "bisection"
     return str(spec.get("checkpoint_group") or "none")
 
 
@@ -98,8 +98,8 @@ def estimate_sim_section(records: list[dict]) -> tuple[Tables, list[str]]:
 
 
 def _checkpoint_notes(records: list[dict]) -> list[str]:
-    """Per training (mode, precision, context) with several groups: the memory-optimal group,
-    the sqrt(N) rule's, and recursive bisection's peak and recompute."""
+    """Per training (mode, precision, context) with several groups: the memory-optimal group
+    and the sqrt(N) rule's."""
     notes = []
     keys = dict.fromkeys((r["spec"]["mode"], r["spec"]["precision"], r["spec"]["context"])
                          for r in records if r["spec"]["mode"] != "forward")
@@ -110,25 +110,18 @@ def _checkpoint_notes(records: list[dict]) -> list[str]:
             continue
         peak = {_group(r["spec"]): r["metrics"]["simulation"] for r in rows}
         layers = rows[0]["spec"]["num_layers"]
-        uniform = {g: v for g, v in peak.items() if g != "bisection"}
-        best = min(uniform, key=lambda g: (uniform[g]["peak_bytes"], g != "none"))
+        best = min(peak, key=lambda g: (peak[g]["peak_bytes"], g != "none"))
         where = f"{key[0]}, {key[1]}, context {key[2]}"
         line = (f"{where}: lowest simulated peak with {checkpoint_phrase(checkpoint_policy(best))} "
-                f"({uniform[best]['peak_bytes'] / GIB:.2f} GiB; none: "
-                f"{uniform.get('none', {}).get('peak_bytes', math.nan) / GIB:.2f} GiB)")
+                f"({peak[best]['peak_bytes'] / GIB:.2f} GiB; none: "
+                f"{peak.get('none', {}).get('peak_bytes', math.nan) / GIB:.2f} GiB)")
         g = str(checkpoint_policy(sqrt_rule(layers)))
-        if g in uniform:
+        if g in peak:
             line += (f"; the sqrt(N) rule (N = {layers} blocks) gives groups of "
                      f"{sqrt_rule(layers)}: "
-                     f"{uniform[g]['peak_bytes'] / GIB:.2f} GiB, +1 forward of every block")
+                     f"{peak[g]['peak_bytes'] / GIB:.2f} GiB, +1 forward of every block")
         notes.append(line)
-        if "bisection" in peak:
-            b = peak["bisection"]
-            notes.append(f"{where}: recursive bisection (depth {bisection_depth(layers)}, "
-                         f"O(log N) checkpoints) {b['peak_bytes'] / GIB:.2f} GiB, recomputing "
-                         f"{b['recomputed_blocks']:.2f} forwards of the block stack per step "
-                         "(uniform groups: 1)")
-        tops = {v["peak_phase"] for v in uniform.values()}
+        tops = {v["peak_phase"] for v in peak.values()}
         if tops == {"optimizer"}:
             notes.append(f"{where}: every peak is in the optimizer step (parameters, gradients, "
                          "AdamW state and its temporaries), which checkpointing cannot lower")

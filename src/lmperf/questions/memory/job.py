@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lmperf.core.outcome import PREFLIGHT, Stage, failure
+from lmperf.questions.memory.estimate import block_matmul_params, param_count
 from lmperf.questions.memory.spec import MemorySpec
 from lmperf.results.schema import make_record, to_jsonable
 from lmperf.runtime import device as dev
@@ -99,8 +100,7 @@ def _phases(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]:
     stage.now = "reading the baseline"
     baseline = baseline_mib(torch.device(spec.device))  # before the model: the runtime's share
     stage.now = "measuring peaks per phase"
-    rows = measure_phases(spec.run, list(spec.contexts), [spec.run.precision], spec.modes,
-                          warmup=spec.run.warmup)
+    rows = measure_phases(spec.run, list(spec.contexts), spec.modes, warmup=spec.run.warmup)
     items = []
     for r in rows:
         changes = {"context": r.context, "mode": r.mode}
@@ -114,7 +114,6 @@ def _phases(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]:
 
 
 def _saved(spec: MemorySpec, stage: Stage) -> tuple[list[Item], int | None]:
-    from lmperf.questions.memory.estimate import param_count
     from lmperf.questions.memory.saved import measure_spec, meta_equivalent
 
     items = []
@@ -149,8 +148,8 @@ def _one_block(rep: SavedReport, run: RunSpec, top: int) -> dict | None:
     if not blocks:
         return None
     name = next(iter(blocks))
-    d, f = run.d_model, run.d_ff
-    params = 4 * d * d + 3 * d * f + 2 * d if run.model is None else None  # q,k,v,o + SwiGLU + 2 norms
+    # the matmuls (estimate.block_matmul_params: GQA's narrower k, v included) and 2 norms
+    params = None if run.model else block_matmul_params(run.model_config()) + 2 * run.d_model
     dtype = get_regime(run.precision).param_dtype
     return {"name": name, "activation_bytes": blocks[name],
             "top": rep.top(top, group=name).to_dict("records"), "params": params,

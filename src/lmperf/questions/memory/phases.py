@@ -23,7 +23,6 @@ from lmperf.workload.probe import PhaseProbe, release_freed_memory
 from lmperf.workload.spec import RunSpec
 from lmperf.workload.steps import NO_OBSERVER, PHASES, STEPS, StepState
 
-PHASE_MODES: tuple[str, ...] = ("forward", "train-step")
 MEMORY_LABELS = {"cpu_process_peak_rss": "peak RSS MiB (CPU process)",
                  "cuda_allocator": "peak allocated MiB (GPU)"}
 
@@ -74,26 +73,16 @@ def _observe(state: StepState, mode: str, device: torch.device) -> PhaseProbe:
     return probe
 
 
-def measure_phases(base: RunSpec, contexts: list[int], precisions: list[str],
-                   modes: tuple[str, ...] = PHASE_MODES, warmup: int = 1) -> list[PhaseRow]:
-    """Measure per-phase memory for every (precision, context, mode); rows in that order.
-
-    `base` gives model, batch, attention, optimizer, seed and device; its context fields are
-    replaced by each context (the model context is at least the longest one). Returns rows
-    with status ok, oom, unsupported or error (never raises for a failed measurement).
+def measure_phases(base: RunSpec, contexts: list[int], modes: tuple[str, ...],
+                   warmup: int = 1) -> list[PhaseRow]:
+    """Measure per-phase memory of `base`'s precision for every (context, mode), in that order,
+    on one model built for the longest context (`base` gives model, batch, attention,
+    optimizer, seed and device). Returns rows with status ok, oom, unsupported or error (never
+    raises for a failed measurement).
     """
-    rows: list[PhaseRow] = []
-    for precision in precisions:
-        spec = base.with_(precision=precision, context=max(contexts), mode="train-step",
-                          model_context=max(base.model_context, max(contexts)))
-        rows += _measure_precision(spec, sorted(contexts), modes, warmup)
-    order = [(p, t, m) for p in precisions for t in contexts for m in modes]
-    return sorted(rows, key=lambda r: order.index((r.precision, r.context, r.mode)))
-
-
-def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...],
-                       warmup: int) -> list[PhaseRow]:
-    """One model for `spec` (longest context); every context and mode measured on it."""
+    spec = base.with_(context=max(contexts), mode="train-step",
+                      model_context=max(base.model_context, max(contexts)))
+    contexts = sorted(contexts)
     device, regime = torch.device(spec.device), get_regime(spec.precision)
     kind = dev.PeakMemory(device).kind
     rows: list[PhaseRow] = []
@@ -139,7 +128,7 @@ def _measure_precision(spec: RunSpec, contexts: list[int], modes: tuple[str, ...
         del state
         gc.collect()
         dev.free_memory(device)
-    return rows
+    return sorted(rows, key=lambda r: (r.context, modes.index(r.mode)))
 
 
 def _warm_up(state: StepState, t: int, device: torch.device) -> None:

@@ -137,7 +137,7 @@ def plan_memory(*, size: str | None, model: str | None, context: Sequence[int] |
 def estimate_records(plan: MemoryPlan, gib: float | None,
                      results: dict | None = None) -> list[dict]:
     """One simulated step per (mode, precision, context, checkpoint policy) as 'estimate'
-    records (allocates nothing). With several policies, recursive bisection is simulated too.
+    records (allocates nothing).
     `results`, if given, receives each case's SimResult (for the timeline plots)."""
     from lmperf.questions.memory.estimate_sim import analytic, cases, metrics, run_case, what_fits
     from lmperf.questions.memory.job import make_records
@@ -145,18 +145,16 @@ def estimate_records(plan: MemoryPlan, gib: float | None,
     base = plan.base
     cache: dict = {}
     items, params = [], None
-    for case in cases(plan.modes, plan.precisions, plan.contexts, plan.groups,
-                      bisection=len(plan.groups) > 1):
+    for case in cases(plan.modes, plan.precisions, plan.contexts, plan.groups):
         res = run_case(base, case, cache)
         if results is not None:
             results[case] = res
         est = analytic(base, case)
         params = params or (est.params if est else None)
         items.append(({"context": case.context, "precision": case.precision,
-                       "mode": case.mode, "checkpoint_group": case.group,
-                       "checkpoint_schedule": case.schedule}, "ok", metrics(res, est, gib)))
-    misfits = [i for i, (c, _, m) in enumerate(items)
-               if m["fits"] is False and c["checkpoint_schedule"] == "uniform"]
+                       "mode": case.mode, "checkpoint_group": case.group}, "ok",
+                      metrics(res, est, gib)))
+    misfits = [i for i, (_, _, m) in enumerate(items) if m["fits"] is False]
     if misfits:  # the largest: what would make it fit, simulated (what fits it fits the rest)
         c, _, m = items[max(misfits, key=lambda i: items[i][2]["simulation"]["total_bytes"])]
         m["what_fits"] = what_fits(base.with_(mode=c["mode"], precision=c["precision"],

@@ -18,13 +18,11 @@ def plot_contexts(records: list[dict], path: str | Path) -> Path | None:
     saved = readback.saved(records)
     if not rows and not saved:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global figure state
 
     baseline = readback.baseline(records) or 0.0
     estimates = readback.phase_estimates(records)
     fig = Figure(figsize=(12, 4.8), layout="constrained")
-    FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)
     for key in dict.fromkeys((r.precision, r.mode) for r in rows):
         ok = [r for r in rows if (r.precision, r.mode) == key and r.status == "ok"]
@@ -58,7 +56,6 @@ def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
     """PNGs of simulated steps: live bytes per category over the step's events, stacked, with
     the phase boundaries; one figure per (mode, precision, context), its cases (checkpoint
     groups) side by side (at most 4). `results`: estimate_sim.Case -> SimResult."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from lmperf.estimate.simulate import CATEGORIES
@@ -71,7 +68,6 @@ def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
     for (mode, precision, context), items in by_key.items():
         items = items[:4]
         fig = Figure(figsize=(5 * len(items) + 1, 4.2), layout="constrained")
-        FigureCanvasAgg(fig)
         axes = fig.subplots(1, len(items), squeeze=False)[0]
         for ax, (case, res) in zip(axes, items):
             tl = res.timeline
@@ -81,7 +77,7 @@ def plot_timelines(results: dict, plots: str | Path) -> list[Path]:
                 ax.axvline(first, color="k", lw=0.6, alpha=0.5)
                 ax.annotate(str(phase), (first, 1.0), xycoords=("data", "axes fraction"),
                             fontsize=7, rotation=90, va="top")
-            ax.set_title(f"checkpoint {case.label}: peak {res.peak_bytes / MIB:,.0f} MiB",
+            ax.set_title(f"checkpoint {case.group}: peak {res.peak_bytes / MIB:,.0f} MiB",
                          fontsize=9)
             ax.set_xlabel("allocation/free event")
             ax.set_ylabel("live MiB (simulated)")

@@ -70,7 +70,6 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
             "batch": spec.get("batch"), "precision": spec.get("precision"),
             "mode": spec.get("mode"), "attention": spec.get("attention"),
             "checkpoint_group": spec.get("checkpoint_group"),
-            "checkpoint_schedule": spec.get("checkpoint_schedule"),  # bisection: group 0 too
             "warmup": spec.get("warmup"),
             "device": spec.get("device"), "threads": spec.get("threads"),
             "status": r["status"], "message": r.get("message", ""),
@@ -205,8 +204,7 @@ def headline(records: list[dict]) -> list[str]:
 def assumed(spec: dict) -> str:
     """What an estimate assumed that changes it: batch, attention (sdpa for a GPU: lmperf
     plan's), checkpointing, and for a training step the optimizer."""
-    group = ("bisection checkpointing" if spec.get("checkpoint_schedule") == "bisection" else
-             checkpoint_phrase(spec.get("checkpoint_group", "none")))
+    group = checkpoint_phrase(spec.get("checkpoint_group", "none"))
     gpu = " (--gpu's default, as lmperf plan)" if spec.get("gpu") and spec["attention"] == "sdpa" else ""
     return (f"batch {spec['batch']}, {spec['attention']} attention{gpu}, {group}"
             + (f", AdamW {spec['optimizer']}" if spec["mode"] == "train-step" else ""))

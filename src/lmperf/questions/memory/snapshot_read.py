@@ -1,4 +1,4 @@
-"""Reading CUDA memory snapshots on any machine (no torch needed): load safely, parse once into
+"""Reading CUDA memory snapshots on any machine (no GPU needed): load safely, parse once into
 tables, summarise, plot. Recording them is `snapshot_record`.
 
 A snapshot is the pickle `torch.cuda.memory._dump_snapshot` writes (`segments`, and
@@ -114,17 +114,11 @@ def _check_format(path: Path, data: object) -> None:
 # --- analysis: parse once into tables, then ask -----------------------------------------------------
 
 # Frames to skip when naming who allocated: torch's own Python code (under a torch/ package
-# directory) and native frames (C/C++/CUDA sources, or '??' when no debug info), plus what
-# memory_viz itself hides (torch/cuda/_memory_viz.py `_frame_filter`).
+# directory) and native frames (C/C++/CUDA sources, or '??' when no debug info); when a stack has
+# nothing else, what memory_viz itself hides (torch.cuda._memory_viz._frame_filter) and the
+# allocator's own frames (innermost in every stack, never the answer).
 _NATIVE_FILE = re.compile(r"(\.(c|cc|cpp|cxx|cu|cuh|h|hpp)$)|^\?\?$|^$")
 _TORCH_FILE = re.compile(r"(^|[/\\])torch[/\\]")
-_VIZ_HIDDEN_NAMES = ("unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
-                     "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_",
-                     # the allocator's own frames: innermost in every stack, never the answer
-                     "CachingAllocator")
-_VIZ_HIDDEN_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c",
-                     "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c",
-                     "cpython/abstract.h")
 NO_STACK = "<no stack: allocated before recording, or recorded without context>"
 
 
@@ -143,9 +137,10 @@ def top_frames(frames: list[dict], n: int = TOP_FRAMES) -> list[str]:
         return not _NATIVE_FILE.search(name) and not _TORCH_FILE.search(name)
 
     def shown(f: dict) -> bool:
-        name, filename = str(f.get("name", "")), str(f.get("filename", ""))
-        return not (any(h in name for h in _VIZ_HIDDEN_NAMES)
-                    or any(h in filename for h in _VIZ_HIDDEN_FILES))
+        from torch.cuda._memory_viz import _frame_filter
+
+        name = str(f.get("name", ""))
+        return "CachingAllocator" not in name and _frame_filter(name, str(f.get("filename", "")))
 
     picked = [f for f in frames if user(f)] or [f for f in frames if shown(f)]
     return [format_frame(f) for f in picked[:n]]
@@ -217,18 +212,16 @@ def allocations(snapshot: dict, device: int) -> pd.DataFrame:
     return df
 
 
-def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Active and reserved memory after each history event of `device`.
+def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame) -> pd.DataFrame:
+    """Active and reserved memory after each history event of `device` (`allocs`: its
+    `allocations`).
 
     One row per event plus a first row `event = -1` for the state when recording started.
     Columns: event, action, size_bytes, time_us (<NA> where absent), active_bytes (tensors
     allocated and not yet free_completed), reserved_bytes (the allocator's segments: the dump's
     total minus the segment_alloc/map and plus the segment_free/unmap seen in the trace, replayed).
-    `allocs`: `allocations(snapshot, device)` when the caller already has it.
     """
     trace = _trace_on(snapshot, device)
-    if allocs is None:
-        allocs = allocations(snapshot, device)
     baseline = int(allocs.loc[allocs["alloc_event"] == -1, "size_bytes"].sum())
     delta_active, delta_reserved = [], []
     for e in trace:
@@ -238,7 +231,7 @@ def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame | None = N
                               else -size if action in ("segment_free", "segment_unmap") else 0)
     reserved_end = sum(int(s["total_size"]) for s in _segments_on(snapshot, device))
     reserved_start = reserved_end - sum(delta_reserved)
-    df = pd.DataFrame({
+    return pd.DataFrame({
         "event": range(-1, len(trace)),
         "action": ["start"] + [e["action"] for e in trace],
         "size_bytes": [0] + [int(e.get("size", 0)) for e in trace],
@@ -246,7 +239,6 @@ def active_timeline(snapshot: dict, device: int, allocs: pd.DataFrame | None = N
         "active_bytes": pd.Series([0] + delta_active).cumsum() + baseline,
         "reserved_bytes": pd.Series([0] + delta_reserved).cumsum() + reserved_start,
     })
-    return df
 
 
 @dataclass
@@ -359,13 +351,11 @@ def summarize_snapshot(path: str | Path, out_png: str | Path | None = None) -> S
 
 def plot_active_memory(summary: SnapshotSummary, path: str | Path) -> Path:
     """Draw active and reserved MiB over the history events to `path` (PNG); returns the path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global figure state, no backend switch
     from matplotlib.ticker import MaxNLocator
 
     t = summary.timeline
     fig = Figure(figsize=(9, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
     ax = fig.subplots()
     ax.step(t["event"], t["reserved_bytes"] / MIB, where="post", color="grey", linestyle="--",
             label="reserved (segments)")

@@ -1,5 +1,5 @@
 """Recording a CUDA memory snapshot around the measured steps (allocator history on, steps, dump;
-a dump on out-of-memory too). The file is read by `snapshot_read` (no torch needed there) and
+a dump on out-of-memory too). The file is read by `snapshot_read` (no GPU needed there) and
 opens in pytorch.org/memory_viz.
 """
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from lmperf.core.outcome import first_line
 from lmperf.errors import SpecError
 from lmperf.runtime import device as dev
 from lmperf.workload.spec import RunSpec
@@ -25,12 +26,10 @@ class SnapshotRecording:
     steps_recorded: measured steps inside the recorded history.
     """
 
-    spec: RunSpec
     status: str
     path: Path | None
     oom_path: Path | None
     steps_recorded: int
-    max_entries: int
     message: str = ""
 
 
@@ -97,13 +96,12 @@ def record_snapshot(spec: RunSpec, path: str | Path, *, overwrite: bool = False
         if not dev.is_oom(exc):
             raise
         _dump_after_oom(exc, device, oom_path)  # OOM before the history: the state only
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return SnapshotRecording(spec, "oom", None, oom_path, recorded, dev.SNAPSHOT_MAX_ENTRIES,
-                                 f"out of memory after {recorded} recorded steps: {first}")
+        return SnapshotRecording("oom", None, oom_path, recorded, f"out of memory after "
+                                 f"{recorded} recorded steps: {first_line(exc)}")
     finally:
         dev.cancel_oom_dump()
         dev.free_memory(device)
-    return SnapshotRecording(spec, "ok", path, None, recorded, dev.SNAPSHOT_MAX_ENTRIES,
+    return SnapshotRecording("ok", path, None, recorded,
                              f"{recorded} steps recorded (max {dev.SNAPSHOT_MAX_ENTRIES} events)")
 
 
