@@ -30,7 +30,7 @@ def test_a_hook_the_backend_lacks_is_an_unsupported_row_without_a_launch() -> No
 
 
 def test_package_is_callable_and_exports_the_strategies() -> None:
-    from lmperf.questions.parallel import DDPBucketed, DDPIndividualParameters, FSDP, ShardedOptimizer
+    from lmperf.questions.parallel import DDPBucketed, DDPIndividualParameters, FSDP2, ShardedOptimizer
 
     assert DDPIndividualParameters is lmperf.questions.parallel.OverlapDDP and DDPBucketed is lmperf.questions.parallel.BucketedDDP
-    assert callable(lmperf.dist) and FSDP.__name__ == "FSDP" and ShardedOptimizer.__name__ == "ShardedOptimizer"
+    assert callable(lmperf.dist) and FSDP2.__name__ == "FSDP2" and ShardedOptimizer.__name__ == "ShardedOptimizer"

@@ -91,7 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bucket-mb", type=float, default=1.0, metavar="MIB",
                    help="bucket size of bucketed, torch-ddp, zero1, torch-zero1 (default: 1)")
     g.add_argument("--compute-dtype", default="fp32", choices=DTYPES,
-                   help="compute and communication tensor dtype of fsdp and fsdp2, not a "
+                   help="compute and communication tensor dtype of fsdp2 and torch-zero2, not a "
                         "precision regime (default: fp32)")
     g.add_argument("--compress", default="none", choices=COMPRESS,
                    help="torch-ddp's gradient compression hook (default: none)")

@@ -68,7 +68,7 @@ class TorchDDP(nn.Module):
 
 
 class FSDP2(nn.Module):
-    """torch's fully_shard (FSDP2) with the FSDP wrapper's interface: parameters in
+    """torch's fully_shard (FSDP2) with the DDP wrappers' interface: parameters in
     `compute_dtype` for compute, gradients reduced in fp32; `reshard=False` keeps a micro-batch's
     gathered parameters from forward to backward (ZeRO-2's one gather, SHARD_GRAD_OP)."""
 

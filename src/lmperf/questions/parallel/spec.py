@@ -22,8 +22,8 @@ from lmperf.validate import check_fields, checkpoint_policy, choice, positive_in
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                 "all_to_all")
 STRATEGIES: tuple[str, ...] = ("single", "naive", "flat", "overlap", "bucketed", "torch-ddp",
-                               "fsdp", "fsdp2", "zero1", "torch-zero1", "torch-zero2")
-SHARDED: tuple[str, ...] = ("fsdp", "fsdp2", "torch-zero2")  # they take --compute-dtype
+                               "fsdp2", "zero1", "torch-zero1", "torch-zero2")
+SHARDED: tuple[str, ...] = ("fsdp2", "torch-zero2")  # they take --compute-dtype
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16-mixed")
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
 COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
