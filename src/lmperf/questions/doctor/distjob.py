@@ -114,7 +114,7 @@ def _strategies(job: DistCheck, device: torch.device, rank: int, n: int) -> dict
     out: dict[str, dict] = {}
     for name in STRATEGIES:
         setup = strategies.build(name, model(), lr=LR, bucket_mb=0.01, compute_dtype="fp32",
-                                 compress="none", device=device)
+                                 device=device)
         loss_of(setup.model(inputs[mine]), targets[mine]).backward()
         setup.sync()
         setup.optimizer.step()

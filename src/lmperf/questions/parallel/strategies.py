@@ -67,7 +67,7 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> Callable[[], C
 
 
 def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_dtype: str,
-          compress: str, device: torch.device) -> Setup:
+          device: torch.device) -> Setup:
     """Wrap `model` (already on `device`, identical on every rank) for strategy `name`."""
     from lmperf.questions.parallel import ddp, engines, zero
 
@@ -85,7 +85,7 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
     if name == "bucketed":
         return plain(ddp.BucketedDDP(model, bucket_mb))
     if name == "torch-ddp":
-        return plain(engines.TorchDDP(model, bucket_mb, compress))
+        return plain(engines.TorchDDP(model, bucket_mb))
     if name in SHARDED:
         dtype = None if compute_dtype == "fp32" else DTYPES[compute_dtype]
         wrapped = engines.FSDP2(model, dtype, reshard=name == "fsdp2")
@@ -137,26 +137,23 @@ def param_groups(model: nn.Module) -> dict[str, int]:
 
 
 def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str = "fp32",
-                      compress: str = "none", accum: int = 1) -> list[tuple[str, float]]:
+                      accum: int = 1) -> list[tuple[str, float]]:
     """(collective, S bytes) of every message strategy `name` sends per step of `accum`
     micro-batches (S as nccl-tests defines it: the whole array), from the model's trainable
     elements `groups`: once per step an all-reduce after backward (or under torch DDP's
     no_sync) and ZeRO-1's broadcast after the optimizer; per micro-batch the rest."""
     once = name in ("torch-ddp", "torch-zero1", "naive", "flat", "zero1")
     return [(c, s * (1 if once and c == "all_reduce" or c == "broadcast" else accum))
-            for c, s in _messages(name, groups, compute_dtype, compress)]
+            for c, s in _messages(name, groups, compute_dtype)]
 
 
-def _messages(name: str, groups: dict[str, int], compute_dtype: str,
-              compress: str) -> list[tuple[str, float]]:
+def _messages(name: str, groups: dict[str, int], compute_dtype: str) -> list[tuple[str, float]]:
     total = groups["total"]
     c = {"fp32": 4, "bf16": 2, "fp16": 2}[compute_dtype]
     if name == "single":
         return []
-    if name in ("naive", "flat", "overlap", "bucketed"):
+    if name in ("naive", "flat", "overlap", "bucketed", "torch-ddp"):
         return [("all_reduce", 4 * total)]
-    if name == "torch-ddp":
-        return [("all_reduce", {"none": 4, "fp16": 2, "bf16": 2}[compress] * total)]
     if name in ("zero1", "torch-zero1"):  # + every parameter broadcast once from its owner
         return [("all_reduce", 4 * total), ("broadcast", 4 * total)]
     if name == "fsdp2":

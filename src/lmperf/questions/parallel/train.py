@@ -194,7 +194,7 @@ def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
     else:
         setup = strategies.build(item, model, lr=job.lr, bucket_mb=job.bucket_mb,
                                  compute_dtype=job.compute_dtype if item in SHARDED else "fp32",
-                                 compress=job.compress, device=device)
+                                 device=device)
     if job.precision == "bf16-mixed":  # bf16 autocast over the fp32 weights, every strategy
         setup.autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     replica, replicas = setup.replica or (rank, n)

@@ -49,7 +49,7 @@ def _setup(cell: dict, world_size: int, model: torch.nn.Module, device: torch.de
 
     if cell["runner"] != "layout":
         setup = strategies.build(
-            DIST.get(cell["strategy"], "single"), model, lr=LR, bucket_mb=25, compress="none",
+            DIST.get(cell["strategy"], "single"), model, lr=LR, bucket_mb=25,
             compute_dtype="bf16" if cell["precision"] == "bf16-fsdp" else "fp32", device=device)
     else:
         lay = Layout(world_size, cell["tp"], cell["pp"], cell["cp"], cell["dp_replicate"],
