@@ -49,7 +49,7 @@ FAILING_CASES: dict[str, str] = {
     "check_call_timer": "test_gpu_checks::test_call_timer_far_from_the_host_clock_fails",
     "check_oom_snapshot": "test_criteria::test_oom_snapshot_fails_without_a_dump",
     "check_collectives": "test_gpu_checks::test_one_wrong_collective_on_one_rank_fails_naming_it",
-    "check_strategies": "test_gpu_checks::test_strategies_fail_beyond_the_bound_or_when_fsdp_exact_is_not_bitwise",
+    "check_strategies": "test_gpu_checks::test_strategies_fail_beyond_the_bound",
     "check_memory_cap": "test_gpu_checks::test_a_rank_capped_on_another_gpu_fails",
 }
 

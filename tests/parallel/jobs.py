@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lmperf.questions.parallel.ops import DTYPES
-from lmperf.questions.parallel.reference import compare, mirror_linear_embedding
+from lmperf.questions.parallel.reference import compare
 from lmperf.model.transformer import Embedding, Linear, RMSNorm
 
 VOCAB, D, FF, B, T = 50, 16, 32, 4, 6  # B sequences per rank
@@ -47,7 +47,7 @@ class ToyModel(nn.Module):
 
 @dataclass(frozen=True)
 class StrategyCheck:
-    """Items 'strategy:dtype' (dtype: the fsdp compute dtype, fp32 for the others)."""
+    """Items 'strategy:dtype' (dtype: the fsdp2 compute dtype, fp32 for the others)."""
 
     kind: ClassVar[str] = "dist"
     runner: ClassVar[str] = "lmperf.core.torchrun:run_job"
@@ -124,12 +124,11 @@ def _reference_optimizer(name: str, model: nn.Module, low_precision: bool):
 
 
 def _wrap(name: str, model: nn.Module, dtype: torch.dtype | None):
-    from lmperf.questions.parallel import BucketedDDP, FSDP, FSDP2, FlatDDP, NaiveDDP, OverlapDDP, TorchDDP
+    from lmperf.questions.parallel import BucketedDDP, FSDP2, FlatDDP, NaiveDDP, OverlapDDP, TorchDDP
 
     wrappers = {"naive": NaiveDDP, "flat": FlatDDP, "overlap": OverlapDDP,
                 "bucketed": lambda m: BucketedDDP(m, 0.001), "torch-ddp": lambda m: TorchDDP(m, 0.001),
                 "zero1": OverlapDDP, "torch-zero1": lambda m: TorchDDP(m, 1.0),
-                "fsdp": lambda m: FSDP(m, compute_dtype=dtype),
                 "fsdp2": lambda m: FSDP2(m, compute_dtype=dtype)}
     return wrappers[name](model)
 
@@ -155,8 +154,6 @@ def check_item(job: StrategyCheck, item: str, ctx) -> dict | None:
     broadcast = all(torch.equal(initial[k], v) for k, v in reference.named_parameters())
     tied = wrapped.module.head.weight is wrapped.module.embed.weight
     opt = _optimizer(name, wrapped.parameters(), low)
-    if low and name == "fsdp":
-        mirror_linear_embedding(reference, dtype)
     ref_opt = _reference_optimizer(name, reference, low)
     grads_ok = True
     for step in range(job.steps):

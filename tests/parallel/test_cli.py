@@ -14,7 +14,8 @@ from lmperf.cli import main
     ["comm", "--sizes", "1parsec"], ["comm", "--collective", "gather"],
     ["train", "--strategy", "ring"], ["train", "--world-size", "1", "--strategy", "naive"],
     ["train", "--size", "gigantic"], ["comm", "--world-size", "0"],
-    ["train", "--bucket-mb", "0"], ["comm", "--timeout", "-1"]])
+    ["train", "--bucket-mb", "0"], ["comm", "--timeout", "-1"],
+    ["train", "--strategy", "fsdp"]])
 def test_bad_input_is_one_line(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["dist", *argv, "--out", str(tmp_path / "x.jsonl"), "--no-plots"]) == 2
     err = capsys.readouterr().err
@@ -22,15 +23,8 @@ def test_bad_input_is_one_line(argv: list[str], tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "x.jsonl").exists()
 
 
-def test_a_hook_the_backend_lacks_is_an_unsupported_row_without_a_launch() -> None:
-    report = lmperf.dist("train", world_size=2, strategy="torch-ddp", compress="bf16")
-    [record] = report.records
-    assert record["status"] == "unsupported" and "NCCL" in record["message"]
-    assert record["spec"]["strategy"] == "torch-ddp" and record["spec"]["compress"] == "bf16"
-
-
 def test_package_is_callable_and_exports_the_strategies() -> None:
-    from lmperf.questions.parallel import DDPBucketed, DDPIndividualParameters, FSDP, ShardedOptimizer
+    from lmperf.questions.parallel import DDPBucketed, DDPIndividualParameters, FSDP2, ShardedOptimizer
 
     assert DDPIndividualParameters is lmperf.questions.parallel.OverlapDDP and DDPBucketed is lmperf.questions.parallel.BucketedDDP
-    assert callable(lmperf.dist) and FSDP.__name__ == "FSDP" and ShardedOptimizer.__name__ == "ShardedOptimizer"
+    assert callable(lmperf.dist) and FSDP2.__name__ == "FSDP2" and ShardedOptimizer.__name__ == "ShardedOptimizer"

@@ -49,7 +49,7 @@ def _lm() -> torch.nn.Module:
 
 def _setup(model: torch.nn.Module, device: str = "cpu") -> strategies.Setup:
     return strategies.build("single", model, lr=1.0, bucket_mb=25.0, compute_dtype="fp32",
-                            compress="none", device=torch.device(device))
+                            device=torch.device(device))
 
 
 def test_accumulated_micro_batches_make_the_whole_batchs_gradient() -> None:

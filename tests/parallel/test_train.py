@@ -59,9 +59,9 @@ def test_memory_is_counted_per_rank(run: tuple) -> None:
     full = df.loc["naive"]
     assert df.loc["single", "params_mib"] == pytest.approx(full["params_mib"])
     assert full["optimizer_mib"] == pytest.approx(2 * full["params_mib"], rel=1e-3)  # AdamW m, v
-    for sharded in ("fsdp", "fsdp2"):  # parameters, gradients and state split over 2 ranks
-        assert df.loc[sharded, "params_mib"] == pytest.approx(full["params_mib"] / 2, rel=0.01)
-        assert df.loc[sharded, "optimizer_mib"] == pytest.approx(full["optimizer_mib"] / 2, rel=0.01)
+    # fsdp2: parameters, gradients and state split over 2 ranks
+    assert df.loc["fsdp2", "params_mib"] == pytest.approx(full["params_mib"] / 2, rel=0.01)
+    assert df.loc["fsdp2", "optimizer_mib"] == pytest.approx(full["optimizer_mib"] / 2, rel=0.01)
     for zero in ("zero1", "torch-zero1"):  # only the optimizer state is split
         assert df.loc[zero, "params_mib"] == pytest.approx(full["params_mib"])
         assert df.loc[zero, "optimizer_mib"] < 0.75 * full["optimizer_mib"]
@@ -79,7 +79,7 @@ def test_times_overhead_and_accounting(run: tuple) -> None:
         else:
             assert not math.isnan(r.dp_overhead_ms) and r.comm_ms > 0
     assert any("match single-process training" in f for f in report.findings)
-    assert "fsdp" in report.render("markdown")
+    assert "fsdp2" in report.render("markdown")
 
 
 def test_results_file_table_and_plots(run: tuple) -> None:

@@ -94,6 +94,7 @@ def test_a_boundary_cell_out_of_memory_in_its_first_step_does_not_fit(monkeypatc
 
     import torch
 
+    from lmperf.questions.parallel import train
     from lmperf.questions.plan import confirm
     from lmperf.runtime import device as dev
 
@@ -106,7 +107,7 @@ def test_a_boundary_cell_out_of_memory_in_its_first_step_does_not_fit(monkeypatc
     def out_of_memory(*args):
         raise RuntimeError("out of memory (a stand-in)")
 
-    monkeypatch.setattr(confirm, "_step", out_of_memory)
+    monkeypatch.setattr(train, "train_step", out_of_memory)
     monkeypatch.setattr(dev, "is_oom", lambda exc: "out of memory" in str(exc))
     got = confirm.measure(job, "rank1-b2", torch.device("cpu"))
     assert got["peak_bytes"] is None and got["collective_bytes"] == {}

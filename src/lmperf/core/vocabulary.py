@@ -288,7 +288,8 @@ RENAMED: dict[str, dict[str, str]] = {
     "train": {"--regime": "renamed --precision", "--warmup-steps": "renamed --lr-warmup",
               "--log-every": "removed: each job logs its first step and every --eval-interval"},
     "memory": {"--plot": "renamed --plots (a folder)"},
-    "dist": {"--gpu-gib": "renamed --gib (one target flag for every command)"},
+    "dist": {"--gpu-gib": "renamed --gib (one target flag for every command)",
+             "--compress": "removed: torch-ddp all-reduces the gradients uncompressed"},
     "amp": {"--plot": "renamed --plots (a folder)"},
     "report": {"--output": "renamed --out (-o stays)"},
     "profile": {"--backend": "removed: torch.profiler is the one backend; for Nsight Systems run "

@@ -4,7 +4,7 @@
 importable from here with the interfaces a course's harness uses (loaded on first access, so
 that `import lmperf` stays cheap)::
 
-    from lmperf.questions.parallel import OverlapDDP, BucketedDDP, FSDP, ShardedOptimizer
+    from lmperf.questions.parallel import OverlapDDP, BucketedDDP, FSDP2, ShardedOptimizer
     ddp = OverlapDDP(module)            # broadcasts rank 0's parameters
     loss.backward(); ddp.finish_gradient_synchronization(); optimizer.step()
 """
@@ -17,12 +17,11 @@ _EXPORTS: dict[str, str] = {
     "DDPIndividualParameters": "lmperf.questions.parallel.ddp:OverlapDDP",
     "BucketedDDP": "lmperf.questions.parallel.ddp:BucketedDDP",
     "DDPBucketed": "lmperf.questions.parallel.ddp:BucketedDDP",
-    "FSDP": "lmperf.questions.parallel.fsdp:FSDP",
     "ShardedOptimizer": "lmperf.questions.parallel.zero:ShardedOptimizer",
     "TorchDDP": "lmperf.questions.parallel.engines:TorchDDP",
     "FSDP2": "lmperf.questions.parallel.engines:FSDP2",
     "TorchZeRO1": "lmperf.questions.parallel.engines:TorchZeRO1",
-    "STRATEGIES": "lmperf.questions.parallel.strategies:STRATEGIES",
+    "STRATEGIES": "lmperf.questions.parallel.spec:STRATEGIES",
 }
 
 __all__ = sorted(_EXPORTS)

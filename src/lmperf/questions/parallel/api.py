@@ -18,8 +18,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          iters: int = 20, strategy: Sequence[str] | str | None = None, size: str | None = None,
          context: int | None = None, batch: int | None = None, warmup: int | None = None,
          steps: int | None = None, profile_steps: int = 2, vocab_size: int | None = None, lr: float = 1e-3,
-         bucket_mb: float = 1.0, compute_dtype: str = "fp32", compress: str = "none",
-         seed: int = 0, device: str = "auto", threads: int | None = None,
+         bucket_mb: float = 1.0, compute_dtype: str = "fp32", seed: int = 0, device: str = "auto", threads: int | None = None,
          course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
          timeout: float | None = None, max_memory_gib: float | None = None,
          resume: bool = False, progress: bool = False, precision: str | None = None,
@@ -80,8 +79,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     plan = plan_dist(what, world_size=world_size, collective=collective, sizes=sizes, dtype=dtype,
                      iters=iters, strategy=strategy, size=size, context=context, batch=batch,
                      warmup=warmup, steps=steps, profile_steps=profile_steps, lr=lr,
-                     bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
-                     seed=seed, device=device, threads=threads, timeout=timeout, course=course,
+                     bucket_mb=bucket_mb, compute_dtype=compute_dtype, seed=seed, device=device, threads=threads, timeout=timeout, course=course,
                      vocab_size=vocab_size, max_memory_gib=max_memory_gib, precision=precision,
                      checkpoint=checkpoint, grad_accum=grad_accum, attention=attention,
                      reference=reference, tp=tp, pp=pp, cp=cp, dp_replicate=dp_replicate,
@@ -94,7 +92,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     if progress:
         for note in plan.notes:
             err(f"note: {note}")
-    records = _unsupported(plan.unsupported, out) + run_sweep(plan.jobs, out, options)
+    records = run_sweep(plan.jobs, out, options)
     report = build_report(records)
     if plots is not None and report.records:
         from lmperf.questions.parallel.plots import plot_records
@@ -104,18 +102,3 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
                 err(f"plot: {path}")
     return report
 
-
-def _unsupported(rows: list[tuple[dict, str]], out: Path | None) -> list[dict]:
-    """Rows made without launching anything (a compression hook the backend lacks)."""
-    import torch
-
-    from lmperf.results.schema import make_record
-    from lmperf.runtime import env
-
-    records = [make_record("dist", spec, "unsupported", env.capture(torch.device(spec["device"])),
-                           message=why) for spec, why in rows]
-    if out is not None and records:
-        store.ensure_writable(out)
-        for record in records:
-            store.append_record(out, record)
-    return records

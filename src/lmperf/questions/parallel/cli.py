@@ -11,7 +11,7 @@ from lmperf.core.vocabulary import add_options
 DEFAULT_OUT = Path("results") / "dist.jsonl"
 SHARED = ("size", "course", "context", "batch", "device", "threads", "warmup", "steps", "seed")
 COMM = ("collective", "sizes", "dtype", "iters")
-TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "compress", "vocab_size",
+TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "vocab_size",
          "checkpoint", "grad_accum")
 # the layout flags of the shared vocabulary (core.vocabulary.LAYOUT) that dist train runs;
 # --tp also sets --estimate's FSDP x TP rows
@@ -37,7 +37,7 @@ G --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m lmperf dist comm|train ...` o
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `lmperf dist`."""
-    from lmperf.questions.parallel.spec import COLLECTIVES, COMPRESS, DTYPES, STRATEGIES
+    from lmperf.questions.parallel.spec import COLLECTIVES, DTYPES, STRATEGIES
 
     p = sub.add_parser("dist", help=HELP, description=DESCRIPTION)
     p.add_argument("what", nargs="?", default="all",
@@ -91,10 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bucket-mb", type=float, default=1.0, metavar="MIB",
                    help="bucket size of bucketed, torch-ddp, zero1, torch-zero1 (default: 1)")
     g.add_argument("--compute-dtype", default="fp32", choices=DTYPES,
-                   help="compute and communication tensor dtype of fsdp and fsdp2, not a "
+                   help="compute and communication tensor dtype of fsdp2 and torch-zero2, not a "
                         "precision regime (default: fp32)")
-    g.add_argument("--compress", default="none", choices=COMPRESS,
-                   help="torch-ddp's gradient compression hook (default: none)")
     add_options(g, ("checkpoint", "grad_accum"), defaults={"checkpoint": "none"},
                 helps={"grad_accum": "--batch is per rank"})
     g.add_argument("--no-reference", action="store_true",

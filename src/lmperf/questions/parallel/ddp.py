@@ -24,10 +24,6 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from lmperf.units import MIB
 
-if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):  # torch < 2.1
-    raise ImportError("lmperf.dist needs Tensor.register_post_accumulate_grad_hook (torch >= 2.1)")
-
-
 def broadcast_from_rank0(module: nn.Module) -> None:
     """Overwrite every parameter and buffer with rank 0's (in place, no autograd)."""
     with torch.no_grad():

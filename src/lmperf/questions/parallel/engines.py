@@ -9,7 +9,6 @@ import warnings
 from typing import Any, Iterable
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from lmperf.questions.parallel.ddp import broadcast_from_rank0
@@ -27,21 +26,12 @@ def fsdp2_api() -> tuple[Any, Any] | None:
     return None
 
 
-def compression_unsupported(compress: str, backend: str) -> str | None:
-    """Why torch DDP's `compress` hook cannot run on `backend`, or None."""
-    if compress == "bf16" and backend != "nccl":
-        return "torch's bf16_compress_hook needs NCCL (>= 2.10) with CUDA; this run uses " + backend
-    return None
-
-
 class TorchDDP(nn.Module):
     """DistributedDataParallel with `bucket_size_mb` buckets (its reducer all-reduces them
-    during backward) and an optional compression hook ('fp16' or 'bf16': gradients cast before
-    the all-reduce, back after); buffers are broadcast once, at construction."""
+    during backward); buffers are broadcast once, at construction."""
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0, compress: str = "none"):
+    def __init__(self, module: nn.Module, bucket_size_mb: float = 25.0):
         super().__init__()
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
 
         # broadcast_buffers=False: the reference LM's buffers (RoPE tables) are constants, and
@@ -53,9 +43,6 @@ class TorchDDP(nn.Module):
             self.ddp = DistributedDataParallel(module, bucket_cap_mb=bucket_size_mb,
                                                broadcast_buffers=False)
         self.module = module
-        hooks = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
-        if compress in hooks:
-            self.ddp.register_comm_hook(dist.group.WORLD, hooks[compress])
 
     def forward(self, *args: object, **kwargs: object) -> object:
         return self.ddp(*args, **kwargs)
@@ -68,7 +55,7 @@ class TorchDDP(nn.Module):
 
 
 class FSDP2(nn.Module):
-    """torch's fully_shard (FSDP2) with the FSDP wrapper's interface: parameters in
+    """torch's fully_shard (FSDP2) with the DDP wrappers' interface: parameters in
     `compute_dtype` for compute, gradients reduced in fp32; `reshard=False` keeps a micro-batch's
     gathered parameters from forward to backward (ZeRO-2's one gather, SHARD_GRAD_OP)."""
 

@@ -4,6 +4,7 @@ configuration, the course's accounting model's rows are analytic (docs/commands/
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Callable, Sequence
 
@@ -246,13 +247,7 @@ def _fewest(fits: Callable[[int], bool | None], cap: int, start: int = 1) -> int
     device is no strategy: no buckets, no shards)."""
     if cap < start or not fits(cap):
         return None
-    if fits(start):
-        return start
-    lo, hi = start, cap  # not fits(lo), fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi
+    return start + bisect.bisect_left(range(start, cap + 1), True, key=lambda k: bool(fits(k)))
 
 
 def _findings(rows: list[dict]) -> list[str]:

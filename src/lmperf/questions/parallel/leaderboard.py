@@ -143,7 +143,7 @@ def _setup(job: LeaderboardJob, device):
         model = model.to(torch.bfloat16)
     compute = "bf16" if job.precision == "bf16-mixed" else "fp32"  # bf16-true: nothing to cast
     return strategies.build("fsdp2", model, lr=job.lr, bucket_mb=1.0, compute_dtype=compute,
-                            compress="none", device=device)
+                            device=device)
 
 
 def run_item(job: LeaderboardJob, item: str, ctx) -> dict | None:

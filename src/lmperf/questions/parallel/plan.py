@@ -1,8 +1,7 @@
 """From a request (lists, device defaults) to checked jobs, before any rank starts.
 
 Everything that can be wrong with the input is found here: unknown collectives or strategies,
-sizes that do not parse, world sizes the machine cannot hold (NCCL needs a GPU per rank), a
-compression hook the backend lacks (an 'unsupported' row made without launching anything).
+sizes that do not parse, world sizes the machine cannot hold (NCCL needs a GPU per rank).
 `--resume` is applied per item: a job keeps only its items without an 'ok' record in the file.
 """
 
@@ -38,11 +37,10 @@ def parse_size(text: str | int) -> int:
 
 @dataclass
 class DistPlan:
-    """The jobs of one request, what to tell the user, and the rows made without running."""
+    """The jobs of one request and what to tell the user."""
 
     jobs: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    unsupported: list[tuple[dict, str]] = field(default_factory=list)  # (item spec, why)
 
 
 def _device(device: str):
@@ -79,7 +77,7 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
               size: str | None = None, context: int | None = None, batch: int | None = None,
               warmup: int | None = None, steps: int | None = None, profile_steps: int = 2,
               lr: float = 1e-3, bucket_mb: float = 1.0, compute_dtype: str = "fp32",
-              compress: str = "none", seed: int = 0, device: str = "auto",
+              seed: int = 0, device: str = "auto",
               threads: int | None = None, timeout: float | None = None,
               course: str | None = None, vocab_size: int | None = None,
               max_memory_gib: float | None = None, precision: str | None = None,
@@ -119,7 +117,7 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
         raise SpecError("the layout flags (--tp, --pp, ...) are dist train's")
     if what in ("all", "train"):
         plan.jobs += _train_jobs(plan, world_size, strategy, size, context, batch, warmup, steps,
-                                 profile_steps, lr, bucket_mb, compute_dtype, compress, seed,
+                                 profile_steps, lr, bucket_mb, compute_dtype, seed,
                                  defaults, dev_.type, common, course, vocab_size,
                                  dict(precision=precision or "fp32", checkpoint=checkpoint,
                                       grad_accum=grad_accum, attention=attention or "naive",
@@ -128,9 +126,8 @@ def plan_dist(what: str = "all", *, world_size: Sequence[int] | int | None = Non
 
 
 def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warmup, steps,
-                profile_steps, lr, bucket_mb, compute_dtype, compress, seed, defaults,
+                profile_steps, lr, bucket_mb, compute_dtype, seed, defaults,
                 device_type, common, course, vocab_size, step, layout) -> list[TrainJob]:
-    from lmperf.questions.parallel.engines import compression_unsupported
     from lmperf.workload.spec import RunSpec
 
     from lmperf.model.presets import DEFAULT_COURSE, require_plain
@@ -144,7 +141,7 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
                  context=shape.context, batch=batch or defaults["batch"],
                  warmup=defaults["warmup"] if warmup is None else warmup,
                  steps=steps or defaults["steps"], profile_steps=profile_steps, lr=lr,
-                 seed=seed, bucket_mb=bucket_mb, compute_dtype=compute_dtype, compress=compress,
+                 seed=seed, bucket_mb=bucket_mb, compute_dtype=compute_dtype,
                  course=shape.course, **step, **common)
     combos = layout_combinations(layout)
     if world_size is None and any(_degrees(c) > 1 for c in combos):
@@ -152,16 +149,9 @@ def _train_jobs(plan: DistPlan, world_size, strategy, size, context, batch, warm
     jobs = []
     for n in _world_sizes(world_size, defaults["train_world_size"], device_type, "train"):
         mine = layout_items(plan, n, as_list(strategy), combos, fixed)
-        if not mine:
-            continue
-        why = compression_unsupported(compress, common["backend"]) if "torch-ddp" in mine else None
-        if why:  # torch refuses the hook on this backend: a row, not a failed launch
-            mine.remove("torch-ddp")
-            job = TrainJob(world_size=n, strategies=("torch-ddp",), **fixed)
-            plan.unsupported.append((job.item_spec("torch-ddp"), why))
         if mine:
             jobs.append(TrainJob(world_size=n, strategies=tuple(mine), **fixed))
-    if not jobs and not plan.unsupported:
+    if not jobs:
         raise SpecError("nothing to train: 'single' runs at world size 1, every other strategy "
                         "at world sizes above 1")
     return jobs

@@ -43,9 +43,8 @@ def payload(job: TrainJob, item: Item, ranks: list[dict], check: dict, groups: d
         metrics["bytes"] = {"param_elements": groups, "counted_bus_bytes": max(
             sum(row["bus_bytes"] for row in rows) for rows in ledger), "source": "ledger"}
     else:
-        messages = strategies.analytic_messages(
-            item.strategy, groups, compute_dtype=compute_dtype,
-            compress=job.compress if item.strategy == "torch-ddp" else "none", accum=job.grad_accum)
+        messages = strategies.analytic_messages(item.strategy, groups,
+                                                compute_dtype=compute_dtype, accum=job.grad_accum)
         n = len(ranks)
         metrics["bytes"] = {"analytic_bus_bytes": strategies.analytic_bus_bytes(messages, n),
                             "analytic_backend_bus_bytes": strategies.analytic_bus_bytes(

@@ -5,10 +5,9 @@ of all ranks' batches, for as many steps as the strategy ran. Data parallelism w
 per-rank batches and gradients averaged over ranks is mathematically this; what differs is the
 order of floating-point sums (and, with a low-precision compute dtype, where roundings happen).
 
-With a compute dtype the reference mirrors the strategy's precision: `cast="linear-embedding"`
-(lmperf's fsdp: those weights, and a Linear's input, cast to the compute dtype; everything else
-fp32) or `cast="all"` (fsdp2's MixedPrecisionPolicy: every parameter cast), under the same
-autocast. The casts are differentiable, so gradients return to the fp32 master weights.
+With a compute dtype the reference mirrors fsdp2's MixedPrecisionPolicy: every parameter cast
+to it, under the same autocast. The casts are differentiable, so gradients return to the fp32
+master weights.
 """
 
 from __future__ import annotations
@@ -26,40 +25,18 @@ from lmperf.questions.parallel.strategies import ADAMW
 Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets), token ids (B, T) each
 
 
-def _cast_linear(module: nn.Module, dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
-    bias = getattr(module, "bias", None)
-    return F.linear(x.to(dtype), module.weight.to(dtype), None if bias is None else bias.to(dtype))
-
-
-def _cast_embedding(module: nn.Module, dtype: torch.dtype, ids: torch.Tensor) -> torch.Tensor:
-    return F.embedding(ids, module.weight.to(dtype), getattr(module, "padding_idx", None))
-
-
-def mirror_linear_embedding(model: nn.Module, dtype: torch.dtype) -> None:
-    """Make `model` compute its Linear and Embedding modules with weights cast to `dtype`, as
-    lmperf's FSDP does (in place; the fp32 weights stay the parameters)."""
-    from lmperf.questions.parallel.fsdp import shardable
-
-    for sub in model.modules():
-        kind = shardable(sub)
-        if kind is not None:
-            sub.forward = partial(_cast_linear if kind == "linear" else _cast_embedding, sub, dtype)
-
-
 def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over all B x T positions, in fp32."""
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 def train_reference(model: nn.Module, batches: Callable[[int], Batch], steps: int, lr: float, *,
-                    cast: str = "none", dtype: torch.dtype | None = None,
+                    dtype: torch.dtype | None = None, cast: bool = False,
                     device_type: str = "cpu", first: dict | None = None) -> dict[str, torch.Tensor]:
     """Train `model` (modified in place) for `steps` AdamW steps on `batches(step)`; returns
-    {name: parameter}. cast: 'none', 'linear-embedding' or 'all' (see the module docstring).
-    `first`, when given, receives the first step's 'loss' (a float) and 'grads' ({name:
-    gradient}, before the optimizer steps)."""
-    if cast == "linear-embedding":
-        mirror_linear_embedding(model, dtype)  # type: ignore[arg-type]
+    {name: parameter}. `dtype`: the autocast dtype; `cast`: every parameter cast to it too (see
+    the module docstring). `first`, when given, receives the first step's 'loss' (a float) and
+    'grads' ({name: gradient}, before the optimizer steps)."""
     autocast = (contextlib.nullcontext if dtype is None else
                 partial(torch.autocast, device_type=device_type, dtype=dtype))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, **ADAMW.get(device_type, {}))
@@ -67,7 +44,7 @@ def train_reference(model: nn.Module, batches: Callable[[int], Batch], steps: in
     for step in range(steps):
         inputs, targets = batches(step)
         with autocast():
-            if cast == "all":  # every parameter in the compute dtype, as fully_shard does
+            if cast:  # every parameter in the compute dtype, as fully_shard does
                 cast_params = {n: p.to(dtype) for n, p in names.items()}
                 logits = torch.func.functional_call(model, cast_params, (inputs,))
             else:

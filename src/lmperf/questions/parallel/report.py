@@ -72,9 +72,10 @@ def train_frame(records: list[dict]) -> pd.DataFrame:
                "context": s["context"], "batch": s["batch"],
                **{k: s.get(k, v) for k, v in (("precision", "fp32"), ("checkpoint", "none"),
                                               ("grad_accum", 1))},  # since issue 35
-               # a sharded strategy computes in --compute-dtype (bf16: its MixedPrecisionPolicy)
-               "compute": s.get("compute_dtype", "fp32") if s["strategy"] in SHARDED
-               else "fp32",
+               # a sharded strategy computes in --compute-dtype (bf16: its MixedPrecisionPolicy);
+               # the record says which (also an old record's 'fsdp', a strategy since removed)
+               "compute": m.get("compute_dtype") or (s.get("compute_dtype", "fp32")
+                                                      if s["strategy"] in SHARDED else "fp32"),
                "device": s["device"], "backend": s["backend"], "status": r["status"],
                "step_ms": step, "step_iqr_ms": _num((m.get("step_ms") or {}).get("iqr"))}
         for phase in ("forward", "backward", "sync", "optimizer"):

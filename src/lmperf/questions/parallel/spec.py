@@ -22,11 +22,10 @@ from lmperf.validate import check_fields, checkpoint_policy, choice, positive_in
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "broadcast",
                                 "all_to_all")
 STRATEGIES: tuple[str, ...] = ("single", "naive", "flat", "overlap", "bucketed", "torch-ddp",
-                               "fsdp", "fsdp2", "zero1", "torch-zero1", "torch-zero2")
-SHARDED: tuple[str, ...] = ("fsdp", "fsdp2", "torch-zero2")  # they take --compute-dtype
+                               "fsdp2", "zero1", "torch-zero1", "torch-zero2")
+SHARDED: tuple[str, ...] = ("fsdp2", "torch-zero2")  # they take --compute-dtype
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16-mixed")
 DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16")
-COMPRESS: tuple[str, ...] = ("none", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -83,15 +82,14 @@ class CommJob(RankJob, Ranks):
 class StrategyOptions:
     """How the strategies of a train job are set up: `bucket_mb` (MiB) of 'bucketed',
     'torch-ddp', 'zero1' and 'torch-zero1'; `compute_dtype` (and communication dtype) of the
-    SHARDED ones; `compress`: torch-ddp's gradient compression hook."""
+    SHARDED ones."""
 
     bucket_mb: float = 1.0
     compute_dtype: str = "fp32"
-    compress: str = "none"
 
     def check_strategy_options(self) -> None:
-        """SpecError for an unknown dtype or hook, or a non-positive bucket size."""
-        check_fields(self, choices={"compute_dtype": DTYPES, "compress": COMPRESS})
+        """SpecError for an unknown dtype or a non-positive bucket size."""
+        check_fields(self, choices={"compute_dtype": DTYPES})
         value = self.bucket_mb
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise SpecError(f"bucket_mb must be a positive number, got {value!r}")
@@ -120,7 +118,7 @@ class TrainJob(RankJob, StrategyOptions, ModelShape, Ranks):
     worker: ClassVar[str] = "lmperf.questions.parallel.train:run_item"
 
     # size, d_model, num_layers, num_heads, d_ff, course: ModelShape; world_size and the
-    # launch: Ranks; bucket_mb, compute_dtype, compress: StrategyOptions
+    # launch: Ranks; bucket_mb, compute_dtype: StrategyOptions
     strategies: tuple[str, ...]
     vocab_size: int
     context: int = 64

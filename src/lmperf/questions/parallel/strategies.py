@@ -19,23 +19,8 @@ import torch.nn as nn
 
 from lmperf.names import ADAMW_ON
 from lmperf.questions.parallel.ops import DTYPES
-from lmperf.questions.parallel.spec import SHARDED, STRATEGIES
+from lmperf.questions.parallel.spec import SHARDED
 
-# What each strategy is, in one line (help texts, tables).
-SUMMARIES: dict[str, str] = {
-    "single": "one rank, the same per-rank batch: the baseline",
-    "naive": "a blocking all-reduce per gradient after backward",
-    "flat": "one all-reduce of all gradients flattened, after backward",
-    "overlap": "an async all-reduce per gradient from a post-accumulate-grad hook",
-    "bucketed": "async all-reduces of --bucket-mb buckets, filled in reverse order",
-    "torch-ddp": "torch DistributedDataParallel (--bucket-mb, --compress)",
-    "fsdp": "readable FSDP: Linear/Embedding weights sharded, all-gather + reduce-scatter",
-    "fsdp2": "torch fully_shard with a MixedPrecisionPolicy",
-    "zero1": "readable optimizer-state sharding (bucketed DDP + broadcast from owners)",
-    "torch-zero1": "torch ZeroRedundancyOptimizer over torch DDP",
-    "torch-zero2": "fsdp2 without resharding after forward: ZeRO-2's gather once per micro-batch",
-}
-assert set(SUMMARIES) == set(STRATEGIES)
 # AdamW's implementation by device type: what `lmperf plan` simulates and --confirm runs
 ADAMW: dict[str, dict[str, bool]] = {device: {name: True} for device, name in ADAMW_ON.items()}
 
@@ -50,7 +35,6 @@ class Setup:
     full_params: Callable[[], dict[str, torch.Tensor]]
     autocast: Callable[[], ContextManager]
     close: Callable[[], None]
-    compute_dtype: str = "fp32"
     # the context a micro-batch that is not the step's last runs in, `sync` called after the
     # last only (torch DDP's no_sync; nothing for what syncs after backward); None: the
     # strategy synchronises after every micro-batch (its hooks all-reduce during backward)
@@ -83,9 +67,9 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> Callable[[], C
 
 
 def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_dtype: str,
-          compress: str, device: torch.device) -> Setup:
+          device: torch.device) -> Setup:
     """Wrap `model` (already on `device`, identical on every rank) for strategy `name`."""
-    from lmperf.questions.parallel import ddp, engines, fsdp, zero
+    from lmperf.questions.parallel import ddp, engines, zero
 
     flags = {"lr": lr, **ADAMW.get(device.type, {})}
     adamw = lambda params: torch.optim.AdamW(params, **flags)  # noqa: E731
@@ -101,14 +85,12 @@ def build(name: str, model: nn.Module, *, lr: float, bucket_mb: float, compute_d
     if name == "bucketed":
         return plain(ddp.BucketedDDP(model, bucket_mb))
     if name == "torch-ddp":
-        return plain(engines.TorchDDP(model, bucket_mb, compress))
+        return plain(engines.TorchDDP(model, bucket_mb))
     if name in SHARDED:
         dtype = None if compute_dtype == "fp32" else DTYPES[compute_dtype]
-        wrapped = (fsdp.FSDP(model, dtype) if name == "fsdp"
-                   else engines.FSDP2(model, dtype, reshard=name == "fsdp2"))
+        wrapped = engines.FSDP2(model, dtype, reshard=name == "fsdp2")
         return Setup(wrapped, adamw(wrapped.parameters()), wrapped.finish_gradient_synchronization,
-                     wrapped.gather_full_params, _autocast(device, dtype), wrapped.close,
-                     compute_dtype, contextlib.nullcontext if name == "fsdp" else None)
+                     wrapped.gather_full_params, _autocast(device, dtype), wrapped.close)
     if name == "zero1":
         wrapped = ddp.BucketedDDP(model, bucket_mb)
         opt = zero.ShardedOptimizer(wrapped.parameters(), torch.optim.AdamW, **flags)
@@ -143,58 +125,37 @@ def tensor_bytes(tensors) -> int:
 
 
 def param_groups(model: nn.Module) -> dict[str, int]:
-    """Trainable elements by how the FSDPs treat them: 'linear' and 'embedding' weights
-    (sharded by lmperf's fsdp), 'blocks' (inside a ModuleList: fsdp2's per-block groups) and
-    'total'. Tied weights count once."""
-    from lmperf.questions.parallel.fsdp import shardable
-
-    seen: set[int] = set()
-    out = {"linear": 0, "embedding": 0, "blocks": 0, "total": 0}
-    for sub in model.modules():
-        kind = shardable(sub)
-        if kind and id(sub.weight) not in seen:
-            seen.add(id(sub.weight))
-            out[kind] += sub.weight.numel()
+    """Trainable elements as FSDP2 groups them: 'blocks' (inside a ModuleList: its per-block
+    groups) and 'total'. Tied weights count once."""
     in_blocks: set[int] = set()
     for sub in model.modules():
         if isinstance(sub, nn.ModuleList):
             in_blocks |= {id(p) for p in sub.parameters() if p.requires_grad}
     trainable = {id(p): p.numel() for p in model.parameters() if p.requires_grad}
-    out["blocks"] = sum(n for i, n in trainable.items() if i in in_blocks)
-    out["total"] = sum(trainable.values())
-    return out
+    return {"blocks": sum(n for i, n in trainable.items() if i in in_blocks),
+            "total": sum(trainable.values())}
 
 
 def analytic_messages(name: str, groups: dict[str, int], *, compute_dtype: str = "fp32",
-                      compress: str = "none", accum: int = 1) -> list[tuple[str, float]]:
+                      accum: int = 1) -> list[tuple[str, float]]:
     """(collective, S bytes) of every message strategy `name` sends per step of `accum`
     micro-batches (S as nccl-tests defines it: the whole array), from the model's trainable
     elements `groups`: once per step an all-reduce after backward (or under torch DDP's
     no_sync) and ZeRO-1's broadcast after the optimizer; per micro-batch the rest."""
-    once = name in ("torch-ddp", "torch-zero1", "naive", "flat", "fsdp", "zero1")
+    once = name in ("torch-ddp", "torch-zero1", "naive", "flat", "zero1")
     return [(c, s * (1 if once and c == "all_reduce" or c == "broadcast" else accum))
-            for c, s in _messages(name, groups, compute_dtype, compress)]
+            for c, s in _messages(name, groups, compute_dtype)]
 
 
-def _messages(name: str, groups: dict[str, int], compute_dtype: str,
-              compress: str) -> list[tuple[str, float]]:
+def _messages(name: str, groups: dict[str, int], compute_dtype: str) -> list[tuple[str, float]]:
     total = groups["total"]
     c = {"fp32": 4, "bf16": 2, "fp16": 2}[compute_dtype]
     if name == "single":
         return []
-    if name in ("naive", "flat", "overlap", "bucketed"):
+    if name in ("naive", "flat", "overlap", "bucketed", "torch-ddp"):
         return [("all_reduce", 4 * total)]
-    if name == "torch-ddp":
-        return [("all_reduce", {"none": 4, "fp16": 2, "bf16": 2}[compress] * total)]
     if name in ("zero1", "torch-zero1"):  # + every parameter broadcast once from its owner
         return [("all_reduce", 4 * total), ("broadcast", 4 * total)]
-    if name == "fsdp":
-        sharded = groups["linear"] + groups["embedding"]
-        # forward gathers every shard, backward gathers the Linear weights again, every
-        # shard's gradient is reduce-scattered (all in the compute dtype); the replicated rest
-        # (norm weights) is all-reduced in fp32
-        return [("all_gather", c * sharded), ("all_gather", c * groups["linear"]),
-                ("reduce_scatter", c * sharded), ("all_reduce", 4 * (total - sharded))]
     if name == "fsdp2":
         # blocks are resharded after forward (gathered again in backward); the root's own
         # parameters stay gathered from forward to backward (fully_shard's root default);

@@ -76,20 +76,24 @@ def global_batch(job: TrainJob, n: int, step: int, device: torch.device) -> tupl
 
 def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Tensor,
                obs: Observer, annotate: Callable[[str], ContextManager],
-               accum: int = 1) -> torch.Tensor | None:
-    """One data-parallel step over `accum` micro-batches of the rank's rows, its phases
-    reported to `obs` and named through `annotate`; returns the rank's loss (the mean over its
-    rows; under a pipeline on the last stage's rank only, else None). A strategy with `no_sync`
-    runs all but the last micro-batch under it, `sync` after the last only: torch's DDP, both
-    ZeRO-1s, naive and flat all-reduce once per step, the readable fsdp its replicated weights
-    (it reduce-scatters in every backward); overlap, bucketed and FSDP2 communicate in every
-    micro-batch's backward (an average of sums is the sum of averages). A pipeline's schedule
-    runs its micro-batches' forwards and backwards interleaved: one phase, 'forward'."""
+               accum: int | list[int] = 1) -> torch.Tensor | None:
+    """One data-parallel step over `accum` equal micro-batches of the rank's rows (or a list
+    of each micro-batch's rows: `plan --confirm`'s), each loss weighted by its share of the
+    rows, its phases reported to `obs` and named through `annotate`; returns the rank's loss
+    (the mean over its rows; under a pipeline on the last stage's rank only, else None). A
+    strategy with `no_sync` runs all but the last micro-batch under it, `sync` after the last
+    only: torch's DDP, both ZeRO-1s, naive and flat all-reduce once per step; overlap,
+    bucketed and FSDP2 communicate in every micro-batch's backward (an average of sums is the
+    sum of averages). A pipeline's schedule splits all the rows into its own micro-batches and
+    runs their forwards and backwards interleaved: one phase, 'forward'."""
+    rows = len(inputs)
+    sizes = ([rows] if setup.pipeline is not None else
+             [rows // accum] * accum if isinstance(accum, int) else accum)
     obs.start()
     total = None
     with annotate("lmperf.dist.step"):
-        for i, (x, y) in enumerate(zip(inputs.chunk(accum), targets.chunk(accum))):
-            quiet = setup.no_sync is not None and i < accum - 1
+        for i, (x, y) in enumerate(zip(inputs.split(sizes), targets.split(sizes))):
+            quiet = setup.no_sync is not None and i < len(sizes) - 1
             with setup.no_sync() if quiet else contextlib.nullcontext(), setup.context():
                 if setup.pipeline is not None:
                     with annotate("lmperf.dist.forward"), setup.autocast():
@@ -98,7 +102,8 @@ def train_step(setup: strategies.Setup, inputs: torch.Tensor, targets: torch.Ten
                     obs.lap("backward")
                 else:
                     with annotate("lmperf.dist.forward"), setup.autocast():
-                        loss = loss_of(setup.model(x), y) / accum  # logits (b, T, V) -> mean CE
+                        # logits (b, T, V) -> mean CE, weighted by the micro-batch's rows
+                        loss = loss_of(setup.model(x), y) / (rows / len(x))
                     obs.lap("forward")
                     with annotate("lmperf.dist.backward"):
                         loss.backward()  # overlapping strategies start all-reduces from hooks here
@@ -189,7 +194,7 @@ def run_item(job: TrainJob, item: str, ctx: RankContext) -> dict | None:
     else:
         setup = strategies.build(item, model, lr=job.lr, bucket_mb=job.bucket_mb,
                                  compute_dtype=job.compute_dtype if item in SHARDED else "fp32",
-                                 compress=job.compress, device=device)
+                                 device=device)
     if job.precision == "bf16-mixed":  # bf16 autocast over the fp32 weights, every strategy
         setup.autocast = lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     replica, replicas = setup.replica or (rank, n)
@@ -290,16 +295,17 @@ def _counted_step(setup: strategies.Setup, rows: tuple[torch.Tensor, torch.Tenso
     return held.out, ledger.table()
 
 
-def _reference(job: TrainJob, cast: str, dtype_name: str, steps: int, n: int,
+def _reference(job: TrainJob, cast: bool, dtype_name: str, steps: int, n: int,
                device: torch.device) -> tuple[dict, dict]:
     """(parameters after `steps` steps, the first step's loss and gradients) of one process
-    on the global batch of `n` replicas; cached on rank 0 for the job."""
+    on the global batch of `n` replicas (`cast`: parameters cast to the dtype, as fsdp2's
+    policy does); cached on rank 0 for the job."""
     key = (cast, dtype_name, steps, n)
     if key not in _REFERENCES:
         first: dict = {}
         params = train_reference(
             build_model(job, device), lambda s: global_batch(job, n, s, device), steps, job.lr,
-            cast=cast, dtype=DTYPES[dtype_name] if dtype_name != "fp32" else None,
+            dtype=DTYPES[dtype_name] if dtype_name != "fp32" else None, cast=cast,
             device_type=device.type, first=first)
         _REFERENCES[key] = (params, first)
     return _REFERENCES[key]
@@ -311,7 +317,7 @@ def _check(job: TrainJob, item: str, full: dict, steps: int, n: int, device: tor
     global batch of `n` replicas; with `first` (a layout's first step), its loss and gradients
     too (`loss` is set on ranks holding the loss: compared by layout_metrics)."""
     dtype_name = job.compute_dtype if item in SHARDED else "fp32"
-    cast = ("linear-embedding" if item == "fsdp" else "all") if dtype_name != "fp32" else "none"
+    cast = dtype_name != "fp32"
     if job.precision == "bf16-mixed":  # autocast: its tolerance, and the reference under it
         dtype_name = "bf16" if dtype_name == "fp32" else dtype_name
     params, ref_first = _reference(job, cast, dtype_name, steps, n, device)
@@ -326,8 +332,8 @@ def _check(job: TrainJob, item: str, full: dict, steps: int, n: int, device: tor
         result["equal"] = result["equal"] and result["gradients"]["equal"]
     result["reference"] = (f"single process, AdamW lr={job.lr:g}, global batch {n} x "
                            f"{job.batch * job.grad_accum} sequences, {steps} steps, same init "
-                           "and data" + (f", {dtype_name} compute mirrored ({cast} cast)"
-                                         if cast != "none" else "")
+                           "and data" + (f", {dtype_name} compute mirrored (all cast)"
+                                         if cast else "")
                            + (", bf16 autocast" if job.precision == "bf16-mixed" else "")
                            + ("; the first step's loss and gradients too" if first else ""))
     return result

@@ -1,8 +1,8 @@
 """`lmperf plan --confirm K`, the side that runs: one planned configuration, run for real, on
 torchrun's ranks (`run_cell`: a data-parallel plan on torch's DDP, ZeRO-1 or FSDP2, a TP, PP or
 HSDP plan on `dist train`'s layout builder, questions/parallel/layouts.py) or alone on this
-machine's device as any forked job (`run_alone`). `measure` runs full steps of the cell's
-micro-batches after a zero-gradient step that gives AdamW its state (as the simulator assumes)
+machine's device as any forked job (`run_alone`). `measure` runs `dist train`'s step
+(questions/parallel/train.py: `train_step`) over the cell's micro-batches after a zero-gradient step that gives AdamW its state (as the simulator assumes)
 and one untracked step (DDP's bucket rebuild, FSDP2's lazy initialisation, the pipeline's
 shape inference): one step under LiveBytes (workload/live.py: the peak the plan predicts; out of
 memory: it does not fit) and the collective ledger (questions/parallel/ledger.py: bytes per mesh
@@ -11,16 +11,13 @@ dimension), then timed steps, untracked.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import statistics
 import time
-from functools import partial
 
 import torch
 
-CE = torch.nn.functional.cross_entropy
 LR = 1e-4
 
 
@@ -39,63 +36,30 @@ def _model(plan: dict, seed: int, checkpoint: int, device: torch.device) -> torc
     return model
 
 
-def _dtype(cell: dict) -> torch.dtype | None:
-    return torch.bfloat16 if cell["precision"] == "bf16-mixed" else None
-
-
 def _setup(cell: dict, world_size: int, model: torch.nn.Module, device: torch.device):
     """`dist train`'s Setup of the cell: a data-parallel plan on torch's engine for its
     strategy (`run.DIST`: DDP, ZeroRedundancyOptimizer over DDP, FSDP2; one device: the model
     alone), a TP / PP / HSDP plan on the layout builder (layouts.build: the pipeline's stages,
-    TP, fully_shard on the data-parallel mesh), its data-parallel part FSDP2 where it has one."""
+    TP, fully_shard on the data-parallel mesh), its data-parallel part FSDP2 where it has one;
+    bf16-mixed: bf16 autocast over the fp32 weights, as `dist train --precision bf16-mixed`."""
     from lmperf.estimate.layout import Layout
     from lmperf.questions.parallel import layouts, strategies
     from lmperf.questions.parallel.items import NO_STRATEGY, Item
     from lmperf.questions.plan.run import DIST
 
     if cell["runner"] != "layout":
-        return strategies.build(
-            DIST.get(cell["strategy"], "single"), model, lr=LR, bucket_mb=25, compress="none",
+        setup = strategies.build(
+            DIST.get(cell["strategy"], "single"), model, lr=LR, bucket_mb=25,
             compute_dtype="bf16" if cell["precision"] == "bf16-fsdp" else "fp32", device=device)
-    lay = Layout(world_size, cell["tp"], cell["pp"], cell["cp"], cell["dp_replicate"],
-                 cell["pp_schedule"], cell["pp_virtual"])
-    item = Item("fsdp2" if lay.dp > 1 else NO_STRATEGY, lay,
-                cell["run_batch"] if lay.pp > 1 else 1)
-    return layouts.build(item, model, lr=LR, batch=sum(cell["sizes"]), device=device)
-
-
-def _loss(module, x: torch.Tensor, y: torch.Tensor, dtype, share: float) -> torch.Tensor:
-    """The step's forward and loss (workload.steps'): the logits (b, T, V) die on return, as
-    they do in the step the plan simulates (log-softmax keeps its own output for backward)."""
-    with torch.autocast(x.device.type, dtype=dtype) if dtype else contextlib.nullcontext():
-        logits = module(x)  # (b, T, V)
-        return CE(logits.flatten(0, 1), y.flatten()) * share
-
-
-def _step(setup, dtype, sizes: list[int], tokens: torch.Tensor) -> None:
-    """One optimizer step, as `dist train` steps it (no clipping: a layout's gradients are
-    DTensors on several meshes): a pipeline's schedule over the rows `tokens` (R, T + 1) (its
-    micro-batches), else micro-batches of `sizes` rows, each loss weighted by its share of the
-    rows, all but the last under the engine's `no_sync` (torch DDP's: one all-reduce a step)
-    and `sync` after the others, each under the layout's context (loss parallelism); then
-    AdamW."""
-    if setup.pipeline is not None:
-        with setup.context(), torch.autocast(
-                tokens.device.type, dtype=dtype) if dtype else contextlib.nullcontext():
-            setup.pipeline(tokens[:, :-1], tokens[:, 1:])
     else:
-        total, start = sum(sizes), 0
-        for i, b in enumerate(sizes):
-            x, y = tokens[start:start + b, :-1], tokens[start:start + b, 1:]
-            start += b
-            quiet = setup.no_sync is not None and i < len(sizes) - 1
-            with setup.no_sync() if quiet else contextlib.nullcontext(), setup.context(), \
-                    setup.autocast():
-                _loss(setup.model, x, y, dtype, b / total).backward()
-            if not quiet:
-                setup.sync()
-    setup.optimizer.step()
-    setup.optimizer.zero_grad(set_to_none=True)
+        lay = Layout(world_size, cell["tp"], cell["pp"], cell["cp"], cell["dp_replicate"],
+                     cell["pp_schedule"], cell["pp_virtual"])
+        item = Item("fsdp2" if lay.dp > 1 else NO_STRATEGY, lay,
+                    cell["run_batch"] if lay.pp > 1 else 1)
+        setup = layouts.build(item, model, lr=LR, batch=sum(cell["sizes"]), device=device)
+    if cell["precision"] == "bf16-mixed":
+        setup.autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return setup
 
 
 def measure(job, item: str, device: torch.device, rank: int = 0,
@@ -107,8 +71,10 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
 
     from lmperf.questions.parallel.ledger import Ledger
     from lmperf.questions.parallel.strategies import optimizer_state
+    from lmperf.questions.parallel.train import _no_range, train_step
     from lmperf.runtime import device as dev
     from lmperf.workload.live import LiveBytes
+    from lmperf.workload.steps import NO_OBSERVER
 
     cell, plan = job.cell(item), json.loads(job.plan)
     model = _model(plan, job.seed, cell["checkpoint"], device)
@@ -116,7 +82,11 @@ def measure(job, item: str, device: torch.device, rank: int = 0,
     setup = _setup(cell, job.world_size, model, device)
     module, opt = setup.model, setup.optimizer
     replica = setup.replica[0] if setup.replica else rank
-    run = partial(_step, setup, _dtype(cell), sizes)
+
+    def run(rows: torch.Tensor) -> None:  # rows (R, T + 1): inputs and their next tokens
+        # `dist train`'s step (no clipping: a layout's gradients are DTensors on several meshes)
+        train_step(setup, rows[:, :-1], rows[:, 1:], NO_OBSERVER, _no_range, sizes)
+
     gen = torch.Generator().manual_seed(job.seed * 7919 + replica)  # a replica's ranks alike
     tokens = torch.randint(0, model.vocab_size if hasattr(model, "vocab_size") else 1000,
                            (sum(sizes), plan["context"] + 1), generator=gen).to(device)
