@@ -6,11 +6,10 @@
    1 KiB, 4 KiB, ..., 64 MiB (x4 steps). Per (collective, ranks), alpha and W are fitted on every
    other size (1, 16, 256 KiB, 4, 64 MiB) and the sizes between are predicted: the relative error
    |predicted - measured| / measured, its median and worst per row and overall.
-2. `lmperf dist train` at 2 ranks (tiny model; flat, bucketed, fsdp): the messages the profiler
+2. `lmperf dist train` at 2 ranks (tiny model; flat, bucketed): the messages the profiler
    counted per step (calls and bytes per collective) costed with the fits on all sizes, against
-   the measured communication (the rank with the least of it, as questions.parallel.predict
-   reads it), and exposed_seconds' prediction against the measured exposed communication;
-   `curve` is questions.parallel.predict's figure for the same messages (each read off the
+   the measured communication (the rank with the least of it), and exposed_seconds' prediction against the measured exposed communication;
+   `curve` is `prediction_table`'s figure for the same messages (each read off the
    measured time-vs-size curve, no formula), to tell the formula's error from the gap between
    a collective timed alone and one inside a training step.
 Writes nothing into the repository (records go to a temporary folder, or to --keep DIR).
@@ -21,20 +20,56 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+
 from lmperf.estimate.comm import (BACKWARD_SHARE, collective_seconds, exposed_seconds,
                                   fit_from_records)
-from lmperf.questions.parallel.predict import prediction_table
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
-OVERLAP = {"flat": 0.0, "naive": 0.0, "fsdp": 0.0, "bucketed": BACKWARD_SHARE,
+OVERLAP = {"flat": 0.0, "naive": 0.0, "bucketed": BACKWARD_SHARE,
            "overlap": BACKWARD_SHARE, "torch-ddp": BACKWARD_SHARE}
+
+
+
+def prediction_table(records: list[dict]) -> pd.DataFrame:
+    """Predicted vs measured communication per training step (each counted message costed at
+    this machine's fitted `dist comm` curve): one row per training run with matching `dist comm`
+    records (empty when there are none)."""
+    fp32 = {}
+    for r in records:  # the curves by backend: each backend's own fit
+        s = r["spec"]
+        if s.get("what") == "comm" and s.get("dtype") == "fp32":
+            fp32.setdefault(s["backend"], []).append(r)
+    links = {b: fit_from_records(rs) for b, rs in fp32.items()}
+    rows = []
+    for r in records:
+        s, m = r["spec"], r.get("metrics") or {}
+        if s.get("what") != "train" or r["status"] != "ok" or not m.get("comm"):
+            continue
+        moved = (m.get("bytes") or {}).get("collectives") or {}
+        fits = links.get(s["backend"], {})
+        if not moved or any((c, s["world_size"]) not in fits for c in moved):
+            continue
+        predicted = sum(c["calls"] * collective_seconds(
+            name, c["bytes"] / c["calls"], s["world_size"], fits[(name, s["world_size"])],
+            "ring") for name, c in moved.items() if c["calls"]) * 1e3
+        per_rank = [p["comm_ms"] for p in m["comm"]["per_rank"]]
+        rows.append({"strategy": s["strategy"], "world_size": s["world_size"],
+                     "messages": sum(c["calls"] for c in moved.values()),
+                     "bus_mb": sum(c["bus_bytes"] for c in moved.values()) / 1e6,
+                     "measured_comm_ms": min(per_rank), "waiting_rank_comm_ms": max(per_rank),
+                     "predicted_ms": predicted,
+                     "measured_over_predicted": min(per_rank) / predicted if predicted
+                     else math.nan})
+    return pd.DataFrame(rows)
 
 
 def lmperf(*args: str, out: Path) -> list[dict]:
@@ -94,7 +129,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world-size", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--strategy", nargs="+", default=["flat", "bucketed", "fsdp"])
+    ap.add_argument("--strategy", nargs="+", default=["flat", "bucketed"])
     ap.add_argument("--keep", type=Path,
                     help="write the records here instead of a temporary folder")
     args = ap.parse_args()

@@ -16,7 +16,6 @@ import pandas as pd
 
 from lmperf.core.report import Report, caption_axes, human_bytes, status_notes
 from lmperf.measure.stats import NOISY_IQR_RATIO, VERY_NOISY_IQR_RATIO
-from lmperf.questions.parallel.predict import prediction_table
 from lmperf.questions.parallel.spec import SHARDED
 from lmperf.units import MIB
 
@@ -242,15 +241,6 @@ def _noise_findings(df: pd.DataFrame) -> list[str]:
             f"{w['time_ms']:.3g} ms): {how}"]
 
 
-def _prediction_findings(df: pd.DataFrame) -> list[str]:
-    if df.empty:
-        return []
-    ratio = df["measured_over_predicted"]
-    return [f"communication per step, measured / predicted (estimate.comm fitted to dist comm): "
-            f"median {ratio.median():.2f} (from {ratio.min():.2f}, {df.loc[ratio.idxmin(), 'strategy']}, "
-            f"to {ratio.max():.2f}, {df.loc[ratio.idxmax(), 'strategy']})"]
-
-
 def _what(r: dict) -> str:
     """An item as a reader names it: 'fsdp2', 'tp 4', 'fsdp2, shard 2 x tp 2'."""
     s = r["spec"]
@@ -356,12 +346,8 @@ def build_report(records: list[dict]) -> Report:
                          pipeline_table(records))):
         if not table.empty:
             tables[name] = table
-    predicted = prediction_table(records)
-    if not predicted.empty:
-        tables["communication per step: measured vs predicted from dist comm"] = predicted
     findings = (_train_findings(train) if not train.empty else []) + \
-               (_comm_findings(comm) + _noise_findings(comm) if not comm.empty else []) + \
-        _prediction_findings(predicted)
+               (_comm_findings(comm) + _noise_findings(comm) if not comm.empty else [])
     # per-item noise warnings are summed up by _noise_findings (they stay in each record)
     notes = {w for r in records for w in r.get("warnings", []) if "IQR/median" not in w
              or r["spec"].get("what") != "comm"}
