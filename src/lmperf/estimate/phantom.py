@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 META = torch.device("meta")
 CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to a multiple of 512 B
@@ -209,13 +211,7 @@ def _describe(out: Any) -> Any:
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _tensors(v)]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in _tensors(v)]
-    return []
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
 def _rebuild(d: Any) -> Any:
@@ -257,12 +253,7 @@ def _run(func: Any, args: tuple, kwargs: dict) -> Any:
     return out
 
 
-_DEVICE_ARG: dict[Any, bool] = {}
-
-
+@cache
 def _takes_device(func: Any) -> bool:
     """Whether an aten op has a `device` keyword (factories, `_to_copy`); cached per op."""
-    known = _DEVICE_ARG.get(func)
-    if known is None:
-        known = _DEVICE_ARG[func] = any(a.name == "device" for a in func._schema.arguments)
-    return known
+    return any(a.name == "device" for a in func._schema.arguments)
