@@ -7,11 +7,8 @@ from dataclasses import dataclass
 
 from lmperf.errors import SpecError
 from lmperf.estimate.layout import Layout
-
-# the data-parallel strategies a plan prices: what each keeps of the states is in
-# `estimate.strategies`; hsdp is fsdp with layout.dp_replicate > 1
-STRATEGY_NAMES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "fsdp")
-FLOAT8: tuple[str, ...] = ("none", "tensorwise", "rowwise")  # torchao's recipes
+from lmperf.estimate.strategies import STRATEGIES  # hsdp: fsdp with layout.dp_replicate > 1
+from lmperf.names import FLOAT8_RECIPES as FLOAT8  # torchao's recipes, and none
 
 
 @dataclass(frozen=True)
@@ -38,8 +35,8 @@ class Candidate:
 
         object.__setattr__(self, "checkpoint", checkpoint_policy(self.checkpoint))
         lay, s = self.layout, self.strategy
-        if s not in STRATEGY_NAMES:
-            raise SpecError(f"unknown strategy {s!r}; accepted: {', '.join(STRATEGY_NAMES)}")
+        if s not in STRATEGIES:
+            raise SpecError(f"unknown strategy {s!r}; accepted: {', '.join(STRATEGIES)}")
         ok = {"single": lay.dp == 1,
               "ddp": lay.dp_shard == 1 and lay.dp_replicate > 1,
               "zero1": lay.dp_replicate == 1 and lay.dp_shard > 1,

@@ -24,8 +24,6 @@ def compile_unavailable_reason(device_type: str) -> str | None:
 
     CPU needs a C++ compiler (Inductor writes and builds C++); CUDA needs triton.
     """
-    if not hasattr(torch, "compile"):
-        return f"torch.compile needs torch >= 2.0 (this is {torch.__version__})"
     dynamo = importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: shadows torch
     if not dynamo.is_dynamo_supported():
         return "torch.compile is not supported on this Python version or platform"
