@@ -228,11 +228,10 @@ class Layout:
             held = (v - 1) * p + 2 * (p - 1 - rank) + 1
         return max(1, min(held, m * v))
 
-    def bubble(self, micro_batches: int, forward_s: float, backward_s: float,
-               weight_grad_s: float | None = None) -> float:
+    def bubble(self, micro_batches: int, forward_s: float, backward_s: float) -> float:
         """Seconds a pipeline rank idles per step (the bubble), for one micro-batch's forward and
         backward of `forward_s` and `backward_s` on that rank (all its stages; the backward's
-        weight-gradient part `weight_grad_s`, default half of it): GPipe and 1F1B (p - 1)
+        weight-gradient part w half of it): GPipe and 1F1B (p - 1)
         (f + b); interleaved 1F1B (p - 1) (f + b) / v (Narayanan et al. 2021); zero-bubble
         interleaved (p - 1) (f + b - w) / v, ZB-H1's (Qi et al. 2024: the weight gradients
         fill the cool-down), with the input gradient's B = b - w, (p - 1) (f + B - w) / v;
@@ -244,7 +243,7 @@ class Layout:
         p, v = self.pp, self.pp_virtual
         if p == 1:
             return 0.0
-        w = backward_s / 2 if weight_grad_s is None else weight_grad_s
+        w = backward_s / 2
         one = forward_s + backward_s  # a micro-batch's work on this rank
         if self.pp_schedule in ("GPipe", "1F1B"):
             return (p - 1) * one
