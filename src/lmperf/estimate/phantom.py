@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 META = torch.device("meta")
 CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to a multiple of 512 B
@@ -66,12 +66,10 @@ class EventLog:
 
 
 def _unwrap(x: Any, outer: dict[int, Phantom]) -> Any:
-    """Phantoms -> their meta tensors (remembering the outer object), devices -> meta."""
+    """A Phantom -> its meta tensor (remembering the outer object), a device -> meta."""
     if isinstance(x, Phantom):
         outer[id(x.elem)] = x
         return x.elem
-    if isinstance(x, (list, tuple)):
-        return type(x)(_unwrap(v, outer) for v in x)
     if isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             return x
@@ -149,8 +147,7 @@ class PhantomMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         self.ops += 1
         outer: dict[int, Phantom] = {}
-        a = _unwrap(args, outer)
-        k = {key: _unwrap(v, outer) for key, v in (kwargs or {}).items()}
+        a, k = tree_map(lambda x: _unwrap(x, outer), (args, kwargs or {}))
         if func is _ITEM:
             # A value the step reads (AdamW's step count, a scaler's found_inf): values do not
             # change allocations here, so any number works; 1 keeps bias corrections finite.
