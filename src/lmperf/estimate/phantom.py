@@ -157,17 +157,15 @@ class PhantomMode(TorchDispatchMode):
         out = _run(func, a, k)
         cast = func is _TO_COPY and isinstance(args[0], Phantom) \
             and self._ids.get(args[0].elem.untyped_storage()) in self.param_storages
-        return self._wrap(out, outer, cast)
+        return tree_map(lambda t: self._wrap(t, outer, cast), out)
 
     def _wrap(self, out: Any, outer: dict[int, Phantom], cast: bool) -> Any:
-        if isinstance(out, torch.Tensor):
-            if id(out) in outer:  # an in-place op returns its input: the same outer tensor
-                return outer[id(out)]
-            self._track(out, cast)
-            return Phantom(out, self.device)
-        if isinstance(out, (list, tuple)):
-            return type(out)(self._wrap(v, outer, cast) for v in out)
-        return out
+        if not isinstance(out, torch.Tensor):
+            return out
+        if id(out) in outer:  # an in-place op returns its input: the same outer tensor
+            return outer[id(out)]
+        self._track(out, cast)
+        return Phantom(out, self.device)
 
 
 # Output metadata of ops that return fresh tensors, by (op, input metadata): the meta kernels of
