@@ -31,12 +31,11 @@ class Candidate:
     float8: str = "none"
 
     def __post_init__(self) -> None:
-        from lmperf.validate import checkpoint_policy
+        from lmperf.validate import checkpoint_policy, choice
 
         object.__setattr__(self, "checkpoint", checkpoint_policy(self.checkpoint))
         lay, s = self.layout, self.strategy
-        if s not in STRATEGIES:
-            raise SpecError(f"unknown strategy {s!r}; accepted: {', '.join(STRATEGIES)}")
+        choice("strategy", s, STRATEGIES)
         ok = {"single": lay.dp == 1,
               "ddp": lay.dp_shard == 1 and lay.dp_replicate > 1,
               "zero1": lay.dp_replicate == 1 and lay.dp_shard > 1,
@@ -46,9 +45,7 @@ class Candidate:
             raise SpecError(f"{s} does not fit the layout {lay.label()}")
         if self.precision == "bf16-fsdp" and s != "fsdp":
             raise SpecError("bf16-fsdp is FSDP's mixed-precision policy: it needs fsdp")
-        if self.float8 not in FLOAT8:
-            raise SpecError(f"unknown float8 recipe {self.float8!r}; accepted: "
-                            f"{', '.join(FLOAT8)}")
+        choice("float8 recipe", self.float8, FLOAT8)
         if self.float8 != "none" and self.precision == "fp32":
             raise SpecError("float8 trains the Linear layers in float8 beside a bf16 step: "
                             "not with fp32")

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from lmperf.errors import SpecError
 from lmperf.kernels.naive import NaiveAttention, naive_attention, softmax
+from lmperf.validate import choice
 
 AttentionKernel = Callable[..., torch.Tensor]
 """fn(q, k, v, is_causal: bool = False) -> o."""
@@ -169,12 +170,7 @@ NAMES: tuple[str, ...] = tuple(IMPLEMENTATIONS)
 
 
 def _impl(name: str) -> Implementation:
-    try:
-        return IMPLEMENTATIONS[name]
-    except KeyError:
-        raise SpecError(
-            f"unknown attention implementation {name!r}; accepted: {', '.join(NAMES)}"
-        ) from None
+    return IMPLEMENTATIONS[choice("attention implementation", name, NAMES)]
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
