@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from lmperf.errors import SpecError
 from lmperf.names import PP_SCHEDULES
+from lmperf.validate import as_flag, check_fields
 
 # Schedules with several stages per rank (torch's PipelineScheduleMulti); the V-shaped one places
 # exactly 2 per rank, stage r and 2p - 1 - r (torchtitan's _get_pp_rank_to_stage_indices_mapping)
@@ -73,11 +74,8 @@ class Layout:
     async_tp: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("gpus", "tp", "pp", "cp", "dp_replicate", "pp_virtual"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"--{name.replace('_', '-')} must be a positive integer, "
-                                f"got {value!r}")
+        check_fields(self, positive=("gpus", "tp", "pp", "cp", "dp_replicate", "pp_virtual"),
+                     named=as_flag)
         fixed = self.tp * self.pp * self.cp * self.dp_replicate
         if self.gpus % fixed:
             raise SpecError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} x dp-replicate "
