@@ -7,11 +7,8 @@ from dataclasses import dataclass
 
 from lmperf.errors import SpecError
 from lmperf.estimate.layout import Layout
-
-# the data-parallel strategies a plan prices: what each keeps of the states is in
-# `estimate.strategies`; hsdp is fsdp with layout.dp_replicate > 1
-STRATEGY_NAMES: tuple[str, ...] = ("single", "ddp", "zero1", "zero2", "fsdp")
-FLOAT8: tuple[str, ...] = ("none", "tensorwise", "rowwise")  # torchao's recipes
+from lmperf.estimate.strategies import STRATEGIES  # hsdp: fsdp with layout.dp_replicate > 1
+from lmperf.names import FLOAT8_RECIPES as FLOAT8  # torchao's recipes, and none
 
 
 @dataclass(frozen=True)
@@ -34,12 +31,11 @@ class Candidate:
     float8: str = "none"
 
     def __post_init__(self) -> None:
-        from lmperf.validate import checkpoint_policy
+        from lmperf.validate import checkpoint_policy, choice
 
         object.__setattr__(self, "checkpoint", checkpoint_policy(self.checkpoint))
         lay, s = self.layout, self.strategy
-        if s not in STRATEGY_NAMES:
-            raise SpecError(f"unknown strategy {s!r}; accepted: {', '.join(STRATEGY_NAMES)}")
+        choice("strategy", s, STRATEGIES)
         ok = {"single": lay.dp == 1,
               "ddp": lay.dp_shard == 1 and lay.dp_replicate > 1,
               "zero1": lay.dp_replicate == 1 and lay.dp_shard > 1,
@@ -49,9 +45,7 @@ class Candidate:
             raise SpecError(f"{s} does not fit the layout {lay.label()}")
         if self.precision == "bf16-fsdp" and s != "fsdp":
             raise SpecError("bf16-fsdp is FSDP's mixed-precision policy: it needs fsdp")
-        if self.float8 not in FLOAT8:
-            raise SpecError(f"unknown float8 recipe {self.float8!r}; accepted: "
-                            f"{', '.join(FLOAT8)}")
+        choice("float8 recipe", self.float8, FLOAT8)
         if self.float8 != "none" and self.precision == "fp32":
             raise SpecError("float8 trains the Linear layers in float8 beside a bf16 step: "
                             "not with fp32")

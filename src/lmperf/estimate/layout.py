@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from lmperf.errors import SpecError
 from lmperf.names import PP_SCHEDULES
+from lmperf.validate import as_flag, check_fields
 
 # Schedules with several stages per rank (torch's PipelineScheduleMulti); the V-shaped one places
 # exactly 2 per rank, stage r and 2p - 1 - r (torchtitan's _get_pp_rank_to_stage_indices_mapping)
@@ -73,11 +74,8 @@ class Layout:
     async_tp: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("gpus", "tp", "pp", "cp", "dp_replicate", "pp_virtual"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"--{name.replace('_', '-')} must be a positive integer, "
-                                f"got {value!r}")
+        check_fields(self, positive=("gpus", "tp", "pp", "cp", "dp_replicate", "pp_virtual"),
+                     named=as_flag)
         fixed = self.tp * self.pp * self.cp * self.dp_replicate
         if self.gpus % fixed:
             raise SpecError(f"tp {self.tp} x pp {self.pp} x cp {self.cp} x dp-replicate "
@@ -228,11 +226,10 @@ class Layout:
             held = (v - 1) * p + 2 * (p - 1 - rank) + 1
         return max(1, min(held, m * v))
 
-    def bubble(self, micro_batches: int, forward_s: float, backward_s: float,
-               weight_grad_s: float | None = None) -> float:
+    def bubble(self, micro_batches: int, forward_s: float, backward_s: float) -> float:
         """Seconds a pipeline rank idles per step (the bubble), for one micro-batch's forward and
         backward of `forward_s` and `backward_s` on that rank (all its stages; the backward's
-        weight-gradient part `weight_grad_s`, default half of it): GPipe and 1F1B (p - 1)
+        weight-gradient part w half of it): GPipe and 1F1B (p - 1)
         (f + b); interleaved 1F1B (p - 1) (f + b) / v (Narayanan et al. 2021); zero-bubble
         interleaved (p - 1) (f + b - w) / v, ZB-H1's (Qi et al. 2024: the weight gradients
         fill the cool-down), with the input gradient's B = b - w, (p - 1) (f + B - w) / v;
@@ -244,7 +241,7 @@ class Layout:
         p, v = self.pp, self.pp_virtual
         if p == 1:
             return 0.0
-        w = backward_s / 2 if weight_grad_s is None else weight_grad_s
+        w = backward_s / 2
         one = forward_s + backward_s  # a micro-batch's work on this rank
         if self.pp_schedule in ("GPipe", "1F1B"):
             return (p - 1) * one

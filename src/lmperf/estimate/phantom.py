@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 META = torch.device("meta")
 CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to a multiple of 512 B
@@ -64,12 +66,10 @@ class EventLog:
 
 
 def _unwrap(x: Any, outer: dict[int, Phantom]) -> Any:
-    """Phantoms -> their meta tensors (remembering the outer object), devices -> meta."""
+    """A Phantom -> its meta tensor (remembering the outer object), a device -> meta."""
     if isinstance(x, Phantom):
         outer[id(x.elem)] = x
         return x.elem
-    if isinstance(x, (list, tuple)):
-        return type(x)(_unwrap(v, outer) for v in x)
     if isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             return x
@@ -147,8 +147,7 @@ class PhantomMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         self.ops += 1
         outer: dict[int, Phantom] = {}
-        a = _unwrap(args, outer)
-        k = {key: _unwrap(v, outer) for key, v in (kwargs or {}).items()}
+        a, k = tree_map(lambda x: _unwrap(x, outer), (args, kwargs or {}))
         if func is _ITEM:
             # A value the step reads (AdamW's step count, a scaler's found_inf): values do not
             # change allocations here, so any number works; 1 keeps bias corrections finite.
@@ -158,17 +157,15 @@ class PhantomMode(TorchDispatchMode):
         out = _run(func, a, k)
         cast = func is _TO_COPY and isinstance(args[0], Phantom) \
             and self._ids.get(args[0].elem.untyped_storage()) in self.param_storages
-        return self._wrap(out, outer, cast)
+        return tree_map(lambda t: self._wrap(t, outer, cast), out)
 
     def _wrap(self, out: Any, outer: dict[int, Phantom], cast: bool) -> Any:
-        if isinstance(out, torch.Tensor):
-            if id(out) in outer:  # an in-place op returns its input: the same outer tensor
-                return outer[id(out)]
-            self._track(out, cast)
-            return Phantom(out, self.device)
-        if isinstance(out, (list, tuple)):
-            return type(out)(self._wrap(v, outer, cast) for v in out)
-        return out
+        if not isinstance(out, torch.Tensor):
+            return out
+        if id(out) in outer:  # an in-place op returns its input: the same outer tensor
+            return outer[id(out)]
+        self._track(out, cast)
+        return Phantom(out, self.device)
 
 
 # Output metadata of ops that return fresh tensors, by (op, input metadata): the meta kernels of
@@ -209,13 +206,7 @@ def _describe(out: Any) -> Any:
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _tensors(v)]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in _tensors(v)]
-    return []
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
 def _rebuild(d: Any) -> Any:
@@ -257,12 +248,7 @@ def _run(func: Any, args: tuple, kwargs: dict) -> Any:
     return out
 
 
-_DEVICE_ARG: dict[Any, bool] = {}
-
-
+@cache
 def _takes_device(func: Any) -> bool:
     """Whether an aten op has a `device` keyword (factories, `_to_copy`); cached per op."""
-    known = _DEVICE_ARG.get(func)
-    if known is None:
-        known = _DEVICE_ARG[func] = any(a.name == "device" for a in func._schema.arguments)
-    return known
+    return any(a.name == "device" for a in func._schema.arguments)

@@ -201,13 +201,11 @@ def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str =
     run on phantom tensors."""
     from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
-    from lmperf.validate import checkpoint_policy
+    from lmperf.validate import checkpoint_policy, choice
     from lmperf.workload.steps import STEPS, StepState
 
     checkpoint = checkpoint_policy(checkpoint)
-    if schedule not in SCHEDULES:
-        raise SpecError(f"unknown checkpointing schedule {schedule!r}; accepted: "
-                        f"{', '.join(SCHEDULES)}")
+    choice("checkpointing schedule", schedule, SCHEDULES)
     t0 = time.perf_counter()
     regime = get_regime(spec.precision)
     device = torch.device(spec.device)

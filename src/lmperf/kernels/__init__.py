@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from lmperf.errors import SpecError
 from lmperf.kernels.naive import NaiveAttention, naive_attention, softmax
+from lmperf.validate import choice
 
 AttentionKernel = Callable[..., torch.Tensor]
 """fn(q, k, v, is_causal: bool = False) -> o."""
@@ -90,12 +91,11 @@ def sdpa_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: b
     return "math"
 
 
-def _flash_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 is_causal: bool = False) -> torch.Tensor:
-    """FlashAttention-2 in PyTorch with its default tiles (64 x 64)."""
+def _load_flash_torch() -> AttentionKernel:
+    """FlashAttention-2 in PyTorch with its default tiles (64 x 64), imported on first use."""
     from lmperf.kernels.flash_torch import flash_attention_torch
 
-    return flash_attention_torch(q, k, v, is_causal)
+    return flash_attention_torch
 
 
 def _triton_missing() -> str | None:
@@ -147,37 +147,30 @@ def _load_flash_triton() -> AttentionKernel:
 
 @dataclass(frozen=True)
 class Implementation:
-    """One registry entry: name, dtypes it accepts, and how to load its function lazily."""
+    """One registry entry: name, dtypes it accepts, and how to load its function lazily (what
+    each computes: the table in docs/commands/attention.md)."""
 
     name: str
-    summary: str
     dtypes: tuple[torch.dtype, ...]
     load: Callable[[], AttentionKernel]
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
     impl.name: impl for impl in (
-        Implementation("naive", "einsum scores, max-subtracted softmax, einsum with V",
-                       _FLOATS, lambda: naive_attention),
-        Implementation("sdpa", "F.scaled_dot_product_attention", _FLOATS, lambda: sdpa_attention),
-        Implementation("compiled", "torch.compile of naive", _FLOATS, lambda: compiled_attention),
-        Implementation("flash-torch", "FlashAttention-2 tiled in PyTorch", _FLOATS,
-                       lambda: _flash_torch),
+        Implementation("naive", _FLOATS, lambda: naive_attention),
+        Implementation("sdpa", _FLOATS, lambda: sdpa_attention),
+        Implementation("compiled", _FLOATS, lambda: compiled_attention),
+        Implementation("flash-torch", _FLOATS, _load_flash_torch),
         # Triton's tl.dot has no float64 path on GPUs; fp16/bf16/fp32 only.
-        Implementation("flash-triton", "FlashAttention-2 in Triton",
-                       (torch.float32, torch.bfloat16, torch.float16), _load_flash_triton),
+        Implementation("flash-triton", (torch.float32, torch.bfloat16, torch.float16),
+                       _load_flash_triton),
     )
 }
 NAMES: tuple[str, ...] = tuple(IMPLEMENTATIONS)
 
 
 def _impl(name: str) -> Implementation:
-    try:
-        return IMPLEMENTATIONS[name]
-    except KeyError:
-        raise SpecError(
-            f"unknown attention implementation {name!r}; accepted: {', '.join(NAMES)}"
-        ) from None
+    return IMPLEMENTATIONS[choice("attention implementation", name, NAMES)]
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -24,8 +24,6 @@ def compile_unavailable_reason(device_type: str) -> str | None:
 
     CPU needs a C++ compiler (Inductor writes and builds C++); CUDA needs triton.
     """
-    if not hasattr(torch, "compile"):
-        return f"torch.compile needs torch >= 2.0 (this is {torch.__version__})"
     dynamo = importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: shadows torch
     if not dynamo.is_dynamo_supported():
         return "torch.compile is not supported on this Python version or platform"
@@ -43,12 +41,11 @@ def compile_unavailable_reason(device_type: str) -> str | None:
 
 
 class CompiledFunction:
-    """`torch.compile(fn, **options)`, checked before the first call on each device type."""
+    """`torch.compile(fn)`, checked before the first call on each device type."""
 
-    def __init__(self, fn: Callable[..., Any], **options: Any):
+    def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
-        self.options = options
-        self._compiled = torch.compile(fn, **options)
+        self._compiled = torch.compile(fn)
         self._checked: set[str] = set()
         functools.update_wrapper(self, fn)
 
@@ -69,15 +66,8 @@ class CompiledFunction:
             raise SpecError(f"torch.compile of {self.fn.__name__} failed: {first}") from e
 
 
-_CACHE: dict[tuple[Callable[..., Any], tuple[tuple[str, Any], ...]], CompiledFunction] = {}
-
-
-def compile_fn(fn: Callable[..., Any], **options: Any) -> CompiledFunction:
-    """The process-wide compiled version of `fn` for these `torch.compile` options.
-
-    Cached so that every caller shares one set of compiled graphs (compiling is seconds on CPU).
-    """
-    key = (fn, tuple(sorted(options.items())))
-    if key not in _CACHE:
-        _CACHE[key] = CompiledFunction(fn, **options)
-    return _CACHE[key]
+@functools.cache
+def compile_fn(fn: Callable[..., Any]) -> CompiledFunction:
+    """The process-wide compiled version of `fn`, so that every caller shares one set of
+    compiled graphs (compiling is seconds on CPU)."""
+    return CompiledFunction(fn)

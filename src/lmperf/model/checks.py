@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lmperf.errors import ModelLoadError
+from lmperf.errors import ModelLoadError, SpecError
 from lmperf.model.custom import build_model
 from lmperf.model.presets import ModelConfig
 
@@ -70,10 +70,11 @@ def inspect_on_meta(config: ModelConfig, custom: str | None, batch_size: int,
                     seq: int | None = None) -> int:
     """Build the model on the meta device (no memory), check it, and return its parameter count.
 
-    For a custom model, also runs a forward pass on meta tensors to check that token ids (B, T),
-    T = `seq` (default: the config's context length),
-    map to logits (B, T, vocab_size). Raises ModelLoadError if it does not. Models whose forward
-    cannot run on meta are accepted here and checked again on the real device.
+    For a custom model, also checks T = `seq` (default: the config's context length) against the
+    `context_length` the model declares, if it declares one (SpecError), and runs a forward pass
+    on meta tensors to check that token ids (B, T) map to logits (B, T, vocab_size). Raises
+    ModelLoadError if they do not. Models whose forward cannot run on meta are accepted here and
+    checked again on the real device.
     """
     with torch.device("meta"):
         model = build_model(config, custom)
@@ -81,6 +82,10 @@ def inspect_on_meta(config: ModelConfig, custom: str | None, batch_size: int,
     if custom is None:
         return n
     seq = seq or config.context_length
+    declared = getattr(model, "context_length", None)
+    if isinstance(declared, int) and not isinstance(declared, bool) and seq > declared:
+        raise SpecError(f"context {seq} is longer than the model allows ({custom} has "
+                        f"context_length {declared})")
     ids = torch.zeros(batch_size, seq, dtype=torch.long, device="meta")
     try:
         with AnyValues():

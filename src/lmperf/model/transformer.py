@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lmperf.model.attention import AttentionFn, make_attention
 from lmperf.model.checkpointing import block_spans
-from lmperf.validate import checkpoint_policy
+from lmperf.validate import checkpoint_policy, positive_int
 
 
 def _trunc_normal(shape: tuple[int, ...], std: float) -> torch.Tensor:
@@ -211,8 +211,7 @@ class TransformerLM(nn.Module):
                             ("d_model", d_model), ("num_layers", num_layers),
                             ("num_heads", num_heads), ("d_ff", d_ff),
                             ("num_kv_heads", num_heads if num_kv_heads is None else num_kv_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, value)  # SpecError, a ValueError
         if d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.vocab_size = vocab_size

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
 
 # torch.amp docs, "CUDA Ops that can autocast to float32" (names as torch functions carry them).
 CUDA_FP32_OPS: frozenset[str] = frozenset({
@@ -33,18 +34,14 @@ _LOW = (torch.bfloat16, torch.float16)
 
 
 def _up(x: object) -> object:
-    if isinstance(x, torch.Tensor) and x.dtype in _LOW:
-        return x.float()
-    if isinstance(x, (list, tuple)):
-        return type(x)(_up(v) for v in x)
-    return x
+    return x.float() if isinstance(x, torch.Tensor) and x.dtype in _LOW else x
 
 
 class _CudaFp32Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
         if getattr(func, "__name__", None) in CUDA_FP32_OPS and torch.is_autocast_enabled("cpu"):
-            args, kwargs = _up(args), {k: _up(v) for k, v in kwargs.items()}
+            args, kwargs = tree_map(_up, (args, kwargs))
         return func(*args, **kwargs)
 
 

@@ -12,7 +12,6 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from lmperf.errors import SpecError
 from lmperf.model.checkpointing import set_checkpointing
 from lmperf.model.checks import inspect_on_meta
 from lmperf.model.custom import build_model
@@ -130,29 +129,12 @@ def meta_flops(spec: RunSpec) -> tuple[int, dict[str, int]]:
 
 
 def check_user_models(specs: list[RunSpec]) -> None:
-    """Build each distinct user-model configuration on the meta device and check its output;
-    raises ModelLoadError or SpecError (before anything runs)."""
-    seen = set()
-    for spec in specs:
-        if spec.model is None:
-            continue
-        key = (spec.model_config(), spec.batch, spec.context)
-        if key in seen:
-            continue
-        seen.add(key)
-        config = spec.model_config()
-        inspect_on_meta(config, spec.model, spec.batch, seq=spec.context)
-        model_ctx = _declared_context(config, spec.model)
-        if model_ctx is not None and spec.context > model_ctx:
-            raise SpecError(f"context {spec.context} is longer than the model allows "
-                            f"({spec.model} has context_length {model_ctx})")
-
-
-def _declared_context(config, target: str | None) -> int | None:
-    with torch.device("meta"):
-        model = build_model(config, target)
-    value = getattr(model, "context_length", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """Build each distinct user-model configuration on the meta device and check its context
+    and output (`model.checks.inspect_on_meta`); raises ModelLoadError or SpecError (before
+    anything runs)."""
+    for config, model, batch, context in dict.fromkeys(
+            (s.model_config(), s.model, s.batch, s.context) for s in specs if s.model is not None):
+        inspect_on_meta(config, model, batch, seq=context)
 
 
 def warm_up() -> None:

@@ -70,17 +70,12 @@ def build_sections(records: list[dict]) -> list[Section]:
 
 def report(files: Sequence[str | Path] | str | Path, *, out: str | Path | None = None,
            format: str = "html", title: str | None = None) -> Path:
-    """Write the write-up of the results files `files` (JSONL, any mix of kinds) and return its
-    path.
-
-    For each kind of record: its tables as its question lays them out (the course's benchmark
-    table for bench), findings, plots, failed runs with their reason, warnings and the
-    environment of the runs. `format` "html" (default) writes one self-contained page (styles
-    inline, plots as data URIs, nothing fetched from anywhere); "markdown" writes a .md file and
-    its plots as PNG files next to it. `out` defaults to results/report.html (results/report.md);
-    an existing file there is replaced. Raises SpecError for an unknown format, ResultsFileError
-    for a missing or corrupt results file, LmperfError when the files hold no record or the
-    report cannot be written.
+    """Write the write-up of the results files `files` (JSONL, any mix of kinds; what each
+    section holds: docs/commands/report.md) and return its path: one self-contained HTML page,
+    or (`format` "markdown") a .md file with its plots as PNG files next to it. `out` defaults
+    to results/report.html (results/report.md); an existing file there is replaced. Raises
+    SpecError for an unknown format, ResultsFileError for a missing or corrupt results file,
+    LmperfError when the files hold no record or the report cannot be written.
     """
     from lmperf import __version__
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.questions.writeup.sections import (DERIVED, STATUSES, Section, Table,
+from lmperf.questions.writeup.sections import (DERIVED, MAX_ROWS, STATUSES, Section, Table,
                                                readable_table)
 
-MAX_ROWS = 60  # as the other sections' secondary tables
 # compare's own figures (never moved into the caption, even when equal in every row)
 FIGURES: frozenset[str] = frozenset({
     "phase", "base_n", "new_n", "base_median_ms", "new_median_ms", "ratio", "ci_low", "ci_high",

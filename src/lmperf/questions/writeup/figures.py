@@ -103,23 +103,10 @@ def bench_phases(records: list[dict]) -> bytes | None:
             rows.append((label, means))
     if not rows:
         return None
-    fig = _figure(9.5, 1.2 + 0.32 * len(rows))
-    ax = fig.subplots()
-    left = [0.0] * len(rows)
-    ys = list(range(len(rows)))[::-1]  # first run on top
-    for phase in PHASES:
-        widths = [means[phase] or 0.0 for _, means in rows]
-        if any(widths):
-            ax.barh(ys, widths, left=left, label=phase, height=0.7)
-            left = [a + b for a, b in zip(left, widths)]
-    ax.set_yticks(ys, [label for label, _ in rows], fontsize=8)
     title = "time per step by phase (median ms)"
     if len(pairs) > MAX_BARS:
         title += f"; first {MAX_BARS} of {len(pairs)} runs"
-    ax.set(xlabel="ms per step", title=title)
-    ax.grid(True, axis="x", alpha=0.3)
-    fig.legend(fontsize=8, ncols=len(PHASES), loc="outside lower center")
-    return png(fig)
+    return _stacked_bars(rows, PHASES, "ms per step", title)
 
 
 def profile_shares(records: list[dict]) -> bytes | None:
@@ -140,23 +127,32 @@ def profile_shares(records: list[dict]) -> bytes | None:
             bars.append((f"{label}: {phase}", shares))
     if not bars:
         return None
-    bars = bars[:MAX_BARS]
-    categories = list(dict.fromkeys(c for _, shares in bars for c in shares))
+    categories = list(dict.fromkeys(c for _, shares in bars[:MAX_BARS] for c in shares))
+    return _stacked_bars(bars[:MAX_BARS], categories, "share of the phase's operator self time",
+                         "where the time goes, by category", share=True)
+
+
+def _stacked_bars(bars: list[tuple[str, dict]], segments, xlabel: str, title: str,
+                  share: bool = False) -> bytes:
+    """PNG: one horizontal bar per (label, segment -> value), the first on top, stacked in the
+    order of `segments` (a segment without a value in any bar is left out of the legend);
+    `share`: the values are fractions, the axis in % from 0 to at least 1."""
     fig = _figure(9.5, 1.4 + 0.34 * len(bars))
     ax = fig.subplots()
     ys = list(range(len(bars)))[::-1]
     left = [0.0] * len(bars)
-    for category in categories:
-        widths = [shares.get(category, 0.0) for _, shares in bars]
-        ax.barh(ys, widths, left=left, label=category, height=0.7)
-        left = [a + b for a, b in zip(left, widths)]
+    for segment in segments:
+        widths = [values.get(segment) or 0.0 for _, values in bars]
+        if any(widths):
+            ax.barh(ys, widths, left=left, label=segment, height=0.7)
+            left = [a + b for a, b in zip(left, widths)]
     ax.set_yticks(ys, [label for label, _ in bars], fontsize=8)
-    ax.set_xlim(0, max(1.0, max(left)))
-    ax.xaxis.set_major_formatter("{x:.0%}")
-    ax.set(xlabel="share of the phase's operator self time",
-           title="where the time goes, by category")
+    if share:
+        ax.set_xlim(0, max(1.0, max(left)))
+        ax.xaxis.set_major_formatter("{x:.0%}")
+    ax.set(xlabel=xlabel, title=title)
     ax.grid(True, axis="x", alpha=0.3)
-    fig.legend(fontsize=8, ncols=min(len(categories), 6), loc="outside lower center")
+    fig.legend(fontsize=8, ncols=min(len(segments), 6), loc="outside lower center")
     return png(fig)
 
 

@@ -53,9 +53,19 @@ def roofline_png(records: list[dict]) -> bytes | None:
     return png(fig)
 
 
-def _sizes(ms: pd.Series, biggest: float) -> list[float]:
-    """Marker areas proportional to measured time (the largest op gets 400 pt^2)."""
-    return [20 + 380 * (v / biggest) if biggest > 0 else 20 for v in ms]
+def _points(ax, pts: pd.DataFrame, x: str, y: str, biggest: float, named: int,
+            offset) -> None:
+    """`pts` at (x, y), coloured by bound, their marker areas proportional to measured time (an
+    op of `biggest` ms gets 400 pt^2); the `named` slowest labelled, the i-th label `offset(i)`
+    points away."""
+    for bound, group in pts.groupby("bound"):
+        sizes = [20 + 380 * (v / biggest) if biggest > 0 else 20 for v in group["measured_ms"]]
+        ax.scatter(group[x], group[y], s=sizes, alpha=0.6, color=COLORS.get(bound, "gray"),
+                   label=bound, edgecolors="black", lw=0.5)
+    for i, r in enumerate(pts.nlargest(named, "measured_ms").itertuples()):
+        ax.annotate(f"{r.phase[:3]} {r.op.removeprefix('aten::')}", (getattr(r, x), getattr(r, y)),
+                    fontsize=7, xytext=offset(i), textcoords="offset points",
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "gray"})
 
 
 def _classic(ax, ops: pd.DataFrame, ceilings: pd.DataFrame, label: str) -> None:
@@ -69,16 +79,8 @@ def _classic(ax, ops: pd.DataFrame, ceilings: pd.DataFrame, label: str) -> None:
     for r in roofs.itertuples():  # attained GFLOP/s; bandwidth in GB/s: I x BW is GFLOP/s
         ax.plot(xs, [min(r.attained, x * bw) for x in xs], lw=1.5,
                 label=f"roof: {r.ceiling} {r.attained:.3g} GFLOP/s, {bw:.3g} GB/s")
-    biggest = float(ops["measured_ms"].max())
-    for bound, group in pts.groupby("bound"):
-        ax.scatter(group["intensity_flop_per_byte"], group["attained_gflop_per_s"],
-                   s=_sizes(group["measured_ms"], biggest), alpha=0.6,
-                   color=COLORS.get(bound, "gray"), label=bound, edgecolors="black", lw=0.5)
-    for i, r in enumerate(pts.nlargest(6, "measured_ms").itertuples()):
-        ax.annotate(f"{r.phase[:3]} {r.op.removeprefix('aten::')}",
-                    (r.intensity_flop_per_byte, r.attained_gflop_per_s), fontsize=7,
-                    xytext=(-60, -12 - 10 * i), textcoords="offset points",
-                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "gray"})
+    _points(ax, pts, "intensity_flop_per_byte", "attained_gflop_per_s",
+            float(ops["measured_ms"].max()), 6, lambda i: (-60, -12 - 10 * i))
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity, FLOP/byte",
            ylabel="attained GFLOP/s", title=f"{label}: roofline (ops with FLOPs)")
     ax.grid(True, which="both", alpha=0.3)
@@ -92,14 +94,7 @@ def _measured_vs_ideal(ax, ops: pd.DataFrame, label: str) -> None:
     biggest = float(ops["measured_ms"].max())
     # ops under 1e-4 of the largest (scalar bookkeeping) would stretch the axes by decades
     pts = ops[(ops["ideal_ms"] > 0) & (ops["measured_ms"] >= biggest * 1e-4)]
-    for bound, group in pts.groupby("bound"):
-        ax.scatter(group["ideal_ms"], group["measured_ms"], s=_sizes(group["measured_ms"], biggest),
-                   alpha=0.6, color=COLORS.get(bound, "gray"), label=bound,
-                   edgecolors="black", lw=0.5)
-    for i, r in enumerate(pts.nlargest(5, "measured_ms").itertuples()):
-        ax.annotate(f"{r.phase[:3]} {r.op.removeprefix('aten::')}", (r.ideal_ms, r.measured_ms),
-                    fontsize=7, xytext=(6, -10 * i), textcoords="offset points",
-                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "gray"})
+    _points(ax, pts, "ideal_ms", "measured_ms", biggest, 5, lambda i: (6, -10 * i))
     if len(pts):
         lo = float(min(pts["ideal_ms"].min(), pts["measured_ms"].min())) / 2
         hi = float(max(pts["ideal_ms"].max(), pts["measured_ms"].max())) * 2
