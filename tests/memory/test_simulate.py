@@ -123,8 +123,3 @@ def test_cuda_autocast_runs_naive_softmax_in_fp32_also_in_recompute() -> None:
     assert len(cuda.timeline) > len(cpu.timeline) and grown(cuda) > grown(cpu)
     grouped = simulate_step(_spec(precision="bf16-mixed", device="cuda"), checkpoint=1)
     assert grouped.recomputed_blocks == 1.0
-    bisect = simulate_step(_spec("mini", precision="bf16-mixed", device="cuda"),
-                           schedule="bisection")
-    # 4 blocks: forward runs 0..3; backward recomputes span [0, 2) (blocks 0, 1), inside it
-    # span [0, 1) again (block 0), and span [2, 3) (block 2): 8 block forwards in all
-    assert bisect.block_forwards == 8 and bisect.num_blocks == 4

@@ -66,7 +66,6 @@ class SimResult:
     ops: int
     seconds: float
     notes: list[str] = field(default_factory=list)
-    schedule: str = "uniform"  # checkpointing schedule: 'uniform' groups or 'bisection'
     block_forwards: int | None = None  # forwards of the model's blocks in the step (recompute
     num_blocks: int | None = None      # included); None for a model without `layers`
     # where each block's forward and backward begin, as the timeline's event numbers (its row
@@ -189,23 +188,20 @@ def _build(spec: RunSpec, regime: Regime, mode: PhantomMode, checkpoint: str | i
     return model, inputs, targets, optimizer
 
 
-def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str = "uniform", *,
+def simulate_step(spec: RunSpec, checkpoint: str | int = "none", *,
                   upcast: bool = False) -> SimResult:
     """Simulate one step of `spec` (its mode, precision, optimizer, attention, device) and
     return its live bytes over time; nothing is allocated. `checkpoint`: the activation
     checkpointing policy (none, full, op, every-K or G blocks per group; any spelling
-    `lmperf.validate.checkpoint_policy` accepts, 0 and 1 included), not `spec.checkpoint`;
-    `schedule` 'bisection' checkpoints recursively instead (checkpoint_plan.bisection; the
-    policy is ignored). `upcast`: the loss on fp32 logits
+    `lmperf.validate.checkpoint_policy` accepts, 0 and 1 included), not `spec.checkpoint`.
+    `upcast`: the loss on fp32 logits
     (`StepState.upcast`: the multi-GPU engines' step). Raises SpecError when the model cannot
     run on phantom tensors."""
-    from lmperf.estimate.checkpoint_plan import SCHEDULES, bisection
     from lmperf.runtime.cuda_autocast import cuda_fp32_ops
-    from lmperf.validate import checkpoint_policy, choice
+    from lmperf.validate import checkpoint_policy
     from lmperf.workload.steps import STEPS, StepState
 
     checkpoint = checkpoint_policy(checkpoint)
-    choice("checkpointing schedule", schedule, SCHEDULES)
     t0 = time.perf_counter()
     regime = get_regime(spec.precision)
     device = torch.device(spec.device)
@@ -235,12 +231,11 @@ def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str =
             layers = getattr(model, "layers", None)
             blocks = {id(m) for m in layers} if isinstance(layers, torch.nn.ModuleList) else set()
             calls = [0]
-            recursive = bisection(model) if schedule == "bisection" else contextlib.nullcontext()
             marks: dict = {"forward": [], "backward": {}}
             if blocks:  # where each block and the output run: see `_block_marks`
                 hooks += _block_marks(mode, layers, marks)
             mode.set_phase("start")
-            with _module_depth(mode, blocks, calls), fp32_ops, recursive:
+            with _module_depth(mode, blocks, calls), fp32_ops:
                 STEPS[spec.mode](state, _PhaseObserver(mode))
         for h in hooks:
             h.remove()
@@ -273,7 +268,7 @@ def simulate_step(spec: RunSpec, checkpoint: str | int = "none", schedule: str =
     return SimResult(spec.mode, spec.precision, device.type, spec.batch,
                      spec.context, checkpoint,
                      spec.optimizer if spec.mode == "train-step" else None, timeline,
-                     mode.ops, time.perf_counter() - t0, notes, schedule,
+                     mode.ops, time.perf_counter() - t0, notes,
                      calls[0] if blocks else None, len(blocks) or None, marks)
 
 

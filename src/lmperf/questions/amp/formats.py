@@ -345,12 +345,10 @@ def ulp_curve(row: pd.Series | dict) -> tuple[list[float], list[float]]:
 
 def plot(result: ExperimentResult, path: Path) -> None:
     """Spacing (ulp) against magnitude, log-log, for every torch format in the table; PNG."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global figure state, no backend switch
 
     formats = result.table("formats")
     fig = Figure(figsize=(13, 5.5), layout="tight")
-    FigureCanvasAgg(fig)
     # left: every finite range; right: the same curves zoomed where fp16 and fp8 live
     axes = fig.subplots(1, 2)
     for ax, zoom in zip(axes, (False, True)):

@@ -351,7 +351,6 @@ def _notes(result: ExperimentResult) -> list[str]:
 def plot(result: ExperimentResult, path: str | os.PathLike) -> None:
     """Histogram of log10|g| (unscaled and shifted by the plotted S) with each format's smallest
     subnormal, smallest normal and largest finite value as vertical lines; one panel per format."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global figure state, no backend switch
 
     hist = next(df for title, df in result.tables if title.startswith("log10|g| histogram"))
@@ -360,7 +359,6 @@ def plot(result: ExperimentResult, path: str | os.PathLike) -> None:
     centers = (hist["log10_abs_grad_low"] + hist["log10_abs_grad_high"]) / 2
     width = (hist["log10_abs_grad_high"] - hist["log10_abs_grad_low"]).iloc[0]
     fig = Figure(figsize=(11, 6.5), layout="constrained")
-    FigureCanvasAgg(fig)
     axes = fig.subplots(len(thr), 1)
     styles = (("smallest_subnormal", ":", "smallest subnormal"), ("smallest_normal", "--", "smallest normal"),
               ("largest_finite", "-", "largest finite"))

@@ -10,7 +10,6 @@ from lmperf.questions.attention.report import PASSES, frame, groups
 def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     """latency_vs_seq.png (log-log, forward / backward / fwd+bwd), memory_vs_seq.png (with the
     analytic P matrix dashed) and speedup_vs_seq.png into `folder`; returns the paths."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global figure state
 
     df = frame(records)
@@ -30,7 +29,6 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
                             label=attention + (f" ({caption})" if caption else ""))
 
     fig = Figure(figsize=(15, 4.5))
-    FigureCanvasAgg(fig)
     for ax, (p, title) in zip(fig.subplots(1, 3), PASSES.items()):
         lines(ax, f"{p}_ms")
         ax.set(yscale="log", xlabel="sequence length", ylabel="ms (median)",
@@ -39,7 +37,6 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     paths.append(_save(fig, folder / "latency_vs_seq.png"))
 
     fig = Figure(figsize=(6.5, 4.5))
-    FigureCanvasAgg(fig)
     ax = fig.subplots()
     lines(ax, "before_backward_mib")
     for caption, g in sets:
@@ -52,7 +49,6 @@ def write_plots(records: list[dict], folder: Path | str) -> list[Path]:
     paths.append(_save(fig, folder / "memory_vs_seq.png"))
 
     fig = Figure(figsize=(6.5, 4.5))
-    FigureCanvasAgg(fig)
     ax = fig.subplots()
     lines(ax, "speedup_vs_naive")  # the frame's: each row against its own sweep's naive
     ax.axhline(1.0, color="k", lw=0.8)

@@ -1,6 +1,6 @@
 """Dist records -> PNGs: step time and exposed communication by strategy; busbw by message size.
 
-Drawn with matplotlib's object API on the Agg canvas (no pyplot state), from the records alone,
+Drawn with matplotlib's object API (no pyplot state), from the records alone,
 so a figure can be redrawn from the JSONL file.
 """
 
@@ -20,11 +20,9 @@ def default_folder(out: str | Path) -> Path:
 
 
 def _figure(width: float, height: float, panels: int):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
     return fig, fig.subplots(1, panels, squeeze=False)[0]
 
 

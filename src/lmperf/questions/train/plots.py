@@ -1,7 +1,7 @@
 """Train records -> one PNG with eight panels: training loss, validation loss, the difference
 to fp32's loss on the same batches, gradient norm, GradScaler scale, step time, throughput and
 peak memory, one colour per regime; from the records alone, so it can be redrawn from the file
-(matplotlib's object API on the Agg canvas: no pyplot, no global state)."""
+(matplotlib's object API: no pyplot, no global state)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,11 @@ def plot_records(records: list[dict], path: str | Path, title: str | None = None
 
     A run that stopped early ends its loss curve with an 'x' at the step where it stopped.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     path = Path(path)
     runs = [r for r in records if r["status"] == "ok" and r["metrics"].get("log")]
     fig = Figure(figsize=(20, 9), layout="constrained")
-    FigureCanvasAgg(fig)
     (ax_loss, ax_val, ax_diff, ax_norm), (ax_scale, ax_time, ax_tps, ax_mem) = fig.subplots(2, 4)
     kinds = {r["metrics"].get("memory_kind") for r in runs}
     base = next((steps_frame(r) for r in runs if precision_of(r) == "fp32"), None)

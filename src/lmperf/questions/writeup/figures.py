@@ -1,6 +1,6 @@
 """The write-up's own figures, drawn from records: bench latency vs context and per-phase
 stacked bars (medians, as the tables), profile category shares. (memory, train, attention and amp draw their own: see
-`lmperf.questions.writeup.plots`.) matplotlib's object API on the Agg canvas: no pyplot, no global state."""
+`lmperf.questions.writeup.plots`.) matplotlib's object API: no pyplot, no global state."""
 
 from __future__ import annotations
 
@@ -26,11 +26,9 @@ def png(fig) -> bytes:
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
     return fig
 
 
