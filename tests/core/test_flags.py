@@ -45,8 +45,9 @@ def test_attention_precision_is_one_line_that_names_dtype(capsys):
 
 
 def test_world_size_is_ranks_here_and_gpus_the_targets(capsys):
-    assert "--gpus" in _error(capsys, "dist", "--estimate", "--size", "tiny", "--world-size", "8")
-    assert main(["dist", "--estimate", "--size", "tiny", "--gpus", "8", "64"]) == 0
+    ffn = ["--ffn-only", "--d-model", "64", "--d-ff", "256", "--num-layers", "2"]
+    assert "--gpus" in _error(capsys, "dist", "--estimate", *ffn, "--world-size", "8")
+    assert main(["dist", "--estimate", *ffn, "--gpus", "8", "64"]) == 0
 
 
 def test_report_takes_out_and_keeps_o(capsys):

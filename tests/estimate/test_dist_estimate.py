@@ -1,5 +1,5 @@
-"""`lmperf dist --estimate`: the course's accounting questions checked by hand, and every row of a
-preset the plan's prediction of that configuration."""
+"""`lmperf dist --estimate`: the course's accounting questions checked by hand; a preset LM is
+refused, naming `lmperf plan`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 import lmperf.questions.parallel
 from lmperf.cli import main
+from lmperf.errors import SpecError
 from lmperf.estimate import formulas as f
 from lmperf.questions.parallel import estimate as est
 from lmperf.runtime.peaks import DEVICES
@@ -32,75 +33,23 @@ def test_xxl_ffn_only_model_states_and_activations() -> None:
     # the course's bytes: ddp all-reduces 2P bf16 bytes, 2 (N-1)/N of them sent per device
     assert df.loc[("ddp", 1), "comm_gb"] == pytest.approx(2 * 63 / 64 * 2 * p / 1e9)
     assert df.loc[("fsdp", 1), "comm_gb"] == pytest.approx(3 * 63 / 64 * 2 * p / 1e9)
+    assert df.loc[("zero1", 1), "comm_gb"] == pytest.approx((2 * 63 / 64 + 1) * 2 * p / 1e9)
 
 
-@pytest.fixture(scope="module")
-def tiny_rows():
-    return lmperf.dist("estimate", size="tiny", course="2026", world_size=[8], tp=[2],
-                       batch=2, context=64, tokens=16 * 64, gpu="H100-SXM")
-
-
-def test_every_row_is_the_plans_prediction_of_that_configuration(tiny_rows) -> None:
-    """dist --estimate and plan: the same peak and step time for the same configuration."""
-    from lmperf.estimate.fit import Workload
-    from lmperf.estimate.fit import shape_of
-    from lmperf.estimate.plan import Space, candidates
-    from lmperf.estimate.target import cluster
-
-    work = Workload("tiny", "2026", None, 64, "sdpa", "cuda")
-    rows, _ = candidates(work, shape_of(work), cluster("H100-SXM", 8), 16,
-                         Space(("bf16-mixed",), (0,), pp=(1,), cp=(1,), async_tp=(False,),
-                               compile=(False,), float8=("none",)))
-    df = tiny_rows.frame.set_index(["strategy", "tp"])
-    compared = 0
-    for r in rows:
-        name = {"fsdp": "fsdp+tp", "single": "tp"}[r["strategy"]] if r["tp"] > 1 else r["strategy"]
-        if r["micro_batch"] != 2 or (name, r["tp"]) not in df.index or r["dp_replicate"] > 1 \
-                and r["strategy"] != "ddp":
-            continue
-        row = df.loc[(name, r["tp"])]
-        assert row["total_gib"] == pytest.approx(r["peak_gib"], rel=1e-9)
-        assert row["step_ms"] / 1e3 == pytest.approx(r["step_s"], rel=1e-9)
-        compared += 1
-    assert compared >= 5  # ddp, zero1, zero2, fsdp, fsdp+tp (t = 2)
-
-
-def test_the_memory_is_the_simulated_rank(tiny_rows) -> None:
-    # tiny (2026): P = 1,411,392; one simulated bf16-autocast step of 2 x 64 tokens
-    df = tiny_rows.frame.set_index("strategy")
-    p = 1_411_392
-    assert set(df["memory_method"]) == {"simulated"}
-    assert df.loc["ddp", "states_gib"] * GIB == 16 * p  # fp32 weights, gradients, AdamW
-    assert df.loc["ddp", "total_gib"] >= df.loc["zero1", "total_gib"] >= df.loc["zero2", "total_gib"]
-    assert df.loc["fsdp+tp", "activations_gib"] < df.loc["fsdp", "activations_gib"]
-    assert (df["allowance_gib"] >= 576 / 1024).all()  # CUDA context + cuBLAS on every row
-    assert "simulated" in tiny_rows.title and "H100-SXM" in tiny_rows.title
-
-
-def test_model_states_only_with_batch_0() -> None:
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[8],
-                         gib=80, tp=[2])
-    df = report.frame.set_index(["strategy", "tp"])
-    p = 8_125_698_048  # V C + L (4 C^2 + 3 C F + 2 C) + C + C V, V=151936 C=4096 F=11008 L=34
-    assert (df["params"] == p).all()
-    assert df.loc[("ddp", 1), "total_gib"] == pytest.approx(16 * p / GIB)  # 121.08 GiB
-    assert not df.loc[("ddp", 1), "fits"] and df.loc[("zero1", 1), "fits"]
-    assert df.loc[("zero1", 1), "states_gib"] == pytest.approx((8 * p + p) / GIB)  # 68.11
-    rep = 2 * 34 * 4096 + 4096  # norm weights stay whole under TP
-    assert df.loc[("fsdp+tp", 2), "states_gib"] == pytest.approx(16 * ((p - rep) / 2 + rep) / 4 / GIB)
-    # the course's bytes at N = 8 in bf16, once per step: ddp 2 x 7/8 x 2 P, zero1 2 P more
-    assert df.loc[("ddp", 1), "comm_gb"] == pytest.approx(3.5 * p / 1e9)
-    assert df.loc[("zero1", 1), "comm_gb"] == pytest.approx((3.5 + 2) * p / 1e9)  # + broadcast
-    assert report.records == [] and any(s.startswith("zero2") for s in report.findings)
+def test_a_preset_is_refused_naming_plan() -> None:
+    # a preset's rows were `lmperf plan`'s predictions: plan answers it
+    with pytest.raises(SpecError, match="lmperf plan --size X --gpus N"):
+        lmperf.dist("estimate", size="xl", world_size=[8])
 
 
 @pytest.mark.parametrize("gpu, fits", [("H100-SXM", False), ("H200", True), ("B200", True)])
 def test_will_it_fit_on_a_gpu(gpu: str, fits: bool) -> None:
-    # ddp keeps all 16 P = 121.08 GiB of the leaderboard model's states on every device
-    report = lmperf.dist("estimate", size="leaderboard", course="2026", batch=0, world_size=[8],
-                         gpu=gpu, tp=[2])
+    # ddp keeps all 16 P = 120 GiB of states on every device (P = 60 x 2 x 4096 x 16384), and
+    # one token's activations per rank: 60 x (4096 + 16384) x 2 bytes
+    report = lmperf.dist("estimate", d_model=4096, d_ff=16384, num_layers=60, ffn_only=True,
+                         tokens=8, world_size=[8], gpu=gpu, tp=[2])
     ddp = report.frame.set_index("strategy").loc["ddp"]
-    assert ddp["total_gib"] == pytest.approx(121.08, abs=0.01) and bool(ddp["fits"]) is fits
+    assert ddp["total_gib"] == pytest.approx(120.0, abs=0.01) and bool(ddp["fits"]) is fits
     assert gpu in report.title and f"{DEVICES[gpu].memory_gib:g} GiB" in report.title
 
 
@@ -119,7 +68,11 @@ def test_estimate_cli(capsys: pytest.CaptureFixture) -> None:
     (["--gpu", "H800"], "unknown GPU 'H800'; accepted: B200, H200"),
     (["--gpu", "A100"], "ambiguous: A100-80GB"),
     (["--tp", "0"], "--tp must be a positive integer"),
-    (["--gib", "-1"], "--gib must be a positive number of GiB")])
+    (["--gib", "-1"], "--gib must be a positive number of GiB"),
+    ([], "for a preset LM use `lmperf plan --size X --gpus N`"),
+    (["--size", "xl", "--gpus", "8"], "for a preset LM use `lmperf plan --size X --gpus N`"),
+    (["--ffn-only", "--d-model", "64", "--d-ff", "256", "--num-layers", "2", "--batch", "2"],
+     "dist --estimate prices only the course's accounting model")])
 def test_bad_input_is_one_line(argv: list[str], fragment: str,
                                capsys: pytest.CaptureFixture) -> None:
     assert main(["dist", "--estimate", *argv]) == 2

@@ -49,13 +49,12 @@ HOPPER_ATTENTION = Fraction(0.35, 0.35, "FlashAttention-2 on H100: 35% of peak (
                                         " paper, Shah et al. 2024)")
 
 
-def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = None,
-                tflops: float | None = None) -> list[Target]:
+def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = None) -> list[Target]:
     """The Targets a GPU name means: one device of the peak table, or every device of a family
     the name leaves ambiguous ('A100': its 40GB / 80GB, SXM / PCIe forms, whose bandwidths
     differ), driven by a host that takes `host_op_s` per op, the figure's `source` recorded
-    (None: the default's, or 'given' for another figure); `tflops` replaces the dense bf16 and
-    fp16 peaks. Raises SpecError for an unknown name or a device without a published peak."""
+    (None: the default's, or 'given' for another figure). Raises SpecError for an unknown name
+    or a device without a published peak."""
     from lmperf.runtime import peaks
 
     found = peaks.device_spec(name)
@@ -67,11 +66,8 @@ def gpu_targets(name: str, host_op_s: float = HOST_OP_S, source: str | None = No
     out = []
     for spec in specs:
         flops = {d: spec.peak_tflops(d) * 1e12 for d in peaks.DTYPES if spec.peak_tflops(d)}
-        if tflops is not None:
-            flops.update(bf16=tflops * 1e12, fp16=tflops * 1e12)
         if not flops.get("bf16") and not flops.get("fp16"):
-            raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from"
-                            " (give --tflops)")
+            raise SpecError(f"{spec.name} has no published dense peak: nothing to predict from")
         fractions = {**FRACTIONS, "attention": HOPPER_ATTENTION} if spec.name in HOPPER \
             else FRACTIONS
         out.append(Target(spec.name, flops, spec.memory_bandwidth, fractions, host_op_s, source,
@@ -132,14 +128,13 @@ CPU_LINKS: dict[str, tuple[float, float]] = {
 
 def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | None = None,
             host_us: float | None = None, probe=None,
-            bandwidth: float | None = None, node_bandwidth: float | None = None,
-            tflops: float | None = None) -> Cluster:
+            bandwidth: float | None = None, node_bandwidth: float | None = None) -> Cluster:
     """THE Cluster of `gpus` devices of `gpu` (a name of the peak table), or of this CPU's ranks
     (`gpu` None: one thread each, its ceilings measured now, gloo between them); `gib` replaces
     the device's memory as the budget; the host's time per op as `estimate.host.host_cost`
     gives it (`probe`: a RunSpec whose ops measure it when `gpu` is the GPU at hand).
-    `bandwidth` / `node_bandwidth` (GB/s per device and direction, within / between nodes) and
-    `tflops` (dense bf16) replace the datasheet's. SpecError for an unknown GPU."""
+    `bandwidth` / `node_bandwidth` (GB/s per device and direction, within / between nodes)
+    replace the datasheet's. SpecError for an unknown GPU."""
     from lmperf.estimate.comm import Link
     from lmperf.estimate.host import host_cost
     from lmperf.runtime.peaks import require_device
@@ -152,7 +147,7 @@ def cluster(gpu: str | None, gpus: int, *, gpus_per_node: int = 8, gib: float | 
         return Cluster(target.name, gpus, gpus_per_node, (gib or 0) * GIB, target, link, "cpu",
                        blocking=True, share=core_share(gpus)[0])
     spec = require_device(gpu)
-    target = gpu_targets(spec.name, *host_cost(host_us, spec.name, probe), tflops=tflops)[0]
+    target = gpu_targets(spec.name, *host_cost(host_us, spec.name, probe))[0]
     # between nodes: 50 GB/s per GPU (one NDR 400 Gb/s NIC each; torch inductor's comm model
     # assumes the same), an assumption: the peak table has no network
     inter = node_bandwidth or (50.0 if gpus > gpus_per_node else None)

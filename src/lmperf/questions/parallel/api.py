@@ -53,10 +53,11 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     checkpointing, attention, warmup_ms, rep_ms pass through).
     """
     if what == "estimate":
-        from lmperf.questions.parallel.estimate import estimate
+        from lmperf.questions.parallel.estimate import ONLY, estimate
 
-        return estimate(world_size=world_size, size=size, context=context, course=course,
-                        batch=batch, **({"tp": tp} if tp is not None else {}),
+        if any(v is not None for v in (size, context, batch)):  # a preset's: plan prices it
+            raise SpecError(ONLY)
+        return estimate(world_size=world_size, **({"tp": tp} if tp is not None else {}),
                         **estimate_options)  # type: ignore[arg-type]
     if what == "leaderboard":  # its own keywords (precision, warmup_ms, rep_ms, ...) pass through
         from lmperf.questions.parallel.leaderboard import leaderboard

@@ -17,7 +17,7 @@ TRAIN = ("strategy", "profile_steps", "lr", "bucket_mb", "compute_dtype", "vocab
 # --tp also sets --estimate's FSDP x TP rows
 LAYOUT = ("tp", "pp", "cp", "dp_replicate", "pp_schedule", "pp_virtual", "micro_batch")
 ESTIMATE = ("gpus", "d_model", "d_ff", "num_layers", "ffn_only", "tokens", "gpu", "bandwidth",
-            "gib", "tflops", "comm_dtype", "node_bandwidth", "gpus_per_node", "host_us")
+            "gib", "comm_dtype", "node_bandwidth", "gpus_per_node")
 
 
 HELP = "data parallelism: collectives, DDP/FSDP/ZeRO strategies, estimates"
@@ -28,8 +28,8 @@ What data parallelism costs and how much communication is hidden. `comm` times c
 on the same model and data (phase times, communication / overlap / exposed, bytes, memory, and
 equality with single-process training); no command runs both. Each (command, world size) is one
 torchrun launch (gloo on CPU, NCCL on GPUs); a rank that crashes, hangs past --timeout or runs
-out of memory is a row naming the rank. --estimate runs nothing: memory, time and
-communication on clusters you do not have, as `lmperf plan` predicts them. Many nodes: run `torchrun --nnodes N --nproc-per-node
+out of memory is a row naming the rank. --estimate runs nothing: memory and communication of
+the course's accounting model on clusters you do not have (a preset LM: `lmperf plan`). Many nodes: run `torchrun --nnodes N --nproc-per-node
 G --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m lmperf dist comm|train ...` on each node
 (rank 0 appends to --out).
 """.split())
@@ -46,18 +46,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "timed step (FSDP2 + activation checkpointing, see --warmup-ms)")
     p.add_argument("--estimate", action="store_true",
                    help="estimate data-parallel strategies, tensor parallelism and FSDP x TP "
-                        "on --gpus N... of --gpu (memory, time and communication per device and "
-                        "step as `lmperf plan` predicts them, fits?, largest degree before "
-                        "communication-bound); runs nothing")
+                        "of the course's accounting model (--ffn-only) on --gpus N... of --gpu "
+                        "(memory and communication per device and step, fits?); runs nothing")
     add_options(p, SHARED + ("out", "format", "plots", "timeout", "max_memory_gib", "resume"),
                 defaults={"batch": None, "seed": 0, "out": DEFAULT_OUT},
-                helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA); "
-                               "--estimate: the preset to estimate (default: xl)",
+                helps={"size": "train: model preset (default: tiny on CPU, xl on CUDA)",
                        "context": "train: tokens per sequence (default: 64 on CPU, 128 on CUDA)",
                        "batch": "train: sequences per rank (per data-parallel replica in a "
-                                "layout) per step (default: 4); --estimate: "
-                                "sequences per micro-batch per replica (default 1; 0: model "
-                                "states only)",
+                                "layout) per step (default: 4)",
                        "warmup": "untimed iterations (comm, default 5) or steps (train, "
                                  "default 2 on CPU, 3 on CUDA)",
                        "steps": "train: timed steps (default: 5 on CPU, 10 on CUDA)",
@@ -109,7 +105,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        "pp_virtual": "train: default 2 for a looped schedule, else 1",
                        "micro_batch": "train: default 1"})
     g = p.add_argument_group("--estimate")
-    add_options(g, ("gpu", "gpus", "gpus_per_node", "gib", "host_us"), lists=("gpus",),
+    add_options(g, ("gpu", "gpus", "gpus_per_node", "gib"), lists=("gpus",),
                 helps={"gpu": "default: H100-SXM", "gpus": "one row each (default: 8 64 512)"})
     add_options(g, ("d_model", "d_ff", "num_layers"),
                 helps={"d_model": "with --d-ff, --num-layers and --ffn-only"})
@@ -120,8 +116,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bandwidth", type=float, metavar="GB/s",
                    help="link bandwidth per device and direction within a node, 1e9 B/s "
                         "(default: --gpu's)")
-    g.add_argument("--tflops", type=float, metavar="C",
-                   help="dense bf16 TFLOP/s per device (default: --gpu's datasheet peak)")
     add_options(g, ("node_bandwidth",))
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
                    help="the dtype of the course's accounting column comm_gb (every message "
@@ -173,7 +167,7 @@ def cmd_dist(args: argparse.Namespace) -> int:
                             "--tp for its FSDP x TP rows; `lmperf plan` prices layouts)")
         kwargs = {name: getattr(args, name) for name in ESTIMATE if name != "gpus"}
         emit(dist("estimate", world_size=args.gpus, size=args.size, context=args.context,
-                  course=args.course, batch=args.batch, tp=args.tp, **kwargs), args)
+                  batch=args.batch, tp=args.tp, **kwargs), args)
         return 0
     from lmperf.questions.parallel.plots import default_folder
 
