@@ -161,6 +161,16 @@ def test_truncated_gzip_is_one_line(tmp_path):
     assert code == 2 and "cannot read trace" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_directory_is_refused_pointing_at_hta(tmp_path):
+    """Many ranks' traces are HTA's (`TraceAnalysis(trace_dir=...)`): lmperf reads one file."""
+    (tmp_path / "rank0.json.gz").write_bytes(REAL_CUDA.read_bytes())
+    code, out, err = _run(["profile", "--from-trace", str(tmp_path)])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "reads one trace file" in err and f"TraceAnalysis(trace_dir='{tmp_path}')" in err
+    with pytest.raises(TraceFormatError, match="use HTA"):
+        lmperf.profile(from_trace=tmp_path)
+
+
 @pytest.mark.parametrize("extra, fragment", [
     (["--size", "tiny"], "--size"),
     (["--inline"], "--inline"),

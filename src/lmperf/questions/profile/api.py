@@ -37,10 +37,8 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
     `from_trace` (a torch.profiler Chrome trace, .json or .json.gz, from any program) analyses
     that file instead of running anything: the same tables, steps from its ProfilerStep#N,
     phases from its annotations (`profile.from_trace`); only `top` applies, no record is
-    written. A directory holds one trace per rank (`profile.ranks`): per rank and step the
-    device's computation, communication, overlap and idle time, and the straggler per step.
-    Raises TraceFormatError for a missing or corrupt file, SpecError when a run option is given
-    with it.
+    written. Raises TraceFormatError for a missing or corrupt file or a directory (many ranks'
+    traces: HTA), SpecError when a run option is given with it.
     """
     if from_trace is not None:
         given = {name: value for name, value in dict(
@@ -51,10 +49,6 @@ def profile(size: str | None = None, *, model: str | None = None, context: int |
         if given:
             raise SpecError("from_trace analyses existing traces; it takes no run options "
                             f"(got {', '.join(sorted(given))})")
-        if Path(from_trace).is_dir():
-            from lmperf.questions.profile.ranks import analyse_ranks
-
-            return analyse_ranks(from_trace)
         from lmperf.questions.profile.from_trace import analyse_trace
 
         return analyse_trace(from_trace, top=top)

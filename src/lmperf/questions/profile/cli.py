@@ -50,12 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where to write the trace (default: traces/<run>.json beside --out)")
     add_compile(p, many=False)
     p.add_argument("--csv", type=Path, metavar="DIR", help="also write every table as CSV into DIR")
-    p.add_argument("--from-trace", type=Path, metavar="FILE|DIR",
+    p.add_argument("--from-trace", type=Path, metavar="FILE",
                    help="analyse an existing torch.profiler trace (.json or .json.gz, any size, "
                         "from any program, CPU-only or GPU) instead of running: the same tables, "
-                        "steps from its ProfilerStep#N, phases from its annotations; a directory "
-                        "of per-rank traces: per rank and step computation, communication, "
-                        "overlap and idle GPU time, and the straggler per step; takes --top, "
+                        "steps from its ProfilerStep#N, phases from its annotations; takes --top, "
                         "--format, --csv only and writes no record")
     # The run options' defaults, to refuse them next to --from-trace (they would be ignored).
     p.set_defaults(func=cmd_profile, run_defaults={name: p.get_default(name) for name in RUN_DESTS})
@@ -89,7 +87,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _from_trace(args: argparse.Namespace) -> int:
-    """`lmperf profile --from-trace FILE|DIR`: the tables of existing traces; no run, no
+    """`lmperf profile --from-trace FILE`: the tables of an existing trace; no run, no
     record."""
     from lmperf.questions.profile.api import profile
     from lmperf.questions.profile.report import write_csv
@@ -105,7 +103,6 @@ def _from_trace(args: argparse.Namespace) -> int:
     report = profile(from_trace=args.from_trace, top=args.top)
     emit(report, args)
     if args.csv and report.tables:
-        main = "per rank" if args.from_trace.is_dir() else "time per step (ms)"
-        write_csv({main: report.frame, **report.tables}, args.csv)
+        write_csv({"time per step (ms)": report.frame, **report.tables}, args.csv)
         err(f"CSV tables in {args.csv}")
     return 0

@@ -35,11 +35,14 @@ def analyse_trace(path: str | Path, top: int = 10) -> Report:
     gpu_busy_ms, gpu_kernel_ms, gpu_idle_share, gpu_activities); tables: time per phase, top
     kernels (GPU) and top operators (self time) per phase, categories; findings: what the trace
     lacks, in one line each, and what the numbers say. Raises TraceFormatError for a missing or
-    corrupt file, SpecError for `top` < 1.
+    corrupt file or a directory, SpecError for `top` < 1.
     """
     if top < 1:
         raise SpecError(f"--top must be a positive integer, got {top}")
     path = Path(path)
+    if path.is_dir():
+        raise TraceFormatError("--from-trace reads one trace file; for a folder of per-rank "
+                               f"traces use HTA: TraceAnalysis(trace_dir={str(path)!r})")
     if not path.is_file():
         raise TraceFormatError(f"no trace file at {path}")
     start = time.perf_counter()

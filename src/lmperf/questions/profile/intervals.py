@@ -131,21 +131,3 @@ def self_times(ops: pd.DataFrame, chunk: int = 1 << 16) -> tuple[np.ndarray, np.
         self_us[r] -= child
     return self_us, depth
 
-
-def covered(starts: np.ndarray, ends: np.ndarray, by_starts: np.ndarray, by_ends: np.ndarray
-            ) -> np.ndarray:
-    """For each interval [starts[i], ends[i]), how much of it the (sorted, disjoint: `merged`)
-    intervals [by_starts, by_ends) cover, in their unit. Vectorised: with F(t) the covered
-    length of (-inf, t], the answer is F(end) - F(start)."""
-    starts, ends = np.asarray(starts, float), np.asarray(ends, float)
-    if len(by_starts) == 0:
-        return np.zeros(len(starts))
-    before = np.concatenate(([0.0], np.cumsum(by_ends - by_starts)))  # covered before interval j
-
-    def upto(t: np.ndarray) -> np.ndarray:
-        j = np.searchsorted(by_starts, t, side="right") - 1
-        jj = np.clip(j, 0, None)
-        inside = np.clip(np.minimum(t, by_ends[jj]) - by_starts[jj], 0.0, None)
-        return np.where(j >= 0, before[jj] + inside, 0.0)
-
-    return upto(ends) - upto(starts)

@@ -1,74 +1,42 @@
-"""Communication and computation on one rank's device timeline: where the GPU time goes per step
-(HTA's temporal breakdown, idle time and comm/comp overlap).
+"""Where the GPU time goes per step on one device timeline: busy, idle and the host's share of
+the idle time (HTA's temporal and idle-time breakdowns).
 
-Each device activity of a measured step (placed by its launch) is communication (an NCCL kernel
-of any generation), memory (a memcpy or memset) or computation (every other kernel), by HTA's
-rules; each kind's intervals are merged before they are measured (concurrent streams count
-once). The columns (span, busy, idle, host wait, compute, comm, overlap, exposed comm,
-non-compute) and the `bound` rule: docs/commands/profile.md, "Where the step waits" and "Many
-ranks". Shares are fractions (0..1) of the span; the renderer writes them as percent.
+The device activities (kernels, memcpys, memsets) of a measured step are placed by their launch;
+their intervals are merged before they are measured (concurrent streams count once). The columns
+(span, busy, idle, host wait) and the `bound` rule: docs/commands/profile.md, "Where the step
+waits". Shares are fractions (0..1) of the span; the renderer writes them as percent.
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
-from lmperf.questions.profile.intervals import covered, merged
+from lmperf.questions.profile.intervals import merged
 from lmperf.questions.profile.trace import PHASE_LABELS, Trace
 
-COMM, COMPUTE, MEMORY = "communication", "computation", "memory"
-_NCCL_KERNEL = re.compile(r"^(?:void\s+)?nccl\w*Kernel")
-
 BREAKDOWN_COLUMNS = ["step", "phase", "activities", "span_ms", "busy_ms", "kernel_ms", "idle_ms",
-                     "host_wait_ms", "compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms",
-                     "memory_ms", "non_compute_ms", "idle_share", "host_wait_share",
-                     "compute_share", "non_compute_share", "comm_hidden_share"]
+                     "host_wait_ms", "idle_share", "host_wait_share"]
 IDLE_BOUND = 0.5
 """Idle more than this share of the time: the device is not what the step waits for."""
 LEVERS = ("a larger batch (more work per op), CUDA graphs or torch.compile (one launch for many "
           "kernels), fewer small ops (fused kernels, a fused optimizer)")
 
 
-def is_comm_kernel(name: str) -> bool:
-    """Whether a device kernel name is an NCCL kernel (`ncclKernel_*`, `ncclDevKernel_*`, ...)."""
-    return _NCCL_KERNEL.match(name) is not None
-
-
-def activity_kinds(kernels: pd.DataFrame) -> np.ndarray:
-    """communication / computation / memory for each row of `Trace.kernels` (see module)."""
-    kind = kernels["kind"].to_numpy(dtype=object)
-    names = kernels["name"]
-    comm = names.map(is_comm_kernel).to_numpy(dtype=bool) if len(names) else np.zeros(0, bool)
-    return np.where(kind != "kernel", MEMORY, np.where(comm, COMM, COMPUTE)).astype(object)
-
-
-def _row(k: pd.DataFrame, kinds: np.ndarray, origin: float) -> dict[str, float]:
+def _row(k: pd.DataFrame, origin: float) -> dict[str, float]:
     """The breakdown of one set of activities (times relative to `origin`, in us -> ms)."""
     s = k["start_us"].to_numpy() - origin
     e = s + k["dur_us"].to_numpy()
     span = float(e.max() - s.min())
     ms, me = merged(s, e)
     busy = float((me - ms).sum())
-    cs, ce = merged(s[kinds == COMPUTE], e[kinds == COMPUTE])
-    xs, xe = merged(s[kinds == COMM], e[kinds == COMM])
-    ys, ye = merged(s[kinds == MEMORY], e[kinds == MEMORY])
-    compute, comm = float((ce - cs).sum()), float((xe - xs).sum())
-    overlap = float(covered(xs, xe, cs, ce).sum())
     idle = span - busy
     host_wait = _host_wait(s, e, k["launch_end_us"].to_numpy(dtype=float) - origin)
     share = (lambda x: x / span) if span > 0 else (lambda x: np.nan)
     return {"activities": len(k), "span_ms": span / 1e3, "busy_ms": busy / 1e3,
             "kernel_ms": float(k["dur_us"].sum()) / 1e3, "idle_ms": idle / 1e3,
-            "host_wait_ms": host_wait / 1e3, "compute_ms": compute / 1e3, "comm_ms": comm / 1e3,
-            "overlap_ms": overlap / 1e3, "exposed_comm_ms": (comm - overlap) / 1e3,
-            "memory_ms": float((ye - ys).sum()) / 1e3,
-            "non_compute_ms": (span - compute - idle) / 1e3, "idle_share": share(idle),
-            "host_wait_share": share(host_wait), "compute_share": share(compute),
-            "non_compute_share": share(span - compute - idle),
-            "comm_hidden_share": overlap / comm if comm > 0 else np.nan}
+            "host_wait_ms": host_wait / 1e3, "idle_share": share(idle),
+            "host_wait_share": share(host_wait)}
 
 
 def _host_wait(s: np.ndarray, e: np.ndarray, queued: np.ndarray) -> float:
@@ -81,22 +49,17 @@ def _host_wait(s: np.ndarray, e: np.ndarray, queued: np.ndarray) -> float:
     return float(gap[(gap > 0) & (queued[1:] > reach)].sum())
 
 
-def breakdown(trace: Trace, whole: bool = False, phases: bool = False) -> pd.DataFrame:
+def breakdown(trace: Trace, phases: bool = False) -> pd.DataFrame:
     """One row per measured step (see the module for the columns; times in ms, shares 0..1,
-    phase 'step'); `whole`: one row (step -1) over every activity of the measured steps at
-    once, HTA's window; `phases`: one row per step and phase present ('step', then forward
-    (loss included), loss, backward, optimizer), each phase's activities by their launch.
-    Empty on a CPU trace."""
+    phase 'step'); `phases`: one row per step and phase present ('step', then forward (loss
+    included), loss, backward, optimizer), each phase's activities by their launch. Empty on a
+    CPU trace."""
     k = trace.kernels
     k = k[k["step"].to_numpy() >= 0] if len(k) else k
     if k.empty:
         return pd.DataFrame(columns=BREAKDOWN_COLUMNS)
-    kinds = activity_kinds(k)
     # Relative times: epoch timestamps (~1.7e15 us) hold starts to 0.25 us only.
     origin = float(k["start_us"].min())
-    if whole:
-        return pd.DataFrame([{"step": -1, "phase": "step", **_row(k, kinds, origin)}],
-                            columns=BREAKDOWN_COLUMNS)
     groups = [("step", np.ones(len(k), bool))]
     if phases:
         phase, inner = k["phase"].to_numpy(dtype=object), k["phase_range"].to_numpy(dtype=object)
@@ -106,8 +69,7 @@ def breakdown(trace: Trace, whole: bool = False, phases: bool = False) -> pd.Dat
         for name, mask in groups:
             sel = at[mask[at]]
             if len(sel):
-                rows.append({"step": int(step), "phase": name,
-                             **_row(k.iloc[sel], kinds[sel], origin)})
+                rows.append({"step": int(step), "phase": name, **_row(k.iloc[sel], origin)})
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 
 

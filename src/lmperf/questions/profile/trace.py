@@ -59,7 +59,6 @@ class Trace:
         `ProfilerStep#N` ranges when the model was not annotated).
     device_type: "cuda" when the trace holds device activities, else "cpu".
     device_names: the GPUs the trace's `deviceProperties` names (the machine that recorded it).
-    distributed: the trace's `distributedInfo` (backend, rank, world_size, ...), {} if none.
     """
 
     path: str
@@ -69,7 +68,6 @@ class Trace:
     n_steps: int
     device_type: str
     device_names: list[str] = field(default_factory=list)
-    distributed: dict = field(default_factory=dict)
 
     @property
     def unattributed_kernels(self) -> int:
@@ -287,6 +285,4 @@ def _parse(path: Path, raw: RawTrace) -> Trace:
         n_steps=len(steps),
         device_type="cuda" if len(kernels) else "cpu",
         device_names=[str(d.get("name")) for d in devices if isinstance(d, dict) and "name" in d],
-        distributed=meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict)
-        else {},
     )
