@@ -135,9 +135,10 @@ step_memory() {  # estimated first (CPU only, seconds), then measured
         --timeout 35 --out "$WORK/memory.jsonl"
 }
 
-step_dist() {  # the leaderboard's step (FSDP2 + checkpointing) and one dist train, 1 NCCL rank
-    lm dist leaderboard --device cuda --world-size 1 --size small --context 4096 --batch 2 \
-        --timeout 40 --out "$WORK/dist.jsonl"
+step_dist() {  # dist train on 1 NCCL rank: bf16 autocast with every block checkpointed, then fp32
+    lm dist train --device cuda --world-size 1 --strategy single --size small --context 4096 \
+        --batch 2 --precision bf16-mixed --checkpoint 1 --warmup 1 --steps 3 --profile-steps 1 \
+        --no-plots --timeout 40 --out "$WORK/dist.jsonl"
     lm dist train --device cuda --world-size 1 --strategy single --size small --warmup 1 \
         --steps 3 --profile-steps 1 --no-plots --timeout 40 --out "$WORK/dist.jsonl"
 }

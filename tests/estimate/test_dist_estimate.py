@@ -84,7 +84,7 @@ def test_bad_input_is_one_line(argv: list[str], fragment: str,
 @pytest.mark.parametrize("argv, fragment", [
     (["train", "--gpu", "H100", "--tokens", "5"], "--tokens, --gpu: options of --estimate only"),
     (["comm", "--tokens", "5"], "--tokens: an option of --estimate only"),
-    (["leaderboard", "--node-bandwidth", "50"], "--node-bandwidth: an option of --estimate only")])
+    (["train", "--node-bandwidth", "50"], "--node-bandwidth: an option of --estimate only")])
 def test_estimate_options_without_estimate_are_refused(argv: list[str], fragment: str,
                                                        capsys: pytest.CaptureFixture) -> None:
     assert main(["dist", *argv]) == 2  # refused before anything runs or is written

@@ -51,11 +51,10 @@ DEFAULT_TIMEOUT_S = 300.0  # per item: a rank that hangs is killed after this, n
 
 @dataclass(frozen=True, kw_only=True)
 class Ranks:
-    """How a job's ranks run, shared by every torchrun job (dist's, the leaderboard's, the
-    doctor's): how many, the process group's backend, the device, torch's threads per rank, and
-    two launch options: `timeout_s` (an item running longer is killed: an error row) and
-    `max_memory_gib` (each rank's memory cap, so that a rank that does not fit is an 'oom' row;
-    0: none)."""
+    """How a job's ranks run, shared by every torchrun job (dist's, the doctor's): how many, the
+    process group's backend, the device, torch's threads per rank, and two launch options:
+    `timeout_s` (an item running longer is killed: an error row) and `max_memory_gib` (each
+    rank's memory cap, so that a rank that does not fit is an 'oom' row; 0: none)."""
 
     world_size: int
     backend: str = "gloo"

@@ -2,7 +2,7 @@
 
 The median, not the mean: on a shared machine a few stalled steps (another process on the
 core, a page fault storm) move the mean and not the median, and the raw samples stay in the
-record for anyone who wants the mean. bench, train, dist and the leaderboard all call this.
+record for anyone who wants the mean. bench, train and dist all call this.
 """
 
 from __future__ import annotations

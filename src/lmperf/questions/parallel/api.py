@@ -48,9 +48,7 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     device's default (core.vocabulary.DEFAULTS["dist"]). `out`: a JSONL file appended to (None:
     records stay in memory); `plots`: a folder for the PNGs. 'estimate' runs nothing: see
     `lmperf.questions.parallel.estimate.estimate` for its keywords. Raises SpecError for bad input before anything
-    runs, SweepInterrupted on Ctrl-C (finished rows are kept in `out`). 'leaderboard': the 2026
-    leaderboard's timed step (`lmperf.questions.parallel.leaderboard`; its keywords precision,
-    checkpointing, attention, warmup_ms, rep_ms pass through).
+    runs, SweepInterrupted on Ctrl-C (finished rows are kept in `out`).
     """
     if what == "estimate":
         from lmperf.questions.parallel.estimate import ONLY, estimate
@@ -59,19 +57,6 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
             raise SpecError(ONLY)
         return estimate(world_size=world_size, **({"tp": tp} if tp is not None else {}),
                         **estimate_options)  # type: ignore[arg-type]
-    if what == "leaderboard":  # its own keywords (precision, warmup_ms, rep_ms, ...) pass through
-        from lmperf.questions.parallel.leaderboard import leaderboard
-
-        sizes_n = [world_size] if isinstance(world_size, int) else list(world_size or [])
-        if len(sizes_n) > 1:
-            raise SpecError("leaderboard runs at one world size")
-        return leaderboard(size or "leaderboard", out=out,
-                           world_size=sizes_n[0] if sizes_n else None, context=context or 32768,
-                           batch=batch or 2, vocab_size=vocab_size, device=device,
-                           course=course or "2026", timeout=timeout,
-                           max_memory_gib=max_memory_gib, seed=seed,
-                           **({"precision": precision} if precision else {}),
-                           **({"attention": attention} if attention else {}), **estimate_options)
     if estimate_options:
         raise SpecError(f"unknown keyword(s) for dist {what!r}: {', '.join(sorted(estimate_options))}")
     from lmperf.questions.parallel.plan import plan_dist

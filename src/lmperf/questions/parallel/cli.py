@@ -41,9 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("dist", help=HELP, description=DESCRIPTION)
     p.add_argument("what", nargs="?", default="all",
-                   choices=["all", "comm", "train", "leaderboard"],
-                   help="comm, train, or both (default); leaderboard: the 2026 leaderboard's "
-                        "timed step (FSDP2 + activation checkpointing, see --warmup-ms)")
+                   choices=["all", "comm", "train"], help="comm, train, or both (default)")
     p.add_argument("--estimate", action="store_true",
                    help="estimate data-parallel strategies, tensor parallelism and FSDP x TP "
                         "of the course's accounting model (--ffn-only) on --gpus N... of --gpu "
@@ -120,17 +118,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--comm-dtype", default="bf16", choices=DTYPES,
                    help="the dtype of the course's accounting column comm_gb (every message "
                         "in it); the times are the one model's (default: bf16)")
-    from lmperf.questions.parallel import leaderboard
-
-    leaderboard.add_arguments(p)
+    p.add_argument("--precision", choices=("fp32", "bf16-mixed"),
+                   help="train: fp32 (the default) or bf16-mixed (bf16 autocast over fp32 "
+                        "weights)")
+    p.add_argument("--attention", help="train: the reference LM's attention (default: naive)")
     # what the --estimate options are when not given: cmd_dist refuses them without --estimate
     p.set_defaults(func=cmd_dist, estimate_defaults={n: p.get_default(n) for n in ESTIMATE})
 
 
 def run_kwargs(args: argparse.Namespace) -> dict:
     """The keywords of a dist comm / train run (API and plan) from its parsed flags."""
-    return {"precision": args.lb_precision or "fp32",  # --precision, --attention: train's or
-            "attention": args.lb_attention or "naive",  # the leaderboard's (its defaults)
+    return {"precision": args.precision or "fp32", "attention": args.attention or "naive",
             "reference": not args.no_reference,
             **{name: getattr(args, name) for name in SHARED + COMM + TRAIN + LAYOUT}}
 
@@ -146,10 +144,6 @@ def cmd_dist(args: argparse.Namespace) -> int:
 
         raise SpecError(f"{', '.join(given)}: {'an option' if len(given) == 1 else 'options'} "
                         f"of --estimate only (add --estimate, or leave out)")
-    if args.what == "leaderboard":
-        from lmperf.questions.parallel import leaderboard
-
-        return leaderboard.cmd(args, DEFAULT_OUT)
 
     if args.estimate:  # nothing runs, nothing is written: no closing line
         from lmperf.core.command import emit

@@ -322,15 +322,10 @@ def headline(records: list[dict]) -> list[str]:
 
 
 def build_report(records: list[dict]) -> Report:
-    """A Report of dist records (training and/or collectives; leaderboard steps have their own
-    Report, and beside the others a table of their own)."""
-    from lmperf.questions.parallel import leaderboard
-
-    records = [r for r in records if r["kind"] == "dist"]
-    steps = [r for r in records if r["spec"].get("what") == "leaderboard"]
-    if steps and len(steps) == len(records):
-        return leaderboard.build_report(steps)
-    records = [r for r in records if r["spec"].get("what") != "leaderboard"]
+    """A Report of dist records (training and/or collectives; the rows of `dist leaderboard`,
+    which lmperf no longer runs, are left out)."""
+    records = [r for r in records if r["kind"] == "dist"
+               and r["spec"].get("what") != "leaderboard"]
     comm, train = comm_frame(records), train_frame(records)
     tables: dict[str, pd.DataFrame] = {}
     frame = train if not train.empty else comm
@@ -338,8 +333,6 @@ def build_report(records: list[dict]) -> Report:
         tables["comm"] = comm.drop(columns=["message"]) if (comm["message"] == "").all() else comm
     if not comm.empty:
         tables["busbw (GB/s) by message size"] = busbw_table(comm)
-    if steps:
-        tables["leaderboard step"] = leaderboard.build_report(steps).frame
     for name, table in (("collectives per step (layouts; bytes: S per rank)",
                          collectives_table(records)),
                         ("pipeline slots (one per stage forward or backward)",
