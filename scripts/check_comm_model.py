@@ -8,7 +8,8 @@
    |predicted - measured| / measured, its median and worst per row and overall.
 2. `lmperf dist train` at 2 ranks (tiny model; flat, bucketed): the messages the profiler
    counted per step (calls and bytes per collective) costed with the fits on all sizes, against
-   the measured communication (the rank with the least of it), and exposed_seconds' prediction against the measured exposed communication;
+   the measured communication (the rank with the least of it), and exposed_seconds' prediction
+   against the measured exposed communication;
    `curve` is `prediction_table`'s figure for the same messages (each read off the
    measured time-vs-size curve, no formula), to tell the formula's error from the gap between
    a collective timed alone and one inside a training step.
@@ -36,7 +37,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 OVERLAP = {"flat": 0.0, "naive": 0.0, "bucketed": BACKWARD_SHARE,
            "overlap": BACKWARD_SHARE, "torch-ddp": BACKWARD_SHARE}
-
 
 
 def prediction_table(records: list[dict]) -> pd.DataFrame:

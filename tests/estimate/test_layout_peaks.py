@@ -49,3 +49,26 @@ def test_the_plans_per_rank_peak_is_dist_trains(name, n, global_batch, b):
     for rank, measured in enumerate(MEASURED[name, n, global_batch, b]):
         planned = ranks[rank // per]["peak_bytes"]
         assert planned == pytest.approx(measured, rel=tolerance), (name, rank)
+
+
+def test_async_tp_pays_for_summing_its_reduce_scatters_partials():
+    """torch's fused matmul + reduce-scatter sums the t partial chunks on each rank after the
+    last lands (read S, write S / t): with no matmul to hide behind, async TP waits for every
+    TP collective plus that sum, at the elementwise share of the bandwidth."""
+    from lmperf.estimate.communication import communication
+    from lmperf.estimate.fit import shape_of
+    from lmperf.estimate.target import FRACTIONS
+
+    work = Workload("tiny", "2026", None, 64, "sdpa", "cuda")
+    shape, card = shape_of(work), cluster("H100-SXM", 2)
+    b, t = 4, 2
+    waits = []
+    for async_tp in (False, True):
+        c = Candidate("bf16-mixed", 0, "single", Layout(2, tp=t, async_tp=async_tp), b, 1)
+        total, exposed, _ = communication(c, shape, card, work.context, [b], [(0.0, 0.0, 0.0)])
+        waits.append((total, exposed))
+    # the forward's reduce-scatters: attention's and the MLP's per block, and the output's
+    S = (2 * shape.num_layers + 1) * b * work.context * shape.d_model * 2
+    summed = S * (1 + 1 / t) / (card.target.bandwidth * FRACTIONS["elementwise/norm"].memory)
+    assert waits[1][1] - waits[0][1] == pytest.approx(summed)
+    assert waits[1][0] - waits[0][0] == pytest.approx(summed)  # and counted in its total

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmperf.errors import SpecError
 from lmperf.estimate.simulate import CATEGORIES, simulate_step
 from lmperf.workload.spec import RunSpec
 

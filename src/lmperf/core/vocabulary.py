@@ -289,10 +289,17 @@ RENAMED: dict[str, dict[str, str]] = {
               "--log-every": "removed: each job logs its first step and every --eval-interval"},
     "memory": {"--plot": "renamed --plots (a folder)"},
     "dist": {"--gpu-gib": "renamed --gib (one target flag for every command)",
-             "--compress": "removed: torch-ddp all-reduces the gradients uncompressed"},
-    "amp": {"--plot": "renamed --plots (a folder)"},
+             "--compress": "removed: torch-ddp all-reduces the gradients uncompressed",
+             "--tflops": "removed with --estimate's preset rows (`lmperf plan` prices a preset)",
+             "--host-us": "removed from dist with --estimate's preset rows (`lmperf plan` has it)",
+             **dict.fromkeys(("--warmup-ms", "--rep-ms", "--no-checkpointing"),
+                             "removed with `lmperf dist leaderboard`")},
+    "amp": {"--plot": "renamed --plots (a folder)",
+            "--model": "removed: amp trace follows the reference LM (the ToyModel: amp toy)"},
     "report": {"--output": "renamed --out (-o stays)"},
-    "profile": {"--backend": "removed: torch.profiler is the one backend; for Nsight Systems run "
+    "profile": {"--diff": "removed: compare two traces with HTA's TraceDiff, or runs with "
+                          "lmperf compare",
+                "--backend": "removed: torch.profiler is the one backend; for Nsight Systems run "
                              "nsys profile -t cuda,nvtx around lmperf (its phases are NVTX ranges)"},
 }
 

@@ -182,4 +182,4 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
         behind = spans[i][0] if hides == "forward" else spans[i][1]
         exposed += comm.exposed_seconds(seconds, behind, overlap, last)
     exposed += sum(max(tp / t, tp - span[2]) for tp, span in zip(async_tp, spans)) + reduced
-    return total, exposed, sent
+    return total + reduced, exposed, sent

@@ -72,7 +72,11 @@ class PhaseProbe:
                               else v for k, v in peak.items()}
         self._settle()
         self.memory.reset()
-        self.held[phase] = self.memory.read()
+        self.held[phase] = now = self.memory.read()
+        # the peak read above can trail "now" by the few KiB the interpreter allocates between
+        # the two reads (a CPU's RSS): a phase's peak is at least what it holds at its end
+        self.phases[phase] = {k: max(v, now[k]) if v is not None and now.get(k) is not None
+                              else v for k, v in self.phases[phase].items()}
 
     def result(self) -> dict:
         """{'kind', 'unit': 'MiB', 'phases': phase -> peak figures} (a record's memory field)."""

@@ -17,8 +17,9 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
          sizes: Sequence[str | int] | str | int | None = None, dtype: str = "fp32",
          iters: int = 20, strategy: Sequence[str] | str | None = None, size: str | None = None,
          context: int | None = None, batch: int | None = None, warmup: int | None = None,
-         steps: int | None = None, profile_steps: int = 2, vocab_size: int | None = None, lr: float = 1e-3,
-         bucket_mb: float = 1.0, compute_dtype: str = "fp32", seed: int = 0, device: str = "auto", threads: int | None = None,
+         steps: int | None = None, profile_steps: int = 2, vocab_size: int | None = None,
+         lr: float = 1e-3, bucket_mb: float = 1.0, compute_dtype: str = "fp32", seed: int = 0,
+         device: str = "auto", threads: int | None = None,
          course: str | None = None, plots: str | Path | None = None, out: str | Path | None = None,
          timeout: float | None = None, max_memory_gib: float | None = None,
          resume: bool = False, progress: bool = False, precision: str | None = None,
@@ -53,8 +54,10 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     if what == "estimate":
         from lmperf.questions.parallel.estimate import ONLY, estimate
 
-        if any(v is not None for v in (size, context, batch)):  # a preset's: plan prices it
-            raise SpecError(ONLY)
+        preset = [f"--{n}" for n, v in (("size", size), ("context", context), ("batch", batch))
+                  if v is not None]  # a preset LM's: plan prices it
+        if preset:
+            raise SpecError(f"{', '.join(preset)}: not taken by --estimate; {ONLY}")
         return estimate(world_size=world_size, **({"tp": tp} if tp is not None else {}),
                         **estimate_options)  # type: ignore[arg-type]
     if estimate_options:
@@ -65,7 +68,8 @@ def dist(what: str = "all", *, world_size: Sequence[int] | int | None = None,
     plan = plan_dist(what, world_size=world_size, collective=collective, sizes=sizes, dtype=dtype,
                      iters=iters, strategy=strategy, size=size, context=context, batch=batch,
                      warmup=warmup, steps=steps, profile_steps=profile_steps, lr=lr,
-                     bucket_mb=bucket_mb, compute_dtype=compute_dtype, seed=seed, device=device, threads=threads, timeout=timeout, course=course,
+                     bucket_mb=bucket_mb, compute_dtype=compute_dtype, seed=seed, device=device,
+                     threads=threads, timeout=timeout, course=course,
                      vocab_size=vocab_size, max_memory_gib=max_memory_gib, precision=precision,
                      checkpoint=checkpoint, grad_accum=grad_accum, attention=attention,
                      reference=reference, tp=tp, pp=pp, cp=cp, dp_replicate=dp_replicate,

@@ -29,9 +29,9 @@ on the same model and data (phase times, communication / overlap / exposed, byte
 equality with single-process training); no command runs both. Each (command, world size) is one
 torchrun launch (gloo on CPU, NCCL on GPUs); a rank that crashes, hangs past --timeout or runs
 out of memory is a row naming the rank. --estimate runs nothing: memory and communication of
-the course's accounting model on clusters you do not have (a preset LM: `lmperf plan`). Many nodes: run `torchrun --nnodes N --nproc-per-node
-G --rdzv-backend c10d --rdzv-endpoint HOST:PORT -m lmperf dist comm|train ...` on each node
-(rank 0 appends to --out).
+the course's accounting model on clusters you do not have (a preset LM: `lmperf plan`).
+Many nodes: run `torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint
+HOST:PORT -m lmperf dist comm|train ...` on each node (rank 0 appends to --out).
 """.split())
 
 

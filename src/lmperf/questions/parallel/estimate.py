@@ -113,7 +113,8 @@ def _ffn_rows(shape: Shape, card, degrees: Sequence[int], tokens: int, c_bytes: 
     rows = []
     for strategy, t in _pairs(card.gpus, degrees):
         d = card.gpus // t
-        states, saved = _states(shape, strategy, card.gpus, t), activation_bytes(shape, tokens // d, t)
+        states = _states(shape, strategy, card.gpus, t)
+        saved = activation_bytes(shape, tokens // d, t)
         c = candidate(strategy, card.gpus, t)
         total, _, sent = communication(c, shape, card, tokens // d, [1], [(0.0, 0.0, 0.0)])
         rows.append({"strategy": strategy, "world_size": card.gpus, "tp": t, "dp": d,
@@ -137,14 +138,14 @@ def _fewest(fits: Callable[[int], bool | None], cap: int, start: int = 1) -> int
 
 
 def _findings(rows: list[dict]) -> list[str]:
-    """Per strategy (fsdp+tp per TP degree): the fewest devices whose rank fits."""
+    """Per data-parallel strategy: the fewest devices whose rank fits (not counted for the TP
+    rows, whose degree is the row's)."""
     out, seen = [], set()
     for row in rows:
-        strategy, t = row["strategy"], row["tp"] if row["strategy"] == "fsdp+tp" else 0
-        if (strategy, t) in seen:
+        if row["tp"] != 1 or row["strategy"] in seen:
             continue
-        seen.add((strategy, t))
+        seen.add(row["strategy"])
         fewest = row["min_devices"]
-        out.append(f"{f'fsdp+tp (t = {t})' if t else strategy}: a rank fits with "
+        out.append(f"{row['strategy']}: a rank fits with "
                    + (f">= {fewest} device(s)" if fewest else "no number of devices"))
     return out

@@ -2,11 +2,12 @@
 torchrun's ranks (`run_cell`: a data-parallel plan on torch's DDP, ZeRO-1 or FSDP2, a TP, PP or
 HSDP plan on `dist train`'s layout builder, questions/parallel/layouts.py) or alone on this
 machine's device as any forked job (`run_alone`). `measure` runs `dist train`'s step
-(questions/parallel/train.py: `train_step`) over the cell's micro-batches after a zero-gradient step that gives AdamW its state (as the simulator assumes)
-and one untracked step (DDP's bucket rebuild, FSDP2's lazy initialisation, the pipeline's
-shape inference): one step under LiveBytes (workload/live.py: the peak the plan predicts; out of
-memory: it does not fit) and the collective ledger (questions/parallel/ledger.py: bytes per mesh
-dimension), then timed steps, untracked.
+(questions/parallel/train.py: `train_step`) over the cell's micro-batches after a zero-gradient
+step that gives AdamW its state (as the simulator assumes) and one untracked step (DDP's bucket
+rebuild, FSDP2's lazy initialisation, the pipeline's shape inference): one step under
+LiveBytes (workload/live.py: the peak the plan predicts; out of memory: it does not fit) and the
+collective ledger (questions/parallel/ledger.py: bytes per mesh dimension), then timed steps,
+untracked.
 """
 
 from __future__ import annotations
