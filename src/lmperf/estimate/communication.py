@@ -121,8 +121,6 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
     windows: dict[tuple[int, str], list[float]] = {}  # (micro-batch, hides) -> [comm, last]
     async_tp = [0.0] * len(sizes)  # a micro-batch's TP collectives, behind its matmuls
     reduced = 0.0  # seconds async TP's fused reduce-scatters spend summing their partials
-    fraction = (cluster.target.fractions or {}).get("elementwise/norm")
-    streaming = cluster.target.bandwidth * (fraction.memory if fraction else 1.0)
     for x in table:
         group = groups[x.group]
         if group <= 1 or (x.per == "recompute" and c.checkpoint == "none"):
@@ -167,7 +165,7 @@ def communication(c: Candidate, shape: Shape, cluster: Cluster, context: int,
                     # (`torch.sum(stacked_partials, dim=0)`): it reads the t (b T / (cp t), C)
                     # partials (S bytes) and writes S / t, after the last chunk lands, so
                     # nothing hides it; NCCL's reduce-scatter does that sum inside the collective
-                    reduced += size * (1 + 1 / t) / streaming
+                    reduced += size * (1 + 1 / t) / cluster.target.streaming_bytes_per_s
                 continue
             if x.hides == "never" or not overlap:
                 exposed += seconds

@@ -75,8 +75,6 @@ def _float8(costs, target, head: float, compiled: bool):
     SpecError where the target has no FP8 tensor cores."""
     import numpy as np
 
-    from lmperf.estimate.target import FRACTIONS
-
     if not target.flops_per_s.get("fp8"):
         raise SpecError(f"float8 needs FP8 tensor cores (sm_89 and newer): {target.name} has none")
     table = costs.table.copy()
@@ -88,7 +86,7 @@ def _float8(costs, target, head: float, compiled: bool):
     elements = table["bytes_read"].to_numpy(dtype=float) / 2  # bf16 operands
     cast = elements * (3 if compiled else 5) * gemm
     casts = {p: float(cast[(table["phase"] == p).to_numpy()].sum())
-             / (target.bandwidth * FRACTIONS["elementwise/norm"].memory)
+             / target.streaming_bytes_per_s
              for p in ("forward", "backward")}
     table.loc[gemm, "dtype"] = "fp8"
     table.loc[gemm, "bytes_read"] = (table.loc[gemm, "bytes_read"] // 2).astype("int64")
@@ -114,8 +112,7 @@ def _unpriced(table, target, t: int) -> dict[str, float]:
     if t == 1 or not len(logits):
         return {}
     size, fresh = float(logits.max()), target.fresh_bytes_per_s
-    share = (target.fractions or {}).get("elementwise/norm")
-    rate = target.bandwidth * (share.memory if share else 1.0)
+    rate = target.streaming_bytes_per_s
     out = {}
     for p, (passes, outputs, ops) in LOSS_PARALLEL.items():
         faults = outputs * size / fresh if fresh and size >= MMAP_MAX_BYTES else 0.0

@@ -46,6 +46,13 @@ class Target:
     caveats: dict[str, str] = field(default_factory=dict)
     fresh_bytes_per_s: float | None = None
 
+    @property
+    def streaming_bytes_per_s(self) -> float:
+        """The rate a streaming (elementwise) kernel moves bytes at: the bandwidth times that
+        class's attained fraction (1 when the figures are attained ones already)."""
+        share = (self.fractions or {}).get("elementwise/norm")
+        return self.bandwidth * (share.memory if share else 1.0)
+
     def __hash__(self) -> int:  # by value (its dicts are not hashable): caches key on it
         return hash((self.name, self.bandwidth, self.host_op_s, self.synchronous,
                      self.fresh_bytes_per_s,
